@@ -1,0 +1,17 @@
+"""archetype: durable world commands for tick-based simulation worlds.
+
+`archetype.world` and `archetype.commands` run under Pyodide too (stdlib + pydantic only);
+`Runtime` is the CPython composition root and is imported lazily so the Worker never loads it.
+"""
+
+from typing import Any
+
+__all__ = ["Runtime"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Runtime":
+        from archetype.runtime import Runtime
+
+        return Runtime
+    raise AttributeError(f"module 'archetype' has no attribute {name!r}")

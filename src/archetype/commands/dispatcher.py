@@ -1,0 +1,80 @@
+"""CommandDispatcher: the governed entry for every operation, direct or durable.
+
+Order, always: exact registration -> role check -> trusted/untrusted availability -> handler
+(or durable admission). Role denial happens before anything looks a world up, so a caller
+without the role cannot learn whether a world exists.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from archetype.commands.errors import OperationUnavailableError, PermissionDeniedError
+from archetype.commands.options import ActorCtx, DurableOptions
+from archetype.commands.registry import OperationRegistry, OperationSpec
+from archetype.commands.scheduler import CommandIdentity, CommandScheduler, DeferredItem, SpawnAdmission
+from archetype.world.operations import Spawn
+
+
+@dataclass(frozen=True)
+class HandlerContext:
+    """What a family handler may use: the runtime's worlds and scheduler, and who is asking."""
+
+    worlds: Any
+    scheduler: CommandScheduler
+    actor: ActorCtx | None
+
+
+class CommandDispatcher:
+    def __init__(self, registry: OperationRegistry, scheduler: CommandScheduler, worlds: Any, origin: str = "local") -> None:
+        self.registry = registry
+        self.scheduler = scheduler
+        self.worlds = worlds
+        self.origin = origin
+
+    def _authorize(self, op: object, actor: ActorCtx | None) -> OperationSpec:
+        spec = self.registry.resolve(op)
+        if actor is None:
+            if not spec.trusted:
+                raise OperationUnavailableError(f"{spec.name} is not available to trusted callers")
+            return spec
+        if not actor.has(spec.permission):
+            raise PermissionDeniedError(f"{spec.name} needs the {spec.permission.name} role")
+        if not spec.untrusted:
+            raise OperationUnavailableError(f"{spec.name} is not available to authenticated callers")
+        return spec
+
+    # -- direct --
+    async def apply(self, op: object) -> Any:
+        spec = self._authorize(op, None)
+        return await spec.handler(HandlerContext(self.worlds, self.scheduler, None), op)
+
+    async def apply_as(self, actor: ActorCtx, op: object) -> Any:
+        spec = self._authorize(op, actor)
+        return await spec.handler(HandlerContext(self.worlds, self.scheduler, actor), op)
+
+    # -- durable --
+    async def defer(self, op: object, options: DurableOptions, *, command_id: str | None = None) -> CommandIdentity:
+        return (await self.defer_batch([DeferredItem(op=op, options=options, command_id=command_id)]))[0]
+
+    async def defer_as(self, actor: ActorCtx, op: object, options: DurableOptions, *, command_id: str | None = None) -> CommandIdentity:
+        return (await self.defer_batch_as(actor, [DeferredItem(op=op, options=options, command_id=command_id)]))[0]
+
+    async def defer_batch(self, items: list[DeferredItem]) -> list[CommandIdentity]:
+        for item in items:
+            self._authorize(item.op, None)
+        return await self.scheduler.admit(items, None, self.origin)
+
+    async def defer_batch_as(self, actor: ActorCtx, items: list[DeferredItem]) -> list[CommandIdentity]:
+        for item in items:
+            self._authorize(item.op, actor)
+        return await self.scheduler.admit(items, actor, self.origin)
+
+    async def defer_spawn(self, op: Spawn, options: DurableOptions, *, command_id: str | None = None) -> SpawnAdmission:
+        self._authorize(op, None)
+        return await self.scheduler.admit_spawn(op, options, command_id, None, self.origin)
+
+    async def defer_spawn_as(self, actor: ActorCtx, op: Spawn, options: DurableOptions, *, command_id: str | None = None) -> SpawnAdmission:
+        self._authorize(op, actor)
+        return await self.scheduler.admit_spawn(op, options, command_id, actor, self.origin)

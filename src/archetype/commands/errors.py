@@ -1,0 +1,95 @@
+"""Typed errors with stable codes. HTTP answers, Durable Object RPC results and the HTTP client
+all carry the `code`, so a caller gets the same class back from either authority."""
+
+from __future__ import annotations
+
+
+class CommandError(Exception):
+    code = "command_error"
+    http_status = 400
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def to_json(self) -> dict[str, str]:
+        return {"code": self.code, "message": self.message}
+
+
+class UnregisteredOperationError(CommandError):
+    code, http_status = "unregistered_operation", 400
+
+
+class NotDurableError(CommandError):
+    code, http_status = "not_durable", 400
+
+
+class InvalidCommandError(CommandError, ValueError):
+    """Bad input: also a ValueError, so a row failing verification at materialization is REJECTED."""
+
+    code, http_status = "invalid_command", 422
+
+
+class PermissionDeniedError(CommandError):
+    code, http_status = "permission_denied", 403
+
+
+class OperationUnavailableError(CommandError):
+    code, http_status = "operation_unavailable", 403
+
+
+class CommandConflictError(CommandError):
+    code, http_status = "command_conflict", 409
+
+
+class ReservationNotOwnedError(CommandError):
+    code, http_status = "reservation_not_owned", 409
+
+
+class WorldNotFoundError(CommandError):
+    code, http_status = "world_not_found", 404
+
+
+class WorldExistsError(CommandError):
+    code, http_status = "world_exists", 409
+
+
+class WorldClosingError(CommandError):
+    code, http_status = "world_closing", 409
+
+
+class StaleWriterError(CommandError):
+    code, http_status = "stale_writer", 409
+
+
+class LeaseLostError(CommandError):
+    code, http_status = "lease_lost", 409
+
+
+class QuotaExceededError(CommandError):
+    code, http_status = "quota_exceeded", 429
+
+
+ERRORS_BY_CODE: dict[str, type[CommandError]] = {
+    cls.code: cls
+    for cls in (
+        UnregisteredOperationError,
+        NotDurableError,
+        InvalidCommandError,
+        PermissionDeniedError,
+        OperationUnavailableError,
+        CommandConflictError,
+        ReservationNotOwnedError,
+        WorldNotFoundError,
+        WorldExistsError,
+        WorldClosingError,
+        StaleWriterError,
+        LeaseLostError,
+        QuotaExceededError,
+    )
+}
+
+
+def error_from_json(body: dict[str, str]) -> CommandError:
+    cls = ERRORS_BY_CODE.get(body.get("code", ""), CommandError)
+    return cls(body.get("message", ""))

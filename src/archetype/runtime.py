@@ -1,0 +1,41 @@
+"""Runtime: the composition root (CPython). Wires registry, authority, scheduler, worlds, dispatcher."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from archetype.commands.authority import Authority
+from archetype.commands.dispatcher import CommandDispatcher
+from archetype.commands.families import default_registry
+from archetype.commands.host import WorldHost
+from archetype.commands.port import Clock
+from archetype.commands.scheduler import CommandScheduler
+
+
+class Runtime:
+    def __init__(self, authority: Authority, *, owner: str | None = None, lease_ms: int = 30_000,
+                 origin: str = "local", audit: Any = None) -> None:  # fmt: skip
+        self.authority = authority
+        self.registry = default_registry()
+        self.scheduler = CommandScheduler(self.registry, authority, owner=owner, lease_ms=lease_ms)
+        self.worlds = WorldHost(authority, self.scheduler)
+        self.dispatcher = CommandDispatcher(self.registry, self.scheduler, self.worlds, origin=origin)
+        self.audit = audit
+
+    @classmethod
+    async def open_local(cls, path: str | Path, *, clock: Clock | None = None, synchronous: str = "FULL",
+                         **options: Any) -> Runtime:  # fmt: skip
+        """The embedded default: the SQLite catalog under `path` (created if missing)."""
+        from local_catalog import open_local_authority
+
+        return cls(open_local_authority(path, clock=clock, synchronous=synchronous), **options)
+
+    async def close(self) -> None:
+        await self.authority.close()
+
+    async def __aenter__(self) -> Runtime:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

@@ -1,0 +1,43 @@
+"""The world: components, entities, processors, hooks, ticks and the family operation models."""
+
+from archetype.world.commit import CommittedTickReceipt, TickManifest, TickOutcomeUnknownError
+from archetype.world.components import Component, ComponentTypeRef, ComponentValue
+from archetype.world.operations import (
+    AddComponents,
+    CreateWorld,
+    Despawn,
+    DestroyWorld,
+    QueryComponents,
+    RemoveComponents,
+    ReserveEntityIds,
+    Spawn,
+    SpawnReserved,
+    Step,
+    Update,
+)
+from archetype.world.world import AsyncWorld, OnDestroy, OnSpawn, PostTick, PreTick
+
+__all__ = [
+    "AddComponents",
+    "AsyncWorld",
+    "CommittedTickReceipt",
+    "Component",
+    "ComponentTypeRef",
+    "ComponentValue",
+    "CreateWorld",
+    "Despawn",
+    "DestroyWorld",
+    "OnDestroy",
+    "OnSpawn",
+    "PostTick",
+    "PreTick",
+    "QueryComponents",
+    "RemoveComponents",
+    "ReserveEntityIds",
+    "Spawn",
+    "SpawnReserved",
+    "Step",
+    "TickManifest",
+    "TickOutcomeUnknownError",
+    "Update",
+]

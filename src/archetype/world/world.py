@@ -1,0 +1,276 @@
+"""AsyncWorld: one tick-based ECS world.
+
+`step()` runs one tick, holding the world's operation lock, in this order:
+command materialization -> PreTick hooks -> active-signature discovery -> processors ->
+commit (publish the tick manifest) -> PostTick hooks. Every mutation of a tick goes through
+the layered `WorldState`, so nothing reaches committed state before publication.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from archetype.canonical import MAX_SAFE_INTEGER
+from archetype.world.commit import (
+    CommitCoordinator,
+    CommittedTickReceipt,
+    InMemoryPublisher,
+    TickPublisher,
+)
+from archetype.world.components import Component, ComponentTypeRef, type_key
+from archetype.world.state import Components, WorldState
+
+
+# -- hooks: each class is both the hook kind and the event it receives --
+@dataclass(frozen=True)
+class PreTick:
+    tick: int
+
+
+@dataclass(frozen=True)
+class PostTick:
+    receipt: CommittedTickReceipt
+
+
+@dataclass(frozen=True)
+class OnSpawn:
+    entity_id: int
+
+
+@dataclass(frozen=True)
+class OnDestroy:
+    entity_id: int
+
+
+HOOK_KINDS = (PreTick, PostTick, OnSpawn, OnDestroy)
+Hook = Callable[["AsyncWorld", Any], None]
+Processor = Callable[["AsyncWorld", int, int, tuple[Component, ...]], None]
+Materializer = Callable[["AsyncWorld", int], Awaitable[None]]
+
+
+class EntityIdSource(Protocol):
+    async def reserve(self, count: int) -> int:
+        """Reserve `count` consecutive never-used entity ids; return the first."""
+
+
+class CounterIdSource:
+    """Entity ids for a world with no authority: a plain counter from 1."""
+
+    def __init__(self, next_id: int = 1) -> None:
+        self._next = next_id
+
+    async def reserve(self, count: int) -> int:
+        first = self._next
+        self._next += count
+        return first
+
+
+class EntityIdsExhaustedError(RuntimeError):
+    code = "entity_ids_exhausted"
+
+
+@dataclass
+class _ProcessorEntry:
+    name: str
+    fn: Processor
+    keys: frozenset[str]
+    order: tuple[str, ...]
+
+
+async def _no_materialization(world: AsyncWorld, tick: int) -> None:
+    return None
+
+
+class AsyncWorld:
+    ID_BLOCK = 1024
+
+    def __init__(
+        self,
+        world_id: str,
+        *,
+        tick: int = -1,
+        entities: dict[int, Components] | None = None,
+        writer_epoch: int = 0,
+        publisher: TickPublisher | None = None,
+        id_source: EntityIdSource | None = None,
+    ) -> None:
+        self.world_id = world_id
+        self.tick = tick  # the last published tick; -1 before the first
+        self.writer_epoch = writer_epoch
+        self.lock = asyncio.Lock()
+        self.state = WorldState(entities)
+        self.coordinator = CommitCoordinator(world_id)
+        self.publisher: TickPublisher = publisher or InMemoryPublisher()
+        self.materializer: Materializer = _no_materialization
+        self._id_source = id_source or CounterIdSource(max((e for e, _ in self.state.items()), default=0) + 1)
+        self._ids = range(0)
+        self._processors: list[_ProcessorEntry] = []
+        self._hooks: dict[type, list[Hook]] = {kind: [] for kind in HOOK_KINDS}
+
+    # -- configuration --
+    def add_processor(self, fn: Processor, *component_types: type[Component], name: str | None = None) -> None:
+        if not component_types:
+            raise ValueError("a processor needs at least one component type")
+        order = tuple(type_key(t) for t in component_types)
+        self._processors.append(_ProcessorEntry(name or fn.__name__, fn, frozenset(order), order))
+
+    def add_hook(self, kind: type, fn: Hook) -> None:
+        if kind not in self._hooks:
+            raise ValueError(f"{kind!r} is not a hook kind; use one of PreTick, PostTick, OnSpawn, OnDestroy")
+        self._hooks[kind].append(fn)
+
+    def _fire(self, event: Any) -> None:
+        for fn in self._hooks[type(event)]:
+            fn(self, event)
+
+    # -- entity ids --
+    async def ensure_entity_ids(self, count: int = 1) -> None:
+        if len(self._ids) < count:
+            size = max(count, self.ID_BLOCK)
+            first = await self._id_source.reserve(size)
+            self._ids = range(first, first + size)
+
+    def _next_entity_id(self) -> int:
+        if not self._ids:
+            raise EntityIdsExhaustedError(
+                f"world {self.world_id} used its reserved block of entity ids within one tick; "
+                "raise AsyncWorld.ID_BLOCK or spawn through durable commands"
+            )
+        entity_id, self._ids = self._ids[0], self._ids[1:]
+        return entity_id
+
+    # -- reads --
+    def get(self, entity_id: int) -> dict[type[Component], Component]:
+        components = self._require(entity_id)
+        return {type(c): c for c in components.values()}
+
+    def exists(self, entity_id: int) -> bool:
+        return self.state.get(entity_id) is not None
+
+    def query(self, *component_types: type[Component] | ComponentTypeRef) -> list[tuple[int, tuple[Component, ...]]]:
+        keys = [t.key if isinstance(t, ComponentTypeRef) else type_key(t) for t in component_types]
+        found = [
+            (entity_id, tuple(components[k] for k in keys))
+            for entity_id, components in self.state.items()
+            if all(k in components for k in keys)
+        ]
+        return sorted(found, key=lambda item: item[0])
+
+    def entity_count(self) -> int:
+        return len(self.state)
+
+    def _require(self, entity_id: int) -> Components:
+        components = self.state.get(entity_id)
+        if components is None:
+            raise LookupError(f"entity {entity_id} does not exist in world {self.world_id}")
+        return components
+
+    # -- mutations (the caller holds `lock`) --
+    def spawn(self, components: Iterable[Component], entity_id: int | None = None) -> int:
+        by_key = _by_key(components)
+        if entity_id is None:
+            entity_id = self._next_entity_id()
+        elif not 1 <= entity_id < MAX_SAFE_INTEGER:
+            raise ValueError(f"entity id {entity_id} is outside 1..2**53-1")
+        if self.state.get(entity_id) is not None:
+            raise ValueError(f"entity {entity_id} already exists in world {self.world_id}")
+        self.state.put(entity_id, by_key)
+        self._fire(OnSpawn(entity_id))
+        return entity_id
+
+    def despawn(self, entity_id: int) -> None:
+        self._require(entity_id)
+        self._fire(OnDestroy(entity_id))
+        self.state.put(entity_id, None)
+
+    def update(self, entity_id: int, components: Iterable[Component]) -> None:
+        current = self._require(entity_id)
+        changes = _by_key(components)
+        missing = [k.split(":")[0] for k in changes if k not in current]
+        if missing:
+            raise LookupError(f"entity {entity_id} has no component(s) {missing} to update")
+        self.state.put(entity_id, {**current, **changes})
+
+    def add_components(self, entity_id: int, components: Iterable[Component]) -> None:
+        current = self._require(entity_id)
+        additions = _by_key(components)
+        present = [k.split(":")[0] for k in additions if k in current]
+        if present:
+            raise ValueError(f"entity {entity_id} already has component(s) {present}")
+        self.state.put(entity_id, {**current, **additions})
+
+    def remove_components(self, entity_id: int, component_types: Iterable[type[Component] | ComponentTypeRef]) -> None:
+        current = self._require(entity_id)
+        keys = [t.key if isinstance(t, ComponentTypeRef) else type_key(t) for t in component_types]
+        missing = [k.split(":")[0] for k in keys if k not in current]
+        if missing:
+            raise LookupError(f"entity {entity_id} has no component(s) {missing} to remove")
+        self.state.put(entity_id, {k: c for k, c in current.items() if k not in keys})
+
+    def atomically(self, fn: Callable[[], Any]) -> Any:
+        """Run `fn` in its own layer: all of its mutations land, or none do."""
+        self.state.push()
+        try:
+            result = fn()
+        except BaseException:
+            self.state.drop()
+            raise
+        self.state.merge()
+        return result
+
+    # -- the tick --
+    async def step(self) -> CommittedTickReceipt:
+        async with self.lock:
+            tick = self.tick + 1
+            if self.coordinator.prepared is None:
+                await self.ensure_entity_ids()
+                await self.materializer(self, tick)
+                self.atomically(lambda: self._run_systems(tick))
+                self.coordinator.prepare(tick, self.writer_epoch, self.state.seal())
+            prepared = self.coordinator.prepared
+            await self.publisher.publish(prepared)
+            self.state.commit_sealed()
+            self.tick = tick
+            manifest = prepared.manifest
+            self.coordinator.clear()
+            receipt = CommittedTickReceipt(
+                world_id=self.world_id,
+                tick=tick,
+                commit_token=manifest.commit_token,
+                commands_applied=len(manifest.applied_command_ids),
+            )
+            self._fire(PostTick(receipt))
+            return receipt
+
+    def _run_systems(self, tick: int) -> None:
+        self._fire(PreTick(tick))
+        signatures: dict[frozenset[str], list[int]] = {}
+        for entity_id, components in self.state.items():
+            signatures.setdefault(frozenset(components), []).append(entity_id)
+        for processor in self._processors:
+            matching = sorted(
+                entity_id
+                for signature, members in signatures.items()
+                if processor.keys <= signature
+                for entity_id in members
+            )
+            for entity_id in matching:
+                components = self.state.get(entity_id)
+                if components is None or not processor.keys <= components.keys():
+                    continue  # an earlier processor despawned it or removed a component this tick
+                processor.fn(self, tick, entity_id, tuple(components[k] for k in processor.order))
+
+
+def _by_key(components: Iterable[Component]) -> Components:
+    by_key: Components = {}
+    for component in components:
+        if not isinstance(component, Component):
+            raise TypeError(f"{component!r} is not a Component instance")
+        key = type_key(type(component))
+        if key in by_key:
+            raise ValueError(f"component {type(component).__name__} given twice")
+        by_key[key] = component
+    return by_key
