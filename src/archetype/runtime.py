@@ -20,8 +20,8 @@ class Runtime:
         self.registry = default_registry()
         self.scheduler = CommandScheduler(self.registry, authority, owner=owner, lease_ms=lease_ms)
         self.worlds = WorldHost(authority, self.scheduler)
-        self.dispatcher = CommandDispatcher(self.registry, self.scheduler, self.worlds, origin=origin)
         self.audit = audit
+        self.dispatcher = CommandDispatcher(self.registry, self.scheduler, self.worlds, origin=origin, audit=audit)
 
     @classmethod
     async def open_local(cls, path: str | Path, *, clock: Clock | None = None, synchronous: str = "FULL",

@@ -24,14 +24,20 @@ class HandlerContext:
     worlds: Any
     scheduler: CommandScheduler
     actor: ActorCtx | None
+    audit: Any = None
 
 
 class CommandDispatcher:
-    def __init__(self, registry: OperationRegistry, scheduler: CommandScheduler, worlds: Any, origin: str = "local") -> None:
+    def __init__(self, registry: OperationRegistry, scheduler: CommandScheduler, worlds: Any, origin: str = "local",
+                 audit: Any = None) -> None:  # fmt: skip
         self.registry = registry
         self.scheduler = scheduler
         self.worlds = worlds
         self.origin = origin
+        self.audit = audit
+
+    def _context(self, actor: ActorCtx | None) -> HandlerContext:
+        return HandlerContext(self.worlds, self.scheduler, actor, self.audit)
 
     def _authorize(self, op: object, actor: ActorCtx | None) -> OperationSpec:
         spec = self.registry.resolve(op)
@@ -48,11 +54,11 @@ class CommandDispatcher:
     # -- direct --
     async def apply(self, op: object) -> Any:
         spec = self._authorize(op, None)
-        return await spec.handler(HandlerContext(self.worlds, self.scheduler, None), op)
+        return await spec.handler(self._context(None), op)
 
     async def apply_as(self, actor: ActorCtx, op: object) -> Any:
         spec = self._authorize(op, actor)
-        return await spec.handler(HandlerContext(self.worlds, self.scheduler, actor), op)
+        return await spec.handler(self._context(actor), op)
 
     # -- durable --
     async def defer(self, op: object, options: DurableOptions, *, command_id: str | None = None) -> CommandIdentity:
