@@ -44,7 +44,12 @@ class SqliteSqlPort:
             self._conn.execute("ROLLBACK")
             raise
         self._depth -= 1
-        self._conn.execute("COMMIT")
+        try:
+            self._conn.execute("COMMIT")
+        except BaseException:
+            if self._conn.in_transaction:
+                self._conn.execute("ROLLBACK")
+            raise
         return result
 
     def close(self) -> None:

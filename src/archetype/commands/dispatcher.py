@@ -39,8 +39,10 @@ class CommandDispatcher:
     def _context(self, actor: ActorCtx | None) -> HandlerContext:
         return HandlerContext(self.worlds, self.scheduler, actor, self.audit)
 
-    def _authorize(self, op: object, actor: ActorCtx | None) -> OperationSpec:
+    def _authorize(self, op: object, actor: ActorCtx | None, *, durable: bool = False) -> OperationSpec:
         spec = self.registry.resolve(op)
+        if durable:
+            spec.require_durable()
         if actor is None:
             if not spec.trusted:
                 raise OperationUnavailableError(f"{spec.name} is not available to trusted callers")
@@ -69,18 +71,18 @@ class CommandDispatcher:
 
     async def defer_batch(self, items: list[DeferredItem]) -> list[CommandIdentity]:
         for item in items:
-            self._authorize(item.op, None)
+            self._authorize(item.op, None, durable=True)
         return await self.scheduler.admit(items, None, self.origin)
 
     async def defer_batch_as(self, actor: ActorCtx, items: list[DeferredItem]) -> list[CommandIdentity]:
         for item in items:
-            self._authorize(item.op, actor)
+            self._authorize(item.op, actor, durable=True)
         return await self.scheduler.admit(items, actor, self.origin)
 
     async def defer_spawn(self, op: Spawn, options: DurableOptions, *, command_id: str | None = None) -> SpawnAdmission:
-        self._authorize(op, None)
+        self._authorize(op, None, durable=True)
         return await self.scheduler.admit_spawn(op, options, command_id, None, self.origin)
 
     async def defer_spawn_as(self, actor: ActorCtx, op: Spawn, options: DurableOptions, *, command_id: str | None = None) -> SpawnAdmission:
-        self._authorize(op, actor)
+        self._authorize(op, actor, durable=True)
         return await self.scheduler.admit_spawn(op, options, command_id, actor, self.origin)

@@ -16,7 +16,9 @@ class CommandError(Exception):
         return {"code": self.code, "message": self.message}
 
 
-class UnregisteredOperationError(CommandError):
+class UnregisteredOperationError(CommandError, LookupError):
+    """Also a LookupError: a stored row naming an operation this process has not registered is unverifiable."""
+
     code, http_status = "unregistered_operation", 400
 
 

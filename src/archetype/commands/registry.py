@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from archetype.canonical import NonCanonicalValueError, canonical_json
-from archetype.commands.errors import InvalidCommandError, UnregisteredOperationError
+from archetype.commands.errors import InvalidCommandError, NotDurableError, UnregisteredOperationError
 from archetype.commands.options import Role
 from archetype.world.operations import PORTABLE_MUTATIONS
 
@@ -52,6 +52,11 @@ class OperationSpec:
     def name(self) -> str:
         return operation_name(self.model)
 
+    def require_durable(self) -> DurableOperation:
+        if self.durable is None:
+            raise NotDurableError(f"{self.name} is direct-only; it cannot be deferred")
+        return self.durable
+
     def summary(self, op: Any) -> str:
         text = self.summarize(op)
         return text if len(text) <= SUMMARY_LIMIT else text[: SUMMARY_LIMIT - 3] + "..."
@@ -70,10 +75,8 @@ class OperationSpec:
 
     def decode_exact(self, payload: str) -> BaseModel:
         """Rebuild the model from stored payload; it must be the exact type and round-trip byte for byte."""
-        if self.durable is None:
-            raise InvalidCommandError(f"operation {self.name!r} is not durable")
         try:
-            op = self.durable.decode(json.loads(payload))
+            op = self.require_durable().decode(json.loads(payload))
         except ValidationError as exc:
             raise InvalidCommandError(f"payload does not decode as {self.name}: {exc.errors()[:3]}") from exc
         if type(op) is not self.model:

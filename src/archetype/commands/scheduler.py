@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict
 
 from archetype.canonical import canonical_json, digest
 from archetype.commands.authority import Authority
-from archetype.commands.errors import InvalidCommandError, NotDurableError
+from archetype.commands.errors import InvalidCommandError
 from archetype.commands.identity import command_digest
 from archetype.commands.options import ActorCtx, DurableOptions
 from archetype.commands.registry import OperationRegistry, OperationSpec
@@ -112,14 +112,9 @@ class CommandScheduler:
         self.quota = quota
 
     # -- admission --
-    def _durable_spec(self, op: object) -> OperationSpec:
-        spec = self.registry.resolve(op)
-        if spec.durable is None:
-            raise NotDurableError(f"{spec.name} is direct-only; it cannot be deferred")
-        return spec
-
     def _admission_row(self, item: DeferredItem, actor: ActorCtx | None, origin: str) -> tuple[str, dict[str, Any]]:
-        spec = self._durable_spec(item.op)
+        spec = self.registry.resolve(item.op)
+        spec.require_durable()
         if not isinstance(item.options, DurableOptions):
             raise InvalidCommandError("options must be DurableOptions")
         command_id = item.command_id or uuid.uuid4().hex
@@ -212,8 +207,6 @@ class CommandScheduler:
         if row["world_id"] != world_id:
             raise InvalidCommandError(f"row belongs to world {row['world_id']!r}, not {world_id!r}")
         spec = self.registry.named(row["operation"])
-        if spec.durable is None:
-            raise InvalidCommandError(f"{spec.name} is not durable")
         if row["schema_version"] != spec.version:
             raise InvalidCommandError(f"schema version {row['schema_version']} is not {spec.version}")
         if command_digest(row) != row["digest"]:
