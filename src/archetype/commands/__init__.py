@@ -18,6 +18,7 @@ from archetype.commands.errors import (
     WorldNotFoundError,
 )
 from archetype.commands.families import default_registry
+from archetype.commands.http_translator import SubmitCommandRequest
 from archetype.commands.options import ActorCtx, DurableOptions, Role
 from archetype.commands.registry import DurableOperation, OperationRegistry, OperationSpec
 from archetype.commands.scheduler import (
@@ -54,6 +55,7 @@ __all__ = [
     "Role",
     "SpawnAdmission",
     "StaleWriterError",
+    "SubmitCommandRequest",
     "UnregisteredOperationError",
     "WorldClosingError",
     "WorldExistsError",

@@ -121,7 +121,7 @@ COMMAND_COLUMNS = (
 )
 GET_COMMAND = f"SELECT {COMMAND_COLUMNS} FROM commands WHERE world_id = ? AND command_id = ?"
 FIND_COMMANDS = """SELECT c.command_id, c.digest, c.sequence FROM json_each(?) AS j
-    JOIN commands AS c ON c.world_id = ? AND c.command_id = j.value"""
+    CROSS JOIN commands AS c ON c.world_id = ? AND c.command_id = j.value"""
 INSERT_COMMANDS = """INSERT INTO commands (world_id, command_id, sequence, schema_version, scheduled_tick, priority,
         operation, payload, digest, principal, origin, max_attempts, reserved_entity_id, status, created_at, updated_at)
     SELECT ?, json_extract(j.value, '$.command_id'), json_extract(j.value, '$.sequence'),
@@ -155,7 +155,7 @@ GET_RESERVATION = "SELECT entity_id, request_digest FROM spawn_reservations WHER
 INSERT_RESERVATION = """INSERT INTO spawn_reservations (world_id, command_id, entity_id, request_digest, created_at)
     VALUES (?, ?, ?, ?, ?)"""
 FIND_RESERVATIONS = """SELECT r.command_id, r.entity_id FROM json_each(?) AS j
-    JOIN spawn_reservations AS r ON r.world_id = ? AND r.command_id = j.value"""
+    CROSS JOIN spawn_reservations AS r ON r.world_id = ? AND r.command_id = j.value"""
 
 # -- ticks and entity state --
 GET_TICK_BY_TOKEN = "SELECT tick FROM ticks WHERE world_id = ? AND commit_token = ?"
@@ -175,7 +175,7 @@ APPEND_EVENTS = """INSERT INTO outbox (world_id, event_seq, event_id, command_id
     SELECT c.world_id, ? + j.key, c.world_id || '/' || (? + j.key), c.command_id, ?, c.status, c.operation,
         coalesce(c.applied_tick, c.scheduled_tick), c.principal, c.origin, ?,
         json_object('attempts', c.attempts, 'max_attempts', c.max_attempts, 'error', c.last_error)
-    FROM json_each(?) AS j JOIN commands AS c ON c.world_id = ? AND c.command_id = j.value"""
+    FROM json_each(?) AS j CROSS JOIN commands AS c ON c.world_id = ? AND c.command_id = j.value"""
 OUTBOX_COLUMNS = (
     "event_id, world_id, event_seq, command_id, event_type, status, operation, tick, principal, origin, "
     "occurred_at, payload"

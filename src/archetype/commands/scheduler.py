@@ -115,8 +115,6 @@ class CommandScheduler:
     def _admission_row(self, item: DeferredItem, actor: ActorCtx | None, origin: str) -> tuple[str, dict[str, Any]]:
         spec = self.registry.resolve(item.op)
         spec.require_durable()
-        if not isinstance(item.options, DurableOptions):
-            raise InvalidCommandError("options must be DurableOptions")
         command_id = item.command_id or uuid.uuid4().hex
         if not isinstance(command_id, str) or not COMMAND_ID_PATTERN.match(command_id):
             raise InvalidCommandError(f"command id {command_id!r} must match {COMMAND_ID_PATTERN.pattern}")

@@ -1,0 +1,124 @@
+"""The HTTP edge's own errors and the handlers that answer every failure as `{"code", "message"}`.
+
+Domain errors keep the code and status their `CommandError` class declares; bad input (malformed
+JSON, wrong types, unknown fields, oversized bodies) is a 4xx with a stable code, never a 5xx.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from archetype.commands.errors import CommandError
+from archetype.commands.http_translator import UNSUPPORTED_TYPE_ERROR
+
+ERROR_DETAILS_SHOWN = 3
+log = logging.getLogger("archetype.api")
+
+
+class UnauthenticatedError(CommandError):
+    code, http_status = "unauthenticated", 401
+
+
+class InvalidJsonError(CommandError):
+    code, http_status = "invalid_json", 400
+
+
+class InvalidRequestError(CommandError):
+    code, http_status = "invalid_request", 422
+
+
+class UnsupportedCommandTypeError(InvalidRequestError):
+    code = UNSUPPORTED_TYPE_ERROR
+
+
+class CommandNotFoundError(CommandError):
+    code, http_status = "command_not_found", 404
+
+
+class RouteNotFoundError(CommandError):
+    code, http_status = "not_found", 404
+
+
+class MethodNotAllowedError(CommandError):
+    code, http_status = "method_not_allowed", 405
+
+
+class PayloadTooLargeError(CommandError):
+    code, http_status = "payload_too_large", 413
+
+
+class ShuttingDownError(CommandError):
+    code, http_status = "shutting_down", 503
+
+
+class InternalError(CommandError):
+    code, http_status = "internal_error", 500
+
+
+HTTP_ERRORS_BY_CODE: dict[str, type[CommandError]] = {
+    cls.code: cls
+    for cls in (
+        UnauthenticatedError,
+        InvalidJsonError,
+        InvalidRequestError,
+        UnsupportedCommandTypeError,
+        CommandNotFoundError,
+        RouteNotFoundError,
+        MethodNotAllowedError,
+        PayloadTooLargeError,
+        ShuttingDownError,
+        InternalError,
+    )
+}
+_BY_HTTP_STATUS = {404: RouteNotFoundError, 405: MethodNotAllowedError, 413: PayloadTooLargeError}
+
+
+def error_response(error: CommandError) -> JSONResponse:
+    headers = {"WWW-Authenticate": "Bearer"} if error.http_status == 401 else None
+    return JSONResponse(error.to_json(), status_code=error.http_status, headers=headers)
+
+
+def validation_error(errors: list[dict[str, Any]]) -> CommandError:
+    """One coded error for a list of pydantic errors: malformed JSON, unsupported type, or invalid."""
+    if any(e.get("type") == "json_invalid" for e in errors):
+        return InvalidJsonError("the body is not valid JSON")
+    for e in errors:
+        if e.get("type") == UNSUPPORTED_TYPE_ERROR:
+            return UnsupportedCommandTypeError(e["msg"])
+    shown = "; ".join(f"{'.'.join(str(p) for p in e.get('loc', ())) or 'body'}: {e.get('msg')}" for e in errors[:ERROR_DETAILS_SHOWN])
+    more = f" (and {len(errors) - ERROR_DETAILS_SHOWN} more)" if len(errors) > ERROR_DETAILS_SHOWN else ""
+    return InvalidRequestError(shown + more)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    async def command_error(request: Request, exc: CommandError) -> JSONResponse:
+        return error_response(exc)
+
+    async def request_invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return error_response(validation_error(list(exc.errors())))
+
+    async def model_invalid(request: Request, exc: ValidationError) -> JSONResponse:
+        return error_response(validation_error(exc.errors()))
+
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        cls = _BY_HTTP_STATUS.get(exc.status_code)
+        if cls is None:
+            return JSONResponse({"code": f"http_{exc.status_code}", "message": str(exc.detail)}, status_code=exc.status_code)
+        return error_response(cls(str(exc.detail)))
+
+    async def unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.error("unexpected error answering %s %s", request.method, request.url.path, exc_info=exc)
+        return error_response(InternalError(f"internal error ({type(exc).__name__}); see the server log"))
+
+    app.add_exception_handler(CommandError, command_error)
+    app.add_exception_handler(RequestValidationError, request_invalid)
+    app.add_exception_handler(ValidationError, model_invalid)
+    app.add_exception_handler(StarletteHTTPException, http_error)
+    app.add_exception_handler(Exception, unexpected)

@@ -1,0 +1,34 @@
+"""The one place that knows values may be JavaScript objects.
+
+Under Pyodide, SQL cursors, RPC arguments and binding results can arrive as `JsProxy` values and
+calls into bindings need JS arrays/objects; under CPython (the stand-in runtime) they are already
+plain Python. Everything else in durable_world works on plain Python values.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+try:
+    from js import Object
+    from pyodide.ffi import to_js as _pyodide_to_js
+except ImportError:  # CPython: values are plain Python already
+    Object = None
+    _pyodide_to_js = None
+
+
+def to_py(value: Any) -> Any:
+    convert = getattr(value, "to_py", None)
+    return convert() if callable(convert) else value
+
+
+def to_js(value: Any) -> Any:
+    """A JSON-shaped Python value as the JS value a binding expects (dicts as plain objects)."""
+    if _pyodide_to_js is None:
+        return value
+    return _pyodide_to_js(value, dict_converter=Object.fromEntries)
+
+
+def number_or_none(value: Any) -> float | None:
+    """A storage promise's `number | null` (Pyodide may hand JS null back as a sentinel, not None)."""
+    return value if isinstance(value, int | float) and not isinstance(value, bool) else None

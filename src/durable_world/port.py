@@ -1,0 +1,54 @@
+"""`SqlPort` over a SQLite-backed Durable Object's `ctx.storage`.
+
+Statements run through `ctx.storage.sql.exec(sql, *params)`, transactions through
+`ctx.storage.transactionSync(fn)`. The Durable Object hands every number back as a JS double, so
+integral values are turned back into `int` here: the ledger keeps integers within +/-2**53 and has
+no REAL columns, so an integral double is always an integer the ledger wrote.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from durable_world.ffi import to_py
+
+T = TypeVar("T")
+
+
+def _number(value: Any) -> Any:
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+class DurableObjectSqlPort:
+    def __init__(self, storage: Any) -> None:
+        self._storage = storage
+        self._sql = storage.sql
+
+    def execute(self, sql: str, params: Sequence[object] = ()) -> list[tuple]:
+        # raw() rows are column arrays in select order, which is what the ledger indexes by;
+        # toArray() consumes the cursor now, before any await can let another event in.
+        rows = to_py(self._sql.exec(sql, *params).raw().toArray())
+        return [tuple(_number(v) for v in row) for row in rows]
+
+    def transaction(self, fn: Callable[[], T]) -> T:
+        # The callback's result and exception are kept on the Python side: crossing the JS
+        # transactionSync frame would otherwise turn them into proxies / a generic JS error.
+        outcome: dict[str, Any] = {}
+
+        def body() -> None:
+            try:
+                outcome["value"] = fn()
+            except BaseException as exc:
+                outcome["error"] = exc
+                raise
+
+        try:
+            self._storage.transactionSync(body)
+        except BaseException:
+            if "error" in outcome:
+                raise outcome["error"] from None
+            raise
+        return outcome["value"]

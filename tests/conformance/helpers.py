@@ -1,0 +1,46 @@
+from __future__ import annotations
+
+from archetype.commands import CommandStatus, DurableOptions
+from archetype.world import ComponentValue, Spawn, Step
+from tests.component_modules import flaky
+from tests.component_modules.flaky import Probe
+
+
+def probe(world_id: str, label: str) -> Spawn:
+    """A spawn whose materialization fails on demand (see `fail_next`); built from the wire form so
+    that only materialization, not construction, runs the component's validation."""
+    value = ComponentValue(name="Probe", fingerprint=Probe.component_fingerprint(), data={"label": label})
+    return Spawn(world_id=world_id, components=[value])
+
+
+def fail_next(label: str, *exceptions: BaseException) -> None:
+    flaky.FAILURES[label] = list(exceptions)
+
+
+def at(tick: int, **options) -> DurableOptions:
+    return DurableOptions(tick=tick, **options)
+
+
+async def statuses(rt, world_id: str) -> dict[str, CommandStatus]:
+    return {r.command_id: r.status for r in await rt.scheduler.history(world_id, limit=10_000)}
+
+
+async def records(rt, world_id: str) -> dict:
+    return {r.command_id: r for r in await rt.scheduler.history(world_id, limit=10_000)}
+
+
+async def outbox(authority, world_id: str) -> list[dict]:
+    return await authority.call("read_outbox", world_id=world_id, limit=10_000)
+
+
+async def step(rt, world_id: str) -> int:
+    return await rt.dispatcher.apply(Step(world_id=world_id))
+
+
+async def manifests(authority, world_id: str) -> list[dict]:
+    return await authority.call("manifests", world_id=world_id, limit=10_000)
+
+
+async def labels(rt, world_id: str) -> set[str]:
+    world = await rt.worlds.get(world_id)
+    return {components[0].label for _, components in world.query(Probe)}

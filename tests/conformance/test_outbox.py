@@ -1,0 +1,71 @@
+"""The transactional outbox: one event per named transition, deterministic ids, read/ack, watermark."""
+
+import pytest
+
+from archetype.commands import InvalidCommandError
+from archetype.world import Despawn, DestroyWorld, Spawn
+from tests.component_modules.alpha import Health
+from tests.conformance.helpers import at, fail_next, outbox, probe, step
+
+
+async def test_every_named_transition_appends_one_event(rt, world_id, authority):
+    fail_next("retry-then-ok", ConnectionError("down"))
+    fail_next("dead", ConnectionError("down"))
+    await rt.dispatcher.defer(Spawn(world_id=world_id, components=[Health(hp=1)]), at(0), command_id="ok")
+    await rt.dispatcher.defer(Despawn(world_id=world_id, entity_id=999), at(0), command_id="rejected")
+    await rt.dispatcher.defer(probe(world_id, "retry-then-ok"), at(0), command_id="retry")
+    await rt.dispatcher.defer(probe(world_id, "dead"), at(1, max_attempts=1), command_id="dead")
+    await rt.dispatcher.defer(Despawn(world_id=world_id, entity_id=1), at(9), command_id="cancelled")
+    for _ in range(3):
+        await step(rt, world_id)
+    await rt.dispatcher.apply(DestroyWorld(world_id=world_id))
+    events = await outbox(authority, world_id)
+    by_command: dict[str, list[str]] = {}
+    for event in events:
+        by_command.setdefault(event["command_id"], []).append(event["event_type"])
+    assert by_command == {
+        "ok": ["admitted", "applied"],
+        "rejected": ["admitted", "rejected"],
+        "retry": ["admitted", "retry_scheduled", "applied"],
+        "dead": ["admitted", "dead_lettered"],
+        "cancelled": ["admitted", "cancelled"],
+    }
+    assert [e["event_seq"] for e in events] == list(range(1, len(events) + 1))
+    assert [e["event_id"] for e in events] == [f"{world_id}/{e['event_seq']}" for e in events]
+
+
+async def test_events_carry_what_the_audit_needs(rt, world_id, authority, clock):
+    await rt.dispatcher.defer(Spawn(world_id=world_id, components=[Health(hp=1)]), at(4), command_id="s")
+    (event,) = await outbox(authority, world_id)
+    assert event == {
+        "event_id": f"{world_id}/1", "world_id": world_id, "event_seq": 1, "command_id": "s",
+        "event_type": "admitted", "status": "PENDING", "operation": "spawn", "tick": 4, "principal": None,
+        "origin": "local", "occurred_at": clock.now_ms(),
+        "payload": '{"attempts":0,"max_attempts":3,"error":null}',
+    }  # fmt: skip
+
+
+async def test_read_acknowledge_and_watermark(rt, world_id, authority):
+    for i in range(5):
+        await rt.dispatcher.defer(Despawn(world_id=world_id, entity_id=i + 1), at(0), command_id=f"c{i}")
+    assert await authority.call("watermark", world_id=world_id) == {
+        "world_id": world_id, "committed_seq": 5, "projected_seq": 0, "pending": 5,
+    }  # fmt: skip
+    page = await authority.call("read_outbox", world_id=world_id, after_seq=0, limit=2)
+    assert [e["event_seq"] for e in page] == [1, 2]
+    mark = await authority.call("acknowledge_outbox", world_id=world_id, up_to_seq=2)
+    assert (mark["projected_seq"], mark["pending"]) == (2, 3)
+    assert [e["event_seq"] for e in await outbox(authority, world_id)] == [3, 4, 5]
+    stale = await authority.call("acknowledge_outbox", world_id=world_id, up_to_seq=1)
+    assert stale["projected_seq"] == 2  # a replayed, older acknowledgement never moves the watermark back
+    with pytest.raises(InvalidCommandError):
+        await authority.call("acknowledge_outbox", world_id=world_id, up_to_seq=99)
+
+
+async def test_failed_admissions_append_nothing(rt, world_id, authority):
+    with pytest.raises(Exception):
+        await rt.dispatcher.defer(Despawn(world_id=world_id, entity_id=1), at(0), command_id="bad id")
+    await rt.dispatcher.defer(Despawn(world_id=world_id, entity_id=1), at(0), command_id="k")
+    with pytest.raises(Exception):
+        await rt.dispatcher.defer(Despawn(world_id=world_id, entity_id=2), at(0), command_id="k")
+    assert len(await outbox(authority, world_id)) == 1

@@ -1,0 +1,86 @@
+"""Durable spawn reservations (DESIGN decision 3; spec: SpawnReserved)."""
+
+import pytest
+
+from archetype.commands import ActorCtx, CommandConflictError, ReservationNotOwnedError, Role
+from archetype.world import ReserveEntityIds, Spawn, SpawnReserved
+from tests.component_modules.alpha import Health, Position
+from tests.conformance.helpers import at, records, step
+
+PLAYER = ActorCtx(principal="pat", roles={Role.player})
+
+
+def ship(world_id, hp=1):
+    return Spawn.from_components(world_id=world_id, components=[Health(hp=hp)])
+
+
+async def test_defer_spawn_reserves_one_id_and_admits_spawn_reserved(rt, world_id, authority):
+    admission = await rt.dispatcher.defer_spawn_as(PLAYER, ship(world_id), at(0), command_id="s1")
+    row = await authority.call("command", world_id=world_id, command_id="s1")
+    assert row["operation"] == "spawn_reserved" and row["reserved_entity_id"] == admission.entity_id
+    assert row["principal"] == "pat"
+    assert await step(rt, world_id) == 1
+    world = await rt.worlds.get(world_id)
+    assert world.get(admission.entity_id)[Health].hp == 1
+
+
+async def test_a_retry_from_another_runtime_reuses_the_reservation(rt, make_runtime, world_id, authority):
+    first = await rt.dispatcher.defer_spawn_as(PLAYER, ship(world_id), at(0), command_id="s1")
+    before = (await authority.call("world_info", world_id=world_id))["next_entity_id"]
+    again = await make_runtime("runner-b").dispatcher.defer_spawn_as(PLAYER, ship(world_id), at(0), command_id="s1")
+    assert again.entity_id == first.entity_id and again.command.replayed
+    assert (await authority.call("world_info", world_id=world_id))["next_entity_id"] == before
+
+
+@pytest.mark.parametrize("change", ["components", "options", "actor"])
+async def test_a_conflicting_retry_fails_and_allocates_nothing(rt, world_id, authority, change):
+    await rt.dispatcher.defer_spawn_as(PLAYER, ship(world_id), at(0), command_id="s1")
+    before = await authority.call("world_info", world_id=world_id)
+    op, options, actor = ship(world_id), at(0), PLAYER
+    if change == "components":
+        op = ship(world_id, hp=2)
+    elif change == "options":
+        options = at(1)
+    else:
+        actor = ActorCtx(principal="mallory", roles={Role.player})
+    with pytest.raises(CommandConflictError):
+        await rt.dispatcher.defer_spawn_as(actor, op, options, command_id="s1")
+    assert await authority.call("world_info", world_id=world_id) == before
+
+
+async def test_a_spawn_reservation_cannot_take_an_existing_command_id(rt, world_id):
+    from archetype.world import Despawn
+
+    await rt.dispatcher.defer(Despawn(world_id=world_id, entity_id=1), at(0), command_id="taken")
+    with pytest.raises(CommandConflictError):
+        await rt.dispatcher.defer_spawn(ship(world_id), at(0), command_id="taken")
+
+
+async def test_trusted_spawn_reserved_needs_a_reservation_it_owns(rt, world_id, authority):
+    forged = SpawnReserved(world_id=world_id, entity_id=77, components=[Health(hp=1)])
+    with pytest.raises(ReservationNotOwnedError):
+        await rt.dispatcher.defer(forged, at(0), command_id="forged")
+    assert await authority.call("command", world_id=world_id, command_id="forged") is None
+
+    other = await rt.dispatcher.defer_spawn(ship(world_id), at(0), command_id="owner")
+    stolen = SpawnReserved(world_id=world_id, entity_id=other.entity_id, components=[Health(hp=1)])
+    with pytest.raises((ReservationNotOwnedError, CommandConflictError)):
+        await rt.dispatcher.defer(stolen, at(0), command_id="thief")
+
+    entity = await authority.call("reserve_spawn", world_id=world_id, command_id="mine", request_digest="d" * 64)
+    owned = SpawnReserved(world_id=world_id, entity_id=entity, components=[Health(hp=1)])
+    identity = await rt.dispatcher.defer(owned, at(0), command_id="mine")
+    assert not identity.replayed
+
+
+async def test_a_restarted_world_never_hands_out_a_reserved_id_again(rt, make_runtime, world_id):
+    reserved = await rt.dispatcher.defer_spawn(ship(world_id), at(5), command_id="later")
+    ids = await rt.dispatcher.apply(ReserveEntityIds(world_id=world_id, count=3))
+    restarted = make_runtime("runner-b")
+    spawned = await restarted.dispatcher.apply(Spawn(world_id=world_id, components=[Position(x=0, y=0)]))
+    assert spawned not in {reserved.entity_id, *ids}
+    for _ in range(6):
+        await step(restarted, world_id)
+    assert (await records(restarted, world_id))["later"].status == "APPLIED"
+    world = await restarted.worlds.get(world_id)
+    assert world.exists(reserved.entity_id) and world.exists(spawned)
