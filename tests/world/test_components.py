@@ -127,3 +127,11 @@ def test_non_canonical_component_data_is_refused():
 
     with pytest.raises(ValueError):
         ComponentValue.from_component(Reading(value=float("nan")))
+
+
+def test_equality_is_wire_equality():
+    direct = ComponentValue.from_component(beta.Position(x=1, y=2))
+    decoded = ComponentValue.model_validate_json(direct.model_dump_json())
+    assert direct == decoded and hash(direct) == hash(decoded)
+    assert direct != ComponentValue.from_component(beta.Position(x=1, y=3))
+    assert ComponentTypeRef.from_type(alpha.Position) == ComponentTypeRef.from_type(beta.Position)

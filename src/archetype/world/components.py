@@ -86,6 +86,13 @@ class _AffineWireModel(BaseModel):
     def __setattr__(self, name: str, value: Any) -> None:
         raise TypeError(f"{type(self).__name__} is immutable")
 
+    # Equality is wire equality: the affinity is not part of what a value or reference is.
+    def __eq__(self, other: object) -> bool:
+        return type(self) is type(other) and self.__dict__ == other.__dict__
+
+    def __hash__(self) -> int:
+        return hash((type(self), self.name, self.fingerprint))
+
     @property
     def affinity(self) -> type[Component] | None:
         return self._affinity
