@@ -14,13 +14,14 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 
 SHARED_CORE = ("archetype.canonical", "archetype.world", "archetype.commands")
 PYDANTIC = {"pydantic", "pydantic_core"}
+WORKERS_RUNTIME = {"workers", "js", "pyodide", "asgi"}  # modules the Python Workers runtime provides
 PYODIDE_PACKAGES = {
     # package dir -> third-party top-level modules and project modules it may import
     "archetype/world": (PYDANTIC, SHARED_CORE),
     "archetype/commands": (PYDANTIC, SHARED_CORE),
     "archetype/api": ({*PYDANTIC, "fastapi", "starlette"}, (*SHARED_CORE, "archetype.api")),
-    "durable_world": ({*PYDANTIC, "workers", "js", "pyodide"}, (*SHARED_CORE, "durable_world")),
-    "worker": ({*PYDANTIC, "fastapi", "starlette", "workers", "js", "pyodide"}, (*SHARED_CORE, "archetype.api", "durable_world", "worker")),
+    "durable_world": ({*PYDANTIC, *WORKERS_RUNTIME}, (*SHARED_CORE, "durable_world")),
+    "worker": ({*PYDANTIC, "fastapi", "starlette", *WORKERS_RUNTIME}, (*SHARED_CORE, "archetype.api", "durable_world", "worker")),
 }
 PROJECT_TOP_LEVEL = {"archetype", "local_catalog", "durable_world", "worker"}
 
