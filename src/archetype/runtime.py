@@ -26,12 +26,26 @@ class Runtime:
     @classmethod
     async def open_local(cls, path: str | Path, *, clock: Clock | None = None, synchronous: str = "FULL",
                          **options: Any) -> Runtime:  # fmt: skip
-        """The embedded default: the SQLite catalog under `path` (created if missing)."""
+        """The embedded default: the SQLite catalog under `path` (created if missing), and the
+        audit projection beside it (`audit=None` opts out)."""
+        from archetype.audit import AuditLog
         from local_catalog import open_local_authority
 
-        return cls(open_local_authority(path, clock=clock, synchronous=synchronous), **options)
+        authority = open_local_authority(path, clock=clock, synchronous=synchronous)
+        options.setdefault("audit", AuditLog.open_local(path, authority))
+        return cls(authority, **options)
+
+    @classmethod
+    async def open_remote(cls, url: str, *, token: str, **options: Any) -> Runtime:
+        """A runtime over an HTTP authority (`archetype serve` or the Worker): stepping needs an
+        operator token, creating/destroying worlds and trusted admission an admin token."""
+        from archetype.remote import HttpAuthority
+
+        return cls(HttpAuthority(url, token=token), **options)
 
     async def close(self) -> None:
+        if hasattr(self.audit, "close"):
+            await self.audit.close()
         await self.authority.close()
 
     async def __aenter__(self) -> Runtime:

@@ -36,7 +36,9 @@ def queue_batches(events: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     for event in events:
         weight = message_bytes(event)
         if weight > MAX_MESSAGE_BYTES:
-            raise ValueError(f"outbox event {event.get('event_id')!r} is {weight} bytes; a queue message holds {MAX_MESSAGE_BYTES}")
+            raise ValueError(
+                f"outbox event {event.get('event_id')!r} is {weight} bytes; a queue message holds {MAX_MESSAGE_BYTES}"
+            )
         if batch and (len(batch) == MAX_BATCH_MESSAGES or size + weight > MAX_BATCH_BYTES):
             batches.append(batch)
             batch, size = [], 0

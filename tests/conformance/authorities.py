@@ -1,6 +1,12 @@
 """The authorities the conformance suite runs against. Each factory is an async context manager
 taking (directory, clock) and yielding an `Authority`; add a factory here and every conformance
-test runs against it too."""
+test (and the parity suite) runs against it too.
+
+- local: the SQLite catalog in-process (the embedded default);
+- local_http: the same catalog behind the shared HTTP app on loopback (what `archetype serve` runs);
+- durable_object: the real Durable Object class on the stand-in runtime, through its RPC;
+- worker_http: the Worker's app over loopback HTTP in front of Durable Objects on the stand-in.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +15,9 @@ from pathlib import Path
 
 from archetype.commands.port import ManualClock
 from local_catalog import open_local_authority
+from tests.server.loopback import local_over_http
+from tests.support.durable_object_standin import standin_authority
+from tests.support.worker_http import worker_over_http
 
 
 @asynccontextmanager
@@ -22,4 +31,7 @@ async def local_in_process(directory: Path, clock: ManualClock):
 
 AUTHORITY_FACTORIES = {
     "local": local_in_process,
+    "local_http": local_over_http,
+    "durable_object": standin_authority,
+    "worker_http": worker_over_http,
 }

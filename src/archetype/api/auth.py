@@ -16,9 +16,9 @@ from typing import Any
 
 from fastapi import Request
 
+from archetype.api.errors import UnauthenticatedError
 from archetype.commands.errors import PermissionDeniedError
 from archetype.commands.options import ActorCtx, Role
-from archetype.api.errors import InvalidRequestError, UnauthenticatedError
 
 TOKENS_ENV = "ARCHETYPE_TOKENS"
 

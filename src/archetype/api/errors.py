@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from archetype.commands.errors import CommandError
-from archetype.commands.http_translator import UNSUPPORTED_TYPE_ERROR
+from archetype.commands.http_translator import UNSUPPORTED_TYPE_ERROR, IdempotencyKeyMismatchError
 
 ERROR_DETAILS_SHOWN = 3
 log = logging.getLogger("archetype.api")
@@ -69,6 +69,7 @@ HTTP_ERRORS_BY_CODE: dict[str, type[CommandError]] = {
         InvalidJsonError,
         InvalidRequestError,
         UnsupportedCommandTypeError,
+        IdempotencyKeyMismatchError,
         CommandNotFoundError,
         RouteNotFoundError,
         MethodNotAllowedError,

@@ -1,7 +1,9 @@
 """Governed entry and durable work: registry, dispatcher, scheduler, ledger and their errors."""
 
+from archetype.commands.audit_history import AuditEvent, GetAuditHistory
 from archetype.commands.dispatcher import CommandDispatcher, HandlerContext
 from archetype.commands.errors import (
+    AuditUnavailableError,
     CommandConflictError,
     CommandError,
     InvalidCommandError,
@@ -32,6 +34,8 @@ from archetype.commands.scheduler import (
 
 __all__ = [
     "ActorCtx",
+    "AuditEvent",
+    "AuditUnavailableError",
     "CommandConflictError",
     "CommandDispatcher",
     "CommandError",
@@ -42,6 +46,7 @@ __all__ = [
     "DeferredItem",
     "DurableOperation",
     "DurableOptions",
+    "GetAuditHistory",
     "HandlerContext",
     "InvalidCommandError",
     "LeaseLostError",

@@ -72,6 +72,12 @@ class QuotaExceededError(CommandError):
     code, http_status = "quota_exceeded", 429
 
 
+class AuditUnavailableError(CommandError):
+    """The runtime has no audit projection to read (GetAuditHistory never falls back to the ledger)."""
+
+    code, http_status = "audit_unavailable", 503
+
+
 ERRORS_BY_CODE: dict[str, type[CommandError]] = {
     cls.code: cls
     for cls in (
@@ -88,6 +94,7 @@ ERRORS_BY_CODE: dict[str, type[CommandError]] = {
         StaleWriterError,
         LeaseLostError,
         QuotaExceededError,
+        AuditUnavailableError,
     )
 }
 

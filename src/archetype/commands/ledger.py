@@ -96,10 +96,12 @@ class Ledger:
         if not command_ids:
             return
         first = self._world(world_id)["next_event_seq"]
-        self._port.execute(
-            q.APPEND_EVENTS, (first, first, event_type, now, json.dumps(command_ids), world_id)
-        )
+        self._write_events(world_id, first, json.dumps(command_ids), event_type, now)
         self._port.execute(q.TAKE_EVENT_SEQS, (len(command_ids), world_id))
+
+    def _write_events(self, world_id: str, first: int, command_ids_json: str, event_type: str, now: int) -> None:
+        """Events numbered from `first`; the caller takes those sequence numbers from the world row."""
+        self._port.execute(q.APPEND_EVENTS, (first, first, event_type, now, command_ids_json, world_id))
 
     def _settle(self, world_id: str, command_ids: list[str], status: str, event_type: str, *,
                 applied_tick: int | None = None, error: str | None = None) -> None:  # fmt: skip
@@ -199,11 +201,11 @@ class Ledger:
         if len(set(ids)) != len(ids):
             raise InvalidCommandError("a batch names the same command id twice")
 
+        ids_json = json.dumps(ids)
+
         def run() -> list[dict[str, Any]]:
             world = self._active_world(world_id)
-            existing = {
-                r[0]: (r[1], r[2]) for r in self._port.execute(q.FIND_COMMANDS, (json.dumps(ids), world_id))
-            }
+            existing = {r[0]: (r[1], r[2]) for r in self._port.execute(q.FIND_COMMANDS, (ids_json, world_id))}
             fresh = []
             for row in rows:
                 if row["command_id"] in existing:
@@ -219,9 +221,13 @@ class Ledger:
             for offset, row in enumerate(fresh):
                 row["sequence"] = world["next_sequence"] + offset
             if fresh:
-                self._port.execute(q.TAKE_SEQUENCES, (len(fresh), world_id))
-                self._port.execute(q.INSERT_COMMANDS, (world_id, now, now, json.dumps(fresh)))
-                self._append_events(world_id, [r["command_id"] for r in fresh], "admitted", now)
+                # one world-row update takes both the command and the event sequence numbers (the
+                # world row read above is current: nothing in this transaction appended events yet)
+                self._port.execute(q.TAKE_ADMISSION_SEQS, (len(fresh), len(fresh), world_id))
+                inserted = [[r[field] for field in q.INSERTED_COMMAND_FIELDS] for r in fresh]
+                self._port.execute(q.INSERT_COMMANDS, (world_id, now, now, json.dumps(inserted)))
+                fresh_ids = ids_json if len(fresh) == len(rows) else json.dumps([r["command_id"] for r in fresh])
+                self._write_events(world_id, world["next_event_seq"], fresh_ids, "admitted", now)
             sequences = {r["command_id"]: r["sequence"] for r in fresh}
             return [
                 {

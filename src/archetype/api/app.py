@@ -1,0 +1,195 @@
+"""The one HTTP application, served by `archetype serve` (local authority) and by the Worker
+(an authority routing to per-world Durable Objects). It only translates HTTP to the dispatcher
+and the authority: roles, quotas, idempotency and admission all live behind them.
+
+Every route authenticates and checks its role before it touches a world, so a caller without
+the role gets the same answer whether or not the world exists.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Annotated, Any
+
+from fastapi import Body, Depends, FastAPI, Header, Path, Query, Request
+from fastapi.responses import JSONResponse
+
+from archetype.api.auth import TokenTable, require
+from archetype.api.errors import CommandNotFoundError, InvalidRequestError, ShuttingDownError, install_error_handlers
+from archetype.api.limits import DEFAULT_MAX_BODY_BYTES, BodyLimit
+from archetype.api.models import (
+    MAX_BATCH,
+    BatchAccepted,
+    CommandAccepted,
+    CommandView,
+    CreateWorldRequest,
+    DestroyedWorld,
+    Health,
+    HistoryPage,
+    SubmitBatchRequest,
+    WorldView,
+)
+from archetype.api.runner_protocol import ADMISSION_METHODS, LEDGER_ROUTE_ROLES, ledger_arguments
+from archetype.canonical import MAX_SAFE_INTEGER
+from archetype.commands.authority import Authority
+from archetype.commands.dispatcher import CommandDispatcher
+from archetype.commands.errors import CommandError, UnregisteredOperationError
+from archetype.commands.families import default_registry
+from archetype.commands.http_translator import SubmitCommandRequest, translate
+from archetype.commands.options import ActorCtx, Role
+from archetype.commands.registry import OperationRegistry
+from archetype.commands.scheduler import COMMAND_ID_PATTERN, CommandScheduler, CommandStatus
+from archetype.world.operations import WORLD_ID_PATTERN, CreateWorld, DestroyWorld, Spawn
+
+# Commands one principal may have admitted for one target tick of one world (ledger-enforced).
+DEFAULT_QUOTA = 1000
+
+WorldIdPath = Annotated[str, Path(pattern=WORLD_ID_PATTERN)]
+CommandIdPath = Annotated[str, Path(pattern=COMMAND_ID_PATTERN.pattern)]
+IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key", pattern=COMMAND_ID_PATTERN.pattern)]
+LedgerArguments = Annotated[dict[str, Any], Body(default_factory=dict, description="the method's keyword arguments")]
+
+
+class AdmissionGate:
+    """Open while the service admits; a shutting-down server closes it and answers 503."""
+
+    def __init__(self) -> None:
+        self.open = True
+
+    def close(self) -> None:
+        self.open = False
+
+    def check(self) -> None:
+        if not self.open:
+            raise ShuttingDownError("the server is shutting down and admits nothing more")
+
+
+class EdgeWorlds:
+    """The HTTP edge steps no worlds, so destroying one has no loaded world to drop."""
+
+    def drop(self, world_id: str) -> None:
+        return None
+
+
+def _admitting(request: Request) -> None:
+    request.app.state.admission.check()
+
+
+def _ledger_actor(method: str, request: Request) -> ActorCtx:
+    role = LEDGER_ROUTE_ROLES.get(method)
+    actor = require(role or Role.operator)(request)
+    if role is None:
+        raise UnregisteredOperationError(f"{method!r} is not a runner-protocol method")
+    if method in ADMISSION_METHODS:
+        request.app.state.admission.check()
+    return actor
+
+
+def create_app(
+    authority: Authority,
+    *,
+    registry: OperationRegistry | None = None,
+    tokens: TokenTable | Mapping[str, Any] | None = None,
+    quota: int | None = DEFAULT_QUOTA,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    worlds: Any = None,
+) -> FastAPI:
+    """The HTTP application over `authority`. `tokens` maps bearer tokens to actors; `worlds` is
+    the runner's WorldHost when one shares the process (destroy then drops its loaded world)."""
+    registry = registry or default_registry()
+    scheduler = CommandScheduler(registry, authority, quota=quota)
+    dispatcher = CommandDispatcher(registry, scheduler, worlds or EdgeWorlds(), origin="gateway")
+
+    app = FastAPI(title="archetype", version="1", summary="Durable world commands over HTTP")
+    app.state.tokens = tokens if isinstance(tokens, TokenTable) else TokenTable(tokens or {})
+    app.state.admission = AdmissionGate()
+    install_error_handlers(app)
+    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+
+    viewer, player, admin = (Depends(require(role)) for role in (Role.viewer, Role.player, Role.admin))
+    admitting = Depends(_admitting)
+
+    @app.get("/health", response_model=Health)
+    async def health() -> Health:
+        app.state.admission.check()
+        return Health(status="ok")
+
+    # -- worlds --
+    @app.post("/worlds", status_code=201, response_model=WorldView)
+    async def create_world(body: CreateWorldRequest, actor: ActorCtx = admin, _: None = admitting) -> WorldView:
+        world_id = await dispatcher.apply_as(actor, CreateWorld(name=body.name, world_id=body.world_id))
+        return WorldView.of(await authority.call("world_info", world_id=world_id))
+
+    @app.get("/worlds/{world_id}", response_model=WorldView)
+    async def inspect_world(world_id: WorldIdPath, actor: ActorCtx = viewer) -> WorldView:
+        return WorldView.of(await authority.call("world_info", world_id=world_id))
+
+    @app.delete("/worlds/{world_id}", response_model=DestroyedWorld)
+    async def destroy_world(world_id: WorldIdPath, actor: ActorCtx = admin, _: None = admitting) -> DestroyedWorld:
+        cancelled = await dispatcher.apply_as(actor, DestroyWorld(world_id=world_id))
+        return DestroyedWorld(world_id=world_id, cancelled=cancelled)
+
+    # -- commands --
+    @app.post("/worlds/{world_id}/commands", status_code=202, response_model=CommandAccepted)
+    async def submit(world_id: WorldIdPath, body: SubmitCommandRequest, actor: ActorCtx = player, _: None = admitting,
+                     idempotency_key: IdempotencyKey = None) -> CommandAccepted:  # fmt: skip
+        item = translate(world_id, body, idempotency_key=idempotency_key)
+        if type(item.op) is Spawn:
+            admission = await dispatcher.defer_spawn_as(actor, item.op, item.options, command_id=item.command_id)
+            return CommandAccepted.of(admission.command, admission.entity_id)
+        return CommandAccepted.of(await dispatcher.defer_as(actor, item.op, item.options, command_id=item.command_id))
+
+    @app.post("/worlds/{world_id}/commands:batch", status_code=202, response_model=BatchAccepted)
+    async def submit_batch(world_id: WorldIdPath, body: SubmitBatchRequest, actor: ActorCtx = player,
+                           _: None = admitting, idempotency_key: IdempotencyKey = None) -> BatchAccepted:  # fmt: skip
+        """All or nothing. Without their own `command_id`, items are keyed `<Idempotency-Key>.<index>`;
+        spawns in a batch are admitted as plain spawns (their entity id is assigned when applied)."""
+        items = [
+            translate(world_id, request, idempotency_key=None if request.command_id or not idempotency_key
+                      else f"{idempotency_key}.{index}")
+            for index, request in enumerate(body.commands)
+        ]  # fmt: skip
+        identities = await dispatcher.defer_batch_as(actor, items)
+        return BatchAccepted(commands=[CommandAccepted.of(identity) for identity in identities])
+
+    @app.get("/worlds/{world_id}/commands/{command_id}", response_model=CommandView)
+    async def command_status(world_id: WorldIdPath, command_id: CommandIdPath, actor: ActorCtx = viewer) -> CommandView:
+        row = await authority.call("command", world_id=world_id, command_id=command_id)
+        if row is None:
+            raise CommandNotFoundError(f"world {world_id!r} has no command {command_id!r}")
+        return CommandView.of(row)
+
+    @app.get("/worlds/{world_id}/commands", response_model=HistoryPage)
+    async def history(
+        world_id: WorldIdPath,
+        actor: ActorCtx = viewer,
+        status: CommandStatus | None = None,
+        after: Annotated[int, Query(ge=0, le=MAX_SAFE_INTEGER, description="sequence to continue after")] = 0,
+        limit: Annotated[int, Query(ge=1, le=MAX_BATCH)] = 100,
+    ) -> HistoryPage:
+        rows = await authority.call(
+            "history", world_id=world_id, status=status.value if status else None, after_sequence=after, limit=limit
+        )
+        commands = [CommandView.of(row) for row in rows]
+        return HistoryPage(commands=commands, next_after=commands[-1].sequence if len(commands) == limit else None)
+
+    # -- the runner protocol --
+    async def call_ledger(method: str, world_id: str | None, arguments: dict[str, Any]) -> JSONResponse:
+        try:
+            return JSONResponse(await authority.call(method, **ledger_arguments(method, world_id, arguments)))
+        except CommandError:
+            raise
+        except (LookupError, TypeError, ValueError) as exc:
+            # well-typed arguments whose values the ledger cannot use: bad input, not a server fault
+            raise InvalidRequestError(f"{method} cannot use these arguments: {type(exc).__name__}: {exc}") from exc
+
+    @app.post("/worlds/{world_id}/ledger/{method}")
+    async def world_ledger(world_id: WorldIdPath, method: str, arguments: LedgerArguments,
+                           actor: ActorCtx = Depends(_ledger_actor)) -> JSONResponse:  # fmt: skip
+        return await call_ledger(method, world_id, arguments)
+
+    @app.post("/ledger/{method}")
+    async def ledger(method: str, arguments: LedgerArguments, actor: ActorCtx = Depends(_ledger_actor)) -> JSONResponse:
+        return await call_ledger(method, None, arguments)
+
+    return app

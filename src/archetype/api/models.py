@@ -1,0 +1,98 @@
+"""Request and response bodies of the HTTP routes (the commands themselves are SubmitCommandRequest)."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from archetype.commands.http_translator import SubmitCommandRequest
+from archetype.commands.scheduler import CommandIdentity, CommandStatus
+from archetype.world.operations import CreateWorld
+
+MAX_BATCH = 1000
+
+
+class CreateWorldRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: Annotated[str, CreateWorld.model_fields["name"]]
+    world_id: Annotated[str | None, CreateWorld.model_fields["world_id"]]
+
+
+class WorldView(BaseModel):
+    world_id: str
+    name: str
+    status: str
+    tick_head: int
+    created_at: int
+    updated_at: int
+
+    @classmethod
+    def of(cls, info: dict[str, Any]) -> WorldView:
+        return cls(**{name: info[name] for name in cls.model_fields})
+
+
+class DestroyedWorld(BaseModel):
+    world_id: str
+    cancelled: int
+
+
+class SubmitBatchRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    commands: list[SubmitCommandRequest] = Field(min_length=1, max_length=MAX_BATCH)
+
+
+class CommandAccepted(BaseModel):
+    """The durable identity of an admitted command; `replayed` when the key was admitted before."""
+
+    command_id: str
+    world_id: str
+    sequence: int
+    digest: str
+    replayed: bool
+    entity_id: int | None = None
+
+    @classmethod
+    def of(cls, identity: CommandIdentity, entity_id: int | None = None) -> CommandAccepted:
+        return cls(**identity.model_dump(), entity_id=entity_id)
+
+
+class BatchAccepted(BaseModel):
+    commands: list[CommandAccepted]
+
+
+class CommandView(BaseModel):
+    command_id: str
+    world_id: str
+    sequence: int
+    operation: str
+    payload: dict[str, Any]
+    status: CommandStatus
+    scheduled_tick: int
+    priority: int
+    attempts: int
+    max_attempts: int
+    applied_tick: int | None
+    last_error: str | None
+    principal: str | None
+    origin: str
+    reserved_entity_id: int | None
+    created_at: int
+    updated_at: int
+
+    @classmethod
+    def of(cls, row: dict[str, Any]) -> CommandView:
+        fields = {name: row[name] for name in cls.model_fields if name != "payload"}
+        return cls(**fields, payload=json.loads(row["payload"]))
+
+
+class HistoryPage(BaseModel):
+    commands: list[CommandView]
+    next_after: int | None = Field(description="pass as `after` for the next page; null when this page is the last")
+
+
+class Health(BaseModel):
+    status: str

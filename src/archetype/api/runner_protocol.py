@@ -1,0 +1,114 @@
+"""The runner protocol over HTTP: the ledger methods a remote runner calls, behind one allowlist.
+
+`POST /worlds/{world_id}/ledger/{method}` (or `/ledger/{method}` for methods without a world)
+takes the method's keyword arguments as a JSON object and answers its plain JSON result. The one
+table below names every callable method and the role it needs; arguments are validated against
+the ledger method's own signature before the authority sees them.
+"""
+
+from __future__ import annotations
+
+import inspect
+import typing
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+
+from archetype.api.errors import InvalidRequestError, validation_error
+from archetype.canonical import NonCanonicalValueError, check_canonical
+from archetype.commands.ledger import Ledger
+from archetype.commands.options import Role
+
+# Creating, destroying and admitting let the caller name any principal and skip quotas: admin only.
+LEDGER_ROUTE_ROLES: dict[str, Role] = {
+    "create_world": Role.admin,
+    "world_info": Role.operator,
+    "list_worlds": Role.operator,
+    "acquire_writer": Role.operator,
+    "load_state": Role.operator,
+    "reserve_entity_ids": Role.operator,
+    "reserve_spawn": Role.admin,
+    "admit": Role.admin,
+    "lease": Role.operator,
+    "release": Role.operator,
+    "fail": Role.operator,
+    "publish": Role.operator,
+    "destroy": Role.admin,
+    "command": Role.operator,
+    "history": Role.operator,
+    "manifests": Role.operator,
+    "read_outbox": Role.operator,
+    "acknowledge_outbox": Role.operator,
+    "watermark": Role.operator,
+}
+ADMISSION_METHODS = frozenset({"create_world", "reserve_spawn", "admit"})
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class AdmissionRow(_Wire):
+    command_id: str
+    schema_version: int
+    scheduled_tick: int
+    priority: int
+    operation: str
+    payload: str
+    principal: str | None
+    origin: str
+    max_attempts: int
+    reserved_entity_id: int | None
+
+
+class EntityWriteRow(_Wire):
+    entity_id: int
+    components: str | None  # canonical JSON of the entity's component values; None when despawned
+
+
+class ManifestBody(_Wire):
+    world_id: str
+    tick: int
+    writer_epoch: int
+    applied_command_ids: list[str]
+    written_entity_ids: list[int]
+    commit_token: str
+
+
+# Where the ledger's signature says only `dict`, the wire shape is spelled out here.
+PRECISE_ARGUMENTS: dict[tuple[str, str], Any] = {
+    ("admit", "commands"): list[AdmissionRow],
+    ("publish", "manifest"): ManifestBody,
+    ("publish", "writes"): list[EntityWriteRow],
+}
+
+
+def _arguments_model(method: str) -> type[BaseModel]:
+    fn = getattr(Ledger, method)
+    hints = typing.get_type_hints(fn)
+    fields: dict[str, Any] = {}
+    for name, parameter in inspect.signature(fn).parameters.items():
+        if name in ("self", "world_id"):
+            continue
+        default = ... if parameter.default is inspect.Parameter.empty else parameter.default
+        fields[name] = (PRECISE_ARGUMENTS.get((method, name), hints[name]), default)
+    return create_model(f"{method}_arguments", __base__=_Wire, **fields)
+
+
+ARGUMENTS: dict[str, type[BaseModel]] = {method: _arguments_model(method) for method in LEDGER_ROUTE_ROLES}
+WORLD_SCOPED = frozenset(m for m in LEDGER_ROUTE_ROLES if "world_id" in inspect.signature(getattr(Ledger, m)).parameters)
+
+
+def ledger_arguments(method: str, world_id: str | None, body: dict[str, Any]) -> dict[str, Any]:
+    """Keyword arguments for `method`: the body, checked against the method's signature, plus world_id."""
+    if (world_id is not None) != (method in WORLD_SCOPED):
+        where = "/worlds/{world_id}/ledger/" if method in WORLD_SCOPED else "/ledger/"
+        raise InvalidRequestError(f"{method} is called at {where}{method}")
+    try:
+        ARGUMENTS[method].model_validate(body)
+        check_canonical(body)
+    except ValidationError as exc:
+        raise validation_error(exc.errors()) from exc
+    except NonCanonicalValueError as exc:
+        raise InvalidRequestError(str(exc)) from exc
+    return body if world_id is None else {**body, "world_id": world_id}

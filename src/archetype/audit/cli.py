@@ -1,0 +1,113 @@
+"""`archetype audit`: project the local outbox into the audit table, query it, watch lag, maintain it."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import json
+from pathlib import Path
+
+import click
+
+STATUSES = ["PENDING", "LEASED", "RETRYABLE", "APPLIED", "REJECTED", "DEAD_LETTER", "CANCELLED"]
+DATA = click.option("--data", type=click.Path(path_type=Path), default=Path("archetype-data"), show_default=True,
+                    help="Storage directory of the local catalog (the audit table lives in <data>/audit).")  # fmt: skip
+
+
+@click.group()
+def audit() -> None:
+    """The audit projection of the local catalog (Iceberg, under <data>/audit)."""
+
+
+async def _with_runtime(data: Path, work):
+    from archetype.runtime import Runtime
+
+    if not data.is_dir():
+        raise click.ClickException(f"no storage directory at {data}")
+    async with await Runtime.open_local(data) as rt:
+        return await work(rt)
+
+
+@audit.command()
+@DATA
+@click.option("--batch-size", type=click.IntRange(1, 1_000_000), default=5_000, show_default=True,
+              help="Events per Iceberg commit.")  # fmt: skip
+def project(data: Path, batch_size: int) -> None:
+    """Project every world's pending outbox events once, then exit."""
+
+    async def work(rt):
+        rt.audit.batch_size = batch_size
+        pending = sum(lag["pending"] for lag in await rt.audit.lag())
+        with click.progressbar(length=pending, label="projecting", show_pos=True) as bar:
+            appended = await rt.audit.project_once(progress=bar.update)
+        click.echo(f"appended {sum(appended.values())} events from {len(appended)} world(s)")
+
+    asyncio.run(_with_runtime(data, work))
+
+
+@audit.command()
+@DATA
+def lag(data: Path) -> None:
+    """Print, per world, the committed and projected outbox sequence and what is pending."""
+
+    async def work(rt):
+        for row in await rt.audit.lag():
+            click.echo(f"{row['world_id']}\tcommitted {row['committed_seq']}\tprojected {row['projected_seq']}\tpending {row['pending']}")
+
+    asyncio.run(_with_runtime(data, work))
+
+
+@audit.command()
+@DATA
+@click.argument("world_id")
+@click.option("--tick-from", type=click.IntRange(0), default=None, help="Only events at or after this tick.")
+@click.option("--tick-to", type=click.IntRange(0), default=None, help="Only events at or before this tick.")
+@click.option("--principal", default=None, help="Only events of this actor.")
+@click.option("--command-id", default=None, help="Only events of this command.")
+@click.option("--status", type=click.Choice(STATUSES), default=None, help="Only events leaving the command in this status.")
+@click.option("--after", "after_event_seq", type=click.IntRange(0), default=0, help="Only events after this sequence.")
+@click.option("--limit", type=click.IntRange(1, 10_000), default=100, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+def query(data: Path, as_json: bool, **filters) -> None:
+    """Print a world's audit history (GetAuditHistory over the projection), oldest first."""
+    from archetype.commands import GetAuditHistory
+
+    try:
+        op = GetAuditHistory(**filters)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from exc
+
+    async def work(rt):
+        for event in await rt.dispatcher.apply(op):
+            if as_json:
+                click.echo(event.model_dump_json())
+                continue
+            at = datetime.datetime.fromtimestamp(event.occurred_at / 1000, datetime.UTC).isoformat(timespec="milliseconds")
+            click.echo(
+                f"{event.event_seq:>8} {at} {event.command_id:<24} {event.event_type:<15} {event.status.value:<11} "
+                f"{event.operation:<17} tick={event.tick} by={event.principal or '-'} {json.loads(event.payload).get('error') or ''}"
+            )
+
+    asyncio.run(_with_runtime(data, work))
+
+
+@audit.command()
+@DATA
+@click.option("--min-files", type=click.IntRange(2), default=2, show_default=True,
+              help="Compact partitions holding at least this many data files.")
+@click.option("--expire-after", type=click.FloatRange(0), default=3600.0, show_default=True,
+              help="Expire snapshots older than this many seconds ...")
+@click.option("--keep-last", type=click.IntRange(1), default=5, show_default=True, help="... except the newest ones.")
+def compact(data: Path, min_files: int, expire_after: float, keep_last: int) -> None:
+    """Compact small files (sorted by command id, duplicates removed) and expire old snapshots."""
+
+    async def work(rt):
+        done = await rt.audit.maintain(min_files=min_files, older_than_ms=int(expire_after * 1000), keep_last=keep_last)
+        c = done.compaction
+        click.echo(
+            f"compacted {c.partitions} partition(s): {c.files_before} -> {c.files_after} files, "
+            f"{c.duplicates_removed} duplicate(s) removed, {c.skipped} skipped (concurrent commit); "
+            f"{done.snapshots_expired} snapshot(s) expired"
+        )
+
+    asyncio.run(_with_runtime(data, work))

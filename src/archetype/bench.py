@@ -1,0 +1,359 @@
+"""Ledger benchmarks (CPython only): the local authority against raw sqlite3 in the same run.
+
+Three workloads, each beside a baseline that makes the same row writes with plain `sqlite3`
+on the same catalog file, schema, indexes and durability (WAL, `synchronous` FULL and NORMAL):
+
+* single admission: one `dispatcher.defer` per command, each its own transaction;
+* batched admission: `dispatcher.defer_batch` of 1,000 commands;
+* end to end: 10,000 commands due in one tick, admitted in batches of 1,000, then one `Step`
+  (lease -> materialize -> publish of manifest, entities, settlements and outbox).
+
+Each runs on a ledger already holding `small` and then `large` rows (bulk-admitted, due far in
+the future, in the same world), so the per-command cost at both sizes can be compared.
+Run `python bench/ledger_bench.py` or `archetype bench`; `--help` lists the knobs.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from archetype.canonical import canonical_json
+from archetype.commands import DeferredItem, DurableOptions
+from archetype.commands.identity import command_digest
+from archetype.runtime import Runtime
+from archetype.world import Component, ComponentValue, Spawn, Step
+from local_catalog import CATALOG_FILE, open_local_authority
+
+BENCH_WORLD = "bench"
+RAW_WORLD = "raw-baseline"
+FAR_TICK = 2**40  # filler rows are due long after any tick a run reaches
+BATCH = 1_000
+E2E_COMMANDS = 10_000
+SYNC_MODES = ("FULL", "NORMAL")
+
+TARGET_SINGLE_RATIO = 0.5  # single admission >= 50% of raw sqlite3
+TARGET_BATCH_RATE = 10_000  # commands/s
+TARGET_E2E_RATE = 5_000  # commands/s
+TARGET_SCALE_RATIO = 1.5  # per-command cost, large ledger / small ledger
+
+
+class Position(Component):
+    x: float
+    y: float
+
+
+def _spawn(world_id: str, n: int) -> Spawn:
+    return Spawn(world_id=world_id, components=[Position(x=float(n), y=0.0)])
+
+
+def _items(world_id: str, prefix: str, count: int, tick: int) -> list[DeferredItem]:
+    return [DeferredItem(op=_spawn(world_id, i), options=DurableOptions(tick=tick), command_id=f"{prefix}-{i}") for i in range(count)]
+
+
+# -- the raw sqlite3 baseline: the same rows, written directly --
+class RawLedger:
+    """Plain sqlite3 doing the ledger's row writes for one world, with no validation or identity work."""
+
+    def __init__(self, path: Path, synchronous: str) -> None:
+        self.conn = sqlite3.connect(path, isolation_level=None)
+        self.conn.execute("PRAGMA busy_timeout = 30000")
+        self.conn.execute("PRAGMA journal_mode = WAL")
+        self.conn.execute(f"PRAGMA synchronous = {synchronous}")
+        self.resume()
+
+    def resume(self) -> None:
+        """Read the counters afresh: another workbench may have written this world meanwhile."""
+        row = self.conn.execute(
+            "SELECT next_sequence, next_event_seq, tick_head FROM worlds WHERE world_id = ?", (RAW_WORLD,)
+        ).fetchone()
+        self.sequence, self.event_seq, self.tick = row
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def _tx(self, fn: Callable[[], None]) -> None:
+        self.conn.execute("BEGIN IMMEDIATE")
+        fn()
+        self.conn.execute("COMMIT")
+
+    def _events(self, ids: list[str], event_type: str, status: str, tick: int, now: int) -> None:
+        first, self.event_seq = self.event_seq, self.event_seq + len(ids)
+        payload = json.dumps({"attempts": 0, "error": None, "max_attempts": 3})
+        self.conn.executemany(
+            "INSERT INTO outbox (world_id, event_seq, event_id, command_id, event_type, status, operation, tick, "
+            "principal, origin, occurred_at, payload) VALUES (?, ?, ?, ?, ?, ?, 'spawn', ?, NULL, 'local', ?, ?)",
+            [(RAW_WORLD, first + i, f"{RAW_WORLD}/{first + i}", cid, event_type, status, tick, now, payload)
+             for i, cid in enumerate(ids)],
+        )  # fmt: skip
+        self.conn.execute("UPDATE worlds SET next_event_seq = ? WHERE world_id = ?", (self.event_seq, RAW_WORLD))
+
+    def admit(self, rows: list[dict[str, Any]]) -> None:
+        def run() -> None:
+            now = time.time_ns() // 1_000_000
+            first, self.sequence = self.sequence, self.sequence + len(rows)
+            self.conn.execute("UPDATE worlds SET next_sequence = ? WHERE world_id = ?", (self.sequence, RAW_WORLD))
+            self.conn.executemany(
+                "INSERT INTO commands (world_id, command_id, sequence, schema_version, scheduled_tick, priority, "
+                "operation, payload, digest, principal, origin, max_attempts, reserved_entity_id, status, created_at, "
+                "updated_at) VALUES (?, ?, ?, 1, ?, 0, 'spawn', ?, ?, NULL, 'local', 3, NULL, 'PENDING', ?, ?)",
+                [(RAW_WORLD, r["command_id"], first + i, r["scheduled_tick"], r["payload"], r["digest"], now, now)
+                 for i, r in enumerate(rows)],
+            )  # fmt: skip
+            self._events([r["command_id"] for r in rows], "admitted", "PENDING", rows[0]["scheduled_tick"], now)
+
+        self._tx(run)
+
+    def step(self, entities: list[str]) -> None:
+        """Lease every due row, then publish the tick: manifest, entities, settlements, outbox, head."""
+        tick = self.tick + 1
+        now = time.time_ns() // 1_000_000
+        due: list[str] = []
+
+        def lease() -> None:
+            due.extend(
+                r[0]
+                for r in self.conn.execute(
+                    "SELECT command_id FROM commands WHERE world_id = ? AND status IN ('PENDING', 'LEASED', "
+                    "'RETRYABLE') AND scheduled_tick <= ? ORDER BY scheduled_tick, priority, sequence",
+                    (RAW_WORLD, tick),
+                )
+            )
+            self.conn.executemany(
+                "UPDATE commands SET status = 'LEASED', lease_owner = 'raw', lease_expires_at = ?, "
+                "attempts = attempts + 1, updated_at = ? WHERE world_id = ? AND command_id = ?",
+                [(now + 30_000, now, RAW_WORLD, cid) for cid in due],
+            )
+
+        def publish() -> None:
+            first = self.conn.execute(
+                "UPDATE worlds SET next_entity_id = next_entity_id + ? WHERE world_id = ? RETURNING next_entity_id - ?",
+                (len(entities), RAW_WORLD, len(entities)),
+            ).fetchone()[0]
+            manifest = json.dumps({"tick": tick, "applied_command_ids": due})
+            self.conn.execute(
+                "INSERT INTO ticks (world_id, tick, commit_token, manifest, published_at) VALUES (?, ?, ?, ?, ?)",
+                (RAW_WORLD, tick, f"raw-{tick}-{now}", manifest, now),
+            )
+            self.conn.executemany(
+                "INSERT INTO entities (world_id, entity_id, components, updated_tick) VALUES (?, ?, ?, ?)",
+                [(RAW_WORLD, first + i, components, tick) for i, components in enumerate(entities)],
+            )
+            self.conn.executemany(
+                "UPDATE commands SET status = 'APPLIED', applied_tick = ?, lease_owner = NULL, lease_expires_at = NULL, "
+                "updated_at = ? WHERE world_id = ? AND command_id = ?",
+                [(tick, now, RAW_WORLD, cid) for cid in due],
+            )
+            self._events(due, "applied", "APPLIED", tick, now)
+            self.conn.execute("UPDATE worlds SET tick_head = ? WHERE world_id = ?", (tick, RAW_WORLD))
+
+        self._tx(lease)
+        self._tx(publish)
+        self.tick = tick
+
+
+def _raw_rows(items: list[DeferredItem], rt: Runtime) -> list[dict[str, Any]]:
+    """The stored form of each item (payload, digest), computed outside the baseline's timing."""
+    rows = []
+    for item in items:
+        row = {
+            "command_id": item.command_id, "schema_version": 1, "world_id": RAW_WORLD,
+            "scheduled_tick": item.options.tick, "priority": 0, "max_attempts": 3, "operation": "spawn",
+            "payload": rt.registry.resolve(item.op).payload_of(item.op), "principal": None,
+        }  # fmt: skip
+        rows.append({**row, "digest": command_digest(row)})
+    return rows
+
+
+# -- building a ledger of a given size --
+async def build_ledger(directory: Path, rows: int) -> None:
+    """Bulk-admit `rows` filler commands (due at FAR_TICK) into the bench world, at synchronous=NORMAL."""
+    authority = open_local_authority(directory, synchronous="NORMAL")
+    try:
+        for world_id in (BENCH_WORLD, RAW_WORLD):
+            await authority.call("create_world", world_id=world_id, name=world_id)
+        payload = Runtime(authority).registry.resolve(_spawn(BENCH_WORLD, 0)).payload_of(_spawn(BENCH_WORLD, 0))
+        template = {
+            "schema_version": 1, "scheduled_tick": FAR_TICK, "priority": 0, "operation": "spawn", "payload": payload,
+            "principal": None, "origin": "local", "max_attempts": 3, "reserved_entity_id": None,
+        }  # fmt: skip
+        for start in range(0, rows, BATCH):
+            batch = [{**template, "command_id": f"fill-{i}"} for i in range(start, min(rows, start + BATCH))]
+            await authority.call("admit", world_id=BENCH_WORLD, commands=batch)
+    finally:
+        await authority.close()
+
+
+# -- the measurements --
+class Workbench:
+    """One ledger at one durability: our runtime and the raw baseline on the same catalog file.
+
+    `run_bench` drives the workbenches of both ledger sizes in lockstep, and within each our call
+    and the baseline's alternate, so every figure and its baseline see the same background load.
+    """
+
+    def __init__(self, directory: Path, synchronous: str) -> None:
+        self.directory, self.synchronous = directory, synchronous
+        self.best: dict[str, float] = {}  # workload -> best seconds per command
+
+    async def open(self) -> None:
+        self.rt = await Runtime.open_local(self.directory, synchronous=self.synchronous)
+        self.raw = RawLedger(self.directory / CATALOG_FILE, self.synchronous)
+
+    async def close(self) -> None:
+        self.raw.close()
+        await self.rt.close()
+
+    async def resume(self) -> None:
+        """The other durability's workbench wrote to this ledger since: take the writer back."""
+        self.rt.worlds.drop(BENCH_WORLD)
+        self.world = await self.rt.worlds.get(BENCH_WORLD)
+        self.raw.resume()
+
+    def keep(self, name: str, ours: float, theirs: float, commands: int) -> None:
+        for key, seconds in ((name, ours), (f"{name}_raw", theirs)):
+            self.best[key] = min(seconds / commands, self.best.get(key, seconds / commands))
+
+    def work(self, tag: str, count: int, tick: int, raw_tick: int) -> tuple[list[DeferredItem], list[dict[str, Any]]]:
+        """Our items and the baseline's stored rows for the same commands (built outside any timing)."""
+        return _items(BENCH_WORLD, tag, count, tick), _raw_rows(_items(RAW_WORLD, tag, count, raw_tick), self.rt)
+
+    async def single(self, item: DeferredItem, row: dict[str, Any]) -> tuple[float, float]:
+        start = time.perf_counter()
+        await self.rt.dispatcher.defer(item.op, item.options, command_id=item.command_id)
+        middle = time.perf_counter()
+        self.raw.admit([row])
+        return middle - start, time.perf_counter() - middle
+
+    async def batch(self, items: list[DeferredItem], rows: list[dict[str, Any]]) -> tuple[float, float]:
+        start = time.perf_counter()
+        await self.rt.dispatcher.defer_batch(items)
+        middle = time.perf_counter()
+        self.raw.admit(rows)
+        return middle - start, time.perf_counter() - middle
+
+    async def end_to_end(self, tag: str) -> tuple[float, float]:
+        chunks = [self.work(f"{tag}-{b}", BATCH, self.world.tick + 1, self.raw.tick + 1) for b in range(E2E_COMMANDS // BATCH)]
+        entities = [canonical_json([ComponentValue.from_component(Position(x=float(i), y=0.0)).model_dump(mode="json")])
+                    for i in range(E2E_COMMANDS)]  # fmt: skip
+        start = time.perf_counter()
+        for items, _ in chunks:
+            await self.rt.dispatcher.defer_batch(items)
+        applied = await self.rt.dispatcher.apply(Step(world_id=BENCH_WORLD))
+        middle = time.perf_counter()
+        if applied != E2E_COMMANDS:
+            raise RuntimeError(f"the benchmark tick applied {applied} commands, not {E2E_COMMANDS}")
+        for _, rows in chunks:
+            self.raw.admit(rows)
+        self.raw.step(entities)
+        return middle - start, time.perf_counter() - middle
+
+
+async def attempt(group: list[Workbench], tag: str, single: int, batches: int) -> None:
+    """One timed run of every workload on each workbench of `group`, interleaved command by command."""
+    for bench in group:
+        await bench.resume()
+    for name, count, size in (("single", single, 1), ("batch", batches, BATCH)):
+        work = {bench: bench.work(f"{tag}-{name}", count * size, FAR_TICK, FAR_TICK) for bench in group}
+        totals = {bench: [0.0, 0.0] for bench in group}
+        for index in range(count):
+            for bench in group:
+                items, rows = work[bench]
+                part = slice(index * size, (index + 1) * size)
+                ours, theirs = await (bench.single(items[index], rows[index]) if size == 1 else bench.batch(items[part], rows[part]))
+                totals[bench][0] += ours
+                totals[bench][1] += theirs
+        for bench in group:
+            bench.keep(name, *totals[bench], count * size)
+    for bench in group:
+        bench.keep("e2e", *await bench.end_to_end(f"{tag}-e2e"), E2E_COMMANDS)
+
+
+# -- the report --
+WORKLOADS = (("single admission", "single"), ("batched admission", "batch"), ("end to end", "e2e"))
+
+
+def _check(ok: bool) -> str:
+    return "PASS" if ok else "FAIL"
+
+
+def _report(size: int, sync: str, best: dict[str, float]) -> list[bool]:
+    """Print one ledger size and durability; return its target checks (FULL is the durability judged)."""
+    ratio = {key: best[f"{key}_raw"] / best[key] for _, key in WORKLOADS}  # our throughput / raw throughput
+    checks = {
+        "single": (ratio["single"] >= TARGET_SINGLE_RATIO, f"ratio >= {TARGET_SINGLE_RATIO}"),
+        "batch": (1 / best["batch"] >= TARGET_BATCH_RATE, f">= {TARGET_BATCH_RATE:,} cmd/s"),
+        "e2e": (1 / best["e2e"] >= TARGET_E2E_RATE, f">= {TARGET_E2E_RATE:,} cmd/s"),
+    }
+    judged = sync == "FULL"
+    click.echo(f"ledger of {size:,} rows, synchronous={sync}")
+    for name, key in WORKLOADS:
+        ok, target = checks[key]
+        click.echo(
+            f"  {name:<18} {1 / best[key]:9,.0f} cmd/s {best[key] * 1e6:7,.1f} us/cmd | raw sqlite3 "
+            f"{1 / best[f'{key}_raw']:9,.0f} cmd/s {best[f'{key}_raw'] * 1e6:7,.1f} us/cmd | ratio {ratio[key]:4.2f} | "
+            f"target {target:<18} {_check(ok) if judged else '(info)'}"
+        )
+    return [ok for ok, _ in checks.values()] if judged else []
+
+
+def _report_scale(small: int, large: int, a: dict[str, float], b: dict[str, float]) -> list[bool]:
+    click.echo(f"per-command cost, {large:,}-row ledger / {small:,}-row ledger, synchronous=FULL")
+    checks = []
+    for name, key in WORKLOADS:
+        ratio = b[key] / a[key]
+        checks.append(ratio <= TARGET_SCALE_RATIO)
+        click.echo(f"  {name:<18} {a[key] * 1e6:8,.1f} -> {b[key] * 1e6:8,.1f} us/cmd   ratio {ratio:4.2f} "
+                   f"(target <= {TARGET_SCALE_RATIO})  {_check(checks[-1])}")  # fmt: skip
+    return checks
+
+
+def _machine() -> str:
+    import os
+    import platform
+
+    return (f"{platform.node()}: {os.cpu_count()} cpu(s), {platform.machine()}, Python {platform.python_version()}, "
+            f"SQLite {sqlite3.sqlite_version}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")  # fmt: skip
+
+
+async def run_bench(small: int, large: int, single: int, batches: int, repeat: int, data: Path | None) -> bool:
+    """Run every workload on both ledgers at both durabilities; print figures; True when all targets pass.
+
+    The attempts go round every ledger and durability in turn, so a burst of load elsewhere on the
+    machine hurts one attempt of each rather than every attempt of one ledger.
+    """
+    base = data or Path(tempfile.mkdtemp(prefix="archetype-bench-"))
+    click.echo(_machine())
+    click.echo(f"ledgers under {base}; best of {repeat} attempts per figure")
+    benches: dict[tuple[int, str], Workbench] = {}
+    for size in (small, large):
+        directory = base / f"ledger-{size}"
+        start = time.perf_counter()
+        await build_ledger(directory, size)
+        click.echo(f"built a ledger of {size:,} rows in {time.perf_counter() - start:.1f}s")
+        for sync in SYNC_MODES:
+            benches[size, sync] = Workbench(directory, sync)
+    try:
+        for bench in benches.values():
+            await bench.open()
+        for n in range(repeat):
+            for sync in SYNC_MODES:
+                await attempt([benches[size, sync] for size in (small, large)], f"{sync}-{n}", single, batches)
+    finally:
+        for bench in benches.values():
+            await bench.close()
+    checks: list[bool] = []
+    for (size, sync), bench in benches.items():
+        click.echo("")
+        checks += _report(size, sync, bench.best)
+    click.echo("")
+    checks += _report_scale(small, large, benches[small, "FULL"].best, benches[large, "FULL"].best)
+    click.echo(f"\n{sum(checks)}/{len(checks)} targets met")
+    return all(checks)

@@ -1,0 +1,1 @@
+"""The Cloudflare Worker: the edge HTTP entry in front of the per-world Durable Objects."""

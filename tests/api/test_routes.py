@@ -1,0 +1,148 @@
+"""The HTTP routes over a real local catalog: worlds, commands, status, history, batches, health."""
+
+from __future__ import annotations
+
+from archetype.runtime import Runtime
+from archetype.world import ComponentTypeRef, ComponentValue, Step
+from tests.api.conftest import ADMIN, PLAYER, VIEWER, auth
+from tests.component_modules.alpha import Health, Position
+
+
+def value(component) -> dict:
+    return ComponentValue.from_component(component).model_dump(mode="json")
+
+
+def ref(component_type) -> dict:
+    return ComponentTypeRef.from_type(component_type).model_dump(mode="json")
+
+
+async def test_world_lifecycle(client):
+    created = await client.post("/worlds", json={"name": "arena", "world_id": "w1"}, headers=ADMIN)
+    assert created.status_code == 201
+    assert created.json()["status"] == "ACTIVE" and created.json()["tick_head"] == -1
+
+    again = await client.post("/worlds", json={"name": "arena", "world_id": "w1"}, headers=ADMIN)
+    assert again.status_code == 201 and again.json() == created.json()  # an identical retry
+    clash = await client.post("/worlds", json={"name": "other", "world_id": "w1"}, headers=ADMIN)
+    assert (clash.status_code, clash.json()["code"]) == (409, "world_exists")
+
+    generated = await client.post("/worlds", json={"name": "anonymous"}, headers=ADMIN)
+    assert generated.status_code == 201 and generated.json()["world_id"] != "w1"
+
+    seen = await client.get("/worlds/w1", headers=VIEWER)
+    assert seen.json() == created.json()
+
+    await client.post("/worlds/w1/commands", json={"type": "despawn", "tick": 9, "entity_id": 1}, headers=PLAYER)
+    destroyed = await client.delete("/worlds/w1", headers=ADMIN)
+    assert destroyed.json() == {"world_id": "w1", "cancelled": 1}
+    assert (await client.get("/worlds/w1", headers=VIEWER)).json()["status"] == "DESTROYED"
+    closed = await client.post("/worlds/w1/commands", json={"type": "despawn", "tick": 9, "entity_id": 1}, headers=PLAYER)
+    assert (closed.status_code, closed.json()["code"]) == (409, "world_closing")
+
+    missing = await client.get("/worlds/nowhere", headers=VIEWER)
+    assert (missing.status_code, missing.json()["code"]) == (404, "world_not_found")
+
+
+async def test_every_mutation_spelling_is_admitted_and_applied(client, world, authority):
+    spawn = await client.post(
+        f"/worlds/{world}/commands",
+        json={"type": "spawn", "tick": 0, "components": [value(Position(x=1, y=2))]},
+        headers=auth("t-player", **{"Idempotency-Key": "spawn-1"}),
+    )
+    assert spawn.status_code == 202
+    entity = spawn.json()["entity_id"]
+    assert spawn.json()["command_id"] == "spawn-1" and entity >= 1
+
+    later = [
+        {"type": "add_components", "tick": 1, "entity_id": entity, "components": [value(Health(hp=3))]},
+        {"type": "update", "tick": 2, "entity_id": entity, "components": [value(Position(x=5, y=5))]},
+        {"type": "remove_components", "tick": 3, "entity_id": entity, "component_types": [ref(Health)]},
+        {"type": "despawn", "tick": 4, "entity_id": entity, "priority": 1, "max_attempts": 1},
+    ]
+    for index, body in enumerate(later):
+        answer = await client.post(f"/worlds/{world}/commands", json={**body, "command_id": f"c{index}"}, headers=PLAYER)
+        assert answer.status_code == 202, answer.text
+
+    runner = Runtime(authority, owner="runner")
+    for _ in range(5):
+        assert await runner.dispatcher.apply(Step(world_id=world)) == 1
+
+    page = (await client.get(f"/worlds/{world}/commands", headers=VIEWER)).json()
+    assert [(c["command_id"], c["operation"], c["status"], c["applied_tick"]) for c in page["commands"]] == [
+        ("spawn-1", "spawn_reserved", "APPLIED", 0),
+        ("c0", "add_components", "APPLIED", 1),
+        ("c1", "update", "APPLIED", 2),
+        ("c2", "remove_components", "APPLIED", 3),
+        ("c3", "despawn", "APPLIED", 4),
+    ]
+    assert {c["principal"] for c in page["commands"]} == {"pat"}
+    assert {c["origin"] for c in page["commands"]} == {"gateway"}
+    assert page["commands"][4]["priority"] == 1 and page["commands"][4]["max_attempts"] == 1
+    assert page["commands"][0]["reserved_entity_id"] == entity
+
+
+async def test_command_status_and_history_paging(client, world):
+    for index in range(5):
+        body = {"type": "despawn", "tick": index, "entity_id": 100 + index}
+        await client.post(f"/worlds/{world}/commands", json=body, headers=auth("t-player", **{"Idempotency-Key": f"d{index}"}))
+
+    status = await client.get(f"/worlds/{world}/commands/d3", headers=VIEWER)
+    assert status.status_code == 200
+    assert status.json()["payload"] == {"operation": "despawn", "world_id": world, "entity_id": 103}
+    assert status.json()["status"] == "PENDING" and status.json()["scheduled_tick"] == 3
+    unknown = await client.get(f"/worlds/{world}/commands/nope", headers=VIEWER)
+    assert (unknown.status_code, unknown.json()["code"]) == (404, "command_not_found")
+
+    first = (await client.get(f"/worlds/{world}/commands", params={"limit": 2}, headers=VIEWER)).json()
+    assert [c["command_id"] for c in first["commands"]] == ["d0", "d1"] and first["next_after"] == 2
+    rest = (await client.get(f"/worlds/{world}/commands", params={"after": 2, "limit": 10}, headers=VIEWER)).json()
+    assert [c["command_id"] for c in rest["commands"]] == ["d2", "d3", "d4"] and rest["next_after"] is None
+    pending = (await client.get(f"/worlds/{world}/commands", params={"status": "PENDING"}, headers=VIEWER)).json()
+    assert len(pending["commands"]) == 5
+    applied = (await client.get(f"/worlds/{world}/commands", params={"status": "APPLIED"}, headers=VIEWER)).json()
+    assert applied["commands"] == []
+
+
+async def test_batch_is_all_or_nothing(client, world, snapshot):
+    good = {"type": "despawn", "tick": 0, "entity_id": 7}
+    batch = await client.post(
+        f"/worlds/{world}/commands:batch",
+        json={"commands": [good, {**good, "entity_id": 8, "command_id": "own-id"}]},
+        headers=auth("t-player", **{"Idempotency-Key": "b1"}),
+    )
+    assert batch.status_code == 202
+    assert [c["command_id"] for c in batch.json()["commands"]] == ["b1.0", "own-id"]
+    assert [c["sequence"] for c in batch.json()["commands"]] == [1, 2]
+
+    before = snapshot()
+    conflicting = await client.post(
+        f"/worlds/{world}/commands:batch",
+        json={"commands": [{**good, "command_id": "fresh"}, {**good, "entity_id": 99, "command_id": "own-id"}]},
+        headers=PLAYER,
+    )
+    assert (conflicting.status_code, conflicting.json()["code"]) == (409, "command_conflict")
+    assert snapshot() == before  # the fresh command of the failed batch was not admitted either
+
+    replay = await client.post(
+        f"/worlds/{world}/commands:batch",
+        json={"commands": [good, {**good, "entity_id": 8, "command_id": "own-id"}]},
+        headers=auth("t-player", **{"Idempotency-Key": "b1"}),
+    )
+    assert [c["replayed"] for c in replay.json()["commands"]] == [True, True]
+    assert snapshot() == before
+
+
+async def test_health_and_openapi(client, app):
+    assert (await client.get("/health")).json() == {"status": "ok"}
+    schema = (await client.get("/openapi.json")).json()
+    assert {"/worlds", "/worlds/{world_id}", "/worlds/{world_id}/commands", "/worlds/{world_id}/commands:batch",
+            "/worlds/{world_id}/commands/{command_id}", "/worlds/{world_id}/ledger/{method}"} <= set(schema["paths"])  # fmt: skip
+    submit = schema["components"]["schemas"]["SubmitCommandRequest"]
+    assert submit["additionalProperties"] is False
+    assert submit["properties"]["type"]["enum"] == ["spawn", "despawn", "update", "add_components", "remove_components"]
+
+    app.state.admission.close()
+    closed = await client.post("/worlds", json={"name": "late"}, headers=ADMIN)
+    assert (closed.status_code, closed.json()["code"]) == (503, "shutting_down")
+    assert (await client.get("/health")).status_code == 503
+    assert (await client.get("/worlds/w1", headers=VIEWER)).status_code == 404  # reads keep working

@@ -1,0 +1,138 @@
+"""A loopback HTTP server implementing Cloudflare Queues' pull-consumer contract for one queue.
+
+pull leases visible messages for `visibility_timeout_ms` (each delivery gets a new lease id and
+counts an attempt); ack deletes a message whose lease is current; retry makes it visible again
+after `delay_seconds`; a lease that expired is void, and the message is delivered again. A message
+delivered more than `max_retries` + 1 times moves to `dead_letters`.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@dataclass
+class Stored:
+    id: str
+    body: str
+    timestamp_ms: int
+    attempts: int = 0
+    visible_at: float = 0.0
+    lease_id: str | None = None
+    deliveries: list[str] = field(default_factory=list)
+
+
+class LoopbackQueue:
+    def __init__(self, *, account_id: str = "acct", queue_id: str = "audit", token: str = "queue-token",
+                 max_retries: int = 3) -> None:  # fmt: skip
+        self.account_id, self.queue_id, self.token, self.max_retries = account_id, queue_id, token, max_retries
+        self.messages: dict[str, Stored] = {}
+        self.dead_letters: list[Stored] = []
+        self.acked: list[str] = []
+        self._lock = threading.Lock()
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def api(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}/client/v4"
+
+    def __enter__(self) -> LoopbackQueue:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def send(self, body: Any) -> str:
+        """The producer side: what `queue.send(body, {contentType: "json"})` stores."""
+        with self._lock:
+            message = Stored(uuid.uuid4().hex, json.dumps(body), int(time.time() * 1000))
+            self.messages[message.id] = message
+            return message.id
+
+    def pending(self) -> int:
+        with self._lock:
+            return len(self.messages)
+
+    # -- the contract --
+    def pull(self, batch_size: int, visibility_timeout_ms: int) -> dict[str, Any]:
+        now = time.monotonic()
+        out = []
+        with self._lock:
+            for message in list(self.messages.values()):
+                if len(out) >= batch_size:
+                    break
+                if message.visible_at > now:
+                    continue
+                if message.attempts > self.max_retries:
+                    self.dead_letters.append(self.messages.pop(message.id))
+                    continue
+                message.attempts += 1
+                message.lease_id = uuid.uuid4().hex
+                message.deliveries.append(message.lease_id)
+                message.visible_at = now + visibility_timeout_ms / 1000
+                out.append({
+                    "id": message.id, "body": message.body, "attempts": message.attempts, "lease_id": message.lease_id,
+                    "timestamp_ms": message.timestamp_ms, "metadata": {"CF-Content-Type": "json"},
+                })  # fmt: skip
+            return {"messages": out, "message_backlog_count": len(self.messages)}
+
+    def ack(self, acks: list[dict[str, Any]], retries: list[dict[str, Any]]) -> dict[str, Any]:
+        now = time.monotonic()
+        counts, warnings = {"ackCount": 0, "retryCount": 0}, []
+        with self._lock:
+            leased = {m.lease_id: m for m in self.messages.values() if m.lease_id and m.visible_at > now}
+            for entry in acks:
+                message = leased.pop(entry["lease_id"], None)
+                if message is None:
+                    warnings.append(f"lease {entry['lease_id']} is not current")
+                    continue
+                del self.messages[message.id]
+                self.acked.append(message.id)
+                counts["ackCount"] += 1
+            for entry in retries:
+                message = leased.pop(entry["lease_id"], None)
+                if message is None:
+                    warnings.append(f"lease {entry['lease_id']} is not current")
+                    continue
+                message.lease_id, message.visible_at = None, now + entry.get("delay_seconds", 0)
+                counts["retryCount"] += 1
+        return {**counts, "warnings": warnings}
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        queue = self
+        prefix = f"/client/v4/accounts/{self.account_id}/queues/{self.queue_id}/messages/"
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def _answer(self, status: int, body: dict[str, Any]) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+                if self.headers.get("Authorization") != f"Bearer {queue.token}":
+                    return self._answer(401, {"success": False, "errors": [{"code": 10000, "message": "Authentication error"}]})
+                if self.path == prefix + "pull":
+                    result = queue.pull(body.get("batch_size", 5), body.get("visibility_timeout_ms", 30_000))
+                elif self.path == prefix + "ack":
+                    result = queue.ack(body.get("acks", []), body.get("retries", []))
+                else:
+                    return self._answer(404, {"success": False, "errors": [{"code": 7003, "message": "No route"}]})
+                self._answer(200, {"success": True, "errors": [], "messages": [], "result": result})
+
+        return Handler

@@ -1,0 +1,52 @@
+"""`archetype audit project|lag|query` as a user runs them: a real process over a real data directory."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from archetype.commands.port import ManualClock
+from archetype.runtime import Runtime
+from tests.audit.conftest import populate
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def archetype(*args: str) -> str:
+    done = subprocess.run([sys.executable, "-m", "archetype.cli", "audit", *args], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+async def test_project_then_query_from_the_command_line(tmp_path):
+    data = tmp_path / "data"
+    clock = ManualClock()
+    async with await Runtime.open_local(data, clock=clock, owner="runner-a") as rt:
+        await populate(rt, clock)
+
+    assert "w1\tcommitted 5\tprojected 0\tpending 5" in archetype("lag", "--data", str(data))
+    assert "appended 6 events from 2 world(s)" in archetype("project", "--data", str(data), "--batch-size", "2")
+    assert archetype("lag", "--data", str(data)).count("pending 0") == 2
+
+    lines = archetype("query", "--data", str(data), "w1").splitlines()
+    assert [line.split()[2:4] for line in lines] == [
+        ["a", "admitted"], ["b", "admitted"], ["a", "applied"], ["b", "rejected"], ["c", "admitted"],
+    ]  # fmt: skip
+    assert "entity 99 does not exist" in lines[3]
+    rows = [json.loads(line) for line in archetype("query", "--data", str(data), "w1", "--command-id", "b", "--tick-from",
+                                                   "1", "--status", "REJECTED", "--json").splitlines()]  # fmt: skip
+    assert [(r["event_id"], r["principal"], r["tick"]) for r in rows] == [("w1/4", "bob", 1)]
+    assert archetype("project", "--data", str(data)).strip().endswith("appended 0 events from 0 world(s)")
+    compacted = archetype("compact", "--data", str(data), "--expire-after", "0", "--keep-last", "1")
+    assert "compacted 2 partition(s): 4 -> 2 files, 0 duplicate(s) removed" in compacted  # both of w1's days
+    assert archetype("query", "--data", str(data), "w1").splitlines() == lines
+
+
+def test_query_refuses_a_bad_range(tmp_path):
+    (tmp_path / "data").mkdir()
+    done = subprocess.run([sys.executable, "-m", "archetype.cli", "audit", "query", "--data", str(tmp_path / "data"), "w1",
+                           "--tick-from", "5", "--tick-to", "2"], capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 2 and "tick_from 5 is after tick_to 2" in done.stderr

@@ -1,0 +1,309 @@
+"""The real WorldObject, hosted by the Durable Object stand-in: RPC, typed errors, audit delivery."""
+
+from __future__ import annotations
+
+import pytest
+
+from archetype.commands import (
+    CommandConflictError,
+    CommandStatus,
+    DurableOptions,
+    OperationUnavailableError,
+    StaleWriterError,
+    UnregisteredOperationError,
+    WorldNotFoundError,
+)
+from archetype.commands.ledger import LEDGER_METHODS
+from archetype.commands.port import ManualClock
+from archetype.runtime import Runtime
+from archetype.world import CreateWorld, QueryComponents, Spawn, Step
+from durable_world import DurableObjectAuthority
+from durable_world.delivery import MAX_BATCH_BYTES, MAX_BATCH_MESSAGES, queue_batches
+from durable_world.world_object import DELIVERY_DELAY_MS, RETRY_DELAY_MS
+from local_catalog import open_local_authority
+from tests.component_modules.alpha import Position
+from tests.support.durable_object_standin import FakeQueue, world_namespace
+from tests.support.worker_http import worker_over_http
+
+pytestmark = pytest.mark.timeout(60)
+
+WORLD = "w-do"
+
+
+def command(command_id, *, tick=0, operation="spawn", reserved=None, max_attempts=3, payload='{"n":1}'):
+    return {
+        "command_id": command_id, "schema_version": 1, "scheduled_tick": tick, "priority": 0,
+        "operation": operation, "payload": payload, "principal": "alice", "origin": "gateway",
+        "max_attempts": max_attempts, "reserved_entity_id": reserved,
+    }  # fmt: skip
+
+
+async def ledger_script(authority, clock):
+    """Call every routable ledger method once or more (successes and typed errors); return the
+    transcript of (method, result-or-error-code)."""
+    transcript = []
+
+    async def call(method, **args):
+        try:
+            result = await authority.call(method, **args)
+        except Exception as exc:
+            result = {"raised": type(exc).__name__, "code": getattr(exc, "code", None)}
+        transcript.append((method, result))
+        clock.advance(7)
+        return result
+
+    await call("create_world", world_id=WORLD, name="durable")
+    await call("create_world", world_id=WORLD, name="durable")  # identical retry
+    await call("create_world", world_id=WORLD, name="other")  # world_exists
+    await call("world_info", world_id=WORLD)
+    await call("world_info", world_id="w-missing")  # world_not_found
+    epoch = (await call("acquire_writer", world_id=WORLD))["writer_epoch"]
+    await call("reserve_entity_ids", world_id=WORLD, count=3)
+    reserved = await call("reserve_spawn", world_id=WORLD, command_id="c-spawn", request_digest="d1")
+    await call("reserve_spawn", world_id=WORLD, command_id="c-spawn", request_digest="d2")  # conflict
+    spawn = command("c-spawn", operation="spawn_reserved", reserved=reserved)
+    batch = [spawn, command("c-2"), command("c-3", max_attempts=1)]
+    await call("admit", world_id=WORLD, commands=batch, quota=10)
+    await call("admit", world_id=WORLD, commands=batch[:1], quota=10)  # replay
+    await call("admit", world_id=WORLD, commands=[command("c-2", payload='{"n":2}')])  # conflict
+    await call("admit", world_id=WORLD, commands=[command("c-4"), command("c-5")], quota=4)  # quota_exceeded
+    await call("lease", world_id=WORLD, owner="runner", writer_epoch=epoch, tick=0, limit=10, lease_ms=1_000)
+    await call("release", world_id=WORLD, owner="runner", command_ids=["c-3"])
+    await call("lease", world_id=WORLD, owner="runner", writer_epoch=epoch, tick=0, limit=10, lease_ms=1_000)
+    await call("fail", world_id=WORLD, owner="runner", command_id="c-2", permanent=True, error="ValueError: bad")
+    await call("fail", world_id=WORLD, owner="intruder", command_id="c-3", permanent=False, error="x")  # lease_lost
+    await call("fail", world_id=WORLD, owner="runner", command_id="c-3", permanent=False, error="ConnectionError")
+    manifest = {"world_id": WORLD, "tick": 0, "writer_epoch": epoch, "applied_command_ids": ["c-spawn"],
+                "written_entity_ids": [reserved], "commit_token": "t0"}  # fmt: skip
+    writes = [{"entity_id": reserved, "components": '[{"name":"Position","value":{"x":1.5,"y":2}}]'}]
+    stale = {**manifest, "writer_epoch": epoch - 1}
+    await call("publish", world_id=WORLD, owner="runner", manifest=stale, writes=writes)
+    await call("publish", world_id=WORLD, owner="runner", manifest=manifest, writes=writes)
+    await call("publish", world_id=WORLD, owner="runner", manifest=manifest, writes=writes)  # recognised replay
+    await call("load_state", world_id=WORLD)
+    await call("load_state", world_id=WORLD, after_entity_id=reserved)
+    await call("command", world_id=WORLD, command_id="c-spawn")
+    await call("command", world_id=WORLD, command_id="c-none")
+    await call("history", world_id=WORLD)
+    await call("history", world_id=WORLD, status="REJECTED", limit=5)
+    await call("manifests", world_id=WORLD)
+    await call("read_outbox", world_id=WORLD, limit=3)
+    await call("acknowledge_outbox", world_id=WORLD, up_to_seq=2)
+    await call("acknowledge_outbox", world_id=WORLD, up_to_seq=999)  # invalid_command
+    await call("watermark", world_id=WORLD)
+    await call("read_outbox", world_id=WORLD)
+    await call("destroy", world_id=WORLD)
+    await call("admit", world_id=WORLD, commands=[command("c-late")])  # world_closing
+    await call("world_info", world_id=WORLD)
+    return transcript
+
+
+@pytest.fixture
+def queue():
+    return FakeQueue()
+
+
+@pytest.fixture
+def namespace(tmp_path, clock, queue):
+    ns = world_namespace(tmp_path / "objects", clock, queue=queue)
+    yield ns
+    ns.close()
+
+
+@pytest.fixture
+def authority(namespace):
+    return DurableObjectAuthority(namespace)
+
+
+async def local_transcript(directory):
+    local_clock = ManualClock()
+    local = open_local_authority(directory, clock=local_clock)
+    try:
+        return await ledger_script(local, local_clock)
+    finally:
+        await local.close()
+
+
+async def test_every_ledger_method_answers_like_the_local_authority(tmp_path, authority, clock):
+    expected = await local_transcript(tmp_path / "local")
+    remote = await ledger_script(authority, clock)
+
+    assert remote == expected
+    called = {method for method, _ in remote}
+    assert called == set(LEDGER_METHODS) - {"list_worlds"}
+    codes = {r["code"] for _, r in remote if isinstance(r, dict) and "raised" in r}
+    assert codes == {"world_exists", "world_not_found", "command_conflict", "quota_exceeded", "stale_writer",
+                     "lease_lost", "invalid_command", "world_closing"}  # fmt: skip
+
+
+async def test_the_worker_over_http_answers_like_the_local_authority(tmp_path):
+    expected = await local_transcript(tmp_path / "local")
+    clock = ManualClock()
+    async with worker_over_http(tmp_path / "objects", clock) as authority:
+        assert await ledger_script(authority, clock) == expected
+
+
+async def test_the_object_answers_list_worlds_but_the_authority_cannot(namespace, authority):
+    await authority.call("create_world", world_id=WORLD, name="durable")
+    reply = await namespace.getByName(WORLD).list_worlds({})
+    assert reply["ok"] and [w["world_id"] for w in reply["result"]] == [WORLD]
+    with pytest.raises(OperationUnavailableError, match="list_worlds"):
+        await authority.call("list_worlds")
+    with pytest.raises(UnregisteredOperationError):
+        await authority.call("drop_tables", world_id=WORLD)
+
+
+async def test_domain_errors_come_back_as_coded_results(namespace):
+    stub = namespace.getByName(WORLD)
+    assert await stub.world_info({"world_id": WORLD}) == {
+        "ok": False,
+        "error": {"code": "world_not_found", "message": f"world {WORLD!r} does not exist"},
+    }
+    bad = await stub.create_world({"world_id": WORLD, "colour": "red"})
+    assert bad["ok"] is False and bad["error"]["code"] == "invalid_command"
+    assert (await stub.watermark("not an object"))["error"]["code"] == "invalid_command"
+
+
+async def test_typed_errors_are_raised_again_by_the_authority(authority):
+    with pytest.raises(WorldNotFoundError):
+        await authority.call("world_info", world_id=WORLD)
+    await authority.call("create_world", world_id=WORLD, name="durable")
+    await authority.call("acquire_writer", world_id=WORLD)
+    with pytest.raises(StaleWriterError):
+        await authority.call("lease", world_id=WORLD, owner="r", writer_epoch=0, tick=0, limit=1, lease_ms=1)
+    await authority.call("admit", world_id=WORLD, commands=[command("c-1")])
+    with pytest.raises(CommandConflictError):
+        await authority.call("admit", world_id=WORLD, commands=[command("c-1", tick=5)])
+
+
+async def test_a_runtime_steps_a_world_through_the_durable_object(authority):
+    rt = Runtime(authority, owner="runner-do", lease_ms=1_000, origin="gateway")
+    world_id = await rt.dispatcher.apply(CreateWorld(name="remote", world_id=WORLD))
+    spawn = Spawn.from_components(world_id=world_id, components=[Position(x=1, y=2)])
+    spawned = await rt.dispatcher.defer_spawn(spawn, DurableOptions(tick=0), command_id="s-1")
+    assert await rt.dispatcher.apply(Step(world_id=world_id)) == 1
+    found = await rt.dispatcher.apply(QueryComponents(world_id=world_id, component_types=[Position]))
+    assert [(entity, components[0].x) for entity, components in found] == [(spawned.entity_id, 1.0)]
+    (record,) = await rt.scheduler.history(world_id)
+    assert (record.command_id, record.status, record.applied_tick) == ("s-1", CommandStatus.APPLIED, 0)
+
+    resumed = Runtime(authority, owner="runner-2", lease_ms=1_000)  # another runner resumes from the object
+    found = await resumed.dispatcher.apply(QueryComponents(world_id=world_id, component_types=[Position]))
+    assert [entity for entity, _ in found] == [spawned.entity_id]
+
+
+async def test_state_survives_eviction_of_the_object(namespace, authority):
+    await authority.call("create_world", world_id=WORLD, name="durable")
+    await authority.call("admit", world_id=WORLD, commands=[command("c-1")])
+    namespace.evict(WORLD)
+    assert [r["command_id"] for r in await authority.call("history", world_id=WORLD)] == ["c-1"]
+
+
+# -- audit delivery --
+
+
+async def test_event_writes_arm_the_alarm_and_reads_do_not(namespace, authority, clock):
+    await authority.call("create_world", world_id=WORLD, name="durable")
+    await authority.call("world_info", world_id=WORLD)
+    assert namespace.alarm_time(WORLD) is None
+    await authority.call("admit", world_id=WORLD, commands=[command("c-1")])
+    assert namespace.alarm_time(WORLD) == clock.now_ms() + DELIVERY_DELAY_MS
+
+
+async def test_alarm_sends_the_outbox_in_order_and_acknowledges_it(namespace, authority, queue):
+    await authority.call("create_world", world_id=WORLD, name="durable")
+    await authority.call("admit", world_id=WORLD, commands=[command(f"c-{i:03}") for i in range(250)])
+    expected = await authority.call("read_outbox", world_id=WORLD, limit=1_000)
+
+    assert await namespace.run_alarm(WORLD)
+    assert [len(batch) for batch in queue.batches] == [100, 100, 50]
+    assert queue.messages == expected
+    assert (await authority.call("watermark", world_id=WORLD))["pending"] == 0
+    assert await authority.call("read_outbox", world_id=WORLD) == []
+    assert namespace.alarm_time(WORLD) is None
+
+
+async def test_a_failed_send_leaves_events_unsent_until_a_later_alarm(namespace, authority, queue, clock):
+    await authority.call("create_world", world_id=WORLD, name="durable")
+    await authority.call("admit", world_id=WORLD, commands=[command(f"c-{i:03}") for i in range(150)])
+    queue.fail_next()
+    assert await namespace.run_alarm(WORLD)
+    assert queue.messages == []
+    assert (await authority.call("watermark", world_id=WORLD))["pending"] == 150
+    assert namespace.alarm_time(WORLD) == clock.now_ms() + RETRY_DELAY_MS
+
+    assert await namespace.run_alarm(WORLD)
+    assert [m["command_id"] for m in queue.messages] == [f"c-{i:03}" for i in range(150)]
+    assert (await authority.call("watermark", world_id=WORLD))["pending"] == 0
+
+
+async def test_a_send_failing_midway_keeps_what_was_sent_acknowledged(namespace, authority, queue):
+    await authority.call("create_world", world_id=WORLD, name="durable")
+    await authority.call("admit", world_id=WORLD, commands=[command(f"c-{i:03}") for i in range(150)])
+    real_send = queue.sendBatch
+    sends = 0
+
+    async def second_send_fails(messages, options=None):
+        nonlocal sends
+        sends += 1
+        if sends == 2:
+            raise ConnectionError("queue unreachable")
+        await real_send(messages, options)
+
+    queue.sendBatch = second_send_fails
+    await namespace.run_alarm(WORLD)
+    assert len(queue.messages) == 100
+    assert (await authority.call("watermark", world_id=WORLD))["pending"] == 50
+    await namespace.run_alarm(WORLD)
+    assert [m["event_seq"] for m in queue.messages] == list(range(1, 151))  # nothing lost, nothing twice
+
+
+async def test_events_written_while_a_send_is_in_flight_are_delivered_once(namespace, authority, queue):
+    await authority.call("create_world", world_id=WORLD, name="durable")
+    await authority.call("admit", world_id=WORLD, commands=[command("c-1")])
+    world_object = namespace.instance(WORLD)
+    real_send = queue.sendBatch
+
+    async def send_while_an_admission_lands(messages, options=None):
+        await real_send(messages, options)
+        if len(queue.batches) == 1:
+            # workerd opens the input gate while the send is in flight: another call runs meanwhile
+            reply = await world_object.admit({"world_id": WORLD, "commands": [command("c-2")]})
+            assert reply["ok"]
+
+    queue.sendBatch = send_while_an_admission_lands
+    while await namespace.run_alarm(WORLD):
+        pass
+    assert [(m["command_id"], m["event_seq"]) for m in queue.messages] == [("c-1", 1), ("c-2", 2)]
+    assert (await authority.call("watermark", world_id=WORLD))["pending"] == 0
+
+
+def test_batches_respect_the_byte_limit_too():
+    events = [{"event_seq": i, "payload": "x" * 60_000} for i in range(10)]
+    batches = queue_batches(events)
+    assert [e["event_seq"] for b in batches for e in b] == list(range(10))
+    assert all(sum(len(str(e)) for e in b) <= MAX_BATCH_BYTES and len(b) <= MAX_BATCH_MESSAGES for b in batches)
+    assert [len(b) for b in batches] == [4, 4, 2]
+    with pytest.raises(ValueError, match="queue message holds"):
+        queue_batches([{"event_seq": 1, "payload": "x" * 130_000}])
+
+
+# -- billing units --
+
+
+async def test_admission_costs_the_same_statements_whatever_the_batch_size(namespace, authority):
+    await authority.call("create_world", world_id=WORLD, name="durable")
+    sql = namespace.storage(WORLD).sql
+
+    async def admit(count, prefix):
+        before = (sql.statements, sql.rows_written)
+        await authority.call("admit", world_id=WORLD, commands=[command(f"{prefix}-{i}") for i in range(count)])
+        return sql.statements - before[0], sql.rows_written - before[1]
+
+    await admit(1, "first")  # arms the alarm (one watermark read); later admissions find it armed
+    one_statements, one_rows = await admit(1, "one")
+    many_statements, many_rows = await admit(90, "many")
+    # bulk work goes through json_each(?): statements do not grow with the batch, rows do (a
+    # command row and an outbox row per command, plus the world's counters)
+    assert many_statements == one_statements
+    assert many_rows - one_rows == 2 * 89

@@ -1,0 +1,115 @@
+"""`archetype serve` as a real process on loopback: admit over HTTP, see it applied, stop cleanly."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from archetype.world import ComponentValue
+from local_catalog import open_local_authority
+from tests.api.conftest import TOKENS
+from tests.component_modules.alpha import Position, Velocity
+
+pytestmark = pytest.mark.timeout(90)
+ROOT = Path(__file__).resolve().parents[2]
+WAIT_S = 20
+
+
+def start_server(tmp_path: Path, *extra: str) -> tuple[subprocess.Popen, str]:
+    tokens = tmp_path / "tokens.json"
+    tokens.write_text(json.dumps(TOKENS))
+    command = [sys.executable, "-m", "archetype.cli", "serve", "--data", str(tmp_path / "data"), "--port", "0",
+               "--tokens", str(tokens), "--tick-rate", "20", "--module", "tests.server.game", *extra]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = process.stdout.readline()
+    assert line, f"serve printed nothing: {process.stderr.read() if process.poll() is not None else ''}"
+    return process, json.loads(line)["serving"]
+
+
+def wait_for(predicate, what: str):
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        result = predicate()
+        if result:
+            return result
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_serve_applies_http_commands_and_stops_cleanly(tmp_path, stop_signal):
+    process, url = start_server(tmp_path)
+    try:
+        assert url.startswith("http://127.0.0.1:")
+        admin = {"Authorization": "Bearer t-admin"}
+        player = {"Authorization": "Bearer t-player"}
+        with httpx.Client(base_url=url, timeout=10) as http:
+            assert http.get("/health").json() == {"status": "ok"}
+            assert http.post("/worlds", json={"name": "served", "world_id": "s1"}, headers=admin).status_code == 201
+            ship = [ComponentValue.from_component(c).model_dump() for c in (Position(x=3, y=4), Velocity(dx=1, dy=0))]
+            spawn = {"type": "spawn", "tick": 0, "components": ship}
+            accepted = http.post("/worlds/s1/commands", json=spawn, headers={**player, "Idempotency-Key": "ship"})
+            assert accepted.status_code == 202, accepted.text
+            entity = accepted.json()["entity_id"]
+
+            def applied():
+                record = http.get("/worlds/s1/commands/ship", headers=player).json()
+                return record if record["status"] == "APPLIED" else None
+
+            record = wait_for(applied, "the spawn to be applied")
+            assert record["reserved_entity_id"] == entity and record["principal"] == "pat"
+            ticking = http.get("/worlds/s1", headers=player).json()["tick_head"]
+            wait_for(lambda: http.get("/worlds/s1", headers=player).json()["tick_head"] > ticking + 2, "the world to keep ticking")
+            # a command far in the future stays open: a clean stop must leave it PENDING, not LEASED
+            later = {"type": "despawn", "tick": 10**9, "entity_id": entity}
+            assert http.post("/worlds/s1/commands", json=later, headers={**player, "Idempotency-Key": "later"}).status_code == 202
+
+        process.send_signal(stop_signal)
+        assert process.wait(WAIT_S) == 0, process.stderr.read()
+        assert json.loads(process.stdout.read().strip().splitlines()[-1]) == {"stopped": True}
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(WAIT_S)
+
+    ledger = open_local_authority(tmp_path / "data").ledger
+    world = ledger.world_info("s1")
+    manifests = ledger.manifests("s1", limit=100_000)
+    assert [m["tick"] for m in manifests] == list(range(world["tick_head"] + 1))
+    statuses = {c["command_id"]: c["status"] for c in ledger.history("s1")}
+    assert statuses == {"ship": "APPLIED", "later": "PENDING"}
+    assert manifests[record["applied_tick"]]["applied_command_ids"] == ["ship"]
+    (page_entity,) = ledger.load_state("s1")["entities"]
+    assert page_entity["entity_id"] == entity
+    # the module's processor moved the ship once in every tick since (and including) its spawn
+    moves = world["tick_head"] - record["applied_tick"] + 1
+    assert {c["name"]: c["data"] for c in page_entity["components"]} == {
+        "Position": {"x": 3.0 + moves, "y": 4.0}, "Velocity": {"dx": 1.0, "dy": 0.0}
+    }
+
+
+def test_serve_without_a_token_table_prints_one_admin_token(tmp_path):
+    command = [sys.executable, "-m", "archetype.cli", "serve", "--data", str(tmp_path / "data"), "--port", "0"]
+    env = {k: v for k, v in os.environ.items() if k != "ARCHETYPE_TOKENS"}
+    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        token = process.stderr.readline().rsplit(" ", 1)[-1].strip()
+        url = json.loads(process.stdout.readline())["serving"]
+        with httpx.Client(base_url=url, timeout=10) as http:
+            assert http.get("/worlds/x", headers={"Authorization": "Bearer guess"}).status_code == 401
+            assert http.get("/worlds/x", headers={"Authorization": f"Bearer {token}"}).json()["code"] == "world_not_found"
+        process.terminate()
+        assert process.wait(WAIT_S) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(WAIT_S)
