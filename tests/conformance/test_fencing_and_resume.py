@@ -63,3 +63,16 @@ async def test_direct_mutations_become_durable_with_the_next_tick(rt, make_runti
     entity = await rt.dispatcher.apply(Spawn(world_id=world_id, components=[Health(hp=1)]))
     await step(rt, world_id)
     assert (await make_runtime("later").worlds.get(world_id)).get(entity)[Health].hp == 1
+
+
+async def test_a_stale_writer_cannot_settle_a_failure(rt, world_id, authority):
+    from archetype.world import Despawn
+
+    await rt.dispatcher.defer(Despawn(world_id=world_id, entity_id=1), at(0), command_id="c")
+    old = await authority.call("acquire_writer", world_id=world_id)
+    await authority.call("lease", world_id=world_id, owner="old", writer_epoch=old["writer_epoch"], tick=0, limit=10, lease_ms=1_000)
+    await authority.call("acquire_writer", world_id=world_id)
+    with pytest.raises(StaleWriterError):
+        await authority.call("fail", world_id=world_id, owner="old", writer_epoch=old["writer_epoch"], command_id="c",
+                             permanent=True, error="ValueError: late")  # fmt: skip
+    assert (await records(rt, world_id))["c"].status == "LEASED"

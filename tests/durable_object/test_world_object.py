@@ -70,9 +70,9 @@ async def ledger_script(authority, clock):
     await call("lease", world_id=WORLD, owner="runner", writer_epoch=epoch, tick=0, limit=10, lease_ms=1_000)
     await call("release", world_id=WORLD, owner="runner", command_ids=["c-3"])
     await call("lease", world_id=WORLD, owner="runner", writer_epoch=epoch, tick=0, limit=10, lease_ms=1_000)
-    await call("fail", world_id=WORLD, owner="runner", command_id="c-2", permanent=True, error="ValueError: bad")
-    await call("fail", world_id=WORLD, owner="intruder", command_id="c-3", permanent=False, error="x")  # lease_lost
-    await call("fail", world_id=WORLD, owner="runner", command_id="c-3", permanent=False, error="ConnectionError")
+    await call("fail", world_id=WORLD, owner="runner", writer_epoch=epoch, command_id="c-2", permanent=True, error="ValueError: bad")
+    await call("fail", world_id=WORLD, owner="intruder", writer_epoch=epoch, command_id="c-3", permanent=False, error="x")  # lease_lost
+    await call("fail", world_id=WORLD, owner="runner", writer_epoch=epoch, command_id="c-3", permanent=False, error="ConnectionError")
     manifest = {"world_id": WORLD, "tick": 0, "writer_epoch": epoch, "applied_command_ids": ["c-spawn"],
                 "written_entity_ids": [reserved], "commit_token": "t0"}  # fmt: skip
     writes = [{"entity_id": reserved, "components": '[{"name":"Position","value":{"x":1.5,"y":2}}]'}]

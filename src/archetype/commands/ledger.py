@@ -332,10 +332,14 @@ class Ledger:
 
         return self._port.transaction(run)
 
-    def fail(self, world_id: str, owner: str, command_id: str, permanent: bool, error: str) -> str:
-        """Settle one failed leased command: REJECTED, RETRYABLE or (budget spent) DEAD_LETTER."""
+    def fail(self, world_id: str, owner: str, writer_epoch: int, command_id: str, permanent: bool, error: str) -> str:
+        """Settle one failed leased command: REJECTED, RETRYABLE or (budget spent) DEAD_LETTER.
+
+        Like publication, a settlement re-checks the writer epoch and the lease owner.
+        """
 
         def run() -> str:
+            self._writer(world_id, writer_epoch)
             rows = self._port.execute(q.GET_COMMAND, (world_id, command_id))
             row = _row(COMMAND_FIELDS, rows[0]) if rows else None
             if row is None or row["status"] != "LEASED" or row["lease_owner"] != owner:

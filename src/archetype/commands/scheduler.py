@@ -196,7 +196,8 @@ class CommandScheduler:
     async def _fail(self, world: Any, row: dict[str, Any], exc: Exception, *, permanent: bool) -> CommandStatus:
         error = f"{type(exc).__name__}: {exc}"
         status = await self.authority.call(
-            "fail", world_id=world.world_id, owner=self.owner, command_id=row["command_id"], permanent=permanent, error=error
+            "fail", world_id=world.world_id, owner=self.owner, writer_epoch=world.writer_epoch,
+            command_id=row["command_id"], permanent=permanent, error=error,
         )
         return CommandStatus(status)
 
