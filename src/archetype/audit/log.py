@@ -17,13 +17,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-
 from archetype.audit.catalog import local_catalog
 from archetype.audit.maintenance import Maintenance, maintain
 from archetype.audit.schema import events_to_arrow
 from archetype.audit.table import AuditTable
-from archetype.audit.writer import ProcessWriter
+from archetype.audit.writer import ProcessWriter, encode
 from archetype.commands.audit_history import AuditEvent, GetAuditHistory
 from archetype.commands.authority import Authority
 
@@ -64,21 +62,22 @@ class AuditLog:
     async def project_world(self, world_id: str, progress: Progress | None = None) -> int:
         """Drain one world's outbox into the table; return the number of rows appended.
 
-        Pipelined, never reordered: the next batch is read and converted while the writer process
-        commits this one, and this one is acknowledged while the writer commits the next. Commits
-        stay sequential, and a batch is acknowledged only after its own commit.
+        Pipelined, never reordered: while the writer process commits batch N, this process
+        acknowledges batch N-1 and reads and encodes batch N+1. Commits stay sequential, and a
+        batch is acknowledged only after its own commit.
         """
         ledger = self._ledger()
         table = await asyncio.to_thread(lambda: self.table)
-        events, rows = await self._read(world_id, await self._repair(world_id, table))
-        commit = self._commit(world_id, rows)
+        await self.writer.start()
+        events, payload = await self._read(world_id, await self._repair(world_id, table))
+        commit = self.writer.submit(world_id, payload) if events else None
         appended = 0
         try:
             while commit is not None:
                 batch = events
-                events, rows = await self._read(world_id, batch[-1]["event_seq"]) if len(batch) == self.batch_size else ([], None)
+                events, payload = await self._read(world_id, batch[-1]["event_seq"]) if len(batch) == self.batch_size else ([], b"")
                 appended += await commit
-                commit = self._commit(world_id, rows)
+                commit = self.writer.submit(world_id, payload) if events else None
                 await ledger.call("acknowledge_outbox", world_id=world_id, up_to_seq=batch[-1]["event_seq"])
                 if progress is not None:
                     progress(len(batch))
@@ -88,12 +87,9 @@ class AuditLog:
             raise
         return appended
 
-    async def _read(self, world_id: str, after_seq: int) -> tuple[list[dict[str, Any]], pa.Table | None]:
+    async def _read(self, world_id: str, after_seq: int) -> tuple[list[dict[str, Any]], bytes]:
         events = await self._ledger().call("read_outbox", world_id=world_id, after_seq=after_seq, limit=self.batch_size)
-        return events, (await asyncio.to_thread(events_to_arrow, events) if events else None)
-
-    def _commit(self, world_id: str, rows: pa.Table | None) -> asyncio.Task[int] | None:
-        return asyncio.create_task(self.writer.append_in_order(world_id, rows)) if rows is not None else None
+        return events, (await asyncio.to_thread(lambda: encode(events_to_arrow(events))) if events else b"")
 
     async def _repair(self, world_id: str, table: AuditTable) -> int:
         """Acknowledge what the table already holds but the ledger does not know is projected

@@ -26,7 +26,8 @@ class AuditWriteError(RuntimeError):
     """The writer process failed to append a batch; nothing of that batch was committed by it."""
 
 
-def _ipc(rows: pa.Table) -> bytes:
+def encode(rows: pa.Table) -> bytes:
+    """Rows as the writer receives them: an Arrow IPC stream (call it off the event loop)."""
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, rows.schema) as stream:
         stream.write_table(rows)
@@ -34,33 +35,44 @@ def _ipc(rows: pa.Table) -> bytes:
 
 
 class ProcessWriter:
-    """Appends batches through `AuditTable.append_in_order` in a child process over `<data_dir>/audit`."""
+    """Appends batches through `AuditTable.append_in_order` in a child process over `<data_dir>/audit`.
+
+    `submit` writes the request at once, without yielding to the event loop, so the child starts
+    committing while the caller goes on with its own (blocking) ledger work; one request at a time.
+    """
 
     def __init__(self, data_dir: str | Path) -> None:
         self._data_dir = str(Path(data_dir).resolve())
         self._child: asyncio.subprocess.Process | None = None
-        self._lock = asyncio.Lock()
 
-    async def _process(self) -> asyncio.subprocess.Process:
+    async def start(self) -> None:
         if self._child is None or self._child.returncode is not None:
             self._child = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "archetype.audit.writer", self._data_dir,
                 stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, limit=1 << 20,
             )  # fmt: skip
-        return self._child
 
-    async def append_in_order(self, world_id: str, rows: pa.Table) -> int:
-        payload = await asyncio.to_thread(_ipc, rows)
-        async with self._lock:  # one request in flight per child
-            child = await self._process()
-            try:
-                child.stdin.write(json.dumps({"world_id": world_id, "bytes": len(payload)}).encode() + b"\n" + payload)
-                await child.stdin.drain()
-                line = await child.stdout.readline()
-            except (BrokenPipeError, ConnectionResetError) as exc:
-                raise AuditWriteError(f"audit writer process died: {exc}") from exc
-            if not line:
-                raise AuditWriteError(f"audit writer process exited with code {await child.wait()}")
+    def submit(self, world_id: str, payload: bytes) -> asyncio.Task[int]:
+        """Send one batch (from `encode`) to the started child; the task yields the rows appended."""
+        child = self._child
+        if child is None:
+            raise RuntimeError("start() the writer before submitting")
+        try:
+            child.stdin.write(json.dumps({"world_id": world_id, "bytes": len(payload)}).encode() + b"\n" + payload)
+        except (BrokenPipeError, ConnectionResetError, RuntimeError) as exc:
+            error = AuditWriteError(f"audit writer process died: {exc}")
+            return asyncio.ensure_future(_raise(error))
+        return asyncio.ensure_future(self._reply(child))
+
+    @staticmethod
+    async def _reply(child: asyncio.subprocess.Process) -> int:
+        try:
+            await child.stdin.drain()
+            line = await child.stdout.readline()
+        except (BrokenPipeError, ConnectionResetError) as exc:
+            raise AuditWriteError(f"audit writer process died: {exc}") from exc
+        if not line:
+            raise AuditWriteError(f"audit writer process exited with code {await child.wait()}")
         reply = json.loads(line)
         if "error" in reply:
             raise AuditWriteError(reply["error"])
@@ -75,6 +87,10 @@ class ProcessWriter:
             except asyncio.TimeoutError:
                 child.kill()
                 await child.wait()
+
+
+async def _raise(error: Exception) -> int:
+    raise error
 
 
 def serve(data_dir: str) -> None:
