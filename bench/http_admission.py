@@ -130,7 +130,8 @@ def record(rows: list[dict[str, object]]) -> None:
         "Each HTTP admission is one SQLite write transaction, like the in-process one; the difference is "
         "HTTP parsing, JSON/pydantic validation of the request, authentication and the response. The server "
         "serialises admissions on its event loop (one catalog connection), so more requests in flight buys "
-        "little beyond overlapping the client's round trips.",
+        "little beyond overlapping the client's round trips. Client and server share the machine's CPUs; on a "
+        "busy machine repeated runs vary by about +/-30%.",
         "",
     ]
     text = PERFORMANCE_DOC.read_text() if PERFORMANCE_DOC.exists() else "# Performance\n\n"

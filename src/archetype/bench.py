@@ -26,7 +26,7 @@ from typing import Any
 import click
 
 from archetype.canonical import canonical_json
-from archetype.commands import DeferredItem, DurableOptions
+from archetype.commands import DeferredItem, DurableOptions, default_registry
 from archetype.commands.identity import command_digest
 from archetype.runtime import Runtime
 from archetype.world import Component, ComponentValue, Spawn, Step
@@ -179,7 +179,8 @@ async def build_ledger(directory: Path, rows: int) -> None:
     try:
         for world_id in (BENCH_WORLD, RAW_WORLD):
             await authority.call("create_world", world_id=world_id, name=world_id)
-        payload = Runtime(authority).registry.resolve(_spawn(BENCH_WORLD, 0)).payload_of(_spawn(BENCH_WORLD, 0))
+        filler = _spawn(BENCH_WORLD, 0)
+        payload = default_registry().resolve(filler).payload_of(filler)
         template = {
             "schema_version": 1, "scheduled_tick": FAR_TICK, "priority": 0, "operation": "spawn", "payload": payload,
             "principal": None, "origin": "local", "max_attempts": 3, "reserved_entity_id": None,
@@ -329,6 +330,8 @@ async def run_bench(small: int, large: int, single: int, batches: int, repeat: i
     The attempts go round every ledger and durability in turn, so a burst of load elsewhere on the
     machine hurts one attempt of each rather than every attempt of one ledger.
     """
+    if large <= small:
+        raise click.UsageError(f"the large ledger ({large:,} rows) must be larger than the small one ({small:,})")
     base = data or Path(tempfile.mkdtemp(prefix="archetype-bench-"))
     click.echo(_machine())
     click.echo(f"ledgers under {base}; best of {repeat} attempts per figure")

@@ -4,6 +4,9 @@ Iceberg REST catalog + S3 store (`weed mini`), consumed by QueueProjector."""
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -146,3 +149,19 @@ async def test_run_forever_drains_the_queue_until_stopped(queue, tmp_path):
     await asyncio.wait_for(task, timeout=10)
     assert seqs(table, "w1") == [1, 2, 3]
     await projector.queue.close()
+
+
+def test_archetype_audit_consume_once_from_the_command_line(queue, weed):
+    for seq in range(1, 4):
+        queue.send(event("cli", seq))
+    props = [f"--catalog-property={key}={value}" for key, value in weed.catalog_properties().items()]
+    done = subprocess.run(
+        [sys.executable, "-m", "archetype.cli", "audit", "consume", "--once", "--account-id", queue.account_id,
+         "--queue-id", queue.queue_id, "--queue-api", queue.api, "--catalog-uri", weed.iceberg, "--warehouse", BUCKET,
+         *props],
+        env={**os.environ, "CLOUDFLARE_QUEUES_TOKEN": queue.token}, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "appended 3 events" and queue.pending() == 0
+    table = AuditTable(rest_catalog(weed.iceberg, BUCKET, **weed.catalog_properties()))
+    assert seqs(table, "cli") == [1, 2, 3]

@@ -33,7 +33,7 @@ from tests.crash.model import WORLD_ID, feed_plan, plan_command_ids
 
 ROOT = Path(__file__).resolve().parents[2]
 MIN_KILLS = 30
-ITEMS = 1000
+ITEMS = 800
 PACE_S = 0.03
 LEASE_MS = 400
 KILL_PHASE_S = 180

@@ -111,3 +111,49 @@ def compact(data: Path, min_files: int, expire_after: float, keep_last: int) -> 
         )
 
     asyncio.run(_with_runtime(data, work))
+
+
+@audit.command()
+@click.option("--account-id", envvar="CLOUDFLARE_ACCOUNT_ID", required=True, help="Cloudflare account (env CLOUDFLARE_ACCOUNT_ID).")
+@click.option("--queue-id", envvar="ARCHETYPE_AUDIT_QUEUE_ID", required=True, help="The audit queue (env ARCHETYPE_AUDIT_QUEUE_ID).")
+@click.option("--queue-token", envvar="CLOUDFLARE_QUEUES_TOKEN", required=True,
+              help="API token with Queues Write (env CLOUDFLARE_QUEUES_TOKEN).")
+@click.option("--queue-api", default=None, help="Queues API base (default: Cloudflare's).")
+@click.option("--catalog-uri", envvar="ARCHETYPE_AUDIT_CATALOG_URI", required=True,
+              help="Iceberg REST catalog URI, e.g. R2 Data Catalog's (env ARCHETYPE_AUDIT_CATALOG_URI).")
+@click.option("--warehouse", envvar="ARCHETYPE_AUDIT_WAREHOUSE", required=True, help="Warehouse (env ARCHETYPE_AUDIT_WAREHOUSE).")
+@click.option("--catalog-token", envvar="ARCHETYPE_AUDIT_CATALOG_TOKEN", default=None,
+              help="Bearer token of the catalog (env ARCHETYPE_AUDIT_CATALOG_TOKEN).")
+@click.option("--catalog-property", "properties", multiple=True, metavar="KEY=VALUE",
+              help="Extra pyiceberg catalog property (repeatable), e.g. s3.endpoint=http://127.0.0.1:8333.")
+@click.option("--once", is_flag=True, help="Consume one round, print how many events were appended, exit.")
+@click.option("--interval", type=click.FloatRange(0.05), default=1.0, show_default=True, help="Seconds between idle polls.")
+def consume(account_id: str, queue_id: str, queue_token: str, queue_api: str | None, catalog_uri: str, warehouse: str,
+            catalog_token: str | None, properties: tuple[str, ...], once: bool, interval: float) -> None:  # fmt: skip
+    """Consume the Durable Objects' audit queue (HTTP pull) into the Iceberg REST catalog."""
+    import signal
+
+    from archetype.audit.catalog import rest_catalog
+    from archetype.audit.queue import QueueClient, QueueProjector
+    from archetype.audit.table import AuditTable
+
+    extra = dict(p.split("=", 1) for p in properties if "=" in p)
+    if len(extra) != len(properties):
+        raise click.BadParameter("each --catalog-property is KEY=VALUE", param_hint="--catalog-property")
+
+    async def run() -> None:
+        table = AuditTable(rest_catalog(catalog_uri, warehouse, token=catalog_token, **extra))
+        queue = QueueClient(account_id, queue_id, queue_token, **({"api": queue_api} if queue_api else {}))
+        projector = QueueProjector(queue, table)
+        try:
+            if once:
+                click.echo(f"appended {await projector.consume_once()} events")
+                return
+            stop = asyncio.Event()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                asyncio.get_running_loop().add_signal_handler(sig, stop.set)
+            await projector.run_forever(stop, interval)
+        finally:
+            await queue.close()
+
+    asyncio.run(run())

@@ -69,15 +69,15 @@ class AuditLog:
         ledger = self._ledger()
         table = await asyncio.to_thread(lambda: self.table)
         await self.writer.start()
-        events, payload = await self._read(world_id, await self._repair(world_id, table))
-        commit = self.writer.submit(world_id, payload) if events else None
+        events, spooled = await self._read(world_id, await self._repair(world_id, table))
+        commit = self.writer.submit(world_id, spooled) if events else None
         appended = 0
         try:
             while commit is not None:
                 batch = events
-                events, payload = await self._read(world_id, batch[-1]["event_seq"]) if len(batch) == self.batch_size else ([], b"")
+                events, spooled = await self._read(world_id, batch[-1]["event_seq"]) if len(batch) == self.batch_size else ([], "")
                 appended += await commit
-                commit = self.writer.submit(world_id, payload) if events else None
+                commit = self.writer.submit(world_id, spooled) if events else None
                 await ledger.call("acknowledge_outbox", world_id=world_id, up_to_seq=batch[-1]["event_seq"])
                 if progress is not None:
                     progress(len(batch))
@@ -87,9 +87,11 @@ class AuditLog:
             raise
         return appended
 
-    async def _read(self, world_id: str, after_seq: int) -> tuple[list[dict[str, Any]], bytes]:
+    async def _read(self, world_id: str, after_seq: int) -> tuple[list[dict[str, Any]], str]:
         events = await self._ledger().call("read_outbox", world_id=world_id, after_seq=after_seq, limit=self.batch_size)
-        return events, (await asyncio.to_thread(lambda: encode(events_to_arrow(events))) if events else b"")
+        if not events:
+            return events, ""
+        return events, await asyncio.to_thread(lambda: encode(events_to_arrow(events), self.writer.spool))
 
     async def _repair(self, world_id: str, table: AuditTable) -> int:
         """Acknowledge what the table already holds but the ledger does not know is projected

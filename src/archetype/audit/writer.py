@@ -2,36 +2,44 @@
 
 pyiceberg's append is mostly Python (manifests, metadata, statistics) and holds the GIL, so in a
 thread it cannot overlap the projector's own Python work (reading the outbox, building Arrow,
-acknowledging). A child process can: the parent reads and converts batch N+1 while the child
-commits batch N. The child is `python -m archetype.audit.writer <data_dir>`; it speaks a tiny
-protocol on its pipes, one request at a time:
+acknowledging). A child process can: the parent reads and encodes batch N+1 while the child
+commits batch N. The child is `python -m archetype.audit.writer <data_dir>`; one request at a time:
 
-    parent -> child: {"world_id": w, "bytes": n}\\n  followed by n bytes of Arrow IPC stream
-    child -> parent: {"appended": k}\\n  or  {"error": "<type>: <message>"}\\n
+    parent -> child: {"world_id": w, "path": p}\n   p: an Arrow IPC file in the writer's spool directory
+    child -> parent: {"appended": k}\n  or  {"error": "<type>: <message>"}\n
 
-Closing the child's stdin ends it. A child that died is replaced on the next append.
+The batch travels through a spool file, not the pipe: the parent's event loop is often blocked
+in synchronous ledger calls, and a large pipe write would only trickle out when it yields.
+The child deletes each spool file once handled. Closing its stdin ends it; a child that died is
+replaced by the next `start()`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import sys
+import tempfile
+import uuid
 from pathlib import Path
 
 import pyarrow as pa
+
+from archetype.audit.catalog import AUDIT_DIR, local_catalog
+from archetype.audit.table import AuditTable
 
 
 class AuditWriteError(RuntimeError):
     """The writer process failed to append a batch; nothing of that batch was committed by it."""
 
 
-def encode(rows: pa.Table) -> bytes:
-    """Rows as the writer receives them: an Arrow IPC stream (call it off the event loop)."""
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, rows.schema) as stream:
+def encode(rows: pa.Table, directory: Path) -> str:
+    """Write a batch for the writer (call it off the event loop); return the spool file's path."""
+    path = directory / f"{uuid.uuid4().hex}.arrow"
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, rows.schema) as stream:
         stream.write_table(rows)
-    return sink.getvalue().to_pybytes()
+    return str(path)
 
 
 class ProcessWriter:
@@ -42,27 +50,26 @@ class ProcessWriter:
     """
 
     def __init__(self, data_dir: str | Path) -> None:
-        self._data_dir = str(Path(data_dir).resolve())
+        self._data_dir = Path(data_dir).resolve()
         self._child: asyncio.subprocess.Process | None = None
+        self.spool: Path | None = None  # this writer's own spool directory while started
 
     async def start(self) -> None:
         if self._child is None or self._child.returncode is not None:
+            if self.spool is None:
+                (self._data_dir / AUDIT_DIR).mkdir(parents=True, exist_ok=True)
+                self.spool = Path(tempfile.mkdtemp(prefix="spool-", dir=self._data_dir / AUDIT_DIR))
             self._child = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "archetype.audit.writer", self._data_dir,
-                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, limit=1 << 20,
+                sys.executable, "-m", "archetype.audit.writer", str(self._data_dir),
+                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
             )  # fmt: skip
 
-    def submit(self, world_id: str, payload: bytes) -> asyncio.Task[int]:
-        """Send one batch (from `encode`) to the started child; the task yields the rows appended."""
-        child = self._child
-        if child is None:
+    def submit(self, world_id: str, path: str) -> asyncio.Task[int]:
+        """Send one batch (a spool file from `encode`) to the started child; the task yields the rows appended."""
+        if self._child is None:
             raise RuntimeError("start() the writer before submitting")
-        try:
-            child.stdin.write(json.dumps({"world_id": world_id, "bytes": len(payload)}).encode() + b"\n" + payload)
-        except (BrokenPipeError, ConnectionResetError, RuntimeError) as exc:
-            error = AuditWriteError(f"audit writer process died: {exc}")
-            return asyncio.ensure_future(_raise(error))
-        return asyncio.ensure_future(self._reply(child))
+        self._child.stdin.write(json.dumps({"world_id": world_id, "path": path}).encode() + b"\n")
+        return asyncio.ensure_future(self._reply(self._child))
 
     @staticmethod
     async def _reply(child: asyncio.subprocess.Process) -> int:
@@ -87,26 +94,25 @@ class ProcessWriter:
             except asyncio.TimeoutError:
                 child.kill()
                 await child.wait()
-
-
-async def _raise(error: Exception) -> int:
-    raise error
+        if self.spool is not None:
+            shutil.rmtree(self.spool, ignore_errors=True)
+            self.spool = None
 
 
 def serve(data_dir: str) -> None:
-    from archetype.audit.catalog import local_catalog
-    from archetype.audit.table import AuditTable
-
     requests, replies = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # stray prints must not corrupt the reply channel
     table = AuditTable(local_catalog(data_dir))
-    while header := requests.readline():
-        request = json.loads(header)
-        rows = pa.ipc.open_stream(requests.read(request["bytes"])).read_all()
+    while line := requests.readline():
+        request = json.loads(line)
         try:
+            with pa.memory_map(request["path"]) as source:
+                rows = pa.ipc.open_stream(source).read_all()
             reply = {"appended": table.append_in_order(request["world_id"], rows)}
         except Exception as exc:  # reported to the parent, which raises it; this process stays usable
             reply = {"error": f"{type(exc).__name__}: {exc}"}
+        finally:
+            Path(request["path"]).unlink(missing_ok=True)
         replies.write(json.dumps(reply).encode() + b"\n")
         replies.flush()
 
