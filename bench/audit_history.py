@@ -84,6 +84,10 @@ def report(table: AuditTable, label: str, command_id: str, tick: int) -> None:
     print(f"[{label}] ... with its tick range:  {planned} of {total} data files planned, median {seconds * 1000:.1f} ms")
     planned, _ = table.files(EqualTo("world_id", "small"))
     print(f"[{label}] the small world's files:    {planned} of {total}")
+    for after in (0, 700_000):
+        first_page = GetAuditHistory(world_id="big", after_event_seq=after, limit=100)
+        seconds, _ = timed(lambda: table.history(first_page))
+        print(f"[{label}] a 100-event page of the world after event {after}: median {seconds * 1000:.1f} ms")
 
 
 def dedup_costs(table: AuditTable, batch: int, tick: int) -> None:

@@ -15,6 +15,7 @@ Run `python bench/ledger_bench.py` or `archetype bench`; `--help` lists the knob
 
 from __future__ import annotations
 
+import gc
 import json
 import sqlite3
 import tempfile
@@ -244,6 +245,7 @@ class Workbench:
         chunks = [self.work(f"{tag}-{b}", BATCH, self.world.tick + 1, self.raw.tick + 1) for b in range(E2E_COMMANDS // BATCH)]
         entities = [canonical_json([ComponentValue.from_component(Position(x=float(i), y=0.0)).model_dump(mode="json")])
                     for i in range(E2E_COMMANDS)]  # fmt: skip
+        gc.collect()  # start clean: the garbage of the previous run is not this run's cost
         start = time.perf_counter()
         for items, _ in chunks:
             await self.rt.dispatcher.defer_batch(items)
@@ -263,6 +265,7 @@ async def attempt(group: list[Workbench], tag: str, single: int, batches: int) -
         await bench.resume()
     for name, count, size in (("single", single, 1), ("batch", batches, BATCH)):
         work = {bench: bench.work(f"{tag}-{name}", count * size, FAR_TICK, FAR_TICK) for bench in group}
+        gc.collect()
         totals = {bench: [0.0, 0.0] for bench in group}
         for index in range(count):
             for bench in group:

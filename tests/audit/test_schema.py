@@ -38,3 +38,26 @@ def test_an_older_table_gains_new_columns_as_optional_and_keeps_its_rows(tmp_pat
     assert table.table.properties["commit.retry.num-retries"] == "0"
     table.append([{**event, "event_id": "w/2", "event_seq": 2, "principal": "alice"}])
     assert [(e.event_seq, e.principal) for e in table.history(GetAuditHistory(world_id="w"))] == [(1, None), (2, "alice")]
+
+
+def test_history_pages_read_files_in_sequence_order_and_stop_early(tmp_path):
+    table = AuditTable(local_catalog(tmp_path))
+    def event(seq):
+        return {"event_id": f"w/{seq}", "world_id": "w", "event_seq": seq, "command_id": f"c{seq % 7}",
+                "event_type": "admitted", "status": "PENDING", "operation": "spawn", "tick": seq, "principal": None,
+                "origin": "local", "occurred_at": 1_700_000_000_000 + seq, "payload": "{}"}  # fmt: skip
+    for batch in reversed(range(12)):  # twelve files, appended newest first
+        table.append([event(batch * 10 + i) for i in range(1, 11)])
+    table.append([event(seq) for seq in (3, 14, 15, 118)])  # redelivered copies in a late file
+
+    def page(after, limit):
+        return [e.event_seq for e in table.history(GetAuditHistory(world_id="w", after_event_seq=after, limit=limit))]
+
+    assert page(0, 15) == list(range(1, 16))
+    assert page(50, 5) == [51, 52, 53, 54, 55]
+    pages, after = [], 0
+    while chunk := page(after, 7):
+        pages += chunk
+        after = chunk[-1]
+    assert pages == list(range(1, 121))
+    assert [e.event_seq for e in table.history(GetAuditHistory(world_id="w", command_id="c3", tick_to=40, limit=3))] == [3, 10, 17]

@@ -19,8 +19,10 @@ redelivered event twice: history deduplicates on read and compaction removes the
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,7 +72,7 @@ class QueueClient:
             for m in result.get("messages") or []
         ]
 
-    async def ack(self, acks: list[str], retries: list[str] = (), delay_seconds: int = 0) -> dict[str, Any]:
+    async def ack(self, acks: Sequence[str], retries: Sequence[str] = (), delay_seconds: int = 0) -> dict[str, Any]:
         return await self._post("ack", {
             "acks": [{"lease_id": lease} for lease in acks],
             "retries": [{"lease_id": lease, "delay_seconds": delay_seconds} for lease in retries],
@@ -127,10 +129,13 @@ class QueueProjector:
             try:
                 await asyncio.to_thread(self.table.append, list(events.values()))
             except Exception:
-                await self.queue.ack([], good + bad, self.retry_delay_seconds)
+                with contextlib.suppress(QueueApiError, httpx.HTTPError):  # else the leases simply expire
+                    await self.queue.ack([], good + bad, self.retry_delay_seconds)
                 raise
         if good or bad:
-            await self.queue.ack(good, bad, self.retry_delay_seconds)
+            answer = await self.queue.ack(good, bad, self.retry_delay_seconds)
+            if answer.get("warnings"):  # e.g. leases that expired during a slow commit: those come back
+                log.warning("audit queue ack: %s", answer["warnings"])
         return len(events)
 
     async def run_forever(self, stop: asyncio.Event, interval: float = 1.0) -> None:

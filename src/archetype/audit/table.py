@@ -16,8 +16,12 @@ from typing import Any, TypeVar
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.catalog import Catalog
+from pyiceberg.conversions import from_bytes
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.expressions import AlwaysTrue, BooleanExpression
+from pyiceberg.io.pyarrow import ArrowScan
+from pyiceberg.table import FileScanTask
+from pyiceberg.types import LongType
 
 from archetype.audit.history import dedupe, row_filter
 from archetype.audit.schema import IDENTIFIER, arrow_to_events, events_to_arrow, open_table
@@ -26,7 +30,15 @@ from archetype.commands.audit_history import AuditEvent, GetAuditHistory
 WATERMARK_PREFIX = "archetype.audit.projected-seq."
 COMMIT_ATTEMPTS = 8
 
+FIRST_WAVE = 4  # files read together at first (pyiceberg reads a wave's files in parallel)
+
 T = TypeVar("T")
+
+
+def _lowest(task: FileScanTask, field_id: int) -> int:
+    """The lowest event sequence a data file can hold (its column lower bound; 0 if unknown)."""
+    bound = (task.file.lower_bounds or {}).get(field_id)
+    return from_bytes(LongType(), bound) if bound is not None else 0
 
 
 class AuditTable:
@@ -73,8 +85,27 @@ class AuditTable:
         return self.table.scan(row_filter=expression).to_arrow()
 
     def history(self, query: GetAuditHistory) -> list[AuditEvent]:
-        rows = dedupe(self.scan(row_filter(query))).slice(0, query.limit)
-        return [AuditEvent(**event) for event in arrow_to_events(rows)]
+        """The query's first `limit` events in sequence order, each identity once.
+
+        Files are read in order of their lowest event sequence, in growing waves, and reading
+        stops once the answer is complete: no unread file can hold an earlier event. So the
+        first page of a long history reads a few files, not the whole world.
+        """
+        self.table.refresh()
+        scan = self.table.scan(row_filter=row_filter(query))
+        seq_id = self.table.schema().find_field("event_seq").field_id
+        tasks = sorted(scan.plan_files(), key=lambda task: _lowest(task, seq_id))
+        reader = ArrowScan(scan.table_metadata, scan.io, scan.projection(), scan.row_filter, scan.case_sensitive)
+        parts, read, wave = [], 0, FIRST_WAVE
+        rows = reader.to_table([])
+        while read < len(tasks):
+            parts.append(reader.to_table(tasks[read : read + wave]))
+            read, wave = read + wave, wave * 2
+            rows = dedupe(pa.concat_tables(parts))
+            if rows.num_rows >= query.limit and read < len(tasks):
+                if rows.column("event_seq")[query.limit - 1].as_py() < _lowest(tasks[read], seq_id):
+                    break
+        return [AuditEvent(**event) for event in arrow_to_events(rows.slice(0, query.limit))]
 
     def files(self, expression: BooleanExpression = AlwaysTrue()) -> tuple[int, int]:
         """(data files a scan with `expression` must read, data files in the table) at the current snapshot."""
