@@ -1,4 +1,5 @@
-"""The main job of the README: one world, durable commands of every outcome, printed as they settle."""
+"""The main job of the README: one world, durable commands of every outcome, printed as they
+settle, then projected into the local Iceberg audit table and read back with GetAuditHistory."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 import click
 from pydantic import field_validator
 
-from archetype.commands import DurableOptions
+from archetype.commands import DurableOptions, GetAuditHistory
 from archetype.runtime import Runtime
 from archetype.world import Component, CreateWorld, Despawn, QueryComponents, Spawn, Step, Update
 
@@ -81,3 +82,10 @@ async def run_demo(data: Path | None, ticks: int) -> None:
         click.echo("\noutbox:")
         for event in await rt.authority.call("read_outbox", world_id=world_id, limit=1000):
             click.echo(f"  {event['event_id']:<40} {event['command_id']:<14} {event['event_type']:<16} -> {event['status']}")
+
+        projected = await rt.audit.project_once()
+        click.echo(f"\naudit: projected {sum(projected.values())} events into the Iceberg table under {data / 'audit'}")
+        for event in await rt.dispatcher.apply(GetAuditHistory(world_id=world_id, command_id="beacon-broken")):
+            click.echo(f"  tick {event.tick} {event.command_id:<14} {event.event_type:<16} -> {event.status.value}")
+        lag = await rt.audit.lag()
+        click.echo(f"  outbox left to project: {sum(w['pending'] for w in lag)}")
