@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 
-from archetype.api.errors import HTTP_ERRORS_BY_CODE, InternalError
+from archetype.api.errors import InternalError
 from archetype.commands.errors import error_from_json
 
 DEFAULT_TIMEOUT_S = 30.0
@@ -27,8 +27,7 @@ def raise_for_error(response: httpx.Response) -> None:
         code = body["code"]
     except (ValueError, KeyError, TypeError):
         raise InternalError(f"HTTP {response.status_code} without an error code: {response.text[:200]}") from None
-    cls = HTTP_ERRORS_BY_CODE.get(code)
-    error = cls(body.get("message", "")) if cls else error_from_json(body)
+    error = error_from_json(body)
     # a code this client does not know (a newer server's) is kept, not renamed
     error.code, error.http_status = code, response.status_code
     raise error

@@ -15,7 +15,7 @@ from archetype.commands import (
     PermissionDeniedError,
     Role,
 )
-from archetype.commands.errors import ERRORS_BY_CODE
+from archetype.commands.errors import error_class
 from archetype.runtime import Runtime
 from tests.audit.conftest import populate
 
@@ -89,7 +89,7 @@ async def test_without_an_audit_log_it_fails_with_a_typed_error(tmp_path):
     async with await Runtime.open_local(tmp_path, audit=None) as rt:
         with pytest.raises(AuditUnavailableError) as raised:
             await rt.dispatcher.apply(GetAuditHistory(world_id="w1"))
-    assert raised.value.code == "audit_unavailable" and ERRORS_BY_CODE["audit_unavailable"] is AuditUnavailableError
+    assert raised.value.code == "audit_unavailable" and error_class("audit_unavailable") is AuditUnavailableError
 
 
 @pytest.mark.parametrize(

@@ -62,22 +62,6 @@ class InternalError(CommandError):
     code, http_status = "internal_error", 500
 
 
-HTTP_ERRORS_BY_CODE: dict[str, type[CommandError]] = {
-    cls.code: cls
-    for cls in (
-        UnauthenticatedError,
-        InvalidJsonError,
-        InvalidRequestError,
-        UnsupportedCommandTypeError,
-        IdempotencyKeyMismatchError,
-        CommandNotFoundError,
-        RouteNotFoundError,
-        MethodNotAllowedError,
-        PayloadTooLargeError,
-        ShuttingDownError,
-        InternalError,
-    )
-}
 _BY_HTTP_STATUS = {404: RouteNotFoundError, 405: MethodNotAllowedError, 413: PayloadTooLargeError}
 
 

@@ -78,27 +78,19 @@ class AuditUnavailableError(CommandError):
     code, http_status = "audit_unavailable", 503
 
 
-ERRORS_BY_CODE: dict[str, type[CommandError]] = {
-    cls.code: cls
-    for cls in (
-        UnregisteredOperationError,
-        NotDurableError,
-        InvalidCommandError,
-        PermissionDeniedError,
-        OperationUnavailableError,
-        CommandConflictError,
-        ReservationNotOwnedError,
-        WorldNotFoundError,
-        WorldExistsError,
-        WorldClosingError,
-        StaleWriterError,
-        LeaseLostError,
-        QuotaExceededError,
-        AuditUnavailableError,
-    )
-}
+def error_class(code: str) -> type[CommandError]:
+    """The loaded CommandError subclass with this code (CommandError itself for an unknown code).
+
+    Every subclass registers by defining `code`, wherever it lives (the HTTP layer adds its own),
+    so there is no table to keep in step.
+    """
+    pending, found = [CommandError], {}
+    while pending:
+        cls = pending.pop()
+        found.setdefault(cls.code, cls)
+        pending.extend(cls.__subclasses__())
+    return found.get(code, CommandError)
 
 
 def error_from_json(body: dict[str, str]) -> CommandError:
-    cls = ERRORS_BY_CODE.get(body.get("code", ""), CommandError)
-    return cls(body.get("message", ""))
+    return error_class(body.get("code", ""))(body.get("message", ""))
