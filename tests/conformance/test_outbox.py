@@ -69,3 +69,15 @@ async def test_failed_admissions_append_nothing(rt, world_id, authority):
     with pytest.raises(Exception):
         await rt.dispatcher.defer(Despawn(world_id=world_id, entity_id=2), at(0), command_id="k")
     assert len(await outbox(authority, world_id)) == 1
+
+
+async def test_the_columnar_read_is_the_same_page_column_by_column(rt, world_id, authority):
+    for i in range(5):
+        await rt.dispatcher.defer(Despawn(world_id=world_id, entity_id=i + 1), at(i % 2), command_id=f"c{i}")
+    await authority.call("acknowledge_outbox", world_id=world_id, up_to_seq=1)
+    rows = await authority.call("read_outbox", world_id=world_id, after_seq=0, limit=3)
+    columns = await authority.call("read_outbox_columns", world_id=world_id, after_seq=0, limit=3)
+    assert [dict(zip(columns, values)) for values in zip(*columns.values())] == rows
+    assert [e["event_seq"] for e in rows] == [2, 3, 4]
+    empty = await authority.call("read_outbox_columns", world_id=world_id, after_seq=5)
+    assert set(empty) == set(rows[0]) and all(values == [] for values in empty.values())

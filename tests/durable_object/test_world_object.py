@@ -88,6 +88,7 @@ async def ledger_script(authority, clock):
     await call("history", world_id=WORLD, status="REJECTED", limit=5)
     await call("manifests", world_id=WORLD)
     await call("read_outbox", world_id=WORLD, limit=3)
+    await call("read_outbox_columns", world_id=WORLD, limit=3)
     await call("acknowledge_outbox", world_id=WORLD, up_to_seq=2)
     await call("acknowledge_outbox", world_id=WORLD, up_to_seq=999)  # invalid_command
     await call("watermark", world_id=WORLD)

@@ -38,6 +38,7 @@ LEDGER_ROUTE_ROLES: dict[str, Role] = {
     "history": Role.operator,
     "manifests": Role.operator,
     "read_outbox": Role.operator,
+    "read_outbox_columns": Role.operator,
     "acknowledge_outbox": Role.operator,
     "watermark": Role.operator,
 }

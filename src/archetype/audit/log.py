@@ -19,7 +19,7 @@ from typing import Any
 
 from archetype.audit.catalog import local_catalog
 from archetype.audit.maintenance import Maintenance, maintain
-from archetype.audit.schema import events_to_arrow
+from archetype.audit.schema import columns_to_arrow
 from archetype.audit.table import AuditTable
 from archetype.audit.writer import ProcessWriter, encode
 from archetype.commands.audit_history import AuditEvent, GetAuditHistory
@@ -69,16 +69,16 @@ class AuditLog:
         ledger = self._ledger()
         table = await asyncio.to_thread(lambda: self.table)
         await self.writer.start()
-        events, spooled = await self._read(world_id, await self._repair(world_id, table))
-        commit = self.writer.submit(world_id, spooled) if events else None
+        sequences, spooled = await self._read(world_id, await self._repair(world_id, table))
+        commit = self.writer.submit(world_id, spooled) if sequences else None
         appended = 0
         try:
             while commit is not None:
-                batch = events
-                events, spooled = await self._read(world_id, batch[-1]["event_seq"]) if len(batch) == self.batch_size else ([], "")
+                batch = sequences
+                sequences, spooled = await self._read(world_id, batch[-1]) if len(batch) == self.batch_size else ([], "")
                 appended += await commit
-                commit = self.writer.submit(world_id, spooled) if events else None
-                await ledger.call("acknowledge_outbox", world_id=world_id, up_to_seq=batch[-1]["event_seq"])
+                commit = self.writer.submit(world_id, spooled) if sequences else None
+                await ledger.call("acknowledge_outbox", world_id=world_id, up_to_seq=batch[-1])
                 if progress is not None:
                     progress(len(batch))
         except BaseException:
@@ -87,11 +87,14 @@ class AuditLog:
             raise
         return appended
 
-    async def _read(self, world_id: str, after_seq: int) -> tuple[list[dict[str, Any]], str]:
-        events = await self._ledger().call("read_outbox", world_id=world_id, after_seq=after_seq, limit=self.batch_size)
-        if not events:
-            return events, ""
-        return events, await asyncio.to_thread(lambda: encode(events_to_arrow(events), self.writer.spool))
+    async def _read(self, world_id: str, after_seq: int) -> tuple[list[int], str]:
+        """The next page's event sequences and its spooled Arrow file ("" when the page is empty)."""
+        columns = await self._ledger().call(
+            "read_outbox_columns", world_id=world_id, after_seq=after_seq, limit=self.batch_size
+        )
+        if not columns["event_seq"]:
+            return [], ""
+        return columns["event_seq"], await asyncio.to_thread(lambda: encode(columns_to_arrow(columns), self.writer.spool))
 
     async def _repair(self, world_id: str, table: AuditTable) -> int:
         """Acknowledge what the table already holds but the ledger does not know is projected

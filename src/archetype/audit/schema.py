@@ -116,17 +116,23 @@ def evolve_schema(table: Table) -> Table:
     return table
 
 
+OUTBOX_COLUMNS = ("event_id", "world_id", "event_seq", "command_id", "event_type", "status", "operation", "tick",
+                  "principal", "origin", "payload")  # fmt: skip
+
+
+def columns_to_arrow(columns: dict[str, list[Any]]) -> pa.Table:
+    """Outbox columns (field name -> values, as `read_outbox_columns` answers) -> an Arrow table of
+    the audit schema."""
+    occurred_ms = pa.array(columns["occurred_at"], pa.int64())
+    arrays = {name: pa.array(columns[name], ARROW_SCHEMA.field(name).type) for name in OUTBOX_COLUMNS}
+    arrays["occurred_at"] = pc.multiply(occurred_ms, 1000).cast(pa.timestamp("us", tz="UTC"))
+    arrays["occurred_day"] = pc.divide(occurred_ms, MS_PER_DAY).cast(pa.int32()).cast(pa.date32())
+    return pa.table([arrays[f.name] for f in ARROW_SCHEMA], schema=ARROW_SCHEMA)
+
+
 def events_to_arrow(events: list[dict[str, Any]]) -> pa.Table:
-    """Outbox event dicts -> an Arrow table of the audit schema, built column by column."""
-    occurred_ms = pa.array([e["occurred_at"] for e in events], pa.int64())
-    columns = {
-        name: pa.array([e[name] for e in events], ARROW_SCHEMA.field(name).type)
-        for name in ("event_id", "world_id", "event_seq", "command_id", "event_type", "status", "operation",
-                     "tick", "principal", "origin", "payload")  # fmt: skip
-    }
-    columns["occurred_at"] = pc.multiply(occurred_ms, 1000).cast(pa.timestamp("us", tz="UTC"))
-    columns["occurred_day"] = pc.divide(occurred_ms, MS_PER_DAY).cast(pa.int32()).cast(pa.date32())
-    return pa.table([columns[f.name] for f in ARROW_SCHEMA], schema=ARROW_SCHEMA)
+    """Outbox event dicts (as `read_outbox` answers or the audit Queue delivers) -> an Arrow table."""
+    return columns_to_arrow({name: [e[name] for e in events] for name in (*OUTBOX_COLUMNS, "occurred_at")})
 
 
 def arrow_to_events(table: pa.Table) -> list[dict[str, Any]]:

@@ -48,7 +48,7 @@ ERROR_TEXT_LIMIT = 500
 LEDGER_METHODS = (
     "create_world", "world_info", "list_worlds", "acquire_writer", "load_state", "reserve_entity_ids",
     "reserve_spawn", "admit", "lease", "release", "fail", "publish", "destroy", "command", "history",
-    "manifests", "read_outbox", "acknowledge_outbox", "watermark",
+    "manifests", "read_outbox", "read_outbox_columns", "acknowledge_outbox", "watermark",
 )  # fmt: skip
 
 
@@ -436,10 +436,24 @@ class Ledger:
 
     # -- outbox --
     def read_outbox(self, world_id: str, after_seq: int = 0, limit: int = 100) -> list[dict[str, Any]]:
-        def run() -> list[dict[str, Any]]:
+        """Unacknowledged events after `after_seq`, in sequence order, one dict per event."""
+        return [_row(OUTBOX_FIELDS, r) for r in self._outbox_page(q.READ_OUTBOX, world_id, after_seq, limit)]
+
+    def read_outbox_columns(self, world_id: str, after_seq: int = 0, limit: int = 100) -> dict[str, list[Any]]:
+        """The same page as `read_outbox`, column by column (field name -> values): what a columnar
+        projector wants, without building a Python object per event."""
+        (arrays,) = self._outbox_page(q.READ_OUTBOX_COLUMNS, world_id, after_seq, limit)
+        columns = {field: json.loads(array) for field, array in zip(OUTBOX_FIELDS, arrays, strict=True)}
+        sequences = columns["event_seq"]
+        if sequences != sorted(sequences):  # SQLite keeps the subquery's order; checked, never assumed
+            order = sorted(range(len(sequences)), key=sequences.__getitem__)
+            columns = {field: [values[i] for i in order] for field, values in columns.items()}
+        return columns
+
+    def _outbox_page(self, statement: str, world_id: str, after_seq: int, limit: int) -> list[tuple]:
+        def run() -> list[tuple]:
             after = max(after_seq, self._world(world_id)["projected_seq"])
-            rows = self._port.execute(q.READ_OUTBOX, (world_id, after, limit))
-            return [_row(OUTBOX_FIELDS, r) for r in rows]
+            return self._port.execute(statement, (world_id, after, limit))
 
         return self._port.transaction(run)
 

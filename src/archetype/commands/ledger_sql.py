@@ -85,7 +85,7 @@ SCHEMA = (
         origin TEXT NOT NULL,
         occurred_at INTEGER NOT NULL,
         payload TEXT NOT NULL,
-        PRIMARY KEY (world_id, event_seq))""",
+        PRIMARY KEY (world_id, event_seq)) WITHOUT ROWID""",
     """CREATE TABLE IF NOT EXISTS quota_usage (
         world_id TEXT NOT NULL,
         principal TEXT NOT NULL,
@@ -184,6 +184,11 @@ OUTBOX_COLUMNS = (
     "occurred_at, payload"
 )
 READ_OUTBOX = f"SELECT {OUTBOX_COLUMNS} FROM outbox WHERE world_id = ? AND event_seq > ? ORDER BY event_seq LIMIT ?"
+# The same page as one row of JSON arrays, one per column: no Python tuple per event.
+READ_OUTBOX_COLUMNS = (
+    "SELECT " + ", ".join(f"json_group_array({column.strip()})" for column in OUTBOX_COLUMNS.split(","))
+    + f" FROM ({READ_OUTBOX})"
+)
 DELETE_OUTBOX_UPTO = "DELETE FROM outbox WHERE world_id = ? AND event_seq <= ?"
 COUNT_OUTBOX = "SELECT count(*) FROM outbox WHERE world_id = ? AND event_seq > ?"
 
