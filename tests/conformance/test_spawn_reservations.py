@@ -84,3 +84,16 @@ async def test_a_restarted_world_never_hands_out_a_reserved_id_again(rt, make_ru
     assert (await records(restarted, world_id))["later"].status == "APPLIED"
     world = await restarted.worlds.get(world_id)
     assert world.exists(reserved.entity_id) and world.exists(spawned)
+
+
+async def test_a_spawn_over_quota_reserves_nothing(make_runtime, world_id, authority):
+    from archetype.commands import QuotaExceededError
+
+    limited = make_runtime("gateway")
+    limited.scheduler.quota = 1
+    await limited.dispatcher.defer_spawn_as(PLAYER, ship(world_id), at(0), command_id="first")
+    before = await authority.call("world_info", world_id=world_id)
+    with pytest.raises(QuotaExceededError):
+        await limited.dispatcher.defer_spawn_as(PLAYER, ship(world_id, hp=2), at(0), command_id="second")
+    assert await authority.call("world_info", world_id=world_id) == before
+    assert (await limited.dispatcher.defer_spawn_as(PLAYER, ship(world_id, hp=2), at(1), command_id="second")).entity_id

@@ -168,8 +168,12 @@ class Ledger:
 
         return self._port.transaction(run)
 
-    def reserve_spawn(self, world_id: str, command_id: str, request_digest: str) -> int:
-        """Bind exactly one entity id to a spawn command; a retry with the same request gets it back."""
+    def reserve_spawn(self, world_id: str, command_id: str, request_digest: str, quota: int | None = None,
+                      principal: str | None = None, scheduled_tick: int = 0) -> int:  # fmt: skip
+        """Bind exactly one entity id to a spawn command; a retry with the same request gets it back.
+
+        With a `quota`, a spawn its admission would refuse reserves nothing (admission charges it).
+        """
 
         def run() -> int:
             rows = self._port.execute(q.GET_RESERVATION, (world_id, command_id))
@@ -180,6 +184,8 @@ class Ledger:
             if self._port.execute(q.GET_COMMAND, (world_id, command_id)):
                 raise CommandConflictError(f"command {command_id!r} already exists and is not this spawn")
             first = self._active_world(world_id)["next_entity_id"]
+            if quota is not None:
+                self._check_quota(world_id, {(principal or "", scheduled_tick): 1}, quota)
             now = self._clock.now_ms()
             self._port.execute(q.TAKE_ENTITY_IDS, (1, now, world_id))
             self._port.execute(q.INSERT_RESERVATION, (world_id, command_id, first, request_digest, now))
@@ -272,6 +278,11 @@ class Ledger:
         for row in rows:
             key = (row["principal"] or "", row["scheduled_tick"])
             wanted[key] = wanted.get(key, 0) + 1
+        self._check_quota(world_id, wanted, quota)
+        for (principal, tick), count in wanted.items():
+            self._port.execute(q.ADD_QUOTA_USAGE, (world_id, principal, tick, count))
+
+    def _check_quota(self, world_id: str, wanted: dict[tuple[str, int], int], quota: int) -> None:
         for (principal, tick), count in wanted.items():
             used_rows = self._port.execute(q.GET_QUOTA_USAGE, (world_id, principal, tick))
             used = used_rows[0][0] if used_rows else 0
@@ -280,8 +291,6 @@ class Ledger:
                     f"{principal or 'trusted caller'} may admit {quota} commands for tick {tick} of world "
                     f"{world_id!r}; {used} already admitted, {count} more asked"
                 )
-        for (principal, tick), count in wanted.items():
-            self._port.execute(q.ADD_QUOTA_USAGE, (world_id, principal, tick, count))
 
     # -- leasing --
     def lease(self, world_id: str, owner: str, writer_epoch: int, tick: int, limit: int, lease_ms: int) -> list[dict[str, Any]]:

@@ -161,8 +161,9 @@ class CommandScheduler:
             "principal": actor.principal if actor else None,
         }
         entity_id = await self.authority.call(
-            "reserve_spawn", world_id=op.world_id, command_id=command_id, request_digest=digest(request)
-        )
+            "reserve_spawn", world_id=op.world_id, command_id=command_id, request_digest=digest(request),
+            quota=self.quota if actor else None, principal=request["principal"], scheduled_tick=options.tick,
+        )  # fmt: skip
         reserved = SpawnReserved(world_id=op.world_id, entity_id=entity_id, components=op.components)
         (identity,) = await self.admit([DeferredItem(op=reserved, options=options, command_id=command_id)], actor, origin)
         return SpawnAdmission(command=identity, entity_id=entity_id)
