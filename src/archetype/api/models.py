@@ -8,7 +8,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from archetype.commands.http_translator import SubmitCommandRequest
-from archetype.commands.scheduler import CommandIdentity, CommandStatus
+from archetype.commands.scheduler import CommandIdentity, CommandSummary
 from archetype.world.operations import CreateWorld
 
 MAX_BATCH = 1000
@@ -64,29 +64,14 @@ class BatchAccepted(BaseModel):
     commands: list[CommandAccepted]
 
 
-class CommandView(BaseModel):
-    command_id: str
-    world_id: str
-    sequence: int
-    operation: str
+class CommandView(CommandSummary):
+    """A ledger row over HTTP: the shared fields plus the canonical payload as JSON."""
+
     payload: dict[str, Any]
-    status: CommandStatus
-    scheduled_tick: int
-    priority: int
-    attempts: int
-    max_attempts: int
-    applied_tick: int | None
-    last_error: str | None
-    principal: str | None
-    origin: str
-    reserved_entity_id: int | None
-    created_at: int
-    updated_at: int
 
     @classmethod
     def of(cls, row: dict[str, Any]) -> CommandView:
-        fields = {name: row[name] for name in cls.model_fields if name != "payload"}
-        return cls(**fields, payload=json.loads(row["payload"]))
+        return cls(**cls.summary_fields(row), payload=json.loads(row["payload"]))
 
 
 class HistoryPage(BaseModel):

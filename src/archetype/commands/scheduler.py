@@ -67,18 +67,15 @@ class SpawnAdmission(BaseModel):
     entity_id: int
 
 
-class CommandRecord(BaseModel):
-    """A ledger row as the scheduler reports it. `operation_model` is None when the row could not
-    be verified against its exact registration; `problem` then says why."""
+class CommandSummary(BaseModel):
+    """The fields of a ledger row every view of a command shares."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     command_id: str
     world_id: str
     sequence: int
     operation: str
-    operation_model: Any
-    problem: str | None
     status: CommandStatus
     scheduled_tick: int
     priority: int
@@ -91,6 +88,20 @@ class CommandRecord(BaseModel):
     reserved_entity_id: int | None
     created_at: int
     updated_at: int
+
+    @classmethod
+    def summary_fields(cls, row: dict[str, Any]) -> dict[str, Any]:
+        return {name: row[name] for name in CommandSummary.model_fields}
+
+
+class CommandRecord(CommandSummary):
+    """A ledger row as the scheduler reports it. `operation_model` is None when the row could not
+    be verified against its exact registration; `problem` then says why."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    operation_model: Any
+    problem: str | None
 
 
 class CommandScheduler:
@@ -239,8 +250,7 @@ class CommandScheduler:
             problem = None
         except (LookupError, TypeError, ValueError) as exc:
             op, problem = None, f"{type(exc).__name__}: {exc}"
-        fields = {k: row[k] for k in CommandRecord.model_fields if k in row}
-        return CommandRecord(**fields, operation_model=op, problem=problem)
+        return CommandRecord(**CommandSummary.summary_fields(row), operation_model=op, problem=problem)
 
 
 class LedgerPublisher:

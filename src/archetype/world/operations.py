@@ -80,13 +80,11 @@ class Update(Operation):
     components: ComponentValues
 
 
-
 class AddComponents(Operation):
     operation: Literal["add_components"] = "add_components"
     world_id: WorldId = _world_id()
     entity_id: EntityId = _entity_id()
     components: ComponentValues
-
 
 
 class RemoveComponents(Operation):
