@@ -80,22 +80,43 @@ async def test_a_retried_tick_does_not_duplicate_staged_mutations(rt, world_id):
 async def test_a_publication_whose_answer_was_lost_is_recognised_not_replayed(rt, world_id, authority):
     await rt.dispatcher.defer(probe(world_id, "a"), at(0), command_id="a")
     world = await rt.worlds.get(world_id)
-    real = world.publisher.publish
 
-    async def lose_answer(prepared):
-        await real(prepared)
-        raise TickOutcomeUnknownError("published, but the answer was lost")
+    class AnswerLost:
+        """Publishes for real, then loses the answer, as a dropped connection would."""
 
-    world.publisher.publish = lose_answer
-    with pytest.raises(TickOutcomeUnknownError):
+        async def call(self, method, **args):
+            result = await authority.call(method, **args)
+            if method == "publish":
+                raise ConnectionResetError("connection reset after the request was sent")
+            return result
+
+    world.publisher.authority = AnswerLost()
+    with pytest.raises(TickOutcomeUnknownError, match="may or may not have committed"):
         await step(rt, world_id)
     assert world.coordinator.prepared is not None  # the prepared tick is kept
-    world.publisher.publish = real
-    assert await step(rt, world_id) == 1
+    world.publisher.authority = authority
+    assert await step(rt, world_id) == 1  # republished: recognised by its commit token
     assert len(await authority.call("manifests", world_id=world_id)) == 1
     events = [e["event_type"] for e in await outbox(authority, world_id) if e["command_id"] == "a"]
     assert events == ["admitted", "applied"]
     assert await step(rt, world_id) == 0 and world.tick == 1
+
+
+async def test_a_definitive_refusal_of_a_publication_is_not_ambiguous(rt, world_id, authority):
+    from archetype.commands import StaleWriterError
+
+    await rt.dispatcher.defer(probe(world_id, "a"), at(0), command_id="a")
+    world = await rt.worlds.get(world_id)
+
+    class FencedJustBeforePublishing:
+        async def call(self, method, **args):
+            if method == "publish":
+                await authority.call("acquire_writer", world_id=world_id)  # another runner takes over
+            return await authority.call(method, **args)
+
+    world.publisher.authority = FencedJustBeforePublishing()
+    with pytest.raises(StaleWriterError):
+        await world.step()
 
 
 async def test_permanent_failures_are_rejected_and_the_drain_continues(rt, world_id):

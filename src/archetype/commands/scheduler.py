@@ -16,11 +16,11 @@ from pydantic import BaseModel, ConfigDict
 
 from archetype.canonical import canonical_json, digest
 from archetype.commands.authority import Authority
-from archetype.commands.errors import InvalidCommandError
+from archetype.commands.errors import CommandError, InvalidCommandError
 from archetype.commands.identity import command_digest
 from archetype.commands.options import ActorCtx, DurableOptions
 from archetype.commands.registry import OperationRegistry, OperationSpec
-from archetype.world.commit import PreparedTick
+from archetype.world.commit import PreparedTick, TickOutcomeUnknownError
 from archetype.world.operations import Spawn, SpawnReserved
 
 COMMAND_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
@@ -269,9 +269,20 @@ class LedgerPublisher:
             }
             for w in prepared.writes
         ]
-        await self.authority.call(
-            "publish", world_id=manifest.world_id, owner=self.owner, manifest=manifest.model_dump(mode="json"), writes=writes
-        )
+        try:
+            await self.authority.call(
+                "publish", world_id=manifest.world_id, owner=self.owner, manifest=manifest.model_dump(mode="json"),
+                writes=writes,
+            )  # fmt: skip
+        except CommandError:
+            raise  # the authority answered: a definitive refusal
+        except Exception as exc:
+            # No answer (connection dropped, timeout, storage error): the tick may have committed.
+            # The world keeps the prepared tick; republishing it is safe, its commit token dedups.
+            raise TickOutcomeUnknownError(
+                f"publication of tick {manifest.tick} of world {manifest.world_id!r} may or may not have committed: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
 
 
 class AuthorityIdSource:
