@@ -7,7 +7,6 @@ bulk work through `json_each(?)` so no statement binds more than a handful of pa
 
 SCHEMA_VERSION = 1
 
-OPEN_STATUSES = ("PENDING", "LEASED", "RETRYABLE")
 
 SCHEMA = (
     """CREATE TABLE IF NOT EXISTS meta (
@@ -190,7 +189,6 @@ READ_OUTBOX_COLUMNS = (
     + f" FROM ({READ_OUTBOX})"
 )
 DELETE_OUTBOX_UPTO = "DELETE FROM outbox WHERE world_id = ? AND event_seq <= ?"
-COUNT_OUTBOX = "SELECT count(*) FROM outbox WHERE world_id = ? AND event_seq > ?"
 
 # -- quotas --
 GET_QUOTA_USAGE = "SELECT used FROM quota_usage WHERE world_id = ? AND principal = ? AND scheduled_tick = ?"

@@ -42,9 +42,6 @@ class WorldState:
             if entity_id not in seen:
                 yield entity_id, components
 
-    def __len__(self) -> int:
-        return sum(1 for _ in self.items())
-
     # -- writes go to the top layer --
     def put(self, entity_id: int, components: Components | None) -> None:
         self._layers[-1][entity_id] = components

@@ -159,9 +159,6 @@ class AsyncWorld:
         ]
         return sorted(found, key=lambda item: item[0])
 
-    def entity_count(self) -> int:
-        return len(self.state)
-
     def _require(self, entity_id: int) -> Components:
         components = self.state.get(entity_id)
         if components is None:
