@@ -14,7 +14,7 @@ from archetype.commands import (
 from archetype.commands.identity import command_digest
 from archetype.world import CreateWorld, Despawn, DestroyWorld, Step, Update
 from tests.component_modules.alpha import Health, Position
-from tests.conformance.helpers import at, outbox
+from tests.conformance.helpers import AnswerLost, at, outbox
 
 
 async def test_a_persisted_row_holds_everything_the_spec_lists(rt, world_id, authority):
@@ -72,18 +72,8 @@ async def test_reusing_a_command_id_with_different_content_is_a_conflict(rt, wor
 
 
 async def test_a_conflict_survives_a_lost_answer_of_the_first_persistence(rt, world_id, authority):
-    class AnswerLost(Exception):
-        pass
-
-    class LosingAuthority:
-        async def call(self, method, **args):
-            result = await authority.call(method, **args)
-            if method == "admit":
-                raise AnswerLost("connection dropped after commit")
-            return result
-
-    rt.scheduler.authority = LosingAuthority()
-    with pytest.raises(AnswerLost):
+    rt.scheduler.authority = AnswerLost(authority, "admit")
+    with pytest.raises(ConnectionResetError):
         await rt.dispatcher.defer(Despawn(world_id=world_id, entity_id=1), at(0), command_id="k")
     rt.scheduler.authority = authority
     with pytest.raises(CommandConflictError):

@@ -6,7 +6,7 @@ from archetype.commands import CommandStatus
 from archetype.world import Despawn, Spawn, TickOutcomeUnknownError
 from archetype.world.world import PreTick
 from tests.component_modules.alpha import Health, Position, Velocity
-from tests.conformance.helpers import at, fail_next, labels, outbox, probe, records, statuses, step
+from tests.conformance.helpers import AnswerLost, at, fail_next, labels, outbox, probe, records, statuses, step
 
 
 async def test_a_due_spawn_introduces_its_signature_in_its_own_tick(rt, world_id):
@@ -81,16 +81,7 @@ async def test_a_publication_whose_answer_was_lost_is_recognised_not_replayed(rt
     await rt.dispatcher.defer(probe(world_id, "a"), at(0), command_id="a")
     world = await rt.worlds.get(world_id)
 
-    class AnswerLost:
-        """Publishes for real, then loses the answer, as a dropped connection would."""
-
-        async def call(self, method, **args):
-            result = await authority.call(method, **args)
-            if method == "publish":
-                raise ConnectionResetError("connection reset after the request was sent")
-            return result
-
-    world.publisher.authority = AnswerLost()
+    world.publisher.authority = AnswerLost(authority, "publish")
     with pytest.raises(TickOutcomeUnknownError, match="may or may not have committed"):
         await step(rt, world_id)
     assert world.coordinator.prepared is not None  # the prepared tick is kept
