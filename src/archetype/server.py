@@ -108,7 +108,8 @@ async def serve(config: ServeConfig) -> None:
     authority = open_local_authority(config.data, synchronous=config.synchronous)
     runtime = Runtime(authority, owner=f"serve-{os.getpid()}", audit=AuditLog.open_local(config.data, authority))
     load_modules(runtime, config.modules)
-    app = create_app(authority, registry=runtime.registry, tokens=tokens, quota=config.quota, worlds=runtime.worlds)
+    app = create_app(authority, registry=runtime.registry, tokens=tokens, quota=config.quota, worlds=runtime.worlds,
+                     audit=runtime.audit)  # fmt: skip
     server = _Server(uvicorn.Config(app, host=config.host, port=config.port, log_level=config.log_level, lifespan="off"))
 
     stop = asyncio.Event()

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
 from archetype.api import create_app
+from archetype.audit import AuditLog
 from archetype.api.runner_protocol import (
     ARGUMENTS,
     LEDGER_ROUTE_ROLES,
@@ -36,10 +37,12 @@ PROPERTY_SETTINGS = settings(max_examples=EXAMPLES, deadline=None, suppress_heal
 def edge(tmp_path):
     """A fresh app over a fresh catalog, with one world (`w1`), and a snapshot of what it persisted."""
     authority = open_local_authority(tmp_path / "data")
-    app = create_app(authority, tokens=TOKENS, max_body_bytes=16 * 1024)
+    audit = AuditLog.open_local(tmp_path / "data", authority)
+    app = create_app(authority, tokens=TOKENS, max_body_bytes=16 * 1024, audit=audit)
     with TestClient(app) as client:
         assert client.post("/worlds", json={"name": "arena", "world_id": "w1"}, headers=ADMIN).status_code == 201
         yield app, client, lambda: persisted(tmp_path / "data")
+    asyncio.run(audit.close())
     asyncio.run(authority.close())
 
 

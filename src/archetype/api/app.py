@@ -18,6 +18,7 @@ from archetype.api.auth import TokenTable, require
 from archetype.api.errors import CommandNotFoundError, InvalidRequestError, ShuttingDownError, install_error_handlers
 from archetype.api.limits import DEFAULT_MAX_BODY_BYTES, BodyLimit
 from archetype.api.models import (
+    AuditPage,
     MAX_BATCH,
     BatchAccepted,
     CommandAccepted,
@@ -32,6 +33,7 @@ from archetype.api.models import (
 from archetype.api.runner_protocol import ADMISSION_METHODS, LEDGER_ROUTE_ROLES, ledger_arguments
 from archetype.canonical import MAX_SAFE_INTEGER
 from archetype.commands.authority import Authority
+from archetype.commands.audit_history import GetAuditHistory
 from archetype.commands.dispatcher import CommandDispatcher
 from archetype.commands.errors import CommandError, UnregisteredOperationError
 from archetype.commands.families import default_registry
@@ -93,12 +95,14 @@ def create_app(
     quota: int | None = DEFAULT_QUOTA,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     worlds: Any = None,
+    audit: Any = None,
 ) -> FastAPI:
     """The HTTP application over `authority`. `tokens` maps bearer tokens to actors; `worlds` is
-    the runner's WorldHost when one shares the process (destroy then drops its loaded world)."""
+    the runner's WorldHost when one shares the process (destroy then drops its loaded world);
+    `audit` is the audit projection GetAuditHistory reads (without one it answers 503)."""
     registry = registry or default_registry()
     scheduler = CommandScheduler(registry, authority, quota=quota)
-    dispatcher = CommandDispatcher(registry, scheduler, worlds or EdgeWorlds(), origin="gateway")
+    dispatcher = CommandDispatcher(registry, scheduler, worlds or EdgeWorlds(), origin="gateway", audit=audit)
 
     app = FastAPI(title="archetype", version="1", summary="Durable world commands over HTTP")
     app.state.tokens = tokens if isinstance(tokens, TokenTable) else TokenTable(tokens or {})
@@ -172,6 +176,24 @@ def create_app(
         )
         commands = [CommandView.of(row) for row in rows]
         return HistoryPage(commands=commands, next_after=commands[-1].sequence if len(commands) == limit else None)
+
+    @app.get("/worlds/{world_id}/audit", response_model=AuditPage)
+    async def audit_history(
+        world_id: WorldIdPath,
+        actor: ActorCtx = viewer,
+        tick_from: Annotated[int | None, Query(ge=0, le=MAX_SAFE_INTEGER)] = None,
+        tick_to: Annotated[int | None, Query(ge=0, le=MAX_SAFE_INTEGER)] = None,
+        principal: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
+        command_id: Annotated[str | None, Query(min_length=1, max_length=128)] = None,
+        status: CommandStatus | None = None,
+        after: Annotated[int, Query(ge=0, le=MAX_SAFE_INTEGER, description="event sequence to continue after")] = 0,
+        limit: Annotated[int, Query(ge=1, le=MAX_BATCH)] = 100,
+    ) -> AuditPage:
+        """GetAuditHistory: the audit projection (may lag the ledger), not the ledger itself."""
+        query = GetAuditHistory(world_id=world_id, tick_from=tick_from, tick_to=tick_to, principal=principal,
+                                command_id=command_id, status=status, after_event_seq=after, limit=limit)  # fmt: skip
+        events = await dispatcher.apply_as(actor, query)
+        return AuditPage(events=events, next_after=events[-1].event_seq if len(events) == limit else None)
 
     # -- the runner protocol --
     async def call_ledger(method: str, world_id: str | None, arguments: dict[str, Any]) -> JSONResponse:

@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from archetype.commands.audit_history import AuditEvent
 from archetype.commands.http_translator import SubmitCommandRequest
 from archetype.commands.scheduler import CommandIdentity, CommandSummary
 from archetype.world.operations import CreateWorld
@@ -76,6 +77,11 @@ class CommandView(CommandSummary):
 
 class HistoryPage(BaseModel):
     commands: list[CommandView]
+    next_after: int | None = Field(description="pass as `after` for the next page; null when this page is the last")
+
+
+class AuditPage(BaseModel):
+    events: list[AuditEvent]
     next_after: int | None = Field(description="pass as `after` for the next page; null when this page is the last")
 
 
