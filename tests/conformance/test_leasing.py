@@ -1,10 +1,8 @@
 """Ordering and leasing (spec: "Ordering and leasing")."""
 
-from archetype.world import Despawn
+from archetype.world import Despawn, Spawn
 from tests.component_modules.alpha import Health
 from tests.conformance.helpers import at, manifests, records, step
-
-from archetype.world import Spawn
 
 
 def spawn(world_id, hp):

@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from archetype.canonical import canonical_json, digest
+from archetype.canonical import digest
 from archetype.commands.authority import Authority
 from archetype.commands.errors import CommandError, InvalidCommandError
 from archetype.commands.identity import command_digest
@@ -262,17 +262,10 @@ class LedgerPublisher:
 
     async def publish(self, prepared: PreparedTick) -> None:
         manifest = prepared.manifest
-        writes = [
-            {
-                "entity_id": w.entity_id,
-                "components": None if w.components is None else canonical_json([c.model_dump(mode="json") for c in w.components]),
-            }
-            for w in prepared.writes
-        ]
         try:
             await self.authority.call(
                 "publish", world_id=manifest.world_id, owner=self.owner, manifest=manifest.model_dump(mode="json"),
-                writes=writes,
+                writes=list(prepared.writes),
             )  # fmt: skip
         except CommandError:
             raise  # the authority answered: a definitive refusal

@@ -19,15 +19,6 @@ from archetype.world.components import ComponentValue
 from archetype.world.state import Layer
 
 
-class EntityWrite(BaseModel):
-    """One entity's state after the tick; `components` is None when the entity was despawned."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    entity_id: int
-    components: tuple[ComponentValue, ...] | None
-
-
 class TickManifest(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -43,7 +34,7 @@ class PreparedTick(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     manifest: TickManifest
-    writes: tuple[EntityWrite, ...]
+    writes: tuple[dict[str, Any], ...]  # as the ledger stores them: see `encode_writes`
 
 
 class CommittedTickReceipt(BaseModel):
@@ -65,19 +56,18 @@ class TickOutcomeUnknownError(RuntimeError):
     code = "tick_outcome_unknown"
 
 
-def encode_writes(layer: Layer) -> tuple[EntityWrite, ...]:
+def encode_writes(layer: Layer) -> tuple[dict[str, Any], ...]:
+    """The write-set as the ledger stores it, by entity id: each entity's component values as one
+    canonical JSON text, or None when it was despawned. The commit token is a digest of exactly this."""
     writes = []
     for entity_id in sorted(layer):
         components = layer[entity_id]
-        values = None
+        text = None
         if components is not None:
-            values = tuple(ComponentValue.from_component(components[key]) for key in sorted(components))
-        writes.append(EntityWrite(entity_id=entity_id, components=values))
+            values = [ComponentValue.from_component(components[key]) for key in sorted(components)]
+            text = canonical_json([value.model_dump(mode="json") for value in values])
+        writes.append({"entity_id": entity_id, "components": text})
     return tuple(writes)
-
-
-def writes_json(writes: tuple[EntityWrite, ...]) -> list[dict[str, Any]]:
-    return [w.model_dump(mode="json") for w in writes]
 
 
 class CommitCoordinator:
@@ -107,14 +97,14 @@ class CommitCoordinator:
             "tick": tick,
             "writer_epoch": writer_epoch,
             "applied_command_ids": list(self._staged),
-            "writes": writes_json(writes),
+            "writes": list(writes),
         }
         manifest = TickManifest(
             world_id=self.world_id,
             tick=tick,
             writer_epoch=writer_epoch,
             applied_command_ids=tuple(self._staged),
-            written_entity_ids=tuple(w.entity_id for w in writes),
+            written_entity_ids=tuple(w["entity_id"] for w in writes),
             commit_token=digest(body),
         )
         self.prepared = PreparedTick(manifest=manifest, writes=writes)
