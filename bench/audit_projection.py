@@ -25,7 +25,7 @@ ADMIT_CHUNK = 1_000
 
 
 async def build_outbox(authority, world_id: str, events: int) -> None:
-    await authority.call("create_world", world_id=world_id, name=world_id)
+    await authority.create_world(world_id=world_id, name=world_id)
     payload = json.dumps({"operation": "despawn", "world_id": world_id, "entity_id": 1}, separators=(",", ":"))
     for start in range(0, events, ADMIT_CHUNK):
         rows = [
@@ -34,12 +34,12 @@ async def build_outbox(authority, world_id: str, events: int) -> None:
              "max_attempts": 3, "reserved_entity_id": None}
             for n in range(start, min(events, start + ADMIT_CHUNK))
         ]  # fmt: skip
-        await authority.call("admit", world_id=world_id, commands=rows)
+        await authority.admit(world_id=world_id, commands=rows)
 
 
 async def read_all(authority, world_id: str) -> list[dict]:
     events, after = [], 0
-    while page := await authority.call("read_outbox", world_id=world_id, after_seq=after, limit=10_000):
+    while page := await authority.read_outbox(world_id=world_id, after_seq=after, limit=10_000):
         events += page
         after = page[-1]["event_seq"]
     return events
@@ -73,7 +73,7 @@ async def projection_round(directory: Path, events: int, batch: int) -> tuple[li
     appended = await audit.project_world("bench")
     elapsed = time.perf_counter() - started
     gc.unfreeze()
-    assert appended == events and (await authority.call("watermark", world_id="bench"))["pending"] == 0
+    assert appended == events and (await authority.watermark(world_id="bench"))["pending"] == 0
     await audit.close()
     await authority.close()
     return rows, elapsed

@@ -179,7 +179,7 @@ async def build_ledger(directory: Path, rows: int) -> None:
     authority = open_local_authority(directory, synchronous="NORMAL")
     try:
         for world_id in (BENCH_WORLD, RAW_WORLD):
-            await authority.call("create_world", world_id=world_id, name=world_id)
+            await authority.create_world(world_id=world_id, name=world_id)
         filler = _spawn(BENCH_WORLD, 0)
         payload = default_registry().resolve(filler).payload_of(filler)
         template = {
@@ -188,7 +188,7 @@ async def build_ledger(directory: Path, rows: int) -> None:
         }  # fmt: skip
         for start in range(0, rows, BATCH):
             batch = [{**template, "command_id": f"fill-{i}"} for i in range(start, min(rows, start + BATCH))]
-            await authority.call("admit", world_id=BENCH_WORLD, commands=batch)
+            await authority.admit(world_id=BENCH_WORLD, commands=batch)
     finally:
         await authority.close()
 

@@ -52,13 +52,19 @@ def _server_options(fn):
 @click.option("--module", "modules", multiple=True, help="Import this module (components; optional setup(runtime)).")
 @click.option("--synchronous", type=click.Choice(["FULL", "NORMAL"]), default="FULL", show_default=True,
               help="SQLite durability of the catalog.")
+@click.option("--runner-id", default=None,
+              help="This runner's stable identity in the catalog (default: serve@<hostname>). A restarted runner "
+                   "with the same id recovers its own leases at once; two live runners never share one.")
 @click.option("--log-level", default="warning", show_default=True, help="uvicorn log level.")  # fmt: skip
 def serve(**options) -> None:
     """Serve the HTTP API over the local catalog and step every active world."""
-    from archetype.server import ServeConfig, serve
+    from archetype.server import RunnerBusyError, ServeConfig, serve
 
     options["modules"] = tuple(options["modules"])
-    asyncio.run(serve(ServeConfig(**{name: value for name, value in options.items() if value is not None})))
+    try:
+        asyncio.run(serve(ServeConfig(**{name: value for name, value in options.items() if value is not None})))
+    except RunnerBusyError as exc:
+        raise click.UsageError(str(exc)) from None
 
 
 @main.command()

@@ -80,7 +80,7 @@ async def run_demo(data: Path | None, ticks: int) -> None:
                 f"applied_tick={record.applied_tick} {record.last_error or ''}"
             )
         click.echo("\noutbox:")
-        for event in await rt.authority.call("read_outbox", world_id=world_id, limit=1000):
+        for event in await rt.authority.read_outbox(world_id=world_id, limit=1000):
             click.echo(f"  {event['event_id']:<40} {event['command_id']:<14} {event['event_type']:<16} -> {event['status']}")
 
         projected = await rt.audit.project_once()

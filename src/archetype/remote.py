@@ -1,6 +1,6 @@
 """HttpAuthority: the `Authority` interface over the HTTP runner protocol (CPython only: httpx).
 
-`await authority.call(method, **args)` posts the arguments to `/worlds/{world_id}/ledger/{method}`
+Each ledger method posts the arguments to `/worlds/{world_id}/ledger/{method}`
 (or `/ledger/{method}` for a method without a world) and answers the ledger's JSON result. An
 error answer is re-raised as the typed `CommandError` its `code` names, so a runner sees the same
 exceptions from a remote authority as from the local one.
@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 
 from archetype.api.errors import InternalError
+from archetype.commands.authority import Authority
 from archetype.commands.errors import error_from_json
 
 DEFAULT_TIMEOUT_S = 30.0
@@ -33,7 +34,7 @@ def raise_for_error(response: httpx.Response) -> None:
     raise error
 
 
-class HttpAuthority:
+class HttpAuthority(Authority):
     def __init__(self, url: str, *, token: str, timeout: float = DEFAULT_TIMEOUT_S,
                  transport: httpx.AsyncBaseTransport | None = None) -> None:  # fmt: skip
         self.url = url.rstrip("/")
@@ -41,7 +42,8 @@ class HttpAuthority:
             base_url=self.url, headers={"Authorization": f"Bearer {token}"}, timeout=timeout, transport=transport
         )
 
-    async def call(self, method: str, **args: Any) -> Any:
+    async def rpc(self, method: str, arguments: dict[str, Any]) -> Any:
+        args = dict(arguments)
         world_id = args.pop("world_id", None)
         path = f"/ledger/{method}" if world_id is None else f"/worlds/{world_id}/ledger/{method}"
         response = await self._client.post(path, json=args)

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import importlib
 import json
 import logging
 import os
 import secrets
+import re
 import signal
+import socket
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -28,10 +31,12 @@ from archetype.api.auth import TOKENS_ENV, TokenTable
 from archetype.audit import AuditLog
 from archetype.commands.errors import CommandError
 from archetype.runtime import Runtime
-from archetype.world.operations import Step
+from archetype.world.operations import DestroyWorld, Step
 from local_catalog import open_local_authority
 
 log = logging.getLogger("archetype.serve")
+
+RUNNER_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@:-]{0,127}")
 
 
 @dataclass(frozen=True)
@@ -45,6 +50,38 @@ class ServeConfig:
     modules: tuple[str, ...] = field(default_factory=tuple)
     synchronous: str = "FULL"
     log_level: str = "warning"
+    runner_id: str | None = None
+
+
+class RunnerBusyError(RuntimeError):
+    """Another live process already runs with this runner id on this data directory."""
+
+
+@contextlib.contextmanager
+def runner_identity(data: Path, runner_id: str | None) -> Iterator[str]:
+    """Hold this runner's id for the life of the process.
+
+    The id is stable across restarts (so a restarted runner takes back its own leases at once
+    and a crash is recognised as one), and exclusive: an OS lock on `<data>/runners/<id>.lock`
+    refuses a second live process with the same id. The OS drops the lock when the process dies,
+    however it dies.
+    """
+    runner_id = runner_id or f"serve@{socket.gethostname()}"
+    if not RUNNER_ID_PATTERN.fullmatch(runner_id):
+        raise ValueError(f"runner id {runner_id!r} must match {RUNNER_ID_PATTERN.pattern}")
+    folder = data / "runners"
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / f"{runner_id}.lock", "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RunnerBusyError(
+                f"runner {runner_id!r} is already running on {data}; stop it, or give this one another --runner-id"
+            ) from None
+        try:
+            yield runner_id
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 class _Server(uvicorn.Server):
@@ -76,13 +113,15 @@ def load_modules(runtime: Runtime, modules: tuple[str, ...]) -> None:
 
 async def step_active_worlds(runtime: Runtime, stop: asyncio.Event) -> None:
     try:
-        worlds = await runtime.authority.call("list_worlds")
+        worlds = await runtime.authority.list_worlds()
     except Exception:
         log.exception("could not list the worlds; trying again next tick")
         return
     for world in worlds:
         if stop.is_set():
             return
+        if world["status"] == "CLOSING":  # a destroy that stopped between its transactions
+            await finish_destroy(runtime, world["world_id"])
         if world["status"] != "ACTIVE":
             continue
         try:
@@ -91,6 +130,13 @@ async def step_active_worlds(runtime: Runtime, stop: asyncio.Event) -> None:
             log.warning("world %s not stepped: %s: %s", world["world_id"], exc.code, exc.message)
         except Exception:
             log.exception("world %s failed its tick; it is retried next tick", world["world_id"])
+
+
+async def finish_destroy(runtime: Runtime, world_id: str) -> None:
+    try:
+        await runtime.dispatcher.apply(DestroyWorld(world_id=world_id))
+    except Exception:
+        log.exception("could not finish destroying world %s; trying again next tick", world_id)
 
 
 async def run_worlds(runtime: Runtime, stop: asyncio.Event, tick_rate: float) -> None:
@@ -104,9 +150,15 @@ async def run_worlds(runtime: Runtime, stop: asyncio.Event, tick_rate: float) ->
 
 
 async def serve(config: ServeConfig) -> None:
+    config.data.mkdir(parents=True, exist_ok=True)
+    with runner_identity(config.data, config.runner_id) as runner_id:
+        await _serve(config, runner_id)
+
+
+async def _serve(config: ServeConfig, runner_id: str) -> None:
     tokens = load_tokens(config.tokens_file)
     authority = open_local_authority(config.data, synchronous=config.synchronous)
-    runtime = Runtime(authority, owner=f"serve-{os.getpid()}", audit=AuditLog.open_local(config.data, authority))
+    runtime = Runtime(authority, owner=runner_id, audit=AuditLog.open_local(config.data, authority))
     load_modules(runtime, config.modules)
     app = create_app(authority, registry=runtime.registry, tokens=tokens, quota=config.quota, worlds=runtime.worlds,
                      audit=runtime.audit)  # fmt: skip

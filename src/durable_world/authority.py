@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from archetype.commands.authority import Authority
 from archetype.commands.errors import InvalidCommandError, OperationUnavailableError, UnregisteredOperationError
 from archetype.commands.ledger import LEDGER_METHODS
 from durable_world.envelope import unwrap
@@ -17,11 +18,11 @@ from durable_world.ffi import to_py
 UNROUTABLE = frozenset({"list_worlds"})
 
 
-class DurableObjectAuthority:
+class DurableObjectAuthority(Authority):
     def __init__(self, namespace: Any) -> None:
         self._namespace = namespace
 
-    async def call(self, method: str, **args: Any) -> Any:
+    async def rpc(self, method: str, args: dict[str, Any]) -> Any:
         if method not in LEDGER_METHODS:
             raise UnregisteredOperationError(f"{method!r} is not a ledger method")
         if method in UNROUTABLE:
@@ -33,6 +34,3 @@ class DurableObjectAuthority:
             raise InvalidCommandError(f"{method} needs the world_id that names its Durable Object")
         stub = self._namespace.get(self._namespace.idFromName(args["world_id"]))
         return unwrap(to_py(await getattr(stub, method)(args)))
-
-    async def close(self) -> None:
-        return None

@@ -32,9 +32,9 @@ except ImportError:  # CPython: the same constructor shape, hosted by the stand-
 log = logging.getLogger(__name__)
 
 QUEUE_BINDING = "AUDIT_QUEUE"
-# Calls whose transaction may append outbox events (admission, dead-lettering on lease, failure,
+# Calls whose transaction may append outbox events (admission, a crash charged on lease,
 # publication, cancellation on destroy).
-EVENT_WRITERS = frozenset({"admit", "lease", "fail", "publish", "destroy"})
+EVENT_WRITERS = frozenset({"admit", "lease", "publish", "destroy"})
 # A short delay lets a burst of admissions share one batch; a failed send is retried after a pause.
 DELIVERY_DELAY_MS = 1_000
 RETRY_DELAY_MS = 10_000
@@ -56,6 +56,10 @@ class WorldObject(DurableObject):
                 inspect.signature(ledger_method).bind(**args)
             except TypeError as exc:
                 raise InvalidCommandError(f"bad arguments for {method}: {exc}") from None
+            if method == "destroy":
+                # Armed before the destroy starts: if the object dies between its transactions,
+                # the alarm finishes it (alarms survive restarts; see `alarm`).
+                await self._arm_alarm(DELIVERY_DELAY_MS)
             result = ledger_method(**args)
         except CommandError as exc:
             return failure(exc)
@@ -64,20 +68,26 @@ class WorldObject(DurableObject):
         return success(result)
 
     async def _schedule_delivery(self, world_id: str) -> None:
-        if self._queue() is None or number_or_none(await self.ctx.storage.getAlarm()) is not None:
-            return
-        if self.ledger.watermark(world_id)["pending"] > 0:
-            await self.ctx.storage.setAlarm(self.clock.now_ms() + DELIVERY_DELAY_MS)
+        if self._queue() is not None and self.ledger.watermark(world_id)["pending"] > 0:
+            await self._arm_alarm(DELIVERY_DELAY_MS)
+
+    async def _arm_alarm(self, delay_ms: int) -> None:
+        if number_or_none(await self.ctx.storage.getAlarm()) is None:
+            await self.ctx.storage.setAlarm(self.clock.now_ms() + delay_ms)
 
     def _queue(self) -> Any:
         return getattr(self.env, QUEUE_BINDING, None)
 
     async def alarm(self, alarm_info: Any = None) -> None:
+        worlds = self.ledger.list_worlds()
+        for world in worlds:
+            if world["status"] == "CLOSING":  # a destroy interrupted between its transactions
+                self.ledger.destroy(world["world_id"])
         queue = self._queue()
         if queue is None:
             return
         more = False
-        for world in self.ledger.list_worlds():
+        for world in worlds:
             try:
                 more = await deliver_outbox(self.ledger, world["world_id"], queue) or more
             except Exception:

@@ -15,28 +15,16 @@ from archetype.audit.writer import AuditWriteError
 from archetype.commands import DurableOptions, GetAuditHistory
 from archetype.world import Despawn
 from tests.audit.conftest import DAY_MS, populate
+from tests.support.faults import AuthoritySeam
 
 pytestmark = pytest.mark.timeout(120)
 
 EXPECTED = {"w1": 5, "w2": 1}  # events appended per world by populate()
 
 
-class RecordingAuthority:
+def RecordingAuthority(inner, before=None) -> AuthoritySeam:
     """The real authority, with a hook run before each call (to observe or to fail it)."""
-
-    def __init__(self, inner, before=None) -> None:
-        self.inner = inner
-        self.before = before
-        self.calls: list[tuple[str, dict]] = []
-
-    async def call(self, method, **args):
-        self.calls.append((method, args))
-        if self.before is not None:
-            self.before(method, args)
-        return await self.inner.call(method, **args)
-
-    async def close(self):
-        await self.inner.close()
+    return AuthoritySeam(inner, before=before)
 
 
 def rows_of(audit: AuditLog, world_id: str) -> list[int]:
@@ -48,7 +36,7 @@ async def test_projection_appends_each_event_once_and_acknowledges_it(rt, clock)
     assert await rt.audit.project_once() == EXPECTED
     assert rows_of(rt.audit, "w1") == [1, 2, 3, 4, 5]
     assert [lag["pending"] for lag in await rt.audit.lag()] == [0, 0]
-    assert await rt.authority.call("read_outbox", world_id="w1") == []
+    assert await rt.authority.read_outbox(world_id="w1") == []
     assert await rt.audit.project_once() == {}  # nothing pending: no empty commits either
     assert len(rt.audit.table.table.snapshots()) == 2
 
@@ -75,8 +63,8 @@ async def test_a_failed_append_acknowledges_nothing_and_the_next_round_recovers(
     data_files.write_text("not a directory")  # the writer cannot store Parquet files: every append fails
     with pytest.raises(AuditWriteError):
         await rt.audit.project_world("w1")
-    assert (await rt.authority.call("watermark", world_id="w1"))["pending"] == 5
-    assert len(await rt.authority.call("read_outbox", world_id="w1")) == 5
+    assert (await rt.authority.watermark(world_id="w1"))["pending"] == 5
+    assert len(await rt.authority.read_outbox(world_id="w1")) == 5
     assert rows_of(rt.audit, "w1") == []
 
     data_files.unlink()
@@ -96,11 +84,11 @@ async def test_a_crash_between_append_and_acknowledgement_replays_without_duplic
         await crashing.project_world("w1")
     await crashing.close()
     assert rows_of(rt.audit, "w1") == [1, 2, 3, 4, 5]  # committed ...
-    assert (await rt.authority.call("watermark", world_id="w1"))["pending"] == 5  # ... not acknowledged
+    assert (await rt.authority.watermark(world_id="w1"))["pending"] == 5  # ... not acknowledged
 
     restarted = AuditLog.open_local(tmp_path / "data", RecordingAuthority(rt.authority))
     assert await restarted.project_world("w1") == 0  # the committed mark says: nothing to append
-    assert (await restarted.authority.call("watermark", world_id="w1"))["pending"] == 0
+    assert (await restarted.authority.watermark(world_id="w1"))["pending"] == 0
     assert rows_of(restarted, "w1") == [1, 2, 3, 4, 5]
     history = await restarted.history(GetAuditHistory(world_id="w1"))
     assert [e.event_seq for e in history] == [1, 2, 3, 4, 5]
@@ -109,7 +97,7 @@ async def test_a_crash_between_append_and_acknowledgement_replays_without_duplic
 
 async def test_duplicate_rows_from_a_replayed_delivery_are_invisible_in_history(rt, clock):
     await populate(rt, clock)
-    events = await rt.authority.call("read_outbox", world_id="w1")
+    events = await rt.authority.read_outbox(world_id="w1")
     rt.audit.table.append(events)
     rt.audit.table.append(list(reversed(events[1:4])))  # a redelivery, out of order
     assert len(rows_of(rt.audit, "w1")) == 8

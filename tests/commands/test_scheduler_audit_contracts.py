@@ -89,13 +89,13 @@ async def test_outbox_events_are_written_in_the_same_transaction_as_the_state_ch
         else:
             await rt.dispatcher.apply(Step(world_id=wid))
     port.fail = False
-    row = await rt.authority.call("command", world_id=wid, command_id="c")
-    events = await rt.authority.call("read_outbox", world_id=wid)
+    row = await rt.authority.command(world_id=wid, command_id="c")
+    events = await rt.authority.read_outbox(world_id=wid)
     if transition == "admission":
         assert row is None and events == []
     else:
         assert row["status"] in ("PENDING", "LEASED") and [e["event_type"] for e in events] == ["admitted"]
-    assert await rt.authority.call("manifests", world_id=wid) == []
+    assert await rt.authority.manifests(world_id=wid) == []
     await rt.close()
 
 
@@ -106,6 +106,6 @@ async def test_the_outbox_and_ledger_survive_a_restart(tmp_path):
     await rt.dispatcher.apply(Step(world_id=wid))
     await rt.close()
     again = await Runtime.open_local(tmp_path)
-    assert [e["event_type"] for e in await again.authority.call("read_outbox", world_id=wid)] == ["admitted", "applied"]
+    assert [e["event_type"] for e in await again.authority.read_outbox(world_id=wid)] == ["admitted", "applied"]
     assert (await again.scheduler.command(wid, "s")).status == CommandStatus.APPLIED
     await again.close()

@@ -30,7 +30,7 @@ async def records(rt, world_id: str) -> dict:
 
 
 async def outbox(authority, world_id: str) -> list[dict]:
-    return await authority.call("read_outbox", world_id=world_id, limit=10_000)
+    return await authority.read_outbox(world_id=world_id, limit=10_000)
 
 
 async def step(rt, world_id: str) -> int:
@@ -38,22 +38,9 @@ async def step(rt, world_id: str) -> int:
 
 
 async def manifests(authority, world_id: str) -> list[dict]:
-    return await authority.call("manifests", world_id=world_id, limit=10_000)
+    return await authority.manifests(world_id=world_id, limit=10_000)
 
 
 async def labels(rt, world_id: str) -> set[str]:
     world = await rt.worlds.get(world_id)
     return {components[0].label for _, components in world.query(Probe)}
-
-
-class AnswerLost:
-    """An authority that carries out `method` for real, then loses the answer (a dropped connection)."""
-
-    def __init__(self, authority, method: str) -> None:
-        self.authority, self.method = authority, method
-
-    async def call(self, method: str, **args):
-        result = await self.authority.call(method, **args)
-        if method == self.method:
-            raise ConnectionResetError(f"connection reset after {method} was carried out")
-        return result

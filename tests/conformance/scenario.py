@@ -89,10 +89,10 @@ async def snapshot(authority) -> str:
     state = {}
     for world_id in WORLDS:
         state[world_id] = {
-            "info": await authority.call("world_info", world_id=world_id),
-            "records": await authority.call("history", world_id=world_id, limit=1000),
-            "manifests": await authority.call("manifests", world_id=world_id, limit=1000),
-            "outbox": await authority.call("read_outbox", world_id=world_id, limit=1000),
-            "state": await authority.call("load_state", world_id=world_id),
+            "info": await authority.world_info(world_id=world_id),
+            "records": await authority.history(world_id=world_id, limit=1000),
+            "manifests": await authority.manifests(world_id=world_id, limit=1000),
+            "outbox": await authority.read_outbox(world_id=world_id, limit=1000),
+            "state": await authority.load_state(world_id=world_id),
         }
     return json.dumps(state, sort_keys=True, indent=1)

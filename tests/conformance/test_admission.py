@@ -14,13 +14,14 @@ from archetype.commands import (
 from archetype.commands.identity import command_digest
 from archetype.world import CreateWorld, Despawn, DestroyWorld, Step, Update
 from tests.component_modules.alpha import Health, Position
-from tests.conformance.helpers import AnswerLost, at, outbox
+from tests.support.faults import AuthoritySeam, answer_lost
+from tests.conformance.helpers import at, outbox
 
 
 async def test_a_persisted_row_holds_everything_the_spec_lists(rt, world_id, authority):
     identity = await rt.dispatcher.defer(Despawn(world_id=world_id, entity_id=5), at(3, priority=2, max_attempts=4),
                                          command_id="cmd-1")  # fmt: skip
-    row = await authority.call("command", world_id=world_id, command_id="cmd-1")
+    row = await authority.command(world_id=world_id, command_id="cmd-1")
     assert row["command_id"] == "cmd-1" and row["schema_version"] == 1
     assert row["world_id"] == world_id and row["scheduled_tick"] == 3
     assert row["priority"] == 2 and row["sequence"] == identity.sequence == 1
@@ -72,7 +73,7 @@ async def test_reusing_a_command_id_with_different_content_is_a_conflict(rt, wor
 
 
 async def test_a_conflict_survives_a_lost_answer_of_the_first_persistence(rt, world_id, authority):
-    rt.scheduler.authority = AnswerLost(authority, "admit")
+    rt.scheduler.authority = answer_lost(authority, "admit")
     with pytest.raises(ConnectionResetError):
         await rt.dispatcher.defer(Despawn(world_id=world_id, entity_id=1), at(0), command_id="k")
     rt.scheduler.authority = authority
@@ -89,7 +90,7 @@ async def test_a_batch_is_all_or_nothing(rt, world_id, authority):
     ]
     with pytest.raises(CommandConflictError):
         await rt.dispatcher.defer_batch(batch)
-    assert await authority.call("command", world_id=world_id, command_id="new-1") is None
+    assert await authority.command(world_id=world_id, command_id="new-1") is None
     assert len(await outbox(authority, world_id)) == 1
 
 
@@ -118,15 +119,6 @@ async def test_a_batch_cannot_span_worlds_or_be_empty_or_repeat_an_id(rt, world_
     assert await outbox(authority, world_id) == []
 
 
-class CountingAuthority:
-    def __init__(self, inner):
-        self.inner, self.calls = inner, []
-
-    async def call(self, method, **args):
-        self.calls.append(method)
-        return await self.inner.call(method, **args)
-
-
 async def test_unregistered_direct_only_and_invalid_commands_fail_before_the_catalog_is_touched(rt, world_id, authority):
     from typing import Literal
 
@@ -136,7 +128,7 @@ async def test_unregistered_direct_only_and_invalid_commands_fail_before_the_cat
         operation: Literal["stranger"] = "stranger"
         world_id: str
 
-    counting = CountingAuthority(authority)
+    counting = AuthoritySeam(authority)
     rt.scheduler.authority = counting
     bad = [
         (UnregisteredOperationError, Stranger(world_id=world_id), at(0), None),
@@ -162,7 +154,7 @@ async def test_admission_fails_closed_unless_the_world_is_active(rt, world_id):
 
 async def test_component_values_are_stored_by_name_and_fingerprint(rt, world_id, authority):
     await rt.dispatcher.defer(Update(world_id=world_id, entity_id=1, components=[Position(x=1, y=2)]), at(0), command_id="u")
-    row = await authority.call("command", world_id=world_id, command_id="u")
+    row = await authority.command(world_id=world_id, command_id="u")
     fingerprint = Position.component_fingerprint()
     assert row["payload"] == (
         '{"components":[{"data":{"x":1.0,"y":2.0},"fingerprint":"' + fingerprint + '","name":"Position"}],'

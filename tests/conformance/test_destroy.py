@@ -19,7 +19,7 @@ async def test_destroy_cancels_every_unsettled_command_with_events(rt, world_id,
     assert cancelled == 2
     result = await records(rt, world_id)
     assert {k: v.status for k, v in result.items()} == {"pending": "CANCELLED", "leased": "CANCELLED"}
-    assert (await authority.call("world_info", world_id=world_id))["status"] == "DESTROYED"
+    assert (await authority.world_info(world_id=world_id))["status"] == "DESTROYED"
     events = [(e["command_id"], e["event_type"], e["status"]) for e in await outbox(authority, world_id)]
     assert events[-2:] == [("pending", "cancelled", "CANCELLED"), ("leased", "cancelled", "CANCELLED")]
 
@@ -62,6 +62,6 @@ async def test_a_runner_cannot_publish_into_a_destroyed_world(rt, world_id):
     await rt.dispatcher.defer(Spawn(world_id=world_id, components=[Health(hp=1)]), at(0), command_id="s")
     world = await rt.worlds.get(world_id)
     await rt.scheduler.materialize(world, 0)
-    await rt.scheduler.authority.call("destroy", world_id=world_id)
+    await rt.scheduler.authority.destroy(world_id=world_id)
     with pytest.raises(WorldClosingError):
         await world.step()

@@ -9,9 +9,9 @@ from tests.conformance.helpers import at, records, step
 
 
 async def test_acquiring_a_world_bumps_its_writer_epoch(rt, world_id, authority):
-    before = (await authority.call("world_info", world_id=world_id))["writer_epoch"]
-    first = await authority.call("acquire_writer", world_id=world_id)
-    second = await authority.call("acquire_writer", world_id=world_id)
+    before = (await authority.world_info(world_id=world_id))["writer_epoch"]
+    first = await authority.acquire_writer(world_id=world_id)
+    second = await authority.acquire_writer(world_id=world_id)
     assert second["writer_epoch"] == first["writer_epoch"] + 1 == before + 2
 
 
@@ -24,7 +24,7 @@ async def test_a_stale_writer_fails_closed(rt, make_runtime, world_id, authority
         await step(rt, world_id)
     assert rt.worlds.loaded == []  # the fenced world is dropped, not patched up
     assert stale.tick == -1
-    assert await authority.call("manifests", world_id=world_id) == []
+    assert await authority.manifests(world_id=world_id) == []
     assert await step(newer, world_id) == 1
 
 
@@ -33,7 +33,7 @@ async def test_publishing_with_leases_taken_over_fails_closed(rt, world_id, auth
     world = await rt.worlds.get(world_id)
     await rt.scheduler.materialize(world, 0)
     clock.advance(1_000)
-    await authority.call("lease", world_id=world_id, owner="intruder", writer_epoch=world.writer_epoch,
+    await authority.lease(world_id=world_id, owner="intruder", writer_epoch=world.writer_epoch,
                          tick=0, limit=10, lease_ms=1_000)  # fmt: skip
     with pytest.raises(LeaseLostError):
         await step(rt, world_id)
@@ -69,10 +69,10 @@ async def test_a_stale_writer_cannot_settle_a_failure(rt, world_id, authority):
     from archetype.world import Despawn
 
     await rt.dispatcher.defer(Despawn(world_id=world_id, entity_id=1), at(0), command_id="c")
-    old = await authority.call("acquire_writer", world_id=world_id)
-    await authority.call("lease", world_id=world_id, owner="old", writer_epoch=old["writer_epoch"], tick=0, limit=10, lease_ms=1_000)
-    await authority.call("acquire_writer", world_id=world_id)
+    old = await authority.acquire_writer(world_id=world_id)
+    await authority.lease(world_id=world_id, owner="old", writer_epoch=old["writer_epoch"], tick=0, limit=10, lease_ms=1_000)
+    await authority.acquire_writer(world_id=world_id)
     with pytest.raises(StaleWriterError):
-        await authority.call("fail", world_id=world_id, owner="old", writer_epoch=old["writer_epoch"], command_id="c",
+        await authority.fail(world_id=world_id, owner="old", writer_epoch=old["writer_epoch"], command_id="c",
                              permanent=True, error="ValueError: late")  # fmt: skip
     assert (await records(rt, world_id))["c"].status == "LEASED"

@@ -31,8 +31,8 @@ async def test_commands_wait_for_their_tick_and_late_ones_run_at_the_next(rt, wo
 
 
 async def lease(authority, world_id, owner, tick=10, lease_ms=1_000):
-    info = await authority.call("acquire_writer", world_id=world_id)
-    rows = await authority.call("lease", world_id=world_id, owner=owner, writer_epoch=info["writer_epoch"],
+    info = await authority.acquire_writer(world_id=world_id)
+    rows = await authority.lease(world_id=world_id, owner=owner, writer_epoch=info["writer_epoch"],
                                 tick=tick, limit=100, lease_ms=lease_ms)  # fmt: skip
     return info["writer_epoch"], rows
 
@@ -41,7 +41,7 @@ async def test_leasing_never_deletes_and_records_owner_expiry_and_attempt(rt, wo
     await rt.dispatcher.defer(Despawn(world_id=world_id, entity_id=1), at(0), command_id="c")
     _, rows = await lease(authority, world_id, "owner-a")
     assert [r["command_id"] for r in rows] == ["c"]
-    row = await authority.call("command", world_id=world_id, command_id="c")
+    row = await authority.command(world_id=world_id, command_id="c")
     assert row["status"] == "LEASED" and row["lease_owner"] == "owner-a"
     assert row["lease_expires_at"] == clock.now_ms() + 1_000 and row["attempts"] == 1
 
@@ -59,9 +59,9 @@ async def test_another_owner_takes_over_only_after_expiry(rt, world_id, authorit
 
 async def test_the_same_owner_renews_without_a_new_attempt(rt, world_id, authority, clock):
     await rt.dispatcher.defer(Despawn(world_id=world_id, entity_id=1), at(0), command_id="c")
-    info = await authority.call("acquire_writer", world_id=world_id)
+    info = await authority.acquire_writer(world_id=world_id)
     for _ in range(3):
-        rows = await authority.call("lease", world_id=world_id, owner="a", writer_epoch=info["writer_epoch"],
+        rows = await authority.lease(world_id=world_id, owner="a", writer_epoch=info["writer_epoch"],
                                     tick=0, limit=10, lease_ms=1_000)  # fmt: skip
         clock.advance(10)
     assert rows[0]["attempts"] == 1 and rows[0]["lease_expires_at"] == clock.now_ms() - 10 + 1_000
@@ -74,7 +74,7 @@ async def test_a_takeover_past_the_attempt_budget_dead_letters(rt, world_id, aut
     clock.advance(1_001)
     _, rows = await lease(authority, world_id, "new-owner")
     assert [r["command_id"] for r in rows] == ["twice"]
-    dead = await authority.call("command", world_id=world_id, command_id="once")
+    dead = await authority.command(world_id=world_id, command_id="once")
     assert dead["status"] == "DEAD_LETTER" and dead["attempts"] == 1
 
 

@@ -6,7 +6,8 @@ from archetype.commands import CommandStatus
 from archetype.world import Despawn, Spawn, TickOutcomeUnknownError
 from archetype.world.world import PreTick
 from tests.component_modules.alpha import Health, Position, Velocity
-from tests.conformance.helpers import AnswerLost, at, fail_next, labels, outbox, probe, records, statuses, step
+from tests.support.faults import AuthoritySeam, answer_lost
+from tests.conformance.helpers import at, fail_next, labels, outbox, probe, records, statuses, step
 
 
 async def test_a_due_spawn_introduces_its_signature_in_its_own_tick(rt, world_id):
@@ -55,7 +56,7 @@ async def test_staged_commands_become_applied_only_when_the_tick_publishes(rt, w
     with pytest.raises(Down):
         await step(rt, world_id)
     assert (await statuses(rt, world_id))["a"] == CommandStatus.LEASED
-    assert await authority.call("manifests", world_id=world_id) == []
+    assert await authority.manifests(world_id=world_id) == []
     world.publisher.publish = publish
     assert await step(rt, world_id) == 1
     assert (await statuses(rt, world_id))["a"] == CommandStatus.APPLIED
@@ -81,13 +82,13 @@ async def test_a_publication_whose_answer_was_lost_is_recognised_not_replayed(rt
     await rt.dispatcher.defer(probe(world_id, "a"), at(0), command_id="a")
     world = await rt.worlds.get(world_id)
 
-    world.publisher.authority = AnswerLost(authority, "publish")
+    world.publisher.authority = answer_lost(authority, "publish")
     with pytest.raises(TickOutcomeUnknownError, match="may or may not have committed"):
         await step(rt, world_id)
     assert world.coordinator.prepared is not None  # the prepared tick is kept
     world.publisher.authority = authority
     assert await step(rt, world_id) == 1  # republished: recognised by its commit token
-    assert len(await authority.call("manifests", world_id=world_id)) == 1
+    assert len(await authority.manifests(world_id=world_id)) == 1
     events = [e["event_type"] for e in await outbox(authority, world_id) if e["command_id"] == "a"]
     assert events == ["admitted", "applied"]
     assert await step(rt, world_id) == 0 and world.tick == 1
@@ -99,13 +100,11 @@ async def test_a_definitive_refusal_of_a_publication_is_not_ambiguous(rt, world_
     await rt.dispatcher.defer(probe(world_id, "a"), at(0), command_id="a")
     world = await rt.worlds.get(world_id)
 
-    class FencedJustBeforePublishing:
-        async def call(self, method, **args):
-            if method == "publish":
-                await authority.call("acquire_writer", world_id=world_id)  # another runner takes over
-            return await authority.call(method, **args)
+    async def fence_before_publishing(method, arguments):
+        if method == "publish":
+            await authority.acquire_writer(world_id)  # another runner takes over
 
-    world.publisher.authority = FencedJustBeforePublishing()
+    world.publisher.authority = AuthoritySeam(authority, before=fence_before_publishing)
     with pytest.raises(StaleWriterError):
         await world.step()
 
@@ -161,7 +160,7 @@ async def test_process_fatal_base_exceptions_propagate_and_change_no_product_sta
     before = len(await outbox(authority, world_id))
     with pytest.raises(fatal):
         await step(rt, world_id)
-    row = await authority.call("command", world_id=world_id, command_id="fatal")
+    row = await authority.command(world_id=world_id, command_id="fatal")
     assert row["status"] == "LEASED" and row["last_error"] is None
     assert len(await outbox(authority, world_id)) == before
 
@@ -172,5 +171,5 @@ async def test_the_receipt_counts_applied_commands_and_the_ledger_names_them(rt,
         await rt.dispatcher.defer(probe(world_id, label), at(0), command_id=label)
     receipt = await (await rt.worlds.get(world_id)).step()
     assert receipt.commands_applied == 2
-    (manifest,) = await authority.call("manifests", world_id=world_id)
+    (manifest,) = await authority.manifests(world_id=world_id)
     assert manifest["applied_command_ids"] == ["one", "two"] and manifest["commit_token"] == receipt.commit_token

@@ -48,18 +48,18 @@ async def test_events_carry_what_the_audit_needs(rt, world_id, authority, clock)
 async def test_read_acknowledge_and_watermark(rt, world_id, authority):
     for i in range(5):
         await rt.dispatcher.defer(Despawn(world_id=world_id, entity_id=i + 1), at(0), command_id=f"c{i}")
-    assert await authority.call("watermark", world_id=world_id) == {
+    assert await authority.watermark(world_id=world_id) == {
         "world_id": world_id, "committed_seq": 5, "projected_seq": 0, "pending": 5,
     }  # fmt: skip
-    page = await authority.call("read_outbox", world_id=world_id, after_seq=0, limit=2)
+    page = await authority.read_outbox(world_id=world_id, after_seq=0, limit=2)
     assert [e["event_seq"] for e in page] == [1, 2]
-    mark = await authority.call("acknowledge_outbox", world_id=world_id, up_to_seq=2)
+    mark = await authority.acknowledge_outbox(world_id=world_id, up_to_seq=2)
     assert (mark["projected_seq"], mark["pending"]) == (2, 3)
     assert [e["event_seq"] for e in await outbox(authority, world_id)] == [3, 4, 5]
-    stale = await authority.call("acknowledge_outbox", world_id=world_id, up_to_seq=1)
+    stale = await authority.acknowledge_outbox(world_id=world_id, up_to_seq=1)
     assert stale["projected_seq"] == 2  # a replayed, older acknowledgement never moves the watermark back
     with pytest.raises(InvalidCommandError):
-        await authority.call("acknowledge_outbox", world_id=world_id, up_to_seq=99)
+        await authority.acknowledge_outbox(world_id=world_id, up_to_seq=99)
 
 
 async def test_failed_admissions_append_nothing(rt, world_id, authority):
@@ -74,10 +74,10 @@ async def test_failed_admissions_append_nothing(rt, world_id, authority):
 async def test_the_columnar_read_is_the_same_page_column_by_column(rt, world_id, authority):
     for i in range(5):
         await rt.dispatcher.defer(Despawn(world_id=world_id, entity_id=i + 1), at(i % 2), command_id=f"c{i}")
-    await authority.call("acknowledge_outbox", world_id=world_id, up_to_seq=1)
-    rows = await authority.call("read_outbox", world_id=world_id, after_seq=0, limit=3)
-    columns = await authority.call("read_outbox_columns", world_id=world_id, after_seq=0, limit=3)
+    await authority.acknowledge_outbox(world_id=world_id, up_to_seq=1)
+    rows = await authority.read_outbox(world_id=world_id, after_seq=0, limit=3)
+    columns = await authority.read_outbox_columns(world_id=world_id, after_seq=0, limit=3)
     assert [dict(zip(columns, values)) for values in zip(*columns.values())] == rows
     assert [e["event_seq"] for e in rows] == [2, 3, 4]
-    empty = await authority.call("read_outbox_columns", world_id=world_id, after_seq=5)
+    empty = await authority.read_outbox_columns(world_id=world_id, after_seq=5)
     assert set(empty) == set(rows[0]) and all(values == [] for values in empty.values())

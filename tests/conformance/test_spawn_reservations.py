@@ -16,7 +16,7 @@ def ship(world_id, hp=1):
 
 async def test_defer_spawn_reserves_one_id_and_admits_spawn_reserved(rt, world_id, authority):
     admission = await rt.dispatcher.defer_spawn_as(PLAYER, ship(world_id), at(0), command_id="s1")
-    row = await authority.call("command", world_id=world_id, command_id="s1")
+    row = await authority.command(world_id=world_id, command_id="s1")
     assert row["operation"] == "spawn_reserved" and row["reserved_entity_id"] == admission.entity_id
     assert row["principal"] == "pat"
     assert await step(rt, world_id) == 1
@@ -26,16 +26,16 @@ async def test_defer_spawn_reserves_one_id_and_admits_spawn_reserved(rt, world_i
 
 async def test_a_retry_from_another_runtime_reuses_the_reservation(rt, make_runtime, world_id, authority):
     first = await rt.dispatcher.defer_spawn_as(PLAYER, ship(world_id), at(0), command_id="s1")
-    before = (await authority.call("world_info", world_id=world_id))["next_entity_id"]
+    before = (await authority.world_info(world_id=world_id))["next_entity_id"]
     again = await make_runtime("runner-b").dispatcher.defer_spawn_as(PLAYER, ship(world_id), at(0), command_id="s1")
     assert again.entity_id == first.entity_id and again.command.replayed
-    assert (await authority.call("world_info", world_id=world_id))["next_entity_id"] == before
+    assert (await authority.world_info(world_id=world_id))["next_entity_id"] == before
 
 
 @pytest.mark.parametrize("change", ["components", "options", "actor"])
 async def test_a_conflicting_retry_fails_and_allocates_nothing(rt, world_id, authority, change):
     await rt.dispatcher.defer_spawn_as(PLAYER, ship(world_id), at(0), command_id="s1")
-    before = await authority.call("world_info", world_id=world_id)
+    before = await authority.world_info(world_id=world_id)
     op, options, actor = ship(world_id), at(0), PLAYER
     if change == "components":
         op = ship(world_id, hp=2)
@@ -45,7 +45,7 @@ async def test_a_conflicting_retry_fails_and_allocates_nothing(rt, world_id, aut
         actor = ActorCtx(principal="mallory", roles={Role.player})
     with pytest.raises(CommandConflictError):
         await rt.dispatcher.defer_spawn_as(actor, op, options, command_id="s1")
-    assert await authority.call("world_info", world_id=world_id) == before
+    assert await authority.world_info(world_id=world_id) == before
 
 
 async def test_a_spawn_reservation_cannot_take_an_existing_command_id(rt, world_id):
@@ -60,14 +60,14 @@ async def test_trusted_spawn_reserved_needs_a_reservation_it_owns(rt, world_id, 
     forged = SpawnReserved(world_id=world_id, entity_id=77, components=[Health(hp=1)])
     with pytest.raises(ReservationNotOwnedError):
         await rt.dispatcher.defer(forged, at(0), command_id="forged")
-    assert await authority.call("command", world_id=world_id, command_id="forged") is None
+    assert await authority.command(world_id=world_id, command_id="forged") is None
 
     other = await rt.dispatcher.defer_spawn(ship(world_id), at(0), command_id="owner")
     stolen = SpawnReserved(world_id=world_id, entity_id=other.entity_id, components=[Health(hp=1)])
     with pytest.raises((ReservationNotOwnedError, CommandConflictError)):
         await rt.dispatcher.defer(stolen, at(0), command_id="thief")
 
-    entity = await authority.call("reserve_spawn", world_id=world_id, command_id="mine", request_digest="d" * 64)
+    entity = await authority.reserve_spawn(world_id=world_id, command_id="mine", request_digest="d" * 64)
     owned = SpawnReserved(world_id=world_id, entity_id=entity, components=[Health(hp=1)])
     identity = await rt.dispatcher.defer(owned, at(0), command_id="mine")
     assert not identity.replayed
@@ -92,8 +92,8 @@ async def test_a_spawn_over_quota_reserves_nothing(make_runtime, world_id, autho
     limited = make_runtime("gateway")
     limited.scheduler.quota = 1
     await limited.dispatcher.defer_spawn_as(PLAYER, ship(world_id), at(0), command_id="first")
-    before = await authority.call("world_info", world_id=world_id)
+    before = await authority.world_info(world_id=world_id)
     with pytest.raises(QuotaExceededError):
         await limited.dispatcher.defer_spawn_as(PLAYER, ship(world_id, hp=2), at(0), command_id="second")
-    assert await authority.call("world_info", world_id=world_id) == before
+    assert await authority.world_info(world_id=world_id) == before
     assert (await limited.dispatcher.defer_spawn_as(PLAYER, ship(world_id, hp=2), at(1), command_id="second")).entity_id

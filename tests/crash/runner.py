@@ -35,7 +35,7 @@ def _with_outage(world: AsyncWorld) -> None:
 
 async def _has_open_commands(rt: Runtime) -> bool:
     for status in OPEN_STATUSES:
-        if await rt.authority.call("history", world_id=WORLD_ID, status=status, limit=1):
+        if await rt.authority.history(world_id=WORLD_ID, status=status, limit=1):
             return True
     return False
 

@@ -129,7 +129,7 @@ def test_sigkill_runner_and_feeder(tmp_path: Path) -> None:
 
 async def _create_world(data: Path) -> None:
     authority = open_local_authority(data)
-    await authority.call("create_world", world_id=WORLD_ID, name="crash")
+    await authority.create_world(world_id=WORLD_ID, name="crash")
     await authority.close()
 
 
@@ -150,7 +150,7 @@ async def _verify(data: Path, plan: list[dict[str, Any]]) -> None:
         events = await _pages(authority, "read_outbox", "after_seq", "event_seq", 0)
         manifests = await _pages(authority, "manifests", "after_tick", "tick", -1)
         published = await _published_state(authority)
-        tick_head = (await authority.call("world_info", world_id=WORLD_ID))["tick_head"]
+        tick_head = (await authority.world_info(world_id=WORLD_ID))["tick_head"]
     finally:
         await authority.close()
 
@@ -236,7 +236,7 @@ async def _published_state(authority: Any) -> dict[int, dict[str, Any]]:
     state: dict[int, dict[str, Any]] = {}
     after = 0
     while True:
-        page = await authority.call("load_state", world_id=WORLD_ID, after_entity_id=after)
+        page = await authority.load_state(world_id=WORLD_ID, after_entity_id=after)
         if not page["entities"]:
             return state
         for entity in page["entities"]:

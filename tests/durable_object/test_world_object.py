@@ -145,13 +145,13 @@ async def test_the_worker_over_http_answers_like_the_local_authority(tmp_path):
 
 
 async def test_the_object_answers_list_worlds_but_the_authority_cannot(namespace, authority):
-    await authority.call("create_world", world_id=WORLD, name="durable")
+    await authority.create_world(world_id=WORLD, name="durable")
     reply = await namespace.getByName(WORLD).list_worlds({})
     assert reply["ok"] and [w["world_id"] for w in reply["result"]] == [WORLD]
     with pytest.raises(OperationUnavailableError, match="list_worlds"):
-        await authority.call("list_worlds")
+        await authority.list_worlds()
     with pytest.raises(UnregisteredOperationError):
-        await authority.call("drop_tables", world_id=WORLD)
+        await authority.drop_tables(world_id=WORLD)
 
 
 async def test_domain_errors_come_back_as_coded_results(namespace):
@@ -167,14 +167,14 @@ async def test_domain_errors_come_back_as_coded_results(namespace):
 
 async def test_typed_errors_are_raised_again_by_the_authority(authority):
     with pytest.raises(WorldNotFoundError):
-        await authority.call("world_info", world_id=WORLD)
-    await authority.call("create_world", world_id=WORLD, name="durable")
-    await authority.call("acquire_writer", world_id=WORLD)
+        await authority.world_info(world_id=WORLD)
+    await authority.create_world(world_id=WORLD, name="durable")
+    await authority.acquire_writer(world_id=WORLD)
     with pytest.raises(StaleWriterError):
-        await authority.call("lease", world_id=WORLD, owner="r", writer_epoch=0, tick=0, limit=1, lease_ms=1)
-    await authority.call("admit", world_id=WORLD, commands=[command("c-1")])
+        await authority.lease(world_id=WORLD, owner="r", writer_epoch=0, tick=0, limit=1, lease_ms=1)
+    await authority.admit(world_id=WORLD, commands=[command("c-1")])
     with pytest.raises(CommandConflictError):
-        await authority.call("admit", world_id=WORLD, commands=[command("c-1", tick=5)])
+        await authority.admit(world_id=WORLD, commands=[command("c-1", tick=5)])
 
 
 async def test_a_runtime_steps_a_world_through_the_durable_object(authority):
@@ -194,53 +194,53 @@ async def test_a_runtime_steps_a_world_through_the_durable_object(authority):
 
 
 async def test_state_survives_eviction_of_the_object(namespace, authority):
-    await authority.call("create_world", world_id=WORLD, name="durable")
-    await authority.call("admit", world_id=WORLD, commands=[command("c-1")])
+    await authority.create_world(world_id=WORLD, name="durable")
+    await authority.admit(world_id=WORLD, commands=[command("c-1")])
     namespace.evict(WORLD)
-    assert [r["command_id"] for r in await authority.call("history", world_id=WORLD)] == ["c-1"]
+    assert [r["command_id"] for r in await authority.history(world_id=WORLD)] == ["c-1"]
 
 
 # -- audit delivery --
 
 
 async def test_event_writes_arm_the_alarm_and_reads_do_not(namespace, authority, clock):
-    await authority.call("create_world", world_id=WORLD, name="durable")
-    await authority.call("world_info", world_id=WORLD)
+    await authority.create_world(world_id=WORLD, name="durable")
+    await authority.world_info(world_id=WORLD)
     assert namespace.alarm_time(WORLD) is None
-    await authority.call("admit", world_id=WORLD, commands=[command("c-1")])
+    await authority.admit(world_id=WORLD, commands=[command("c-1")])
     assert namespace.alarm_time(WORLD) == clock.now_ms() + DELIVERY_DELAY_MS
 
 
 async def test_alarm_sends_the_outbox_in_order_and_acknowledges_it(namespace, authority, queue):
-    await authority.call("create_world", world_id=WORLD, name="durable")
-    await authority.call("admit", world_id=WORLD, commands=[command(f"c-{i:03}") for i in range(250)])
-    expected = await authority.call("read_outbox", world_id=WORLD, limit=1_000)
+    await authority.create_world(world_id=WORLD, name="durable")
+    await authority.admit(world_id=WORLD, commands=[command(f"c-{i:03}") for i in range(250)])
+    expected = await authority.read_outbox(world_id=WORLD, limit=1_000)
 
     assert await namespace.run_alarm(WORLD)
     assert [len(batch) for batch in queue.batches] == [100, 100, 50]
     assert queue.messages == expected
-    assert (await authority.call("watermark", world_id=WORLD))["pending"] == 0
-    assert await authority.call("read_outbox", world_id=WORLD) == []
+    assert (await authority.watermark(world_id=WORLD))["pending"] == 0
+    assert await authority.read_outbox(world_id=WORLD) == []
     assert namespace.alarm_time(WORLD) is None
 
 
 async def test_a_failed_send_leaves_events_unsent_until_a_later_alarm(namespace, authority, queue, clock):
-    await authority.call("create_world", world_id=WORLD, name="durable")
-    await authority.call("admit", world_id=WORLD, commands=[command(f"c-{i:03}") for i in range(150)])
+    await authority.create_world(world_id=WORLD, name="durable")
+    await authority.admit(world_id=WORLD, commands=[command(f"c-{i:03}") for i in range(150)])
     queue.fail_next()
     assert await namespace.run_alarm(WORLD)
     assert queue.messages == []
-    assert (await authority.call("watermark", world_id=WORLD))["pending"] == 150
+    assert (await authority.watermark(world_id=WORLD))["pending"] == 150
     assert namespace.alarm_time(WORLD) == clock.now_ms() + RETRY_DELAY_MS
 
     assert await namespace.run_alarm(WORLD)
     assert [m["command_id"] for m in queue.messages] == [f"c-{i:03}" for i in range(150)]
-    assert (await authority.call("watermark", world_id=WORLD))["pending"] == 0
+    assert (await authority.watermark(world_id=WORLD))["pending"] == 0
 
 
 async def test_a_send_failing_midway_keeps_what_was_sent_acknowledged(namespace, authority, queue):
-    await authority.call("create_world", world_id=WORLD, name="durable")
-    await authority.call("admit", world_id=WORLD, commands=[command(f"c-{i:03}") for i in range(150)])
+    await authority.create_world(world_id=WORLD, name="durable")
+    await authority.admit(world_id=WORLD, commands=[command(f"c-{i:03}") for i in range(150)])
     real_send = queue.sendBatch
     sends = 0
 
@@ -254,14 +254,14 @@ async def test_a_send_failing_midway_keeps_what_was_sent_acknowledged(namespace,
     queue.sendBatch = second_send_fails
     await namespace.run_alarm(WORLD)
     assert len(queue.messages) == 100
-    assert (await authority.call("watermark", world_id=WORLD))["pending"] == 50
+    assert (await authority.watermark(world_id=WORLD))["pending"] == 50
     await namespace.run_alarm(WORLD)
     assert [m["event_seq"] for m in queue.messages] == list(range(1, 151))  # nothing lost, nothing twice
 
 
 async def test_events_written_while_a_send_is_in_flight_are_delivered_once(namespace, authority, queue):
-    await authority.call("create_world", world_id=WORLD, name="durable")
-    await authority.call("admit", world_id=WORLD, commands=[command("c-1")])
+    await authority.create_world(world_id=WORLD, name="durable")
+    await authority.admit(world_id=WORLD, commands=[command("c-1")])
     world_object = namespace.instance(WORLD)
     real_send = queue.sendBatch
 
@@ -276,7 +276,7 @@ async def test_events_written_while_a_send_is_in_flight_are_delivered_once(names
     while await namespace.run_alarm(WORLD):
         pass
     assert [(m["command_id"], m["event_seq"]) for m in queue.messages] == [("c-1", 1), ("c-2", 2)]
-    assert (await authority.call("watermark", world_id=WORLD))["pending"] == 0
+    assert (await authority.watermark(world_id=WORLD))["pending"] == 0
 
 
 def test_batches_respect_the_byte_limit_too():
@@ -293,12 +293,12 @@ def test_batches_respect_the_byte_limit_too():
 
 
 async def test_admission_costs_the_same_statements_whatever_the_batch_size(namespace, authority):
-    await authority.call("create_world", world_id=WORLD, name="durable")
+    await authority.create_world(world_id=WORLD, name="durable")
     sql = namespace.storage(WORLD).sql
 
     async def admit(count, prefix):
         before = (sql.statements, sql.rows_written)
-        await authority.call("admit", world_id=WORLD, commands=[command(f"{prefix}-{i}") for i in range(count)])
+        await authority.admit(world_id=WORLD, commands=[command(f"{prefix}-{i}") for i in range(count)])
         return sql.statements - before[0], sql.rows_written - before[1]
 
     await admit(1, "first")  # arms the alarm (one watermark read); later admissions find it armed

@@ -39,6 +39,6 @@ async def test_feeders_and_runners_in_separate_processes_settle_every_command_on
         assert records[f"ghost-{i}"].status == CommandStatus.REJECTED
     world = await rt.worlds.get(world_id)
     assert sorted(c[0].hp for _, c in world.query(Health)) == [i + 1000 for i in range(50)]
-    events = await rt.authority.call("read_outbox", world_id=world_id, limit=10_000)
+    events = await rt.authority.read_outbox(world_id=world_id, limit=10_000)
     assert [e["event_seq"] for e in events] == list(range(1, 301))  # one admitted + one terminal event each
     await rt.close()

@@ -12,7 +12,7 @@ from local_catalog import CATALOG_FILE, SqliteSqlPort, open_local_authority
 async def test_one_catalog_file_holds_every_world_of_a_storage_directory(tmp_path):
     authority = open_local_authority(tmp_path, clock=ManualClock())
     for name in ("a", "b", "c"):
-        await authority.call("create_world", world_id=name, name=name)
+        await authority.create_world(world_id=name, name=name)
     await authority.close()
     assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(CATALOG_FILE + "-")) == [CATALOG_FILE]
     with sqlite3.connect(tmp_path / CATALOG_FILE) as db:

@@ -45,7 +45,7 @@ async def test_a_remote_runtime_steps_commands_submitted_over_http(served):
         assert await second.dispatcher.apply(Step(world_id=world_id)) == 1
         found = await second.dispatcher.apply(QueryComponents(world_id=world_id, component_types=[Position]))
         assert found == [(entity, (Position(x=9, y=9),))]
-        assert [m["tick"] for m in await second.authority.call("manifests", world_id=world_id)] == [0, 1]
+        assert [m["tick"] for m in await second.authority.manifests(world_id=world_id)] == [0, 1]
 
 
 async def test_remote_errors_come_back_typed(served):
@@ -65,10 +65,10 @@ async def test_remote_errors_come_back_typed(served):
 
     async with await Runtime.open_remote(served.url, token="t-player") as player:
         with pytest.raises(PermissionDeniedError):
-            await player.authority.call("lease", world_id=world_id, owner="x", writer_epoch=1, tick=0, limit=1, lease_ms=1)
+            await player.authority.lease(world_id=world_id, owner="x", writer_epoch=1, tick=0, limit=1, lease_ms=1)
     async with await Runtime.open_remote(served.url, token="wrong") as stranger:
         with pytest.raises(UnauthenticatedError):
-            await stranger.authority.call("list_worlds")
+            await stranger.authority.list_worlds()
 
     served.app.state.admission.close()
     async with await Runtime.open_remote(served.url, token="t-admin") as late:
@@ -89,10 +89,10 @@ async def test_error_codes_survive_the_client():
 
     authority = HttpAuthority("http://127.0.0.1:9", token="t", transport=httpx.MockTransport(answer))
     with pytest.raises(WorldNotFoundError, match="gone"):
-        await authority.call("world_info", world_id="w")
+        await authority.world_info(world_id="w")
     with pytest.raises(CommandError) as unknown:
-        await authority.call("lease", world_id="w")
+        await authority.lease(world_id="w")
     assert (unknown.value.code, unknown.value.http_status) == ("teapot_from_the_future", 418)
     with pytest.raises(InternalError, match="502"):
-        await authority.call("watermark", world_id="w")
+        await authority.watermark(world_id="w")
     await authority.close()

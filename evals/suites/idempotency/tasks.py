@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from archetype import Runtime
+from archetype.commands.authority import Authority
 from archetype.commands import (
     ActorCtx,
     CommandConflictError,
@@ -116,9 +117,9 @@ async def concurrent_identical(rt: Runtime, data: Path) -> str:
 async def lost_answer(rt: Runtime, second_op) -> str:
     authority = rt.scheduler.authority
 
-    class Lossy:
-        async def call(self, method, **args):
-            result = await authority.call(method, **args)
+    class Lossy(Authority):
+        async def rpc(self, method, arguments):
+            result = await authority.rpc(method, arguments)
             if method == "admit":
                 raise ConnectionError("answer lost after commit")
             return result
@@ -134,11 +135,11 @@ async def lost_answer(rt: Runtime, second_op) -> str:
 
 async def spawn_retry(rt: Runtime, second: Spawn) -> str:
     first = await rt.dispatcher.defer_spawn_as(ALICE, Spawn(world_id=WORLD, components=[Marker(value=1)]), at(), command_id="s")
-    before = (await rt.authority.call("world_info", world_id=WORLD))["next_entity_id"]
+    before = (await rt.authority.world_info(world_id=WORLD))["next_entity_id"]
     try:
         again = await rt.dispatcher.defer_spawn_as(ALICE, second, at(), command_id="s")
     except CommandConflictError:
-        after = (await rt.authority.call("world_info", world_id=WORLD))["next_entity_id"]
+        after = (await rt.authority.world_info(world_id=WORLD))["next_entity_id"]
         return "conflict-nothing-allocated" if after == before else "conflict-but-allocated"
     return "same-entity" if again.entity_id == first.entity_id and again.command.replayed else "different-entity"
 
@@ -159,14 +160,14 @@ async def tick_publish_answer_lost(rt: Runtime, data: Path) -> str:
         pass
     world.publisher.publish = publish
     await world.step()
-    applied = [e for e in await rt.authority.call("read_outbox", world_id=WORLD, limit=100) if e["event_type"] == "applied"]
+    applied = [e for e in await rt.authority.read_outbox(world_id=WORLD, limit=100) if e["event_type"] == "applied"]
     return "applied-once" if len(applied) == 1 and len(world.query(Marker)) == 1 else f"applied-{len(applied)}"
 
 
 async def colliding_batch(rt: Runtime) -> str:
     await rt.dispatcher.defer_batch(batch(("a", 1)))
     word = await outcome(rt.dispatcher.defer_batch(batch(("b", 2), ("a", 3))))
-    admitted = await rt.authority.call("command", world_id=WORLD, command_id="b")
+    admitted = await rt.authority.command(world_id=WORLD, command_id="b")
     return f"{word}-nothing-admitted" if admitted is None else f"{word}-but-admitted"
 
 

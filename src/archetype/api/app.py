@@ -35,7 +35,7 @@ from archetype.canonical import MAX_SAFE_INTEGER
 from archetype.commands.authority import Authority
 from archetype.commands.audit_history import GetAuditHistory
 from archetype.commands.dispatcher import CommandDispatcher
-from archetype.commands.errors import CommandError, UnregisteredOperationError
+from archetype.commands.errors import CommandError, PermissionDeniedError, UnregisteredOperationError
 from archetype.commands.families import default_registry
 from archetype.commands.http_translator import SubmitCommandRequest, translate
 from archetype.commands.options import ActorCtx, Role
@@ -49,6 +49,9 @@ DEFAULT_QUOTA = 1000
 WorldIdPath = Annotated[str, Path(pattern=WORLD_ID_PATTERN)]
 CommandIdPath = Annotated[str, Path(pattern=COMMAND_ID_PATTERN.pattern)]
 IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key", pattern=COMMAND_ID_PATTERN.pattern)]
+PrincipalQuery = Annotated[
+    str | None, Query(min_length=1, max_length=200, description="an operator's view of this principal's commands")
+]
 LedgerArguments = Annotated[dict[str, Any], Body(default_factory=dict, description="the method's keyword arguments")]
 
 
@@ -71,6 +74,19 @@ class EdgeWorlds:
 
     def drop(self, world_id: str) -> None:
         return None
+
+
+def readable_scope(actor: ActorCtx, principal: str | None) -> str | None:
+    """Whose commands `actor` may read: its own; an operator anyone's (None: every principal's).
+
+    A principal's commands (payloads included) are private to it: without the operator role,
+    naming another principal is refused, and another's command id reads as absent.
+    """
+    if actor.has(Role.operator):
+        return principal
+    if principal is not None and principal != actor.principal:
+        raise PermissionDeniedError("reading another principal's commands needs the operator role")
+    return actor.principal
 
 
 def _admitting(request: Request) -> None:
@@ -122,11 +138,11 @@ def create_app(
     @app.post("/worlds", status_code=201, response_model=WorldView)
     async def create_world(body: CreateWorldRequest, actor: ActorCtx = admin, _: None = admitting) -> WorldView:
         world_id = await dispatcher.apply_as(actor, CreateWorld(name=body.name, world_id=body.world_id))
-        return WorldView.of(await authority.call("world_info", world_id=world_id))
+        return WorldView.of(await authority.world_info(world_id))
 
     @app.get("/worlds/{world_id}", response_model=WorldView)
     async def inspect_world(world_id: WorldIdPath, actor: ActorCtx = viewer) -> WorldView:
-        return WorldView.of(await authority.call("world_info", world_id=world_id))
+        return WorldView.of(await authority.world_info(world_id))
 
     @app.delete("/worlds/{world_id}", response_model=DestroyedWorld)
     async def destroy_world(world_id: WorldIdPath, actor: ActorCtx = admin, _: None = admitting) -> DestroyedWorld:
@@ -157,10 +173,12 @@ def create_app(
         return BatchAccepted(commands=[CommandAccepted.of(identity) for identity in identities])
 
     @app.get("/worlds/{world_id}/commands/{command_id}", response_model=CommandView)
-    async def command_status(world_id: WorldIdPath, command_id: CommandIdPath, actor: ActorCtx = viewer) -> CommandView:
-        row = await authority.call("command", world_id=world_id, command_id=command_id)
+    async def command_status(world_id: WorldIdPath, command_id: CommandIdPath, actor: ActorCtx = viewer,
+                             principal: PrincipalQuery = None) -> CommandView:  # fmt: skip
+        """The caller's own command with this id; an operator may name another principal's."""
+        row = await authority.command(world_id, command_id, scope=readable_scope(actor, principal or actor.principal) or "")
         if row is None:
-            raise CommandNotFoundError(f"world {world_id!r} has no command {command_id!r}")
+            raise CommandNotFoundError(f"world {world_id!r} has no command {command_id!r} of this principal")
         return CommandView.of(row)
 
     @app.get("/worlds/{world_id}/commands", response_model=HistoryPage)
@@ -168,11 +186,13 @@ def create_app(
         world_id: WorldIdPath,
         actor: ActorCtx = viewer,
         status: CommandStatus | None = None,
+        principal: PrincipalQuery = None,
         after: Annotated[int, Query(ge=0, le=MAX_SAFE_INTEGER, description="sequence to continue after")] = 0,
         limit: Annotated[int, Query(ge=1, le=MAX_BATCH)] = 100,
     ) -> HistoryPage:
-        rows = await authority.call(
-            "history", world_id=world_id, status=status.value if status else None, after_sequence=after, limit=limit
+        """The caller's own commands; an operator sees every principal's (or one, with `principal`)."""
+        rows = await authority.history(
+            world_id, status.value if status else None, after, limit, scope=readable_scope(actor, principal)
         )
         commands = [CommandView.of(row) for row in rows]
         return HistoryPage(commands=commands, next_after=commands[-1].sequence if len(commands) == limit else None)
@@ -198,7 +218,7 @@ def create_app(
     # -- the runner protocol --
     async def call_ledger(method: str, world_id: str | None, arguments: dict[str, Any]) -> JSONResponse:
         try:
-            return JSONResponse(await authority.call(method, **ledger_arguments(method, world_id, arguments)))
+            return JSONResponse(await authority.rpc(method, ledger_arguments(method, world_id, arguments)))
         except CommandError:
             raise
         except (LookupError, TypeError, ValueError) as exc:

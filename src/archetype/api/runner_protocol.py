@@ -30,8 +30,7 @@ LEDGER_ROUTE_ROLES: dict[str, Role] = {
     "reserve_spawn": Role.admin,
     "admit": Role.admin,
     "lease": Role.operator,
-    "release": Role.operator,
-    "fail": Role.operator,
+    "guard": Role.operator,
     "publish": Role.operator,
     "destroy": Role.admin,
     "command": Role.operator,
@@ -49,41 +48,6 @@ class _Wire(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
-class AdmissionRow(_Wire):
-    command_id: str
-    schema_version: int
-    scheduled_tick: int
-    priority: int
-    operation: str
-    payload: str
-    principal: str | None
-    origin: str
-    max_attempts: int
-    reserved_entity_id: int | None
-
-
-class EntityWriteRow(_Wire):
-    entity_id: int
-    components: str | None  # canonical JSON of the entity's component values; None when despawned
-
-
-class ManifestBody(_Wire):
-    world_id: str
-    tick: int
-    writer_epoch: int
-    applied_command_ids: list[str]
-    written_entity_ids: list[int]
-    commit_token: str
-
-
-# Where the ledger's signature says only `dict`, the wire shape is spelled out here.
-PRECISE_ARGUMENTS: dict[tuple[str, str], Any] = {
-    ("admit", "commands"): list[AdmissionRow],
-    ("publish", "manifest"): ManifestBody,
-    ("publish", "writes"): list[EntityWriteRow],
-}
-
-
 def _arguments_model(method: str) -> type[BaseModel]:
     fn = getattr(Ledger, method)
     hints = typing.get_type_hints(fn)
@@ -92,7 +56,7 @@ def _arguments_model(method: str) -> type[BaseModel]:
         if name in ("self", "world_id"):
             continue
         default = ... if parameter.default is inspect.Parameter.empty else parameter.default
-        fields[name] = (PRECISE_ARGUMENTS.get((method, name), hints[name]), default)
+        fields[name] = (hints[name], default)
     return create_model(f"{method}_arguments", __base__=_Wire, **fields)
 
 

@@ -78,7 +78,7 @@ class AuditLog:
                 sequences, spooled = await self._read(world_id, batch[-1]) if len(batch) == self.batch_size else ([], "")
                 appended += await commit
                 commit = self.writer.submit(world_id, spooled) if sequences else None
-                await ledger.call("acknowledge_outbox", world_id=world_id, up_to_seq=batch[-1])
+                await ledger.acknowledge_outbox(world_id=world_id, up_to_seq=batch[-1])
                 if progress is not None:
                     progress(len(batch))
         except BaseException:
@@ -89,8 +89,7 @@ class AuditLog:
 
     async def _read(self, world_id: str, after_seq: int) -> tuple[list[int], str]:
         """The next page's event sequences and its spooled Arrow file ("" when the page is empty)."""
-        columns = await self._ledger().call(
-            "read_outbox_columns", world_id=world_id, after_seq=after_seq, limit=self.batch_size
+        columns = await self._ledger().read_outbox_columns(world_id=world_id, after_seq=after_seq, limit=self.batch_size
         )
         if not columns["event_seq"]:
             return [], ""
@@ -99,11 +98,11 @@ class AuditLog:
     async def _repair(self, world_id: str, table: AuditTable) -> int:
         """Acknowledge what the table already holds but the ledger does not know is projected
         (a crash between commit and acknowledgement); return the sequence to read after."""
-        watermark = await self._ledger().call("watermark", world_id=world_id)
+        watermark = await self._ledger().watermark(world_id=world_id)
         await asyncio.to_thread(table.table.refresh)  # the writer process commits; this copy may be behind
         committed = min(table.projected_seq(world_id), watermark["committed_seq"])
         if committed > watermark["projected_seq"]:
-            await self._ledger().call("acknowledge_outbox", world_id=world_id, up_to_seq=committed)
+            await self._ledger().acknowledge_outbox(world_id=world_id, up_to_seq=committed)
         return max(committed, watermark["projected_seq"])
 
     async def project_once(self, progress: Progress | None = None) -> dict[str, int]:
@@ -117,8 +116,8 @@ class AuditLog:
     async def lag(self) -> list[dict[str, Any]]:
         """Per world: committed outbox sequence, projected sequence, and pending = their difference."""
         ledger = self._ledger()
-        worlds = await ledger.call("list_worlds")
-        return [await ledger.call("watermark", world_id=w["world_id"]) for w in worlds]
+        worlds = await ledger.list_worlds()
+        return [await ledger.watermark(world_id=w["world_id"]) for w in worlds]
 
     async def maintain(self, **options: Any) -> Maintenance:
         """Compact partitions and expire old snapshots (see `archetype.audit.maintenance`)."""

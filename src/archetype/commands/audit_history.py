@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
 
 from archetype.canonical import MAX_SAFE_INTEGER
 from archetype.commands.dispatcher import HandlerContext
-from archetype.commands.errors import AuditUnavailableError
+from archetype.commands.errors import AuditUnavailableError, PermissionDeniedError
 from archetype.commands.options import Role
 from archetype.commands.registry import OperationRegistry, OperationSpec
 from archetype.commands.scheduler import CommandStatus
@@ -75,6 +75,12 @@ class AuditReader(Protocol):
 async def _get_audit_history(ctx: HandlerContext, op: GetAuditHistory) -> list[AuditEvent]:
     if ctx.audit is None:
         raise AuditUnavailableError("this runtime has no audit log; GetAuditHistory reads only the audit projection")
+    actor = ctx.actor
+    if actor is not None and not actor.has(Role.operator):
+        # a principal's events are private to it, like its commands (docs/ledger.md, isolation)
+        if op.principal not in (None, actor.principal):
+            raise PermissionDeniedError("reading another principal's audit events needs the operator role")
+        op = op.model_copy(update={"principal": actor.principal})
     return await ctx.audit.history(op)
 
 

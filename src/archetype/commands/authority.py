@@ -1,33 +1,135 @@
 """The one interface runners and the scheduler use to reach a control authority.
 
-An authority answers `call(method, **args)` for the ledger methods in `LEDGER_METHODS`, with
-plain JSON arguments and results, and raises the typed `CommandError` a ledger raised. The local
-authority runs the ledger in-process; the Durable Object and the HTTP client reach it remotely.
+`Authority` has one typed method per ledger operation (`LEDGER_METHODS`), so a wrong method or
+argument name fails the type checker, not a run. Underneath, every authority is a plain-JSON
+RPC: `rpc(method, arguments)` carries the arguments to the ledger and its result back, and
+raises the typed `CommandError` the ledger raised. The local authority runs the ledger
+in-process; the Durable Object and the HTTP client reach it remotely.
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from typing import Any
 
 from archetype.commands.errors import UnregisteredOperationError
 from archetype.commands.ledger import LEDGER_METHODS, Ledger
+from archetype.commands.ledger_rows import (
+    Admitted,
+    AdmissionRow,
+    CommandRow,
+    Destroyed,
+    EntityWrite,
+    LeasedRow,
+    ManifestRow,
+    OutboxEvent,
+    Published,
+    StatePage,
+    Watermark,
+    WorldRow,
+)
 
 
-class Authority(Protocol):
-    async def call(self, method: str, **args: Any) -> Any: ...
+class Authority(ABC):
+    @abstractmethod
+    async def rpc(self, method: str, arguments: dict[str, Any]) -> Any:
+        """Run ledger `method` with these keyword arguments; answer its JSON result.
 
-    async def close(self) -> None: ...
+        The transport underneath the typed methods (and what the HTTP runner protocol relays);
+        everything else calls the typed methods."""
+
+    async def close(self) -> None:
+        return None
+
+    # -- worlds --
+    async def create_world(self, world_id: str, name: str) -> WorldRow:
+        return await self.rpc("create_world", {"world_id": world_id, "name": name})
+
+    async def world_info(self, world_id: str) -> WorldRow:
+        return await self.rpc("world_info", {"world_id": world_id})
+
+    async def list_worlds(self) -> list[WorldRow]:
+        return await self.rpc("list_worlds", {})
+
+    async def acquire_writer(self, world_id: str) -> WorldRow:
+        return await self.rpc("acquire_writer", {"world_id": world_id})
+
+    async def load_state(self, world_id: str, after_entity_id: int = 0, limit: int = 10_000) -> StatePage:
+        return await self.rpc("load_state", {"world_id": world_id, "after_entity_id": after_entity_id, "limit": limit})
+
+    async def reserve_entity_ids(self, world_id: str, count: int) -> int:
+        return await self.rpc("reserve_entity_ids", {"world_id": world_id, "count": count})
+
+    # -- admission --
+    async def reserve_spawn(self, world_id: str, command_id: str, principal: str | None, request_digest: str,
+                            scheduled_tick: int, quota: int | None = None) -> int:  # fmt: skip
+        return await self.rpc("reserve_spawn", {
+            "world_id": world_id, "command_id": command_id, "principal": principal, "request_digest": request_digest,
+            "scheduled_tick": scheduled_tick, "quota": quota,
+        })  # fmt: skip
+
+    async def admit(self, world_id: str, commands: list[AdmissionRow], quota: int | None = None) -> list[Admitted]:
+        return await self.rpc("admit", {"world_id": world_id, "commands": commands, "quota": quota})
+
+    # -- a tick --
+    async def lease(self, world_id: str, owner: str, session: str, writer_epoch: int, tick: int, limit: int,
+                    lease_ms: int) -> list[LeasedRow]:  # fmt: skip
+        return await self.rpc("lease", {
+            "world_id": world_id, "owner": owner, "session": session, "writer_epoch": writer_epoch, "tick": tick,
+            "limit": limit, "lease_ms": lease_ms,
+        })  # fmt: skip
+
+    async def guard(self, world_id: str, owner: str, session: str, writer_epoch: int, sequence: int | None) -> None:
+        await self.rpc("guard", {
+            "world_id": world_id, "owner": owner, "session": session, "writer_epoch": writer_epoch, "sequence": sequence,
+        })  # fmt: skip
+
+    async def publish(self, world_id: str, owner: str, session: str, manifest: ManifestRow,
+                      writes: list[EntityWrite]) -> Published:  # fmt: skip
+        return await self.rpc("publish", {
+            "world_id": world_id, "owner": owner, "session": session, "manifest": manifest, "writes": writes,
+        })  # fmt: skip
+
+    async def destroy(self, world_id: str) -> Destroyed:
+        return await self.rpc("destroy", {"world_id": world_id})
+
+    # -- reads --
+    async def command(self, world_id: str, command_id: str, scope: str = "") -> CommandRow | None:
+        return await self.rpc("command", {"world_id": world_id, "command_id": command_id, "scope": scope})
+
+    async def history(self, world_id: str, status: str | None = None, after_sequence: int = 0, limit: int = 100,
+                      scope: str | None = None) -> list[CommandRow]:  # fmt: skip
+        return await self.rpc("history", {
+            "world_id": world_id, "status": status, "after_sequence": after_sequence, "limit": limit, "scope": scope,
+        })  # fmt: skip
+
+    async def manifests(self, world_id: str, after_tick: int = -1, limit: int = 100) -> list[ManifestRow]:
+        return await self.rpc("manifests", {"world_id": world_id, "after_tick": after_tick, "limit": limit})
+
+    # -- outbox --
+    async def read_outbox(self, world_id: str, after_seq: int = 0, limit: int = 100) -> list[OutboxEvent]:
+        return await self.rpc("read_outbox", {"world_id": world_id, "after_seq": after_seq, "limit": limit})
+
+    async def read_outbox_columns(self, world_id: str, after_seq: int = 0, limit: int = 100) -> dict[str, list[Any]]:
+        return await self.rpc("read_outbox_columns", {"world_id": world_id, "after_seq": after_seq, "limit": limit})
+
+    async def acknowledge_outbox(self, world_id: str, up_to_seq: int) -> Watermark:
+        return await self.rpc("acknowledge_outbox", {"world_id": world_id, "up_to_seq": up_to_seq})
+
+    async def watermark(self, world_id: str) -> Watermark:
+        return await self.rpc("watermark", {"world_id": world_id})
 
 
-class InProcessAuthority:
-    def __init__(self, ledger: Ledger, close: Any = None) -> None:
+class InProcessAuthority(Authority):
+    def __init__(self, ledger: Ledger, close: Callable[[], None] | None = None) -> None:
         self.ledger = ledger
         self._close = close
 
-    async def call(self, method: str, **args: Any) -> Any:
+    async def rpc(self, method: str, arguments: dict[str, Any]) -> Any:
         if method not in LEDGER_METHODS:
             raise UnregisteredOperationError(f"{method!r} is not a ledger method")
-        return getattr(self.ledger, method)(**args)
+        return getattr(self.ledger, method)(**arguments)
 
     async def close(self) -> None:
         if self._close is not None:

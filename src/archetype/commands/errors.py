@@ -72,6 +72,12 @@ class QuotaExceededError(CommandError):
     code, http_status = "quota_exceeded", 429
 
 
+class LedgerSchemaError(CommandError):
+    """The catalog was written by a newer version of archetype than this one: refuse, never guess."""
+
+    code, http_status = "ledger_schema_too_new", 500
+
+
 class AuditUnavailableError(CommandError):
     """The runtime has no audit projection to read (GetAuditHistory never falls back to the ledger)."""
 

@@ -9,6 +9,7 @@ the next use loads it afresh from the authority.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -40,13 +41,13 @@ class WorldHost:
             return self._worlds[world_id]
 
     async def _load(self, world_id: str) -> AsyncWorld:
-        info = await self.authority.call("acquire_writer", world_id=world_id)
+        info = await self.authority.acquire_writer(world_id)
         entities: dict[int, dict[str, Any]] = {}
         after = 0
         while True:
-            page = await self.authority.call("load_state", world_id=world_id, after_entity_id=after)
+            page = await self.authority.load_state(world_id, after_entity_id=after)
             for entity in page["entities"]:
-                values = [ComponentValue.model_validate(v) for v in entity["components"]]
+                values = [ComponentValue.model_validate(v) for v in json.loads(entity["components"])]
                 entities[entity["entity_id"]] = {v.key: v.to_component() for v in values}
                 after = entity["entity_id"]
             if not page["entities"]:
@@ -56,7 +57,7 @@ class WorldHost:
             tick=info["tick_head"],
             entities=entities,
             writer_epoch=info["writer_epoch"],
-            publisher=LedgerPublisher(self.authority, self.scheduler.owner),
+            publisher=LedgerPublisher(self.authority, self.scheduler),
             id_source=AuthorityIdSource(self.authority, world_id),
         )
         world.materializer = self.scheduler.materialize

@@ -1,29 +1,32 @@
 """The command ledger: the one state machine both authorities run, over a `SqlPort`.
 
-Every public method is one atomic transaction whose arguments and results are plain JSON values,
-so the local authority calls it in-process and the Durable Object exposes it over RPC unchanged.
-The state machine is drawn in docs/ledger.md:
+Every public method is one atomic transaction (destroy: a short series of them) whose arguments
+and results are plain JSON values, so the local authority calls it in-process and the Durable
+Object exposes it over RPC unchanged. The state machine and its rules are in docs/ledger.md:
 
-    PENDING --lease--> LEASED --publish--> APPLIED
-       ^                 |  \\--fail(permanent)--> REJECTED
-       |                 |   \\--fail(retryable, budget left)--> RETRYABLE --lease--> LEASED
-       +----release------+    \\--fail(retryable, budget spent) / takeover past budget--> DEAD_LETTER
+    PENDING --lease--> LEASED --publish: applied--> APPLIED
+       ^                 |  \\--publish: rejected--> REJECTED
+       |                 |   \\--publish: failed, or a crash charged, budget left--> RETRYABLE --lease--> LEASED
+       +--publish: tail--+    \\--publish: failed, or a crash charged, budget spent--> DEAD_LETTER
     any open status --destroy--> CANCELLED
 
-Every named transition appends its outbox event in the same transaction.
+Every named transition appends its outbox event in the same transaction. Settlements are only
+ever written by the transaction that publishes their tick.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from archetype.commands import ledger_sql as q
+from archetype.commands import migrations
 from archetype.commands.errors import (
     CommandConflictError,
     InvalidCommandError,
     LeaseLostError,
+    LedgerSchemaError,
     QuotaExceededError,
     ReservationNotOwnedError,
     StaleWriterError,
@@ -32,28 +35,48 @@ from archetype.commands.errors import (
     WorldNotFoundError,
 )
 from archetype.commands.identity import command_digest
+from archetype.commands.ledger_rows import (
+    Admitted,
+    AdmissionRow,
+    CommandRow,
+    Destroyed,
+    EntityWrite,
+    LeasedRow,
+    ManifestRow,
+    OutboxEvent,
+    Published,
+    StatePage,
+    Watermark,
+    WorldRow,
+)
 from archetype.commands.port import Clock, SqlPort
+from archetype.world.commit import ERROR_TEXT_LIMIT, OUTCOMES
 
 COMMAND_FIELDS = tuple(name.strip() for name in q.COMMAND_COLUMNS.split(","))
 WORLD_FIELDS = tuple(name.strip() for name in q.WORLD_COLUMNS.split(","))
 OUTBOX_FIELDS = tuple(name.strip() for name in q.OUTBOX_COLUMNS.split(","))
-ADMISSION_FIELDS = (
-    "command_id", "schema_version", "scheduled_tick", "priority", "operation", "payload",
-    "principal", "origin", "max_attempts", "reserved_entity_id",
-)  # fmt: skip
+ADMISSION_FIELDS = tuple(AdmissionRow.__annotations__)
 ORIGINS = ("local", "gateway")
-ERROR_TEXT_LIMIT = 500
+# Destroy cancels open commands in transactions of this many, so no transaction grows with the world.
+CANCEL_BATCH = 1_000
+CRASH_ERROR = "its runner stopped while materializing it (crash guard)"
 
-# Public operations, in the order docs/ledger.md describes them. The Durable Object exposes exactly these.
+# Public operations, in the order docs/ledger.md describes them. The Durable Object exposes
+# exactly these, and `Authority` (authority.py) has one typed method for each.
 LEDGER_METHODS = (
     "create_world", "world_info", "list_worlds", "acquire_writer", "load_state", "reserve_entity_ids",
-    "reserve_spawn", "admit", "lease", "release", "fail", "publish", "destroy", "command", "history",
+    "reserve_spawn", "admit", "lease", "guard", "publish", "destroy", "command", "history",
     "manifests", "read_outbox", "read_outbox_columns", "acknowledge_outbox", "watermark",
 )  # fmt: skip
 
 
 def _row(fields: Sequence[str], values: Sequence[Any]) -> dict[str, Any]:
     return dict(zip(fields, values, strict=True))
+
+
+def scope_of(principal: str | None) -> str:
+    """The namespace of a principal's command ids: its name, or '' for trusted callers."""
+    return principal or ""
 
 
 class Ledger:
@@ -63,28 +86,36 @@ class Ledger:
         port.transaction(self._migrate)
 
     def _migrate(self) -> None:
-        for statement in q.SCHEMA:
-            self._port.execute(statement)
-        rows = self._port.execute(q.GET_SCHEMA_VERSION)
-        if not rows:
-            self._port.execute(q.SET_SCHEMA_VERSION, (str(q.SCHEMA_VERSION),))
-        elif int(rows[0][0]) != q.SCHEMA_VERSION:
-            raise RuntimeError(f"ledger schema version {rows[0][0]} is not {q.SCHEMA_VERSION}; no migration exists")
+        current = 0
+        if self._port.execute(migrations.HAS_META)[0][0]:
+            rows = self._port.execute(migrations.GET_SCHEMA_VERSION)
+            current = int(rows[0][0]) if rows else 0
+        if current > migrations.SCHEMA_VERSION:
+            raise LedgerSchemaError(
+                f"the catalog has ledger schema version {current}, newer than this code's "
+                f"{migrations.SCHEMA_VERSION}: open it with a newer archetype"
+            )
+        for migration in migrations.MIGRATIONS:
+            if migration.version > current:
+                for statement in migration.statements:
+                    self._port.execute(statement)
+        if current < migrations.SCHEMA_VERSION:
+            self._port.execute(migrations.SET_SCHEMA_VERSION, (str(migrations.SCHEMA_VERSION),))
 
     # -- helpers (run inside a caller's transaction) --
-    def _world(self, world_id: str) -> dict[str, Any]:
+    def _world(self, world_id: str) -> WorldRow:
         rows = self._port.execute(q.GET_WORLD, (world_id,))
         if not rows:
             raise WorldNotFoundError(f"world {world_id!r} does not exist")
-        return _row(WORLD_FIELDS, rows[0])
+        return cast(WorldRow, _row(WORLD_FIELDS, rows[0]))
 
-    def _active_world(self, world_id: str) -> dict[str, Any]:
+    def _active_world(self, world_id: str) -> WorldRow:
         world = self._world(world_id)
         if world["status"] != "ACTIVE":
             raise WorldClosingError(f"world {world_id!r} is {world['status']}; it admits nothing")
         return world
 
-    def _writer(self, world_id: str, writer_epoch: int) -> dict[str, Any]:
+    def _writer(self, world_id: str, writer_epoch: int) -> WorldRow:
         world = self._active_world(world_id)
         if world["writer_epoch"] != writer_epoch:
             raise StaleWriterError(
@@ -92,31 +123,28 @@ class Ledger:
             )
         return world
 
-    def _append_events(self, world_id: str, command_ids: list[str], event_type: str, now: int) -> None:
-        if not command_ids:
+    def _append_events(self, world_id: str, sequences: list[int], now: int) -> None:
+        """One event per command, in this order, typed by the status each command is now in."""
+        if not sequences:
             return
         first = self._world(world_id)["next_event_seq"]
-        self._write_events(world_id, first, json.dumps(command_ids), event_type, now)
-        self._port.execute(q.TAKE_EVENT_SEQS, (len(command_ids), world_id))
+        self._write_events(world_id, first, json.dumps(sequences), now)
+        self._port.execute(q.TAKE_EVENT_SEQS, (len(sequences), world_id))
 
-    def _write_events(self, world_id: str, first: int, command_ids_json: str, event_type: str, now: int) -> None:
+    def _write_events(self, world_id: str, first: int, sequences_json: str, now: int) -> None:
         """Events numbered from `first`; the caller takes those sequence numbers from the world row."""
-        self._port.execute(q.APPEND_EVENTS, (first, first, event_type, now, command_ids_json, world_id))
+        self._port.execute(q.APPEND_EVENTS, (first, first, now, sequences_json, world_id))
 
-    def _settle(self, world_id: str, command_ids: list[str], status: str, event_type: str, *,
-                applied_tick: int | None = None, error: str | None = None) -> None:  # fmt: skip
-        now = self._clock.now_ms()
-        self._port.execute(
-            q.SETTLE_COMMANDS, (status, applied_tick, error, now, world_id, json.dumps(command_ids))
-        )
-        self._append_events(world_id, command_ids, event_type, now)
+    def _command_at(self, world_id: str, sequence: int) -> CommandRow | None:
+        rows = self._port.execute(q.GET_COMMAND_BY_SEQUENCE, (world_id, sequence))
+        return cast(CommandRow, _row(COMMAND_FIELDS, rows[0])) if rows else None
 
     # -- worlds --
-    def create_world(self, world_id: str, name: str) -> dict[str, Any]:
-        def run() -> dict[str, Any]:
+    def create_world(self, world_id: str, name: str) -> WorldRow:
+        def run() -> WorldRow:
             rows = self._port.execute(q.GET_WORLD, (world_id,))
             if rows:
-                existing = _row(WORLD_FIELDS, rows[0])
+                existing = cast(WorldRow, _row(WORLD_FIELDS, rows[0]))
                 if existing["name"] == name and existing["status"] == "ACTIVE":
                     return existing  # an identical retry of the creation
                 raise WorldExistsError(f"world {world_id!r} already exists")
@@ -126,32 +154,36 @@ class Ledger:
 
         return self._port.transaction(run)
 
-    def world_info(self, world_id: str) -> dict[str, Any]:
+    def world_info(self, world_id: str) -> WorldRow:
         return self._port.transaction(lambda: self._world(world_id))
 
-    def list_worlds(self) -> list[dict[str, Any]]:
-        return self._port.transaction(lambda: [_row(WORLD_FIELDS, r) for r in self._port.execute(q.LIST_WORLDS)])
+    def list_worlds(self) -> list[WorldRow]:
+        return self._port.transaction(
+            lambda: [cast(WorldRow, _row(WORLD_FIELDS, r)) for r in self._port.execute(q.LIST_WORLDS)]
+        )
 
-    def acquire_writer(self, world_id: str) -> dict[str, Any]:
-        """Fence every earlier writer: their publishes now fail with StaleWriterError."""
+    def acquire_writer(self, world_id: str) -> WorldRow:
+        """Fence every earlier writer: their leases and publishes now fail with StaleWriterError."""
 
-        def run() -> dict[str, Any]:
+        def run() -> WorldRow:
             self._active_world(world_id)
             self._port.execute(q.BUMP_WRITER_EPOCH, (self._clock.now_ms(), world_id))
             return self._world(world_id)
 
         return self._port.transaction(run)
 
-    def load_state(self, world_id: str, after_entity_id: int = 0, limit: int = 10_000) -> dict[str, Any]:
-        """The world's published state at its tick head, one page of entities at a time."""
+    def load_state(self, world_id: str, after_entity_id: int = 0, limit: int = 10_000) -> StatePage:
+        """The world's published state at its tick head, one page of entities at a time. Each
+        entity's components are the canonical JSON text it was published as (never re-encoded
+        here, so floats such as -0.0 and 2.0 keep their identity across any transport)."""
 
-        def run() -> dict[str, Any]:
+        def run() -> StatePage:
             world = self._world(world_id)
             rows = self._port.execute(q.LIST_ENTITIES, (world_id, after_entity_id, limit))
             return {
                 "tick_head": world["tick_head"],
                 "writer_epoch": world["writer_epoch"],
-                "entities": [{"entity_id": r[0], "components": json.loads(r[1])} for r in rows],
+                "entities": [{"entity_id": r[0], "components": r[1]} for r in rows],
             }
 
         return self._port.transaction(run)
@@ -168,34 +200,37 @@ class Ledger:
 
         return self._port.transaction(run)
 
-    def reserve_spawn(self, world_id: str, command_id: str, request_digest: str, quota: int | None = None,
-                      principal: str | None = None, scheduled_tick: int = 0) -> int:  # fmt: skip
-        """Bind exactly one entity id to a spawn command; a retry with the same request gets it back.
+    def reserve_spawn(self, world_id: str, command_id: str, principal: str | None, request_digest: str,
+                      scheduled_tick: int, quota: int | None = None) -> int:  # fmt: skip
+        """Bind exactly one entity id to a principal's spawn command; the same request gets it back.
 
-        With a `quota`, a spawn its admission would refuse reserves nothing (admission charges it).
+        A different request under that command id conflicts and allocates nothing. With a `quota`,
+        a spawn its admission would refuse reserves nothing (admission charges it).
         """
+        scope = scope_of(principal)
 
         def run() -> int:
-            rows = self._port.execute(q.GET_RESERVATION, (world_id, command_id))
+            rows = self._port.execute(q.GET_RESERVATION, (world_id, scope, command_id))
             if rows:
                 if rows[0][1] != request_digest:
                     raise CommandConflictError(f"command {command_id!r} already reserved an entity for another request")
-                return rows[0][0]
-            if self._port.execute(q.GET_COMMAND, (world_id, command_id)):
+                return cast(int, rows[0][0])
+            if self._port.execute(q.GET_COMMAND, (world_id, scope, command_id)):
                 raise CommandConflictError(f"command {command_id!r} already exists and is not this spawn")
             first = self._active_world(world_id)["next_entity_id"]
             if quota is not None:
-                self._check_quota(world_id, {(principal or "", scheduled_tick): 1}, quota)
+                self._check_quota(world_id, {(scope, scheduled_tick): 1}, quota)
             now = self._clock.now_ms()
             self._port.execute(q.TAKE_ENTITY_IDS, (1, now, world_id))
-            self._port.execute(q.INSERT_RESERVATION, (world_id, command_id, first, request_digest, now))
+            self._port.execute(q.INSERT_RESERVATION, (world_id, scope, command_id, first, request_digest, now))
             return first
 
         return self._port.transaction(run)
 
     # -- admission --
-    def admit(self, world_id: str, commands: list[dict[str, Any]], quota: int | None = None) -> list[dict[str, Any]]:
-        """Admit a non-empty batch all-or-nothing; identical replays return their existing identity.
+    def admit(self, world_id: str, commands: list[AdmissionRow], quota: int | None = None) -> list[Admitted]:
+        """Admit a non-empty batch of one principal all-or-nothing; identical replays return their
+        existing identity.
 
         `quota` caps how many commands one principal may have admitted for one target tick of this
         world; only newly admitted commands count against it.
@@ -206,22 +241,33 @@ class Ledger:
         ids = [r["command_id"] for r in rows]
         if len(set(ids)) != len(ids):
             raise InvalidCommandError("a batch names the same command id twice")
-
+        scopes = {r["scope"] for r in rows}
+        if len(scopes) != 1:
+            raise InvalidCommandError("a batch is admitted for one principal")
+        (scope,) = scopes
         ids_json = json.dumps(ids)
 
-        def run() -> list[dict[str, Any]]:
+        def run() -> list[Admitted]:
             world = self._active_world(world_id)
-            existing = {r[0]: (r[1], r[2]) for r in self._port.execute(q.FIND_COMMANDS, (ids_json, world_id))}
+            existing = {r[0]: (r[1], r[2]) for r in self._port.execute(q.FIND_COMMANDS, (ids_json, world_id, scope))}
+            reserved = {r[0]: (r[1], r[2]) for r in self._port.execute(q.FIND_RESERVATIONS, (ids_json, world_id, scope))}
             fresh = []
             for row in rows:
-                if row["command_id"] in existing:
-                    if existing[row["command_id"]][0] != row["digest"]:
-                        raise CommandConflictError(
-                            f"command {row['command_id']!r} was admitted with different content"
+                command_id = row["command_id"]
+                if command_id in existing:
+                    if existing[command_id][0] != row["digest"]:
+                        raise CommandConflictError(f"command {command_id!r} was admitted with different content")
+                    continue
+                reservation = reserved.get(command_id)
+                if row["operation"] == "spawn_reserved":
+                    if reservation != (row["reserved_entity_id"], row["request_digest"]):
+                        raise ReservationNotOwnedError(
+                            f"command {command_id!r} does not own a reservation of entity "
+                            f"{row['reserved_entity_id']} for this spawn request"
                         )
-                else:
-                    fresh.append(row)
-            self._check_reservations(world_id, fresh)
+                elif reservation is not None:
+                    raise CommandConflictError(f"command {command_id!r} is bound to a spawn reservation")
+                fresh.append(row)
             self._charge_quota(world_id, fresh, quota)
             now = self._clock.now_ms()
             for offset, row in enumerate(fresh):
@@ -232,8 +278,7 @@ class Ledger:
                 self._port.execute(q.TAKE_ADMISSION_SEQS, (len(fresh), len(fresh), world_id))
                 inserted = [[r[field] for field in q.INSERTED_COMMAND_FIELDS] for r in fresh]
                 self._port.execute(q.INSERT_COMMANDS, (world_id, now, now, json.dumps(inserted)))
-                fresh_ids = ids_json if len(fresh) == len(rows) else json.dumps([r["command_id"] for r in fresh])
-                self._write_events(world_id, world["next_event_seq"], fresh_ids, "admitted", now)
+                self._write_events(world_id, world["next_event_seq"], json.dumps([r["sequence"] for r in fresh]), now)
             sequences = {r["command_id"]: r["sequence"] for r in fresh}
             return [
                 {
@@ -247,206 +292,220 @@ class Ledger:
 
         return self._port.transaction(run)
 
-    def _admission_row(self, world_id: str, command: dict[str, Any]) -> dict[str, Any]:
+    def _admission_row(self, world_id: str, command: AdmissionRow) -> dict[str, Any]:
         unknown = set(command) - set(ADMISSION_FIELDS)
         missing = set(ADMISSION_FIELDS) - set(command)
         if unknown or missing:
             raise InvalidCommandError(f"admission row has unknown {sorted(unknown)} / missing {sorted(missing)} fields")
         if command["origin"] not in ORIGINS:
             raise InvalidCommandError(f"origin must be one of {ORIGINS}")
-        row = {**command, "world_id": world_id}
+        row: dict[str, Any] = {**command, "world_id": world_id, "scope": scope_of(command["principal"])}
         row["digest"] = command_digest(row)
         return row
-
-    def _check_reservations(self, world_id: str, rows: list[dict[str, Any]]) -> None:
-        spawns = [r for r in rows if r["operation"] == "spawn_reserved"]
-        if not spawns:
-            return
-        owned = dict(
-            self._port.execute(q.FIND_RESERVATIONS, (json.dumps([r["command_id"] for r in spawns]), world_id))
-        )
-        for row in spawns:
-            if owned.get(row["command_id"]) != row["reserved_entity_id"]:
-                raise ReservationNotOwnedError(
-                    f"command {row['command_id']!r} does not own a reservation of entity {row['reserved_entity_id']}"
-                )
 
     def _charge_quota(self, world_id: str, rows: list[dict[str, Any]], quota: int | None) -> None:
         if quota is None:
             return
         wanted: dict[tuple[str, int], int] = {}
         for row in rows:
-            key = (row["principal"] or "", row["scheduled_tick"])
+            key = (row["scope"], row["scheduled_tick"])
             wanted[key] = wanted.get(key, 0) + 1
         self._check_quota(world_id, wanted, quota)
-        for (principal, tick), count in wanted.items():
-            self._port.execute(q.ADD_QUOTA_USAGE, (world_id, principal, tick, count))
+        for (scope, tick), count in wanted.items():
+            self._port.execute(q.ADD_QUOTA_USAGE, (world_id, scope, tick, count))
 
     def _check_quota(self, world_id: str, wanted: dict[tuple[str, int], int], quota: int) -> None:
-        for (principal, tick), count in wanted.items():
-            used_rows = self._port.execute(q.GET_QUOTA_USAGE, (world_id, principal, tick))
+        for (scope, tick), count in wanted.items():
+            used_rows = self._port.execute(q.GET_QUOTA_USAGE, (world_id, scope, tick))
             used = used_rows[0][0] if used_rows else 0
             if used + count > quota:
                 raise QuotaExceededError(
-                    f"{principal or 'trusted caller'} may admit {quota} commands for tick {tick} of world "
+                    f"{scope or 'trusted caller'} may admit {quota} commands for tick {tick} of world "
                     f"{world_id!r}; {used} already admitted, {count} more asked"
                 )
 
     # -- leasing --
-    def lease(self, world_id: str, owner: str, writer_epoch: int, tick: int, limit: int, lease_ms: int) -> list[dict[str, Any]]:
-        """Lease due commands in (scheduled_tick, priority, sequence) order; never deletes a row.
+    def lease(self, world_id: str, owner: str, session: str, writer_epoch: int, tick: int, limit: int,
+              lease_ms: int) -> list[LeasedRow]:  # fmt: skip
+        """Lease due commands in (scheduled_tick, priority, sequence) order; never deletes a row,
+        never charges an attempt.
 
-        Rows this owner already holds are renewed without a new attempt. A row another owner holds
-        stops the lease there until its expiry (order is never skipped); after expiry it is taken
-        over, charging an attempt, or dead-lettered if its budget is spent.
+        Rows this session holds are renewed. Rows held by another session of the same owner (the
+        runner restarted) or by an expired lease of another owner are taken over at once and
+        marked `suspect`. A row another owner holds unexpired stops the lease there (order is never
+        skipped). First, a crash guard left by another session charges its command one attempt.
         """
 
-        def run() -> list[dict[str, Any]]:
-            self._writer(world_id, writer_epoch)
+        def run() -> list[LeasedRow]:
+            world = self._writer(world_id, writer_epoch)
             now = self._clock.now_ms()
-            due = [_row(COMMAND_FIELDS, r) for r in self._port.execute(q.DUE_COMMANDS, (world_id, tick, limit))]
-            renew, take, dead = [], [], []
-            for row in due:
-                if row["status"] == "LEASED" and row["lease_owner"] == owner:
-                    renew.append(row)
-                elif row["status"] == "LEASED" and row["lease_expires_at"] > now:
-                    break
-                elif row["attempts"] >= row["max_attempts"]:
-                    dead.append(row)
-                else:
-                    take.append(row)
+            if world["guard_session"] is not None and world["guard_session"] != session:
+                self._charge_crash(world_id, world["guard_sequence"], now)
+            due = self._port.execute(q.DUE_COMMANDS, (world_id, tick, limit))
+            taken: list[LeasedRow] = []
+            for values in due:
+                row = _row(COMMAND_FIELDS, values[:-1])
+                held_by = (row["lease_owner"], values[-1])
+                suspect = False
+                if row["status"] == "LEASED" and held_by != (owner, session):
+                    if row["lease_owner"] != owner and row["lease_expires_at"] > now:
+                        break
+                    suspect = True
+                taken.append(cast(LeasedRow, {**row, "suspect": suspect}))
             expires = now + lease_ms
-            for rows, charge in ((renew, 0), (take, 1)):
-                if rows:
-                    ids = json.dumps([r["command_id"] for r in rows])
-                    self._port.execute(q.LEASE_COMMANDS, (owner, expires, charge, now, world_id, ids))
-            if dead:
-                self._settle(world_id, [r["command_id"] for r in dead], "DEAD_LETTER", "dead_lettered",
-                             error="attempt budget spent before the lease could be taken over")  # fmt: skip
-            taken = {r["command_id"] for r in take}
-            leased = sorted(renew + take, key=lambda r: (r["scheduled_tick"], r["priority"], r["sequence"]))
-            for row in leased:
-                row.update(status="LEASED", lease_owner=owner, lease_expires_at=expires, updated_at=now)
-                row["attempts"] += row["command_id"] in taken
-            return leased
+            if taken:
+                sequences = json.dumps([r["sequence"] for r in taken])
+                self._port.execute(q.LEASE_COMMANDS, (owner, session, expires, now, world_id, sequences))
+            for leased in taken:
+                leased.update(status="LEASED", lease_owner=owner, lease_expires_at=expires, updated_at=now)
+            return taken
 
         return self._port.transaction(run)
 
-    def release(self, world_id: str, owner: str, command_ids: list[str]) -> int:
-        """Give leased rows back without charging their attempt (the unprocessed tail of a drain)."""
+    def _charge_crash(self, world_id: str, sequence: int | None, now: int) -> None:
+        self._port.execute(q.SET_GUARD, (None, None, world_id))
+        row = None if sequence is None else self._command_at(world_id, sequence)
+        if row is None or row["status"] != "LEASED":
+            return
+        self._port.execute(q.CHARGE_CRASH, (CRASH_ERROR, now, world_id, sequence))
+        self._append_events(world_id, [row["sequence"]], now)
 
-        def run() -> int:
-            self._port.execute(q.RELEASE_COMMANDS, (self._clock.now_ms(), world_id, owner, json.dumps(command_ids)))
-            return len(command_ids)
+    def guard(self, world_id: str, owner: str, session: str, writer_epoch: int, sequence: int | None) -> None:
+        """Name the command this session is about to materialize in guarded mode (None: no command).
 
-        return self._port.transaction(run)
-
-    def fail(self, world_id: str, owner: str, writer_epoch: int, command_id: str, permanent: bool, error: str) -> str:
-        """Settle one failed leased command: REJECTED, RETRYABLE or (budget spent) DEAD_LETTER.
-
-        Like publication, a settlement re-checks the writer epoch and the lease owner.
+        If the session dies before it moves the guard on, the next lease by another session
+        charges that command one attempt: this is how a command that kills its runner ends up
+        dead-lettered after its budget, while the commands around it are never charged.
         """
 
-        def run() -> str:
+        def run() -> None:
             self._writer(world_id, writer_epoch)
-            rows = self._port.execute(q.GET_COMMAND, (world_id, command_id))
-            row = _row(COMMAND_FIELDS, rows[0]) if rows else None
-            if row is None or row["status"] != "LEASED" or row["lease_owner"] != owner:
-                raise LeaseLostError(f"command {command_id!r} is not leased by {owner!r}")
-            text = error[:ERROR_TEXT_LIMIT]
-            if permanent:
-                status, event = "REJECTED", "rejected"
-            elif row["attempts"] >= row["max_attempts"]:
-                status, event = "DEAD_LETTER", "dead_lettered"
-            else:
-                status, event = "RETRYABLE", "retry_scheduled"
-            self._settle(world_id, [command_id], status, event, error=text)
-            return status
+            if sequence is not None and not self._port.execute(q.IS_HELD, (world_id, sequence, owner, session))[0][0]:
+                raise LeaseLostError(f"command #{sequence} of world {world_id!r} is not leased by this session")
+            self._port.execute(q.SET_GUARD, (sequence, None if sequence is None else session, world_id))
 
-        return self._port.transaction(run)
+        self._port.transaction(run)
 
     # -- publication --
-    def publish(self, world_id: str, owner: str, manifest: dict[str, Any], writes: list[dict[str, Any]]) -> dict[str, Any]:
-        """Publish one tick: manifest, entity write-set, APPLIED settlements and outbox, tick head.
+    def publish(self, world_id: str, owner: str, session: str, manifest: ManifestRow,
+                writes: list[EntityWrite]) -> Published:  # fmt: skip
+        """Publish one tick: manifest, entity write-set, every settlement of the tick with its
+        outbox event (in the manifest's order), the release of what the session still holds, and
+        the tick head.
 
         A manifest whose commit token is already stored was published before (its answer was
         lost): it is recognised and not replayed.
         """
 
-        def run() -> dict[str, Any]:
+        def run() -> Published:
             token, tick = manifest["commit_token"], manifest["tick"]
             if self._port.execute(q.GET_TICK_BY_TOKEN, (world_id, token)):
                 return {"tick": tick, "published": False}
             world = self._writer(world_id, manifest["writer_epoch"])
             if tick != world["tick_head"] + 1:
                 raise StaleWriterError(f"tick {tick} does not follow the published tick head {world['tick_head']}")
-            applied = list(manifest["applied_command_ids"])
-            ids = json.dumps(applied)
-            held = self._port.execute(q.COUNT_LEASED_BY, (world_id, owner, ids))[0][0]
-            if held != len(applied):
-                raise LeaseLostError(f"{len(applied) - held} of the tick's commands are no longer leased by {owner!r}")
+            settlements = manifest["settlements"]
+            self._check_settlements(world_id, owner, session, settlements)
             now = self._clock.now_ms()
             self._port.execute(q.INSERT_TICK, (world_id, tick, token, json.dumps(manifest, sort_keys=True), now))
             encoded = json.dumps(writes)
             self._port.execute(q.UPSERT_ENTITIES, (world_id, tick, encoded))
             self._port.execute(q.DELETE_ENTITIES, (world_id, encoded))
-            self._settle(world_id, applied, "APPLIED", "applied", applied_tick=tick)
+            if settlements:
+                settled = [[s["sequence"], s["outcome"], s["error"]] for s in settlements]
+                self._port.execute(q.SETTLE, (tick, now, json.dumps(settled), world_id))
+                self._append_events(world_id, [s["sequence"] for s in settlements], now)
+            self._port.execute(q.RELEASE_SESSION, (now, world_id, owner, session))
+            self._port.execute(q.SET_GUARD, (None, None, world_id))
             self._port.execute(q.SET_TICK_HEAD, (tick, now, world_id))
             return {"tick": tick, "published": True}
 
         return self._port.transaction(run)
 
+    def _check_settlements(self, world_id: str, owner: str, session: str, settlements: list[Any]) -> None:
+        """Every settled command is held by this session, named rightly, settled once, with a known
+        outcome, and the manifest lists them in ledger order: no tick ever applies out of order."""
+        for s in settlements:
+            if s["outcome"] not in OUTCOMES:
+                raise InvalidCommandError(f"settlement outcome {s['outcome']!r} is not one of {OUTCOMES}")
+            if s["error"] is not None and len(s["error"]) > ERROR_TEXT_LIMIT:
+                raise InvalidCommandError(f"a settlement error is limited to {ERROR_TEXT_LIMIT} characters")
+        listed = [(s["sequence"], s["command_id"]) for s in settlements]
+        if len({sequence for sequence, _ in listed}) != len(listed):
+            raise InvalidCommandError("the manifest settles a command twice")
+        sequences = json.dumps([sequence for sequence, _ in listed])
+        held = [(r[0], r[1]) for r in self._port.execute(q.HELD_IN_ORDER, (world_id, owner, session, sequences))]
+        if len(held) != len(listed):
+            raise LeaseLostError(f"{len(listed) - len(held)} of the tick's commands are no longer leased by this session")
+        if held != listed:
+            raise InvalidCommandError("the manifest lists its commands out of (scheduled_tick, priority, sequence) order")
+
     # -- destroy --
-    def destroy(self, world_id: str) -> dict[str, Any]:
+    def destroy(self, world_id: str) -> Destroyed:
         """Close admission, cancel every unsettled command, then mark the world DESTROYED.
 
-        Two transactions: the first makes every later admission fail with WorldClosingError; the
-        second cancels what was admitted before it. Re-running finishes an interrupted destroy.
+        The first transaction makes every later admission fail with WorldClosingError; the next
+        ones cancel what was admitted before it, CANCEL_BATCH at a time, the last of them marking
+        the world DESTROYED. Re-running finishes an interrupted destroy (runners do so for every
+        CLOSING world they meet).
         """
 
         def close() -> None:
-            world = self._world(world_id)
-            if world["status"] == "ACTIVE":
+            if self._world(world_id)["status"] == "ACTIVE":
                 self._port.execute(q.SET_WORLD_STATUS, ("CLOSING", self._clock.now_ms(), world_id))
 
-        def cancel() -> dict[str, Any]:
+        def cancel_batch() -> int | None:
             if self._world(world_id)["status"] == "DESTROYED":
-                return {"cancelled": 0}
-            ids = [r[0] for r in self._port.execute(q.OPEN_COMMAND_IDS, (world_id,))]
-            if ids:
-                self._settle(world_id, ids, "CANCELLED", "cancelled", error="world destroyed")
-            self._port.execute(q.SET_WORLD_STATUS, ("DESTROYED", self._clock.now_ms(), world_id))
-            return {"cancelled": len(ids)}
+                return None
+            sequences = [r[0] for r in self._port.execute(q.OPEN_SEQUENCES, (world_id, CANCEL_BATCH))]
+            now = self._clock.now_ms()
+            if sequences:
+                self._port.execute(q.CANCEL_COMMANDS, ("world destroyed", now, world_id, json.dumps(sequences)))
+                self._append_events(world_id, sequences, now)
+            if len(sequences) < CANCEL_BATCH:
+                self._port.execute(q.SET_WORLD_STATUS, ("DESTROYED", now, world_id))
+            return len(sequences)
 
         self._port.transaction(close)
-        return self._port.transaction(cancel)
+        cancelled = 0
+        while (count := self._port.transaction(cancel_batch)) is not None:
+            cancelled += count
+            if count < CANCEL_BATCH:
+                break
+        return {"cancelled": cancelled}
 
     # -- reads --
-    def command(self, world_id: str, command_id: str) -> dict[str, Any] | None:
-        def run() -> dict[str, Any] | None:
+    def command(self, world_id: str, command_id: str, scope: str = "") -> CommandRow | None:
+        """The command `command_id` of `scope` (a principal's name; '' for trusted callers)."""
+
+        def run() -> CommandRow | None:
             self._world(world_id)
-            rows = self._port.execute(q.GET_COMMAND, (world_id, command_id))
-            return _row(COMMAND_FIELDS, rows[0]) if rows else None
+            rows = self._port.execute(q.GET_COMMAND, (world_id, scope, command_id))
+            return cast(CommandRow, _row(COMMAND_FIELDS, rows[0])) if rows else None
 
         return self._port.transaction(run)
 
-    def history(self, world_id: str, status: str | None = None, after_sequence: int = 0, limit: int = 100) -> list[dict[str, Any]]:
-        def run() -> list[dict[str, Any]]:
+    def history(self, world_id: str, status: str | None = None, after_sequence: int = 0, limit: int = 100,
+                scope: str | None = None) -> list[CommandRow]:  # fmt: skip
+        """Commands in sequence order; `scope` keeps one principal's ('' trusted callers'), None all."""
+
+        def run() -> list[CommandRow]:
             self._world(world_id)
-            rows = self._port.execute(q.HISTORY, (world_id, after_sequence, status, status, limit))
-            return [_row(COMMAND_FIELDS, r) for r in rows]
+            rows = self._port.execute(q.HISTORY, (world_id, after_sequence, status, status, scope, scope, limit))
+            return [cast(CommandRow, _row(COMMAND_FIELDS, r)) for r in rows]
 
         return self._port.transaction(run)
 
-    def manifests(self, world_id: str, after_tick: int = -1, limit: int = 100) -> list[dict[str, Any]]:
+    def manifests(self, world_id: str, after_tick: int = -1, limit: int = 100) -> list[ManifestRow]:
         return self._port.transaction(
             lambda: [json.loads(r[0]) for r in self._port.execute(q.LIST_TICKS, (world_id, after_tick, limit))]
         )
 
     # -- outbox --
-    def read_outbox(self, world_id: str, after_seq: int = 0, limit: int = 100) -> list[dict[str, Any]]:
+    def read_outbox(self, world_id: str, after_seq: int = 0, limit: int = 100) -> list[OutboxEvent]:
         """Unacknowledged events after `after_seq`, in sequence order, one dict per event."""
-        return [_row(OUTBOX_FIELDS, r) for r in self._outbox_page(q.READ_OUTBOX, world_id, after_seq, limit)]
+        page = self._outbox_page(q.READ_OUTBOX, world_id, after_seq, limit)
+        return [cast(OutboxEvent, _row(OUTBOX_FIELDS, r)) for r in page]
 
     def read_outbox_columns(self, world_id: str, after_seq: int = 0, limit: int = 100) -> dict[str, list[Any]]:
         """The same page as `read_outbox`, column by column (field name -> values): what a columnar
@@ -466,10 +525,10 @@ class Ledger:
 
         return self._port.transaction(run)
 
-    def acknowledge_outbox(self, world_id: str, up_to_seq: int) -> dict[str, Any]:
+    def acknowledge_outbox(self, world_id: str, up_to_seq: int) -> Watermark:
         """Record that events up to `up_to_seq` are projected; they leave the outbox."""
 
-        def run() -> dict[str, Any]:
+        def run() -> Watermark:
             world = self._world(world_id)
             if up_to_seq >= world["next_event_seq"]:
                 raise InvalidCommandError(f"event {up_to_seq} of world {world_id!r} was never written")
@@ -479,10 +538,10 @@ class Ledger:
 
         return self._port.transaction(run)
 
-    def watermark(self, world_id: str) -> dict[str, Any]:
+    def watermark(self, world_id: str) -> Watermark:
         return self._port.transaction(lambda: self._watermark(world_id))
 
-    def _watermark(self, world_id: str) -> dict[str, Any]:
+    def _watermark(self, world_id: str) -> Watermark:
         world = self._world(world_id)
         committed = world["next_event_seq"] - 1
         return {

@@ -1,105 +1,21 @@
-"""Every SQL statement of the command ledger, in one readable place.
+"""Every SQL statement of the command ledger (the schema itself is in migrations.py).
 
 Written for the stricter of our two SQLite hosts (the Durable Object): no transaction control,
-no ATTACH, no TEMP objects, no PRAGMA user_version (the schema version is a row in `meta`),
-bulk work through `json_each(?)` so no statement binds more than a handful of parameters.
+no ATTACH, no TEMP objects, no PRAGMA, bulk work through `json_each(?)` so no statement binds
+more than a handful of parameters. The Durable Object's engine binds every number as REAL
+(a JS double), so a bound integer that enters an expression is `CAST(? AS INTEGER)`: compared
+with a column it needs nothing, but `'w/' || (? + 1)` would read `w/2.0` there.
+
+Inside the ledger a command is addressed by its per-world `sequence`; its command id is unique
+only within its `scope` (the admitting principal, or '' for trusted callers).
 """
 
-SCHEMA_VERSION = 1
-
-
-SCHEMA = (
-    """CREATE TABLE IF NOT EXISTS meta (
-        key TEXT PRIMARY KEY,
-        value TEXT NOT NULL)""",
-    """CREATE TABLE IF NOT EXISTS worlds (
-        world_id TEXT PRIMARY KEY,
-        name TEXT NOT NULL,
-        status TEXT NOT NULL CHECK (status IN ('ACTIVE', 'CLOSING', 'DESTROYED')),
-        tick_head INTEGER NOT NULL DEFAULT -1,
-        next_entity_id INTEGER NOT NULL DEFAULT 1,
-        writer_epoch INTEGER NOT NULL DEFAULT 0,
-        next_sequence INTEGER NOT NULL DEFAULT 1,
-        next_event_seq INTEGER NOT NULL DEFAULT 1,
-        projected_seq INTEGER NOT NULL DEFAULT 0,
-        created_at INTEGER NOT NULL,
-        updated_at INTEGER NOT NULL)""",
-    """CREATE TABLE IF NOT EXISTS commands (
-        world_id TEXT NOT NULL,
-        command_id TEXT NOT NULL,
-        sequence INTEGER NOT NULL,
-        schema_version INTEGER NOT NULL,
-        scheduled_tick INTEGER NOT NULL,
-        priority INTEGER NOT NULL,
-        operation TEXT NOT NULL,
-        payload TEXT NOT NULL,
-        digest TEXT NOT NULL,
-        principal TEXT,
-        origin TEXT NOT NULL,
-        max_attempts INTEGER NOT NULL,
-        attempts INTEGER NOT NULL DEFAULT 0,
-        reserved_entity_id INTEGER,
-        status TEXT NOT NULL,
-        lease_owner TEXT,
-        lease_expires_at INTEGER,
-        applied_tick INTEGER,
-        last_error TEXT,
-        created_at INTEGER NOT NULL,
-        updated_at INTEGER NOT NULL,
-        PRIMARY KEY (world_id, command_id))""",
-    "CREATE UNIQUE INDEX IF NOT EXISTS commands_by_sequence ON commands (world_id, sequence)",
-    """CREATE INDEX IF NOT EXISTS commands_due ON commands (world_id, scheduled_tick, priority, sequence)
-        WHERE status IN ('PENDING', 'LEASED', 'RETRYABLE')""",
-    """CREATE TABLE IF NOT EXISTS spawn_reservations (
-        world_id TEXT NOT NULL,
-        command_id TEXT NOT NULL,
-        entity_id INTEGER NOT NULL,
-        request_digest TEXT NOT NULL,
-        created_at INTEGER NOT NULL,
-        PRIMARY KEY (world_id, command_id))""",
-    """CREATE TABLE IF NOT EXISTS ticks (
-        world_id TEXT NOT NULL,
-        tick INTEGER NOT NULL,
-        commit_token TEXT NOT NULL,
-        manifest TEXT NOT NULL,
-        published_at INTEGER NOT NULL,
-        PRIMARY KEY (world_id, tick))""",
-    "CREATE UNIQUE INDEX IF NOT EXISTS ticks_by_token ON ticks (world_id, commit_token)",
-    """CREATE TABLE IF NOT EXISTS entities (
-        world_id TEXT NOT NULL,
-        entity_id INTEGER NOT NULL,
-        components TEXT NOT NULL,
-        updated_tick INTEGER NOT NULL,
-        PRIMARY KEY (world_id, entity_id))""",
-    """CREATE TABLE IF NOT EXISTS outbox (
-        world_id TEXT NOT NULL,
-        event_seq INTEGER NOT NULL,
-        event_id TEXT NOT NULL,
-        command_id TEXT NOT NULL,
-        event_type TEXT NOT NULL,
-        status TEXT NOT NULL,
-        operation TEXT NOT NULL,
-        tick INTEGER,
-        principal TEXT,
-        origin TEXT NOT NULL,
-        occurred_at INTEGER NOT NULL,
-        payload TEXT NOT NULL,
-        PRIMARY KEY (world_id, event_seq)) WITHOUT ROWID""",
-    """CREATE TABLE IF NOT EXISTS quota_usage (
-        world_id TEXT NOT NULL,
-        principal TEXT NOT NULL,
-        scheduled_tick INTEGER NOT NULL,
-        used INTEGER NOT NULL,
-        PRIMARY KEY (world_id, principal, scheduled_tick))""",
-)
-
-GET_SCHEMA_VERSION = "SELECT value FROM meta WHERE key = 'schema_version'"
-SET_SCHEMA_VERSION = "INSERT INTO meta (key, value) VALUES ('schema_version', ?)"
+OPEN_STATUSES = "('PENDING', 'LEASED', 'RETRYABLE')"
 
 # -- worlds --
 WORLD_COLUMNS = (
     "world_id, name, status, tick_head, next_entity_id, writer_epoch, next_sequence, "
-    "next_event_seq, projected_seq, created_at, updated_at"
+    "next_event_seq, projected_seq, guard_sequence, guard_session, created_at, updated_at"
 )
 GET_WORLD = f"SELECT {WORLD_COLUMNS} FROM worlds WHERE world_id = ?"
 LIST_WORLDS = f"SELECT {WORLD_COLUMNS} FROM worlds ORDER BY world_id"
@@ -112,6 +28,7 @@ TAKE_ADMISSION_SEQS = """UPDATE worlds SET next_sequence = next_sequence + ?, ne
 TAKE_EVENT_SEQS = "UPDATE worlds SET next_event_seq = next_event_seq + ? WHERE world_id = ?"
 SET_TICK_HEAD = "UPDATE worlds SET tick_head = ?, updated_at = ? WHERE world_id = ?"
 SET_PROJECTED_SEQ = "UPDATE worlds SET projected_seq = ? WHERE world_id = ? AND projected_seq < ?"
+SET_GUARD = "UPDATE worlds SET guard_sequence = ?, guard_session = ? WHERE world_id = ?"
 
 # -- commands --
 COMMAND_COLUMNS = (
@@ -119,45 +36,69 @@ COMMAND_COLUMNS = (
     "principal, origin, max_attempts, attempts, reserved_entity_id, status, lease_owner, lease_expires_at, "
     "applied_tick, last_error, created_at, updated_at"
 )
-GET_COMMAND = f"SELECT {COMMAND_COLUMNS} FROM commands WHERE world_id = ? AND command_id = ?"
-FIND_COMMANDS = """SELECT c.command_id, c.digest, c.sequence FROM json_each(?) AS j
-    CROSS JOIN commands AS c ON c.world_id = ? AND c.command_id = j.value"""
 # Each inserted command is a JSON array of these fields, in this order: reading an array element
 # by position is markedly cheaper for SQLite than looking a key up in an object.
 INSERTED_COMMAND_FIELDS = (
-    "command_id", "sequence", "schema_version", "scheduled_tick", "priority", "operation", "payload", "digest",
-    "principal", "origin", "max_attempts", "reserved_entity_id",
+    "command_id", "sequence", "scope", "schema_version", "scheduled_tick", "priority", "operation", "payload",
+    "digest", "principal", "origin", "max_attempts", "reserved_entity_id",
 )  # fmt: skip
 INSERT_COMMANDS = f"""INSERT INTO commands (world_id, {", ".join(INSERTED_COMMAND_FIELDS)}, status, created_at, updated_at)
     SELECT ?, {", ".join(f"json_extract(j.value, '$[{i}]')" for i in range(len(INSERTED_COMMAND_FIELDS)))},
         'PENDING', ?, ?
     FROM json_each(?) AS j"""
-DUE_COMMANDS = f"""SELECT {COMMAND_COLUMNS} FROM commands
-    WHERE world_id = ? AND status IN ('PENDING', 'LEASED', 'RETRYABLE') AND scheduled_tick <= ?
+GET_COMMAND = f"SELECT {COMMAND_COLUMNS} FROM commands WHERE world_id = ? AND scope = ? AND command_id = ?"
+GET_COMMAND_BY_SEQUENCE = f"SELECT {COMMAND_COLUMNS} FROM commands WHERE world_id = ? AND sequence = ?"
+FIND_COMMANDS = """SELECT c.command_id, c.digest, c.sequence FROM json_each(?) AS j
+    CROSS JOIN commands AS c ON c.world_id = ? AND c.scope = ? AND c.command_id = j.value"""
+DUE_COMMANDS = f"""SELECT {COMMAND_COLUMNS}, lease_session FROM commands
+    WHERE world_id = ? AND status IN {OPEN_STATUSES} AND scheduled_tick <= ?
     ORDER BY scheduled_tick, priority, sequence LIMIT ?"""
-LEASE_COMMANDS = """UPDATE commands SET status = 'LEASED', lease_owner = ?, lease_expires_at = ?,
-        attempts = attempts + ?, updated_at = ?
-    WHERE world_id = ? AND command_id IN (SELECT value FROM json_each(?))"""
-RELEASE_COMMANDS = """UPDATE commands SET status = CASE WHEN attempts - 1 > 0 THEN 'RETRYABLE' ELSE 'PENDING' END,
-        attempts = attempts - 1, lease_owner = NULL, lease_expires_at = NULL, updated_at = ?
-    WHERE world_id = ? AND status = 'LEASED' AND lease_owner = ? AND command_id IN (SELECT value FROM json_each(?))"""
-SETTLE_COMMANDS = """UPDATE commands SET status = ?, applied_tick = ?, last_error = ?, lease_owner = NULL,
+LEASE_COMMANDS = """UPDATE commands SET status = 'LEASED', lease_owner = ?, lease_session = ?, lease_expires_at = ?,
+        updated_at = ?
+    WHERE world_id = ? AND sequence IN (SELECT value FROM json_each(?))"""
+# The sequences among these that this runner session holds, in ledger order.
+HELD_IN_ORDER = """SELECT sequence, command_id FROM commands
+    WHERE world_id = ? AND status = 'LEASED' AND lease_owner = ? AND lease_session = ?
+        AND sequence IN (SELECT value FROM json_each(?))
+    ORDER BY scheduled_tick, priority, sequence"""
+IS_HELD = """SELECT count(*) FROM commands
+    WHERE world_id = ? AND sequence = ? AND status = 'LEASED' AND lease_owner = ? AND lease_session = ?"""
+# A tick's settlements: one JSON array [sequence, outcome, error] per command. Every settlement is
+# an attempt; a failure that spends the budget dead-letters.
+SETTLE = """UPDATE commands SET
+        status = CASE s.outcome WHEN 'applied' THEN 'APPLIED' WHEN 'rejected' THEN 'REJECTED'
+            ELSE CASE WHEN commands.attempts + 1 >= commands.max_attempts THEN 'DEAD_LETTER' ELSE 'RETRYABLE' END END,
+        attempts = commands.attempts + 1,
+        applied_tick = CASE s.outcome WHEN 'applied' THEN CAST(? AS INTEGER) END,
+        last_error = s.error, lease_owner = NULL, lease_session = NULL, lease_expires_at = NULL, updated_at = ?
+    FROM (SELECT json_extract(value, '$[0]') AS sequence, json_extract(value, '$[1]') AS outcome,
+            json_extract(value, '$[2]') AS error FROM json_each(?)) AS s
+    WHERE commands.world_id = ? AND commands.sequence = s.sequence"""
+# What a session still holds after its tick settled: the drain's unprocessed tail, given back free.
+RELEASE_SESSION = """UPDATE commands SET status = CASE WHEN attempts > 0 THEN 'RETRYABLE' ELSE 'PENDING' END,
+        lease_owner = NULL, lease_session = NULL, lease_expires_at = NULL, updated_at = ?
+    WHERE world_id = ? AND status = 'LEASED' AND lease_owner = ? AND lease_session = ?"""
+# The crash guard names a command whose runner died while materializing it: one attempt charged.
+CHARGE_CRASH = """UPDATE commands SET attempts = attempts + 1,
+        status = CASE WHEN attempts + 1 >= max_attempts THEN 'DEAD_LETTER' ELSE 'RETRYABLE' END,
+        last_error = ?, lease_owner = NULL, lease_session = NULL, lease_expires_at = NULL, updated_at = ?
+    WHERE world_id = ? AND sequence = ? AND status = 'LEASED'"""
+CANCEL_COMMANDS = """UPDATE commands SET status = 'CANCELLED', last_error = ?, lease_owner = NULL, lease_session = NULL,
         lease_expires_at = NULL, updated_at = ?
-    WHERE world_id = ? AND command_id IN (SELECT value FROM json_each(?))"""
-COUNT_LEASED_BY = """SELECT count(*) FROM commands WHERE world_id = ? AND status = 'LEASED' AND lease_owner = ?
-    AND command_id IN (SELECT value FROM json_each(?))"""
-OPEN_COMMAND_IDS = """SELECT command_id FROM commands WHERE world_id = ? AND status IN ('PENDING', 'LEASED', 'RETRYABLE')
-    ORDER BY sequence"""
+    WHERE world_id = ? AND sequence IN (SELECT value FROM json_each(?))"""
+OPEN_SEQUENCES = f"""SELECT sequence FROM commands WHERE world_id = ? AND status IN {OPEN_STATUSES}
+    ORDER BY sequence LIMIT ?"""
 HISTORY = f"""SELECT {COMMAND_COLUMNS} FROM commands
-    WHERE world_id = ? AND sequence > ? AND (? IS NULL OR status = ?)
+    WHERE world_id = ? AND sequence > ? AND (? IS NULL OR status = ?) AND (? IS NULL OR scope = ?)
     ORDER BY sequence LIMIT ?"""
 
 # -- spawn reservations --
-GET_RESERVATION = "SELECT entity_id, request_digest FROM spawn_reservations WHERE world_id = ? AND command_id = ?"
-INSERT_RESERVATION = """INSERT INTO spawn_reservations (world_id, command_id, entity_id, request_digest, created_at)
-    VALUES (?, ?, ?, ?, ?)"""
-FIND_RESERVATIONS = """SELECT r.command_id, r.entity_id FROM json_each(?) AS j
-    CROSS JOIN spawn_reservations AS r ON r.world_id = ? AND r.command_id = j.value"""
+GET_RESERVATION = """SELECT entity_id, request_digest FROM spawn_reservations
+    WHERE world_id = ? AND scope = ? AND command_id = ?"""
+INSERT_RESERVATION = """INSERT INTO spawn_reservations (world_id, scope, command_id, entity_id, request_digest, created_at)
+    VALUES (?, ?, ?, ?, ?, ?)"""
+FIND_RESERVATIONS = """SELECT r.command_id, r.entity_id, r.request_digest FROM json_each(?) AS j
+    CROSS JOIN spawn_reservations AS r ON r.world_id = ? AND r.scope = ? AND r.command_id = j.value"""
 
 # -- ticks and entity state --
 GET_TICK_BY_TOKEN = "SELECT tick FROM ticks WHERE world_id = ? AND commit_token = ?"
@@ -171,13 +112,17 @@ DELETE_ENTITIES = """DELETE FROM entities WHERE world_id = ? AND entity_id IN
     (SELECT json_extract(value, '$.entity_id') FROM json_each(?) WHERE json_extract(value, '$.components') IS NULL)"""
 LIST_ENTITIES = "SELECT entity_id, components FROM entities WHERE world_id = ? AND entity_id > ? ORDER BY entity_id LIMIT ?"
 
-# -- outbox: one statement appends the event of every command named in a JSON array --
+# -- outbox: one statement appends one event per command sequence in a JSON array, in array
+# order; the event type follows from the status the transition left the command in --
 APPEND_EVENTS = """INSERT INTO outbox (world_id, event_seq, event_id, command_id, event_type, status, operation, tick,
         principal, origin, occurred_at, payload)
-    SELECT c.world_id, ? + j.key, c.world_id || '/' || (? + j.key), c.command_id, ?, c.status, c.operation,
-        coalesce(c.applied_tick, c.scheduled_tick), c.principal, c.origin, ?,
+    SELECT c.world_id, CAST(? AS INTEGER) + j.key, c.world_id || '/' || (CAST(? AS INTEGER) + j.key), c.command_id,
+        CASE c.status WHEN 'PENDING' THEN 'admitted' WHEN 'APPLIED' THEN 'applied' WHEN 'REJECTED' THEN 'rejected'
+            WHEN 'RETRYABLE' THEN 'retry_scheduled' WHEN 'DEAD_LETTER' THEN 'dead_lettered'
+            WHEN 'CANCELLED' THEN 'cancelled' END,
+        c.status, c.operation, coalesce(c.applied_tick, c.scheduled_tick), c.principal, c.origin, ?,
         json_object('attempts', c.attempts, 'max_attempts', c.max_attempts, 'error', c.last_error)
-    FROM json_each(?) AS j CROSS JOIN commands AS c ON c.world_id = ? AND c.command_id = j.value"""
+    FROM json_each(?) AS j CROSS JOIN commands AS c ON c.world_id = ? AND c.sequence = j.value"""
 OUTBOX_COLUMNS = (
     "event_id, world_id, event_seq, command_id, event_type, status, operation, tick, principal, origin, "
     "occurred_at, payload"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Callable
 from enum import Enum
 from typing import Any
 
@@ -18,12 +19,14 @@ from archetype.canonical import digest
 from archetype.commands.authority import Authority
 from archetype.commands.errors import CommandError, InvalidCommandError
 from archetype.commands.identity import command_digest
+from archetype.commands.ledger_rows import AdmissionRow, CommandRow, LeasedRow
 from archetype.commands.options import ActorCtx, DurableOptions
 from archetype.commands.registry import OperationRegistry, OperationSpec
-from archetype.world.commit import PreparedTick, TickOutcomeUnknownError
+from archetype.world.commit import Outcome, PreparedTick, TickOutcomeUnknownError
 from archetype.world.operations import Spawn, SpawnReserved
 
 COMMAND_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
+
 
 
 class CommandStatus(str, Enum):
@@ -105,6 +108,13 @@ class CommandRecord(CommandSummary):
 
 
 class CommandScheduler:
+    """Admission, and the materialization of due commands inside a world's tick.
+
+    `owner` names the runner and is stable across its restarts (give each runner process its own);
+    each world gets a fresh `session` per incarnation of this scheduler, so a restarted runner
+    recovers its own leases at once and a crash is told apart from a renewal (docs/ledger.md).
+    """
+
     def __init__(
         self,
         registry: OperationRegistry,
@@ -114,6 +124,7 @@ class CommandScheduler:
         lease_ms: int = 30_000,
         lease_limit: int = 10_000,
         quota: int | None = None,
+        session_ids: Callable[[], str] = lambda: uuid.uuid4().hex,
     ) -> None:
         self.registry = registry
         self.authority = authority
@@ -121,28 +132,53 @@ class CommandScheduler:
         self.lease_ms = lease_ms
         self.lease_limit = lease_limit
         self.quota = quota
+        self._new_session = session_ids
+        self._sessions: dict[str, str] = {}
+
+    def session(self, world_id: str) -> str:
+        """This incarnation's session for a world's leases."""
+        if world_id not in self._sessions:
+            self._sessions[world_id] = self._new_session()
+        return self._sessions[world_id]
+
+    def end_session(self, world_id: str) -> None:
+        """After a process-fatal exception escaped a materializer, the next attempt at this world
+        is treated as a restart: what this session holds is recovered like a crashed runner's."""
+        self._sessions.pop(world_id, None)
 
     # -- admission --
-    def _admission_row(self, item: DeferredItem, actor: ActorCtx | None, origin: str) -> tuple[str, dict[str, Any]]:
+    def _admission_row(self, item: DeferredItem, actor: ActorCtx | None, origin: str) -> tuple[str, AdmissionRow]:
         spec = self.registry.resolve(item.op)
         spec.require_durable()
-        command_id = item.command_id or uuid.uuid4().hex
-        if not isinstance(command_id, str) or not COMMAND_ID_PATTERN.match(command_id):
-            raise InvalidCommandError(f"command id {command_id!r} must match {COMMAND_ID_PATTERN.pattern}")
+        command_id = checked_command_id(item.command_id)
         world_id = spec.world_key(item.op)
-        row = {
+        principal = actor.principal if actor else None
+        reserved = item.op if isinstance(item.op, SpawnReserved) else None
+        row: AdmissionRow = {
             "command_id": command_id,
             "schema_version": spec.version,
             "scheduled_tick": item.options.tick,
             "priority": item.options.priority,
             "operation": spec.name,
             "payload": spec.payload_of(item.op),
-            "principal": actor.principal if actor else None,
+            "principal": principal,
             "origin": origin,
             "max_attempts": item.options.max_attempts,
-            "reserved_entity_id": getattr(item.op, "entity_id", None) if isinstance(item.op, SpawnReserved) else None,
+            "reserved_entity_id": reserved.entity_id if reserved else None,
+            "request_digest": self.spawn_request_digest(reserved, item.options, principal) if reserved else None,
         }
         return world_id, row
+
+    def spawn_request_digest(self, op: Spawn | SpawnReserved, options: DurableOptions, principal: str | None) -> str:
+        """The digest a spawn reservation binds: the spawn's content, options and principal. A
+        SpawnReserved fulfils the reservation made for the Spawn with its world and components."""
+        spawn = op if type(op) is Spawn else Spawn(world_id=op.world_id, components=op.components)
+        request = {
+            "payload": self.registry.resolve(spawn).payload_of(spawn),
+            "options": options.model_dump(mode="json"),
+            "principal": principal,
+        }
+        return digest(request)
 
     async def admit(self, items: list[DeferredItem], actor: ActorCtx | None = None, origin: str = "local") -> list[CommandIdentity]:
         """Validate every item, then admit the batch in one ledger transaction (all or nothing)."""
@@ -153,27 +189,26 @@ class CommandScheduler:
         if len(worlds) != 1:
             raise InvalidCommandError(f"a batch cannot span worlds (it names {sorted(worlds)})")
         (world_id,) = worlds
-        results = await self.authority.call(
-            "admit", world_id=world_id, commands=[row for _, row in prepared], quota=self.quota if actor else None
-        )
+        results = await self.authority.admit(world_id, [row for _, row in prepared], self.quota if actor else None)
         return [CommandIdentity(world_id=world_id, **r) for r in results]
 
     async def admit_spawn(
         self, op: Spawn, options: DurableOptions, command_id: str | None, actor: ActorCtx | None, origin: str = "local"
     ) -> SpawnAdmission:
-        """Reserve one entity id bound to the command id and request, then admit SpawnReserved."""
-        spec = self.registry.resolve(op)
+        """Reserve one entity id bound to the command id and request, then admit SpawnReserved.
+
+        The whole admission is validated first (on a stand-in entity id), so a request that would
+        be refused reserves nothing.
+        """
         if type(op) is not Spawn:
             raise InvalidCommandError("defer_spawn takes a Spawn")
-        command_id = command_id or uuid.uuid4().hex
-        request = {
-            "payload": spec.payload_of(op),
-            "options": options.model_dump(mode="json"),
-            "principal": actor.principal if actor else None,
-        }
-        entity_id = await self.authority.call(
-            "reserve_spawn", world_id=op.world_id, command_id=command_id, request_digest=digest(request),
-            quota=self.quota if actor else None, principal=request["principal"], scheduled_tick=options.tick,
+        command_id = checked_command_id(command_id)
+        principal = actor.principal if actor else None
+        checked = SpawnReserved(world_id=op.world_id, entity_id=1, components=op.components)
+        self._admission_row(DeferredItem(op=checked, options=options, command_id=command_id), actor, origin)
+        entity_id = await self.authority.reserve_spawn(
+            op.world_id, command_id, principal, self.spawn_request_digest(op, options, principal), options.tick,
+            self.quota if actor else None,
         )  # fmt: skip
         reserved = SpawnReserved(world_id=op.world_id, entity_id=entity_id, components=op.components)
         (identity,) = await self.admit([DeferredItem(op=reserved, options=options, command_id=command_id)], actor, origin)
@@ -181,46 +216,51 @@ class CommandScheduler:
 
     # -- materialization (AsyncWorld calls this with the world's operation lock held) --
     async def materialize(self, world: Any, tick: int) -> None:
-        rows = await self.authority.call(
-            "lease", world_id=world.world_id, owner=self.owner, writer_epoch=world.writer_epoch,
-            tick=tick, limit=self.lease_limit, lease_ms=self.lease_ms,
-        )  # fmt: skip
-        await world.ensure_entity_ids(sum(1 for r in rows if r["operation"] == Spawn.model_fields["operation"].default))
-        for index, row in enumerate(rows):
-            if world.coordinator.is_staged(row["command_id"]):
-                continue  # staged by an earlier attempt at this tick: never applied twice
-            try:
-                spec, op = self._verify(world.world_id, row)
-                world.atomically(lambda: spec.durable.materialize(world, op))
-            except (LookupError, TypeError, ValueError) as exc:
-                await self._fail(world, row, exc, permanent=True)
-                continue
-            except Exception as exc:
-                status = await self._fail(world, row, exc, permanent=False)
-                if status == CommandStatus.RETRYABLE:
-                    tail = [r["command_id"] for r in rows[index + 1 :] if not world.coordinator.is_staged(r["command_id"])]
-                    if tail:
-                        await self.authority.call("release", world_id=world.world_id, owner=self.owner, command_ids=tail)
-                    return
-                continue
-            world.coordinator.stage(row["command_id"])
+        """Lease the due commands and materialize them in ledger order, staging each outcome on
+        the world's commit coordinator (the ledger writes them when the tick publishes).
 
-    async def _fail(self, world: Any, row: dict[str, Any], exc: Exception, *, permanent: bool) -> CommandStatus:
-        error = f"{type(exc).__name__}: {exc}"
-        status = await self.authority.call(
-            "fail", world_id=world.world_id, owner=self.owner, writer_epoch=world.writer_epoch,
-            command_id=row["command_id"], permanent=permanent, error=error,
+        A command another session left leased (a crash) is *suspect*: before materializing it the
+        crash guard names it durably, so if it kills this runner too it is charged an attempt.
+        """
+        world_id, session = world.world_id, self.session(world.world_id)
+        rows = await self.authority.lease(
+            world_id, self.owner, session, world.writer_epoch, tick, self.lease_limit, self.lease_ms
         )
-        return CommandStatus(status)
+        await world.ensure_entity_ids(sum(1 for r in rows if r["operation"] == Spawn.model_fields["operation"].default))
+        guarded = False
+        for row in rows:
+            if row["suspect"]:
+                await self.authority.guard(world_id, self.owner, session, world.writer_epoch, row["sequence"])
+                guarded = True
+            outcome, error = self._run(world, row)
+            world.coordinator.settle(row["sequence"], row["command_id"], outcome, error)
+            if outcome == "failed" and row["attempts"] + 1 < row["max_attempts"]:
+                break  # RETRYABLE: stop the drain; publication gives the unprocessed tail back uncharged
+        if guarded:
+            await self.authority.guard(world_id, self.owner, session, world.writer_epoch, None)
 
-    def _verify(self, world_id: str, row: dict[str, Any]) -> tuple[OperationSpec, Any]:
+    def _run(self, world: Any, row: LeasedRow) -> tuple[Outcome, str | None]:
+        """Verify and materialize one command in its own state layer; classify what it raised."""
+        try:
+            spec, op = self._verify(world.world_id, row)
+            world.atomically(lambda: spec.durable.materialize(world, op))
+        except (LookupError, TypeError, ValueError) as exc:
+            return "rejected", f"{type(exc).__name__}: {exc}"
+        except Exception as exc:
+            return "failed", f"{type(exc).__name__}: {exc}"
+        except BaseException:
+            self.end_session(world.world_id)
+            raise
+        return "applied", None
+
+    def _verify(self, world_id: str, row: CommandRow) -> tuple[OperationSpec, Any]:
         """Check a stored row against its exact registration before anything runs it."""
         if row["world_id"] != world_id:
             raise InvalidCommandError(f"row belongs to world {row['world_id']!r}, not {world_id!r}")
         spec = self.registry.named(row["operation"])
         if row["schema_version"] != spec.version:
             raise InvalidCommandError(f"schema version {row['schema_version']} is not {spec.version}")
-        if command_digest(row) != row["digest"]:
+        if command_digest(dict(row)) != row["digest"]:
             raise InvalidCommandError("stored digest does not match the row's identity-bearing fields")
         op = spec.decode_exact(row["payload"])
         if spec.world_key(op) != world_id:
@@ -231,42 +271,53 @@ class CommandScheduler:
 
     # -- the ledger view --
     async def history(
-        self, world_id: str, *, status: CommandStatus | str | None = None, after_sequence: int = 0, limit: int = 100
+        self, world_id: str, *, status: CommandStatus | str | None = None, after_sequence: int = 0, limit: int = 100,
+        scope: str | None = None,
     ) -> list[CommandRecord]:
+        """Commands in sequence order; `scope` keeps one principal's ('' trusted callers'), None all."""
         status_name = CommandStatus(status).value if status is not None else None
-        rows = await self.authority.call(
-            "history", world_id=world_id, status=status_name, after_sequence=after_sequence, limit=limit
-        )
+        rows = await self.authority.history(world_id, status_name, after_sequence, limit, scope)
         return [self.record(row) for row in rows]
 
-    async def command(self, world_id: str, command_id: str) -> CommandRecord | None:
-        row = await self.authority.call("command", world_id=world_id, command_id=command_id)
+    async def command(self, world_id: str, command_id: str, scope: str = "") -> CommandRecord | None:
+        """The command `command_id` in `scope` (the admitting principal's name; '' for trusted callers)."""
+        row = await self.authority.command(world_id, command_id, scope)
         return None if row is None else self.record(row)
 
-    def record(self, row: dict[str, Any]) -> CommandRecord:
+    def record(self, row: CommandRow) -> CommandRecord:
         """Decode one row through its exact registration; an unverifiable row says why instead of failing."""
         try:
             _, op = self._verify(row["world_id"], row)
             problem = None
         except (LookupError, TypeError, ValueError) as exc:
             op, problem = None, f"{type(exc).__name__}: {exc}"
-        return CommandRecord(**CommandSummary.summary_fields(row), operation_model=op, problem=problem)
+        return CommandRecord(**CommandSummary.summary_fields(dict(row)), operation_model=op, problem=problem)
+
+
+def checked_command_id(command_id: str | None) -> str:
+    """The caller's idempotency key, or a fresh one; refused unless it matches COMMAND_ID_PATTERN whole."""
+    if command_id is None:
+        return uuid.uuid4().hex
+    if not isinstance(command_id, str) or not COMMAND_ID_PATTERN.fullmatch(command_id):
+        raise InvalidCommandError(f"command id {command_id!r} must match {COMMAND_ID_PATTERN.pattern}")
+    return command_id
 
 
 class LedgerPublisher:
-    """Publishes prepared ticks of one world through its authority."""
+    """Publishes prepared ticks of one world through its authority, as the session that leased them."""
 
-    def __init__(self, authority: Authority, owner: str) -> None:
+    def __init__(self, authority: Authority, scheduler: CommandScheduler) -> None:
         self.authority = authority
-        self.owner = owner
+        self.scheduler = scheduler
 
     async def publish(self, prepared: PreparedTick) -> None:
         manifest = prepared.manifest
+        session = self.scheduler.session(manifest.world_id)
         try:
-            await self.authority.call(
-                "publish", world_id=manifest.world_id, owner=self.owner, manifest=manifest.model_dump(mode="json"),
-                writes=list(prepared.writes),
-            )  # fmt: skip
+            await self.authority.publish(
+                manifest.world_id, self.scheduler.owner, session, manifest.model_dump(mode="json"),  # type: ignore[arg-type]
+                list(prepared.writes),  # type: ignore[arg-type]
+            )
         except CommandError:
             raise  # the authority answered: a definitive refusal
         except Exception as exc:
@@ -286,4 +337,4 @@ class AuthorityIdSource:
         self.world_id = world_id
 
     async def reserve(self, count: int) -> int:
-        return await self.authority.call("reserve_entity_ids", world_id=self.world_id, count=count)
+        return await self.authority.reserve_entity_ids(self.world_id, count)

@@ -1,8 +1,10 @@
 """The commit coordinator: stages a tick's settlements and publishes its manifest.
 
-Successful durable commands are *staged* here while the tick runs. They become APPLIED only in
-the transaction that publishes the tick (manifest + entity write-set + settlements + tick head),
-which is the publisher's job (the command ledger, or an in-memory publisher for a bare world).
+Every outcome of a durable command (applied, rejected, failed) is *staged* here while the tick
+runs. It becomes the command's status only in the transaction that publishes the tick (manifest
++ entity write-set + settlements + tick head), which is the publisher's job (the command ledger,
+or an in-memory publisher for a bare world): no settlement is ever decided against state that is
+not published with it.
 A prepared tick is kept until its publication is confirmed, so a retry republishes the very same
 manifest; the commit token (a digest of its content) lets the authority recognise a publication
 that committed but whose answer was lost.
@@ -10,7 +12,7 @@ that committed but whose answer was lost.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol, get_args
 
 from pydantic import BaseModel, ConfigDict
 
@@ -19,15 +21,35 @@ from archetype.world.components import ComponentValue
 from archetype.world.state import Layer
 
 
+# What a tick did with each command it leased and materialized, in ledger order. "failed" is a
+# retryable failure: the ledger makes it RETRYABLE, or DEAD_LETTER once the budget is spent.
+Outcome = Literal["applied", "rejected", "failed"]
+OUTCOMES: tuple[Outcome, ...] = get_args(Outcome)
+ERROR_TEXT_LIMIT = 500
+
+
+class Settlement(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    sequence: int
+    command_id: str
+    outcome: Outcome
+    error: str | None = None
+
+
 class TickManifest(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     world_id: str
     tick: int
     writer_epoch: int
-    applied_command_ids: tuple[str, ...]
+    settlements: tuple[Settlement, ...]
     written_entity_ids: tuple[int, ...]
     commit_token: str
+
+    @property
+    def applied_command_ids(self) -> tuple[str, ...]:
+        return tuple(s.command_id for s in self.settlements if s.outcome == "applied")
 
 
 class PreparedTick(BaseModel):
@@ -71,24 +93,28 @@ def encode_writes(layer: Layer) -> tuple[dict[str, Any], ...]:
 
 
 class CommitCoordinator:
+    """The settlements of the tick being prepared, and the prepared tick until it is published.
+
+    Nothing here is durable: a tick that fails before it is prepared is discarded whole (its
+    settlements with it) and run again from the published state.
+    """
+
     def __init__(self, world_id: str) -> None:
         self.world_id = world_id
-        self._staged: list[str] = []
-        self._staged_set: set[str] = set()
+        self._settlements: list[Settlement] = []
+        self._settled: set[int] = set()
         self.prepared: PreparedTick | None = None
 
-    def stage(self, command_id: str) -> None:
-        if command_id in self._staged_set:
-            raise ValueError(f"command {command_id} is already staged in this tick")
-        self._staged.append(command_id)
-        self._staged_set.add(command_id)
-
-    def is_staged(self, command_id: str) -> bool:
-        return command_id in self._staged_set
+    def settle(self, sequence: int, command_id: str, outcome: Outcome, error: str | None = None) -> None:
+        if sequence in self._settled:
+            raise ValueError(f"command #{sequence} is already settled in this tick")
+        self._settled.add(sequence)
+        text = None if error is None else error[:ERROR_TEXT_LIMIT]
+        self._settlements.append(Settlement(sequence=sequence, command_id=command_id, outcome=outcome, error=text))
 
     @property
-    def staged(self) -> tuple[str, ...]:
-        return tuple(self._staged)
+    def settlements(self) -> tuple[Settlement, ...]:
+        return tuple(self._settlements)
 
     def prepare(self, tick: int, writer_epoch: int, layer: Layer) -> PreparedTick:
         writes = encode_writes(layer)
@@ -96,14 +122,14 @@ class CommitCoordinator:
             "world_id": self.world_id,
             "tick": tick,
             "writer_epoch": writer_epoch,
-            "applied_command_ids": list(self._staged),
+            "settlements": [s.model_dump(mode="json") for s in self._settlements],
             "writes": list(writes),
         }
         manifest = TickManifest(
             world_id=self.world_id,
             tick=tick,
             writer_epoch=writer_epoch,
-            applied_command_ids=tuple(self._staged),
+            settlements=tuple(self._settlements),
             written_entity_ids=tuple(w["entity_id"] for w in writes),
             commit_token=digest(body),
         )
@@ -111,8 +137,8 @@ class CommitCoordinator:
         return self.prepared
 
     def clear(self) -> None:
-        self._staged.clear()
-        self._staged_set.clear()
+        self._settlements.clear()
+        self._settled.clear()
         self.prepared = None
 
 

@@ -79,12 +79,12 @@ async def _spawn_reserved_direct(ctx: HandlerContext, op: SpawnReserved) -> None
 # -- direct-only operations --
 async def _create_world(ctx: HandlerContext, op: CreateWorld) -> str:
     world_id = op.world_id or uuid.uuid4().hex
-    info = await ctx.scheduler.authority.call("create_world", world_id=world_id, name=op.name)
+    info = await ctx.scheduler.authority.create_world(world_id, op.name)
     return info["world_id"]
 
 
 async def _destroy_world(ctx: HandlerContext, op: DestroyWorld) -> int:
-    result = await ctx.scheduler.authority.call("destroy", world_id=op.world_id)
+    result = await ctx.scheduler.authority.destroy(op.world_id)
     ctx.worlds.drop(op.world_id)
     return result["cancelled"]
 
@@ -100,7 +100,7 @@ async def _query_components(ctx: HandlerContext, op: QueryComponents) -> list[tu
 
 
 async def _reserve_entity_ids(ctx: HandlerContext, op: ReserveEntityIds) -> list[int]:
-    first = await ctx.scheduler.authority.call("reserve_entity_ids", world_id=op.world_id, count=op.count)
+    first = await ctx.scheduler.authority.reserve_entity_ids(op.world_id, op.count)
     return list(range(first, first + op.count))
 
 

@@ -1,9 +1,12 @@
-"""Entity state of one world: the committed entities plus stacked write layers.
+"""Entity state of one world: the committed entities, the sealed write-set of a prepared tick,
+and stacked write layers above them.
 
-A tick never mutates committed state in place. Each command materializes in its own layer
-(merged on success, dropped on failure), so a failed command leaves no partial mutation; the
-tick's merged layer is its write-set, published atomically and only then folded into the
-committed entities.
+A tick never mutates committed state in place. The bottom layer collects direct mutations and
+the tick being run; the tick runs in a layer of its own above it, and each command in its own
+layer above that (merged on success, dropped on failure), so a failed command leaves no partial
+mutation and a tick that fails before it is prepared is dropped whole, leaving the world exactly
+as it was. A prepared tick's write-set is sealed (published atomically, then folded into the
+committed entities); mutations made meanwhile go to a fresh bottom layer, for the next tick.
 """
 
 from __future__ import annotations
@@ -21,18 +24,24 @@ Layer = dict[int, Components | None]
 class WorldState:
     def __init__(self, entities: dict[int, Components] | None = None) -> None:
         self._committed: dict[int, Components] = dict(entities or {})
+        self._sealed: Layer = {}
         self._layers: list[Layer] = [{}]
+
+    def _stack(self) -> Iterator[Layer]:
+        """Every layer a read looks through, newest first, down to the sealed write-set."""
+        yield from reversed(self._layers)
+        yield self._sealed
 
     # -- reads through the layers --
     def get(self, entity_id: int) -> Components | None:
-        for layer in reversed(self._layers):
+        for layer in self._stack():
             if entity_id in layer:
                 return layer[entity_id]
         return self._committed.get(entity_id)
 
     def items(self) -> Iterator[tuple[int, Components]]:
         seen: set[int] = set()
-        for layer in reversed(self._layers):
+        for layer in self._stack():
             for entity_id, components in layer.items():
                 if entity_id not in seen:
                     seen.add(entity_id)
@@ -46,6 +55,14 @@ class WorldState:
     def put(self, entity_id: int, components: Components | None) -> None:
         self._layers[-1][entity_id] = components
 
+    @property
+    def top(self) -> Layer:
+        return self._layers[-1]
+
+    @property
+    def depth(self) -> int:
+        return len(self._layers)
+
     def push(self) -> None:
         self._layers.append({})
 
@@ -56,20 +73,30 @@ class WorldState:
     def drop(self) -> None:
         self._layers.pop()
 
+    def unwind(self, depth: int) -> None:
+        """Drop every layer above `depth`: what a failed tick wrote is gone."""
+        del self._layers[depth:]
+
     # -- the tick's write-set --
-    def seal(self) -> Layer:
-        """Freeze the tick's write-set; later mutations go to a fresh layer above it."""
-        if len(self._layers) != 1:
-            raise RuntimeError("seal() needs every nested layer merged or dropped")
-        self._layers.append({})
-        return dict(self._layers[0])
+    def write_set(self) -> Layer:
+        """What the tick changed: every unsealed layer, merged (nothing is modified)."""
+        merged: Layer = {}
+        for layer in self._layers:
+            merged.update(layer)
+        return merged
+
+    def seal(self, write_set: Layer) -> None:
+        """Freeze the prepared tick's write-set; later mutations go to a fresh layer above it."""
+        if self._sealed:
+            raise RuntimeError("a write-set is already sealed; publish it first")
+        self._sealed = write_set
+        self._layers = [{}]
 
     def commit_sealed(self) -> None:
         """Fold the sealed (now published) write-set into the committed entities."""
-        if len(self._layers) != 2:
-            raise RuntimeError("commit_sealed() needs a sealed write-set")
-        for entity_id, components in self._layers.pop(0).items():
+        for entity_id, components in self._sealed.items():
             if components is None:
                 self._committed.pop(entity_id, None)
             else:
                 self._committed[entity_id] = components
+        self._sealed = {}

@@ -19,6 +19,7 @@ from archetype.world.commit import (
     CommittedTickReceipt,
     InMemoryPublisher,
     TickPublisher,
+    encode_writes,
 )
 from archetype.world.components import Component, ComponentTypeRef, type_key
 from archetype.world.state import Components, WorldState
@@ -207,11 +208,18 @@ class AsyncWorld:
             raise LookupError(f"entity {entity_id} has no component(s) {missing} to remove")
         self.state.put(entity_id, {k: c for k, c in current.items() if k not in keys})
 
-    def atomically(self, fn: Callable[[], Any]) -> Any:
-        """Run `fn` in its own layer: all of its mutations land, or none do."""
+    def atomically(self, fn: Callable[[], Any], *, validate: bool = True) -> Any:
+        """Run `fn` in its own layer: all of its mutations land, or none do.
+
+        With `validate`, every entity `fn` wrote must have a canonical wire form (else
+        NonCanonicalValueError, a ValueError, and nothing lands), so a bad value fails the
+        mutation that made it instead of every later tick's publication.
+        """
         self.state.push()
         try:
             result = fn()
+            if validate:
+                encode_writes(self.state.top)
         except BaseException:
             self.state.drop()
             raise
@@ -223,11 +231,9 @@ class AsyncWorld:
         async with self.lock:
             tick = self.tick + 1
             if self.coordinator.prepared is None:
-                await self.ensure_entity_ids()
-                await self.materializer(self, tick)
-                self.atomically(lambda: self._run_systems(tick))
-                self.coordinator.prepare(tick, self.writer_epoch, self.state.seal())
+                await self._prepare(tick)
             prepared = self.coordinator.prepared
+            assert prepared is not None
             await self.publisher.publish(prepared)
             self.state.commit_sealed()
             self.tick = tick
@@ -241,6 +247,26 @@ class AsyncWorld:
             )
             self._fire(PostTick(receipt))
             return receipt
+
+    async def _prepare(self, tick: int) -> None:
+        """Run the tick up to its prepared manifest. Whatever fails on the way (a command's
+        materialization, a hook, a processor, the encoding, a lost answer, a cancellation)
+        discards the tick whole: its layer, its settlements and the entity ids it took. The next
+        step runs it again from the published state, in ledger order."""
+        base, ids = self.state.depth, self._ids
+        self.state.push()
+        try:
+            await self.ensure_entity_ids()
+            await self.materializer(self, tick)
+            self.atomically(lambda: self._run_systems(tick), validate=False)
+            write_set = self.state.write_set()
+            self.coordinator.prepare(tick, self.writer_epoch, write_set)
+        except BaseException:
+            self.state.unwind(base)
+            self.coordinator.clear()
+            self._ids = ids
+            raise
+        self.state.seal(write_set)
 
     def _run_systems(self, tick: int) -> None:
         self._fire(PreTick(tick))

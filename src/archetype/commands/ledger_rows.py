@@ -1,0 +1,154 @@
+"""The plain-JSON shapes the ledger takes and answers, as types a checker can see.
+
+Every ledger method's arguments and result are JSON values (so the Durable Object and HTTP can
+carry them unchanged); these TypedDicts name their fields. Field order follows the SQL columns.
+The shapes a ledger method *takes* are also what the HTTP runner protocol validates requests
+against (strictly, unknown fields refused), so they are declared for pydantic too.
+"""
+
+from __future__ import annotations
+
+from pydantic import ConfigDict, with_config
+from typing_extensions import TypedDict  # pydantic validates only this TypedDict before Python 3.12
+
+from archetype.world.commit import Outcome
+
+WIRE = ConfigDict(extra="forbid", strict=True)
+
+
+class WorldRow(TypedDict):
+    world_id: str
+    name: str
+    status: str
+    tick_head: int
+    next_entity_id: int
+    writer_epoch: int
+    next_sequence: int
+    next_event_seq: int
+    projected_seq: int
+    guard_sequence: int | None
+    guard_session: str | None
+    created_at: int
+    updated_at: int
+
+
+@with_config(WIRE)
+class AdmissionRow(TypedDict):
+    """What a caller submits for one command; the ledger adds world, scope, sequence and digest."""
+
+    command_id: str
+    schema_version: int
+    scheduled_tick: int
+    priority: int
+    operation: str
+    payload: str
+    principal: str | None
+    origin: str
+    max_attempts: int
+    reserved_entity_id: int | None
+    # digest of the spawn request a SpawnReserved fulfils (see CommandScheduler.spawn_request_digest)
+    request_digest: str | None
+
+
+class Admitted(TypedDict):
+    command_id: str
+    sequence: int
+    replayed: bool
+    digest: str
+
+
+class CommandRow(TypedDict):
+    command_id: str
+    sequence: int
+    schema_version: int
+    world_id: str
+    scheduled_tick: int
+    priority: int
+    operation: str
+    payload: str
+    digest: str
+    principal: str | None
+    origin: str
+    max_attempts: int
+    attempts: int
+    reserved_entity_id: int | None
+    status: str
+    lease_owner: str | None
+    lease_expires_at: int | None
+    applied_tick: int | None
+    last_error: str | None
+    created_at: int
+    updated_at: int
+
+
+class LeasedRow(CommandRow):
+    """A leased command; `suspect` when its previous lease belonged to a runner session that
+    stopped without settling it (so it may be the command that stopped it)."""
+
+    suspect: bool
+
+
+class EntityRow(TypedDict):
+    entity_id: int
+    components: str  # canonical JSON of the entity's component values, exactly as published
+
+
+class StatePage(TypedDict):
+    tick_head: int
+    writer_epoch: int
+    entities: list[EntityRow]
+
+
+@with_config(WIRE)
+class EntityWrite(TypedDict):
+    entity_id: int
+    components: str | None  # None: despawned
+
+
+@with_config(WIRE)
+class SettlementRow(TypedDict):
+    sequence: int
+    command_id: str
+    outcome: Outcome
+    error: str | None
+
+
+@with_config(WIRE)
+class ManifestRow(TypedDict):
+    world_id: str
+    tick: int
+    writer_epoch: int
+    settlements: list[SettlementRow]
+    written_entity_ids: list[int]
+    commit_token: str
+
+
+class Published(TypedDict):
+    tick: int
+    published: bool
+
+
+class Destroyed(TypedDict):
+    cancelled: int
+
+
+class OutboxEvent(TypedDict):
+    event_id: str
+    world_id: str
+    event_seq: int
+    command_id: str
+    event_type: str
+    status: str
+    operation: str
+    tick: int | None
+    principal: str | None
+    origin: str
+    occurred_at: int
+    payload: str
+
+
+class Watermark(TypedDict):
+    world_id: str
+    committed_seq: int
+    projected_seq: int
+    pending: int

@@ -1,0 +1,196 @@
+"""The ledger's schema, as versioned forward-only migrations.
+
+A catalog records its schema version in `meta`; opening it runs every migration above that
+version, in order, in ONE transaction (so an interrupted upgrade leaves the old version intact).
+A fresh catalog runs them all from version 0. Both authorities migrate on open: the local catalog
+when it is opened, the Durable Object in its constructor.
+
+The statements follow the Durable Object's rules (no transaction control, no PRAGMA, nothing
+that touches the temp schema, which ALTER TABLE RENAME does), so a table whose primary key
+changes is rebuilt without a rename: copy it aside, drop it, create it anew, copy back.
+Each migration is written once and never edited after it ships; a change is a new migration.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    summary: str
+    statements: tuple[str, ...]
+
+
+V1_SCHEMA = Migration(1, "the first schema", (
+    """CREATE TABLE meta (
+        key TEXT PRIMARY KEY,
+        value TEXT NOT NULL)""",
+    """CREATE TABLE worlds (
+        world_id TEXT PRIMARY KEY,
+        name TEXT NOT NULL,
+        status TEXT NOT NULL CHECK (status IN ('ACTIVE', 'CLOSING', 'DESTROYED')),
+        tick_head INTEGER NOT NULL DEFAULT -1,
+        next_entity_id INTEGER NOT NULL DEFAULT 1,
+        writer_epoch INTEGER NOT NULL DEFAULT 0,
+        next_sequence INTEGER NOT NULL DEFAULT 1,
+        next_event_seq INTEGER NOT NULL DEFAULT 1,
+        projected_seq INTEGER NOT NULL DEFAULT 0,
+        created_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL)""",
+    """CREATE TABLE commands (
+        world_id TEXT NOT NULL,
+        command_id TEXT NOT NULL,
+        sequence INTEGER NOT NULL,
+        schema_version INTEGER NOT NULL,
+        scheduled_tick INTEGER NOT NULL,
+        priority INTEGER NOT NULL,
+        operation TEXT NOT NULL,
+        payload TEXT NOT NULL,
+        digest TEXT NOT NULL,
+        principal TEXT,
+        origin TEXT NOT NULL,
+        max_attempts INTEGER NOT NULL,
+        attempts INTEGER NOT NULL DEFAULT 0,
+        reserved_entity_id INTEGER,
+        status TEXT NOT NULL,
+        lease_owner TEXT,
+        lease_expires_at INTEGER,
+        applied_tick INTEGER,
+        last_error TEXT,
+        created_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL,
+        PRIMARY KEY (world_id, command_id))""",
+    "CREATE UNIQUE INDEX commands_by_sequence ON commands (world_id, sequence)",
+    """CREATE INDEX commands_due ON commands (world_id, scheduled_tick, priority, sequence)
+        WHERE status IN ('PENDING', 'LEASED', 'RETRYABLE')""",
+    """CREATE TABLE spawn_reservations (
+        world_id TEXT NOT NULL,
+        command_id TEXT NOT NULL,
+        entity_id INTEGER NOT NULL,
+        request_digest TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        PRIMARY KEY (world_id, command_id))""",
+    """CREATE TABLE ticks (
+        world_id TEXT NOT NULL,
+        tick INTEGER NOT NULL,
+        commit_token TEXT NOT NULL,
+        manifest TEXT NOT NULL,
+        published_at INTEGER NOT NULL,
+        PRIMARY KEY (world_id, tick))""",
+    "CREATE UNIQUE INDEX ticks_by_token ON ticks (world_id, commit_token)",
+    """CREATE TABLE entities (
+        world_id TEXT NOT NULL,
+        entity_id INTEGER NOT NULL,
+        components TEXT NOT NULL,
+        updated_tick INTEGER NOT NULL,
+        PRIMARY KEY (world_id, entity_id))""",
+    """CREATE TABLE outbox (
+        world_id TEXT NOT NULL,
+        event_seq INTEGER NOT NULL,
+        event_id TEXT NOT NULL,
+        command_id TEXT NOT NULL,
+        event_type TEXT NOT NULL,
+        status TEXT NOT NULL,
+        operation TEXT NOT NULL,
+        tick INTEGER,
+        principal TEXT,
+        origin TEXT NOT NULL,
+        occurred_at INTEGER NOT NULL,
+        payload TEXT NOT NULL,
+        PRIMARY KEY (world_id, event_seq)) WITHOUT ROWID""",
+    """CREATE TABLE quota_usage (
+        world_id TEXT NOT NULL,
+        principal TEXT NOT NULL,
+        scheduled_tick INTEGER NOT NULL,
+        used INTEGER NOT NULL,
+        PRIMARY KEY (world_id, principal, scheduled_tick))""",
+))  # fmt: skip
+
+# Version 2: exactly-once under faults (docs/ledger.md).
+# - Command ids are scoped to the admitting principal (`scope`: the principal, '' for trusted
+#   callers), so the ledger addresses a command by its per-world sequence.
+# - Leases name the runner's session (its incarnation) beside its stable owner.
+# - A world row carries the crash guard: the command a runner was materializing in guarded mode.
+# - Attempts are charged at settlement, not at lease: a v1 LEASED row gives back the attempt its
+#   lease charged, and its lease (of a runner without a session) is recovered like a crashed one.
+# - Tick manifests list settlements (sequence, command id, outcome) instead of applied ids.
+V2_EXACTLY_ONCE = Migration(2, "principal-scoped ids, runner sessions, crash guard, settlement manifests", (
+    "CREATE TABLE commands_v1 AS SELECT * FROM commands",
+    "DROP TABLE commands",
+    """CREATE TABLE commands (
+        world_id TEXT NOT NULL,
+        sequence INTEGER NOT NULL,
+        scope TEXT NOT NULL,
+        command_id TEXT NOT NULL,
+        schema_version INTEGER NOT NULL,
+        scheduled_tick INTEGER NOT NULL,
+        priority INTEGER NOT NULL,
+        operation TEXT NOT NULL,
+        payload TEXT NOT NULL,
+        digest TEXT NOT NULL,
+        principal TEXT,
+        origin TEXT NOT NULL,
+        max_attempts INTEGER NOT NULL,
+        attempts INTEGER NOT NULL DEFAULT 0,
+        reserved_entity_id INTEGER,
+        status TEXT NOT NULL,
+        lease_owner TEXT,
+        lease_session TEXT,
+        lease_expires_at INTEGER,
+        applied_tick INTEGER,
+        last_error TEXT,
+        created_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL,
+        PRIMARY KEY (world_id, sequence))""",
+    """INSERT INTO commands (world_id, sequence, scope, command_id, schema_version, scheduled_tick, priority,
+            operation, payload, digest, principal, origin, max_attempts, attempts, reserved_entity_id, status,
+            lease_owner, lease_session, lease_expires_at, applied_tick, last_error, created_at, updated_at)
+        SELECT world_id, sequence, coalesce(principal, ''), command_id, schema_version, scheduled_tick, priority,
+            operation, payload, digest, principal, origin, max_attempts,
+            CASE WHEN status = 'LEASED' THEN max(attempts - 1, 0) ELSE attempts END, reserved_entity_id, status,
+            lease_owner, NULL, lease_expires_at, applied_tick, last_error, created_at, updated_at
+        FROM commands_v1""",
+    "DROP TABLE commands_v1",
+    "CREATE UNIQUE INDEX commands_by_id ON commands (world_id, scope, command_id)",
+    """CREATE INDEX commands_due ON commands (world_id, scheduled_tick, priority, sequence)
+        WHERE status IN ('PENDING', 'LEASED', 'RETRYABLE')""",
+    "CREATE TABLE spawn_reservations_v1 AS SELECT * FROM spawn_reservations",
+    "DROP TABLE spawn_reservations",
+    """CREATE TABLE spawn_reservations (
+        world_id TEXT NOT NULL,
+        scope TEXT NOT NULL,
+        command_id TEXT NOT NULL,
+        entity_id INTEGER NOT NULL,
+        request_digest TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        PRIMARY KEY (world_id, scope, command_id))""",
+    # v1 kept no principal on a reservation; an admitted spawn's command row has it.
+    """INSERT INTO spawn_reservations (world_id, scope, command_id, entity_id, request_digest, created_at)
+        SELECT r.world_id, coalesce((SELECT c.scope FROM commands AS c
+                WHERE c.world_id = r.world_id AND c.command_id = r.command_id), ''),
+            r.command_id, r.entity_id, r.request_digest, r.created_at
+        FROM spawn_reservations_v1 AS r""",
+    "DROP TABLE spawn_reservations_v1",
+    "ALTER TABLE worlds ADD COLUMN guard_sequence INTEGER",
+    "ALTER TABLE worlds ADD COLUMN guard_session TEXT",
+    """UPDATE ticks SET manifest = json_object(
+            'world_id', json_extract(manifest, '$.world_id'),
+            'tick', json_extract(manifest, '$.tick'),
+            'writer_epoch', json_extract(manifest, '$.writer_epoch'),
+            'settlements', (SELECT json_group_array(json_object(
+                    'sequence', c.sequence, 'command_id', c.command_id, 'outcome', 'applied', 'error', NULL))
+                FROM json_each(json_extract(ticks.manifest, '$.applied_command_ids')) AS j
+                CROSS JOIN commands AS c ON c.world_id = ticks.world_id AND c.command_id = j.value),
+            'written_entity_ids', json_extract(manifest, '$.written_entity_ids'),
+            'commit_token', json_extract(manifest, '$.commit_token'))""",
+))  # fmt: skip
+
+MIGRATIONS = (V1_SCHEMA, V2_EXACTLY_ONCE)
+SCHEMA_VERSION = MIGRATIONS[-1].version
+
+HAS_META = "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'"
+GET_SCHEMA_VERSION = "SELECT value FROM meta WHERE key = 'schema_version'"
+SET_SCHEMA_VERSION = """INSERT INTO meta (key, value) VALUES ('schema_version', ?)
+    ON CONFLICT (key) DO UPDATE SET value = excluded.value"""
