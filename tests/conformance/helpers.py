@@ -44,3 +44,13 @@ async def manifests(authority, world_id: str) -> list[dict]:
 async def labels(rt, world_id: str) -> set[str]:
     world = await rt.worlds.get(world_id)
     return {components[0].label for _, components in world.query(Probe)}
+
+
+def applied(manifest: dict) -> list[str]:
+    """The command ids a tick manifest applied, in manifest order."""
+    return [s["command_id"] for s in manifest["settlements"] if s["outcome"] == "applied"]
+
+
+def settled(manifest: dict) -> list[tuple[str, str]]:
+    """(command id, outcome) of every settlement of a tick manifest, in manifest order."""
+    return [(s["command_id"], s["outcome"]) for s in manifest["settlements"]]
