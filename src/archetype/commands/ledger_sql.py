@@ -172,9 +172,12 @@ DELETE_ENTITIES = """DELETE FROM entities WHERE world_id = ? AND entity_id IN
 LIST_ENTITIES = "SELECT entity_id, components FROM entities WHERE world_id = ? AND entity_id > ? ORDER BY entity_id LIMIT ?"
 
 # -- outbox: one statement appends the event of every command named in a JSON array --
+# The Durable Object binds every number as REAL, and `'/' || (1.0 + 0)` is '/1.0': the first
+# sequence is cast before it enters the event id (event_seq's INTEGER column converts it anyway).
 APPEND_EVENTS = """INSERT INTO outbox (world_id, event_seq, event_id, command_id, event_type, status, operation, tick,
         principal, origin, occurred_at, payload)
-    SELECT c.world_id, ? + j.key, c.world_id || '/' || (? + j.key), c.command_id, ?, c.status, c.operation,
+    SELECT c.world_id, ? + j.key, c.world_id || '/' || (CAST(? AS INTEGER) + j.key), c.command_id, ?, c.status,
+        c.operation,
         coalesce(c.applied_tick, c.scheduled_tick), c.principal, c.origin, ?,
         json_object('attempts', c.attempts, 'max_attempts', c.max_attempts, 'error', c.last_error)
     FROM json_each(?) AS j CROSS JOIN commands AS c ON c.world_id = ? AND c.command_id = j.value"""
