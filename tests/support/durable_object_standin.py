@@ -1,13 +1,19 @@
 """A stand-in for the Cloudflare Durable Object runtime, to run the REAL Durable Object class here.
 
-workerd cannot start on this machine, so this module models the parts of the runtime the world
+workerd cannot run our Python offline, so this module models the parts of the runtime the world
 object relies on, with the rules Cloudflare documents (Durable Objects SQL storage API, D1/DO SQL
-limits, alarms, Queues producer limits, Python Workers RPC):
+limits, alarms, Queues producer limits, Python Workers RPC). Its SQL engine is pluggable: by
+default `SqliteEngine` below (rung 1 of DESIGN's verification ladder), or the real Durable Object
+SQL engine on workerd (tests/support/workerd: rung 2), which tests/durable_object/
+test_engine_equivalence.py holds this one to, answer for answer.
 
 - `ctx.storage.sql.exec(query, *bindings)` over a real SQLite file. Statements are vetted by a
   SQLite authorizer, as workerd does: transaction control (BEGIN/COMMIT/ROLLBACK/SAVEPOINT/RELEASE),
   ATTACH/DETACH, TEMP objects and PRAGMAs other than the documented ones are rejected; at most 100
-  bound parameters; statements at most 100,000 bytes. Numbers come back as floats (JS doubles),
+  bound parameters; statements at most 100,000 bytes. Bindings arrive as Pyodide hands them over
+  and are bound as the engine binds JS values: every int is a JS number, bound as REAL (so
+  `'w/' || (? + 1)` is 'w/2.0'), one beyond +/-2**53 a BigInt, which the engine refuses; a bool is
+  bound as the text 'true'/'false'. Numbers come back as floats (JS doubles),
   rows as dict-like objects with attribute access, through cursors with `toArray()`, `one()`,
   `raw()`, `next()`, `columnNames`, `rowsRead`, `rowsWritten`.
 - `ctx.storage.transactionSync(fn)`: atomic, rolled back when `fn` raises, synchronous only.
@@ -21,7 +27,9 @@ limits, alarms, Queues producer limits, Python Workers RPC):
 Known simplifications, kept honest: cursors run eagerly, so `rowsRead` counts rows returned plus
 rows written (SQLite does not expose rows scanned), and `rowsWritten` counts table rows changed
 (Cloudflare also bills each index row updated); one statement per `exec` (Cloudflare runs several
-separated by `;`, the ledger never sends more than one).
+separated by `;`, the ledger never sends more than one); the engine's allowlist of SQL functions
+(it refuses e.g. `sqlite_version()`) is not modelled; bytes bind as a blob (under Pyodide they
+would cross as a proxy object; the ledger binds none); the SQLite version is CPython's.
 """
 
 from __future__ import annotations
@@ -210,6 +218,23 @@ def _as_js_number(value: Any) -> Any:
     return float(value) if isinstance(value, int) else value
 
 
+# Pyodide hands a Python int to JavaScript as a number when it lies within +/-2**53 (inclusive).
+PYODIDE_NUMBER_LIMIT = 2**53
+
+
+def _as_engine_binding(value: Any) -> Any:
+    """What the Durable Object engine binds for a value Python passed to `sql.exec`."""
+    if isinstance(value, bool):
+        return "true" if value else "false"  # a JS boolean is bound as its string
+    if isinstance(value, int):
+        if abs(value) > PYODIDE_NUMBER_LIMIT:  # a BigInt in JavaScript
+            raise SqlError("TypeError: Cannot convert a BigInt value to a number")
+        return float(value)  # a JS number, bound as REAL
+    if value is None or isinstance(value, str | float | bytes):
+        return value
+    raise SqlError(f"cannot bind a {type(value).__name__}")
+
+
 class SqlStorage:
     """`ctx.storage.sql`: one SQLite database file per object."""
 
@@ -256,9 +281,7 @@ class SqlStorage:
             raise SqlError(f"statement too long: {len(query.encode())} bytes > {SQL_MAX_STATEMENT_BYTES}")
         if len(bindings) > SQL_MAX_BOUND_PARAMETERS:
             raise SqlError(f"too many SQL variables: {len(bindings)} > {SQL_MAX_BOUND_PARAMETERS}")
-        for binding in bindings:
-            if binding is not None and not isinstance(binding, str | int | float | bytes):
-                raise SqlError(f"cannot bind a {type(binding).__name__}")
+        bindings = tuple(_as_engine_binding(binding) for binding in bindings)
         self._denied = None
         before = self._conn.total_changes
         try:
