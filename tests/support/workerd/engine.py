@@ -45,15 +45,19 @@ from typing import Any
 
 import httpx
 
-from tests.support.durable_object_standin import DurableObjectId, SqlCursor, SqlError, standin_authority
+from tests.support.durable_object_standin import (
+    PYODIDE_NUMBER_LIMIT,
+    DurableObjectId,
+    SqlCursor,
+    SqlError,
+    standin_authority,
+)
 
 HERE = Path(__file__).resolve().parent
 WORKERD = HERE.parents[2] / "node_modules" / ".bin" / "workerd"
 CONFIG = HERE / "config.capnp"
 READY_TIMEOUT_S = 20.0
 REQUEST_TIMEOUT_S = 60.0
-# Pyodide converts a Python int to a JS number when it lies within +/-2**53 (inclusive), else to a BigInt.
-PYODIDE_NUMBER_LIMIT = 2**53
 PR_SET_PDEATHSIG = 1
 
 
@@ -88,15 +92,15 @@ class WorkerdServer:
         self._log = self._log_path.open("wb")
         read_fd, write_fd = os.pipe()
         try:
-            self._process = subprocess.Popen(
-                [str(WORKERD), "serve", str(CONFIG), f"--control-fd={write_fd}",
-                 f"--directory-path=storage={self._directory / 'storage'}"],
-                pass_fds=(write_fd,), stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
-                preexec_fn=_die_with_parent,
-            )  # fmt: skip
-        finally:
-            os.close(write_fd)
-        try:
+            try:
+                self._process = subprocess.Popen(
+                    [str(WORKERD), "serve", str(CONFIG), f"--control-fd={write_fd}",
+                     f"--directory-path=storage={self._directory / 'storage'}"],
+                    pass_fds=(write_fd,), stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
+                    preexec_fn=_die_with_parent,
+                )  # fmt: skip
+            finally:
+                os.close(write_fd)  # workerd holds its end; EOF on ours means it exited
             port = self._await_port(read_fd)
         except BaseException:
             self.close()
@@ -147,16 +151,16 @@ class WorkerdServer:
         return response.json()["answers"]
 
     def close(self) -> None:
-        client = getattr(self, "_client", None)
+        client, process = getattr(self, "_client", None), getattr(self, "_process", None)
         if client is not None:
             client.close()
-        if self._process.poll() is None:
-            self._process.terminate()
+        if process is not None and process.poll() is None:
+            process.terminate()
             try:
-                self._process.wait(timeout=10)
+                process.wait(timeout=10)
             except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait()
+                process.kill()
+                process.wait()
         self._log.close()
         shutil.rmtree(self._directory, ignore_errors=True)
 
