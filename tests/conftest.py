@@ -24,8 +24,10 @@ def _stop_workerd():
 @pytest.fixture(autouse=True)
 def _reset_probe_failures():
     flaky.FAILURES.clear()
+    flaky.INFLATE.clear()
     yield
     flaky.FAILURES.clear()
+    flaky.INFLATE.clear()
 
 
 @pytest.fixture

@@ -18,3 +18,18 @@ class Probe(Component):
         if queue:
             raise queue.pop(0)
         return value
+
+
+# label -> the value a Gauge's validator turns its reading into (a coercion that yields a
+# non-canonical live value, such as an integer beyond +/-(2**53-1), however canonical the input)
+INFLATE: dict[str, object] = {}
+
+
+class Gauge(Component):
+    label: str
+    reading: int
+
+    @field_validator("reading", mode="after")
+    @classmethod
+    def _maybe_inflate(cls, value: int, info) -> int:
+        return INFLATE.get(info.data.get("label"), value)  # type: ignore[return-value]
