@@ -33,9 +33,10 @@ class ClockHeader(httpx.AsyncBaseTransport):
 
 
 @asynccontextmanager
-async def pyodide_worker_over_http(directory: Path, clock: ManualClock):
+async def pyodide_worker_over_http(directory: Path, clock: ManualClock, numbers: str = "double"):
+    """`numbers`: how the storage engine binds JS numbers (tests/pyodide/harness.py NUMBER_BINDINGS)."""
     host = shared_host()
-    host.call("tests.pyodide.harness:deploy", tokens={TOKEN: {"principal": "root", "roles": ["admin"]}})
+    host.call("tests.pyodide.harness:deploy", tokens={TOKEN: {"principal": "root", "roles": ["admin"]}}, numbers=numbers)
     authority = HttpAuthority(host.url, token=TOKEN, transport=ClockHeader(clock))
     try:
         yield authority

@@ -106,29 +106,40 @@ async def alarm_call(instance: Any, info: JsProxy) -> None:
 # -- the seam's default storage engine -----------------------------------------------------------
 
 
-def _binding(value: Any) -> Any:
-    if value is jsnull:
-        return None
-    if isinstance(value, JsProxy):  # an ArrayBuffer or a typed array
-        return bytes(value.to_py())
-    return value
+# How a JS number is bound. "double" is workerd's way: its SQL bindings are
+# `null | string | double | bytes` and every number goes to sqlite3_bind_double, so an integral
+# number binds as REAL (and `'w/' || ?` makes 'w/1.0'). "stand-in" is the CPython stand-in's way:
+# an integral number binds as INTEGER.
+NUMBER_BINDINGS = ("double", "stand-in")
 
 
 class SqliteEngine:
     """SQL for one Durable Object: Pyodide's sqlite3 in memory, statements vetted by the
     stand-in's authorizer and limits (the DO SQL rules), numbers answered as doubles."""
 
-    def __init__(self) -> None:
+    def __init__(self, numbers: str = "double") -> None:
         from tests.support.durable_object_standin import SqlStorage
 
+        if numbers not in NUMBER_BINDINGS:
+            raise ValueError(f"numbers must be one of {NUMBER_BINDINGS}")
         self._sql = SqlStorage(":memory:")
+        self._doubles = numbers == "double"
         self._depth = 0
+
+    def _binding(self, value: Any) -> Any:
+        if value is jsnull:
+            return None
+        if isinstance(value, JsProxy):  # an ArrayBuffer or a typed array
+            return bytes(value.to_py())
+        if self._doubles and isinstance(value, int | float):
+            return float(value)
+        return value
 
     def exec(self, query: str, bindings: JsProxy) -> str:
         from tests.support.durable_object_standin import SqlError
 
         try:
-            cursor = self._sql.exec(query, *[_binding(value) for value in bindings])
+            cursor = self._sql.exec(query, *[self._binding(value) for value in bindings])
         except SqlError as exc:
             return json.dumps({"error": str(exc)})
         rows = cursor.raw().toArray()
@@ -177,7 +188,7 @@ class Deployment:
     """One deployment of wrangler.toml's Worker: the WORLDS namespace running the real
     `WorldObject`, the AUDIT_QUEUE producer, the ARCHETYPE_TOKENS secret, and the `Default` entry."""
 
-    def __init__(self, *, tokens: dict[str, Any], queue: bool = True, engine: Any = SqliteEngine) -> None:
+    def __init__(self, *, tokens: dict[str, Any], queue: bool = True, numbers: str = "double") -> None:
         from durable_world import WorldObject
 
         self.clock = HarnessClock()
@@ -186,7 +197,7 @@ class Deployment:
             construct=create_proxy(lambda state, env: WorldObject(state, env, clock=self.clock)),
             invoke=create_proxy(rpc_call),
             alarm=create_proxy(alarm_call),
-            engine=create_proxy(lambda: create_proxy(engine())),
+            engine=create_proxy(lambda: create_proxy(SqliteEngine(numbers))),
         )
         self.namespace = workers_runtime.DurableObjectNamespace.new(hooks)
         self.env = js.Object.new()
@@ -207,18 +218,18 @@ class Deployment:
 current: Deployment | None = None
 
 
-def deploy(tokens: dict[str, Any], queue: bool = True) -> dict[str, Any]:
+def deploy(tokens: dict[str, Any], queue: bool = True, numbers: str = "double") -> dict[str, Any]:
     """Replace the deployment the HTTP server serves. A new deployment is a new isolate: the
-    Worker's per-isolate app is dropped with the old one."""
+    Worker's per-isolate app is dropped with the old one. `numbers`: see NUMBER_BINDINGS."""
     global current
     import worker.entry
 
     worker.entry._app = None
-    current = Deployment(tokens=tokens, queue=queue)
+    current = Deployment(tokens=tokens, queue=queue, numbers=numbers)
     import _pyodide_entrypoint_helper
 
     _pyodide_entrypoint_helper.cloudflareWorkersModule.env = current.env
-    return {"queue": queue}
+    return {"queue": queue, "numbers": numbers}
 
 
 async def fetch(request: JsProxy, now_ms: Any = None) -> JsProxy:

@@ -284,6 +284,10 @@ export class DurableObjectNamespace {
   }
 
   // -- harness controls --
+  instance(name) {
+    return this.#instance(this.#record(this.idFromName(name)));
+  }
+
   counters(name) {
     return { ...this.#record(this.idFromName(name)).counters };
   }
