@@ -188,8 +188,10 @@ class Deployment:
     """One deployment of wrangler.toml's Worker: the WORLDS namespace running the real
     `WorldObject`, the AUDIT_QUEUE producer, the ARCHETYPE_TOKENS secret, and the `Default` entry."""
 
-    def __init__(self, *, tokens: dict[str, Any], queue: bool = True, numbers: str = "double") -> None:
-        from durable_world import WorldObject
+    def __init__(self, *, tokens: dict[str, Any], queue: bool = True, numbers: str = "double",
+                 entry: str = "worker.entry") -> None:  # fmt: skip
+        self.entry = importlib.import_module(entry)
+        WorldObject = self.entry.WorldObject  # the class the runtime finds among main's exports
 
         self.clock = HarnessClock()
         self.queue = workers_runtime.WorkerQueue.new() if queue else None
@@ -209,23 +211,21 @@ class Deployment:
 
     async def fetch(self, request: JsProxy) -> JsProxy:
         from workers import python_from_rpc, python_to_rpc
-        from worker.entry import Default
 
-        entry = Default(workers_runtime.ExecutionContext.new(), self.env)
-        return python_to_rpc(await entry.fetch(python_from_rpc(request)))
+        worker = self.entry.Default(workers_runtime.ExecutionContext.new(), self.env)
+        return python_to_rpc(await worker.fetch(python_from_rpc(request)))
 
 
 current: Deployment | None = None
 
 
-def deploy(tokens: dict[str, Any], queue: bool = True, numbers: str = "double") -> dict[str, Any]:
+def deploy(tokens: dict[str, Any], queue: bool = True, numbers: str = "double", entry: str = "worker.entry") -> dict[str, Any]:
     """Replace the deployment the HTTP server serves. A new deployment is a new isolate: the
-    Worker's per-isolate app is dropped with the old one. `numbers`: see NUMBER_BINDINGS."""
+    Worker's per-isolate app is dropped with the old one. `numbers`: see NUMBER_BINDINGS; `entry`:
+    the Worker's main module (`entry` in a staged bundle, whose root holds wrangler's main)."""
     global current
-    import worker.entry
-
-    worker.entry._app = None
-    current = Deployment(tokens=tokens, queue=queue, numbers=numbers)
+    importlib.import_module(entry)._app = None
+    current = Deployment(tokens=tokens, queue=queue, numbers=numbers, entry=entry)
     import _pyodide_entrypoint_helper
 
     _pyodide_entrypoint_helper.cloudflareWorkersModule.env = current.env
@@ -266,3 +266,34 @@ def storage_counters(world_id: str) -> dict[str, int]:
 
 def evict(world_id: str) -> None:
     current.namespace.evict(world_id)
+
+
+# -- the staged bundle ---------------------------------------------------------------------------
+
+
+async def bundle_check(bundle: str) -> dict[str, Any]:
+    """In an interpreter booted on a `wrangler deploy --dry-run` output (host.mjs `boot` with a
+    bundle): import the Worker's main module as the runtime does, serve one request through it,
+    and list every loaded module that came from neither the bundle, the standard library nor
+    this harness."""
+    deploy({"t-admin": {"principal": "ops", "roles": ["admin"]}}, entry="entry")
+    entry = current.entry
+    init = _js_object(method="POST", headers=_js_object(Authorization="Bearer t-admin", **{"Content-Type": "application/json"}),
+                      body=json.dumps({"name": "bundled", "world_id": "w-bundle"}))  # fmt: skip
+    response = await fetch(js.Request.new("http://worker.test/worlds", init))
+    stdlib = str(Path(json.__file__).parents[1])  # the package json lives in the standard library
+    outside = sorted(
+        name for name, module in list(sys.modules.items())
+        if (path := getattr(module, "__file__", None)) and not path.startswith((bundle, stdlib, str(ROOT / "tests")))
+    )  # fmt: skip
+    from workers import DurableObject, WorkerEntrypoint
+
+    return {
+        "status": response.status,
+        "body": json.loads(await response.text()),
+        "entry_classes": [issubclass(entry.Default, WorkerEntrypoint), issubclass(entry.WorldObject, DurableObject)],
+        "outside": outside,
+        "loaded_from_bundle": sorted({name.split(".")[0] for name, m in sys.modules.items()
+                                      if str(getattr(m, "__file__", "") or "").startswith(bundle)}),  # fmt: skip
+    }
+

@@ -48,8 +48,10 @@ async function boot(name, options) {
     stderr: (line) => process.stderr.write(`[${name}] ${line}\n`),
   });
   const loaded = performance.now();
-  pyodide.FS.mkdirTree(root);
-  pyodide.mountNodeFS(root, root);
+  for (const dir of options.bundle ? [root, options.bundle] : [root]) {
+    pyodide.FS.mkdirTree(dir);
+    pyodide.mountNodeFS(dir, dir);
+  }
   pyodide.registerJsModule("workers_runtime", runtime);
   pyodide.registerJsModule("_pyodide_entrypoint_helper", entrypointHelper());
   // Compatibility flags the SDK reads at run time; an absent flag reads as False.
