@@ -15,3 +15,14 @@ def pyodide() -> PyodideHost:
     if reason is not None:
         pytest.fail(reason)
     return shared_host()
+
+
+def pytest_terminal_summary(terminalreporter):
+    from tests.pyodide import host
+
+    if host._shared is not None:
+        t = host._shared.timings
+        terminalreporter.write_line(
+            f"pyodide harness: start-up {host._shared.startup_s:.1f} s (Pyodide {t['load_pyodide_ms'] / 1000:.1f} s, "
+            f"wheels {t['install_wheels_ms'] / 1000:.1f} s, project imports {t['import_project_ms'] / 1000:.1f} s)"
+        )

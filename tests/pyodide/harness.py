@@ -188,13 +188,13 @@ class Deployment:
     """One deployment of wrangler.toml's Worker: the WORLDS namespace running the real
     `WorldObject`, the AUDIT_QUEUE producer, the ARCHETYPE_TOKENS secret, and the `Default` entry."""
 
-    def __init__(self, *, tokens: dict[str, Any], queue: bool = True, numbers: str = "double",
-                 entry: str = "worker.entry") -> None:  # fmt: skip
+    def __init__(self, *, tokens: dict[str, Any], numbers: str = "double", entry: str = "worker.entry") -> None:
         self.entry = importlib.import_module(entry)
         WorldObject = self.entry.WorldObject  # the class the runtime finds among main's exports
 
         self.clock = HarnessClock()
-        self.queue = workers_runtime.WorkerQueue.new() if queue else None
+        self.queue = workers_runtime.WorkerQueue.new()
+        # `engine` is the seam: each object's storage engine (the workerd-backed one can replace it)
         hooks = _js_object(
             construct=create_proxy(lambda state, env: WorldObject(state, env, clock=self.clock)),
             invoke=create_proxy(rpc_call),
@@ -205,8 +205,7 @@ class Deployment:
         self.env = js.Object.new()
         self.env.WORLDS = self.namespace
         self.env.ARCHETYPE_TOKENS = json.dumps(tokens)
-        if self.queue is not None:
-            self.env.AUDIT_QUEUE = self.queue
+        self.env.AUDIT_QUEUE = self.queue
         self.namespace.env = self.env
 
     async def fetch(self, request: JsProxy) -> JsProxy:
@@ -219,17 +218,17 @@ class Deployment:
 current: Deployment | None = None
 
 
-def deploy(tokens: dict[str, Any], queue: bool = True, numbers: str = "double", entry: str = "worker.entry") -> dict[str, Any]:
+def deploy(tokens: dict[str, Any], numbers: str = "double", entry: str = "worker.entry") -> dict[str, Any]:
     """Replace the deployment the HTTP server serves. A new deployment is a new isolate: the
     Worker's per-isolate app is dropped with the old one. `numbers`: see NUMBER_BINDINGS; `entry`:
     the Worker's main module (`entry` in a staged bundle, whose root holds wrangler's main)."""
     global current
     importlib.import_module(entry)._app = None
-    current = Deployment(tokens=tokens, queue=queue, numbers=numbers, entry=entry)
+    current = Deployment(tokens=tokens, numbers=numbers, entry=entry)
     import _pyodide_entrypoint_helper
 
     _pyodide_entrypoint_helper.cloudflareWorkersModule.env = current.env
-    return {"queue": queue, "numbers": numbers}
+    return {"numbers": numbers, "entry": entry}
 
 
 async def fetch(request: JsProxy, now_ms: Any = None) -> JsProxy:
@@ -258,10 +257,6 @@ async def run_alarm(world_id: str) -> bool:
 def alarm_time(world_id: str) -> Any:
     value = current.namespace.alarmTime(world_id)
     return None if value is jsnull else value
-
-
-def storage_counters(world_id: str) -> dict[str, int]:
-    return current.namespace.counters(world_id).to_py()
 
 
 def evict(world_id: str) -> None:

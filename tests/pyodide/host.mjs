@@ -25,19 +25,9 @@ const interpreters = new Map();
 // patchWaitUntil is workerd's hook for keeping Python awaitables passed to ctx.waitUntil alive;
 // nothing here collects them early, so it has nothing to do.
 function entrypointHelper() {
-  const pending = [];
   return {
-    cloudflareWorkersModule: {
-      env: {},
-      waitUntil(promise) {
-        pending.push(Promise.resolve(promise).catch(() => {}));
-      },
-    },
-    cloudflareSocketsModule: {},
+    cloudflareWorkersModule: { env: {}, waitUntil: runtime.keepUntilSettled },
     patchWaitUntil() {},
-    doAnImport(name) {
-      return import(name);
-    },
   };
 }
 

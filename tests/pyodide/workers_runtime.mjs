@@ -4,13 +4,14 @@
 // Python SDK (workers-runtime-sdk) looks at `constructor.name` to decide how to wrap a binding.
 //
 // What is modelled, and from where (the Cloudflare docs and workerd's behaviour as documented):
-// - ctx.storage.sql.exec(query, ...bindings) -> a cursor (iterator, toArray, one, raw, columnNames,
+// - ctx.storage.sql.exec(query, ...bindings) -> a cursor (iterator, toArray, raw, columnNames,
 //   rowsRead, rowsWritten); bindings must be strings, numbers, null or byte buffers.
 // - ctx.storage.transactionSync(fn): synchronous; rolled back when fn throws.
-// - getAlarm / setAlarm / deleteAlarm; the harness fires alarms (runAlarm).
-// - the DO namespace (idFromName, get, getByName) and its stubs: arguments and results are
-//   structured-cloned (a PyProxy cannot be cloned: DataCloneError), one call at a time per object.
-// - a Queue producer (send, sendBatch) with Cloudflare's message shape and limits.
+// - getAlarm / setAlarm; the harness fires alarms (runAlarm).
+// - the DO namespace (idFromName, get) and its stubs: arguments and results are structured-cloned
+//   (a PyProxy cannot be cloned: DataCloneError), one call at a time per object.
+// - a Queue producer (sendBatch) with Cloudflare's message shape and limits.
+// Only what our Python and the SDK call is modelled.
 //
 // The SQL itself goes to an *engine* (the seam): { exec(query, bindings) -> JSON text of
 // {columnNames, rows, rowsRead, rowsWritten} or {error}, transaction(fn) }. The default engine is
@@ -71,12 +72,6 @@ export class SqlStorageCursor {
     return rows;
   }
 
-  one() {
-    const rows = this.toArray();
-    if (rows.length !== 1) throw new Error(`Expected exactly one result from SQL query, but got ${rows.length}.`);
-    return rows[0];
-  }
-
   raw() {
     return new SqlStorageRawCursor(this);
   }
@@ -117,11 +112,9 @@ export class SqlStorageRawCursor {
 
 export class SqlStorage {
   #engine;
-  #counters;
 
-  constructor(engine, counters) {
+  constructor(engine) {
     this.#engine = engine;
-    this.#counters = counters;
   }
 
   exec(query, ...bindings) {
@@ -129,9 +122,6 @@ export class SqlStorage {
     bindings.forEach(checkBinding);
     const answer = JSON.parse(this.#engine.exec(query, bindings));
     if (answer.error !== undefined) throw new Error(answer.error);
-    this.#counters.statements += 1;
-    this.#counters.rowsRead += answer.rowsRead;
-    this.#counters.rowsWritten += answer.rowsWritten;
     return new SqlStorageCursor(answer.columnNames, answer.rows, answer.rowsRead, answer.rowsWritten);
   }
 }
@@ -145,7 +135,6 @@ class ObjectRecord {
     this.instance = null;
     this.state = null;
     this.gate = Promise.resolve();
-    this.counters = { statements: 0, rowsRead: 0, rowsWritten: 0 };
   }
 }
 
@@ -154,7 +143,7 @@ export class DurableObjectStorage {
 
   constructor(record) {
     this.#record = record;
-    this.sql = new SqlStorage(record.engine, record.counters);
+    this.sql = new SqlStorage(record.engine);
   }
 
   transactionSync(fn) {
@@ -173,15 +162,10 @@ export class DurableObjectStorage {
   }
 
   async setAlarm(scheduledTime) {
-    const time = scheduledTime instanceof Date ? scheduledTime.getTime() : scheduledTime;
-    if (typeof time !== "number" || !Number.isFinite(time)) {
-      throw new TypeError("setAlarm takes a Date or milliseconds since the epoch");
+    if (typeof scheduledTime !== "number" || !Number.isFinite(scheduledTime)) {
+      throw new TypeError("setAlarm takes milliseconds since the epoch (or a Date)");
     }
-    this.#record.alarm = time;
-  }
-
-  async deleteAlarm() {
-    this.#record.alarm = null;
+    this.#record.alarm = scheduledTime;
   }
 }
 
@@ -194,10 +178,6 @@ export class DurableObjectId {
   toString() {
     return this.hex;
   }
-
-  equals(other) {
-    return other instanceof DurableObjectId && other.hex === this.hex;
-  }
 }
 
 export class DurableObjectState {
@@ -207,7 +187,7 @@ export class DurableObjectState {
   }
 
   waitUntil(promise) {
-    Promise.resolve(promise).catch(() => {});
+    keepUntilSettled(promise);
   }
 }
 
@@ -249,10 +229,6 @@ export class DurableObjectNamespace {
     return new DurableObjectStub((objectId, method, args) => this.#call(objectId, method, args), id);
   }
 
-  getByName(name) {
-    return this.get(this.idFromName(name));
-  }
-
   #record(id) {
     let record = this.#records.get(id.hex);
     if (record === undefined) {
@@ -286,10 +262,6 @@ export class DurableObjectNamespace {
   // -- harness controls --
   instance(name) {
     return this.#instance(this.#record(this.idFromName(name)));
-  }
-
-  counters(name) {
-    return { ...this.#record(this.idFromName(name)).counters };
   }
 
   alarmTime(name) {
@@ -335,10 +307,6 @@ export class WorkerQueue {
     for (let i = 0; i < count; i++) this.#failures.push(new Error("Queue send failed: internal error"));
   }
 
-  async send(body, options) {
-    return this.sendBatch([{ body, ...(options ?? {}) }]);
-  }
-
   async sendBatch(messages, options) {
     if (!Array.isArray(messages)) {
       throw new TypeError(`sendBatch takes an array of messages, not ${messages?.constructor?.name ?? typeof messages}`);
@@ -375,14 +343,13 @@ export class WorkerQueue {
 }
 
 export class ExecutionContext {
-  constructor() {
-    this.pending = [];
-  }
-
   waitUntil(promise) {
-    this.pending.push(Promise.resolve(promise).catch(() => {}));
+    keepUntilSettled(promise);
   }
+}
 
-  passThroughOnException() {}
+// Work handed to waitUntil runs on after the response; its failure is reported, not lost.
+export function keepUntilSettled(promise) {
+  Promise.resolve(promise).catch((error) => process.stderr.write(`waitUntil: ${error?.stack ?? error}\n`));
 }
 
