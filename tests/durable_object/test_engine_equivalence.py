@@ -82,7 +82,9 @@ CASES: dict[str, list[tuple[Any, ...]]] = {
     ],
     "integral and other floats": [
         ("SELECT ?, typeof(?), ? || '', ? + 1", 3.0, 3.0, 3.0, 3.0),
-        ("SELECT ?, ? || '', ? || '', ? || ''", 1e15, 1e15, 1e16, 0.1 + 0.2),
+        # Not compared: how a REAL beyond 15 significant digits or 1e15 renders as text (`? || ''`,
+        # `json_array(?)`) differs between SQLite releases (3.43 changed it), and the stand-in
+        # runs Python's SQLite, not workerd's. The ledger never renders a REAL as text.
         ("SELECT ?, typeof(?), ?, ?", float("inf"), float("inf"), float("-inf"), 1e308 * 10),
         ("SELECT ?, typeof(?)", float("nan"), float("nan")),
     ],
@@ -107,7 +109,7 @@ CASES: dict[str, list[tuple[Any, ...]]] = {
         ("SELECT value, typeof(value), key, type FROM json_each(?)", "[1, 1.0, 2.5, -0.0, 9007199254740993, 1e400, null, true]"),
         ("SELECT json_extract(?, '$.n'), typeof(json_extract(?, '$.n')), json_extract(?, '$.n') = ?",
          '{"n": 3}', '{"n": 3}', '{"n": 3}', 3),  # fmt: skip
-        ("SELECT json_extract(json_object('n', ?), '$.n'), json_extract(json_array(?), '$[0]')", 4, 2**53),
+        ("SELECT json_extract(json_object('n', ?), '$.n')", 4),
         ("SELECT json_group_array(value), json_group_array(value + ?) FROM json_each('[1, 2]')", 1),
         ("SELECT ? + j.key, typeof(? + j.key) FROM json_each('[\"a\", \"b\"]') AS j", 1, 1),
     ],
