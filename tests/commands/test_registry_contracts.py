@@ -143,17 +143,21 @@ def test_durable_decoder_must_return_the_exact_model():
         pass
 
     bad = spec(Despawn, durable=DurableOperation(lambda data: Looser(**data), lambda w, op: None))
-    payload = bad.payload_of(Despawn(world_id="w", entity_id=1))
+    payload = default_registry().resolve(Despawn(world_id="w", entity_id=1)).payload_of(Despawn(world_id="w", entity_id=1))
     with pytest.raises(InvalidCommandError, match="returned"):
         bad.decode_exact(payload)
+    with pytest.raises(InvalidCommandError, match="returned"):  # admission decodes as materialization will
+        bad.payload_of(Despawn(world_id="w", entity_id=1))
 
 
 def test_durable_decoder_must_round_trip_byte_for_byte():
     shifty = spec(Despawn, durable=DurableOperation(lambda data: Despawn(world_id=data["world_id"], entity_id=2), lambda w, op: None))
-    payload = shifty.payload_of(Despawn(world_id="w", entity_id=1))
+    good = default_registry().resolve(Despawn(world_id="w", entity_id=1))
+    payload = good.payload_of(Despawn(world_id="w", entity_id=1))
     with pytest.raises(InvalidCommandError, match="round-trip"):
         shifty.decode_exact(payload)
-    good = default_registry().resolve(Despawn(world_id="w", entity_id=1))
+    with pytest.raises(InvalidCommandError, match="round-trip"):  # admission decodes as materialization will
+        shifty.payload_of(Despawn(world_id="w", entity_id=1))
     assert good.decode_exact(payload) == Despawn(world_id="w", entity_id=1)
 
 
