@@ -33,6 +33,7 @@ MAX_DEPTH = 64
 
 _REASONABLE_DIGITS = 10**30
 _TOO_DEEP = "nested too deep"
+_NON_FINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}  # a number beyond the double range is an infinity
 
 
 class NonCanonicalValueError(ValueError):
@@ -91,7 +92,7 @@ def _check(value: Any, depth: int, bound: int | None) -> None:
         return
     if kind is float or isinstance(value, float):
         if not math.isfinite(value):
-            raise _Problem(f"{float(value)!r} is not a finite number (JSON has no NaN or infinities)")
+            raise _Problem(f"{_NON_FINITE[repr(float(value))]} is not a finite number (JSON has no NaN or infinities)")
         return
     if isinstance(value, int):
         if bound is not None and not -bound <= value <= bound:
