@@ -22,6 +22,7 @@ import hashlib
 import json
 import math
 import re
+import sys
 from itertools import accumulate
 from typing import Any
 
@@ -32,6 +33,7 @@ MAX_DEPTH = 64
 """The deepest nesting of containers in any canonical document (a payload, a write-set, a request body)."""
 
 _REASONABLE_DIGITS = 10**30
+_FLOAT_MAX = sys.float_info.max
 _TOO_DEEP = "nested too deep"
 _NON_FINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}  # a number beyond the double range is an infinity
 
@@ -84,26 +86,30 @@ def _describe_integer(value: int) -> str:
 
 
 def _check(value: Any, depth: int, bound: int | None) -> None:
+    """Refuse (with _Problem) anything in `value` that has no canonical form.
+
+    This runs on every identity-bearing value, so containers check their plain scalar items
+    inline (no call per leaf); anything else, and every refusal, goes through the general path."""
     kind = type(value)
-    if kind is str:
-        _check_string(value)
-        return
-    if value is None or kind is bool:
-        return
-    if kind is float or isinstance(value, float):
-        if not math.isfinite(value):
-            raise _Problem(f"{_NON_FINITE[repr(float(value))]} is not a finite number (JSON has no NaN or infinities)")
-        return
-    if isinstance(value, int):
-        if bound is not None and not -bound <= value <= bound:
-            raise _Problem(f"integer {_describe_integer(value)} is outside +/-(2**53-1)")
-        return
-    if isinstance(value, dict):
+    if kind is dict or isinstance(value, dict):
         if depth == 0:
             raise _Problem(_TOO_DEEP)
         for key, item in value.items():
             if type(key) is not str:
                 raise _Problem(f"object key of type {type(key).__qualname__} is not a string")
+            if key.isascii():
+                t = type(item)
+                if t is str:
+                    if item.isascii():
+                        continue
+                elif t is float:
+                    if -_FLOAT_MAX <= item <= _FLOAT_MAX:  # false for NaN and both infinities
+                        continue
+                elif t is int:
+                    if bound is None or -bound <= item <= bound:
+                        continue
+                elif item is None or t is bool:
+                    continue
             try:
                 _check_string(key)
                 _check(item, depth - 1, bound)
@@ -111,18 +117,40 @@ def _check(value: Any, depth: int, bound: int | None) -> None:
                 problem.path.append(path_step(key))
                 raise
         return
-    if isinstance(value, (list, tuple)):
+    if kind is list or kind is tuple or isinstance(value, (list, tuple)):
         if depth == 0:
             raise _Problem(_TOO_DEEP)
         for index, item in enumerate(value):
+            t = type(item)
+            if t is str:
+                if item.isascii():
+                    continue
+            elif t is float:
+                if -_FLOAT_MAX <= item <= _FLOAT_MAX:
+                    continue
+            elif t is int:
+                if bound is None or -bound <= item <= bound:
+                    continue
+            elif item is None or t is bool:
+                continue
             try:
                 _check(item, depth - 1, bound)
             except _Problem as problem:
                 problem.path.append(f"[{index}]")
                 raise
         return
-    if isinstance(value, str):
+    if kind is str or isinstance(value, str):
         _check_string(value)
+        return
+    if value is None or kind is bool:
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise _Problem(f"{_NON_FINITE[repr(float(value))]} is not a finite number (JSON has no NaN or infinities)")
+        return
+    if isinstance(value, int):
+        if bound is not None and not -bound <= value <= bound:
+            raise _Problem(f"integer {_describe_integer(value)} is outside +/-(2**53-1)")
         return
     raise _Problem(f"{type(value).__qualname__} is not JSON data (live Python objects cannot be persisted)")
 
@@ -165,6 +193,8 @@ _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
 def nesting_exceeds(text: str | bytes, max_depth: int = MAX_DEPTH) -> bool:
     """Whether JSON text nests containers deeper than `max_depth`, found without parsing it
     (so without recursion): string literals are dropped, then the brackets are counted."""
+    if text.count("[" if isinstance(text, str) else b"[") + text.count("{" if isinstance(text, str) else b"{") <= max_depth:
+        return False  # too few brackets to nest that deep, strings included: the common case
     raw = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else bytes(text)
     brackets = _STRING_LITERAL.sub(b"", raw).translate(_BRACKETS, _NOT_BRACKETS)
     if brackets.count(b"\x01") <= max_depth:
@@ -174,8 +204,31 @@ def nesting_exceeds(text: str | bytes, max_depth: int = MAX_DEPTH) -> bool:
     return max(accumulate(memoryview(brackets).cast("b"))) > max_depth
 
 
+def _too_deep(max_depth: int) -> NonCanonicalValueError:
+    reason = f"nested deeper than {max_depth} levels"
+    return NonCanonicalValueError(f"$: {reason}", reason=reason)
+
+
+def load_json(text: str | bytes, *, max_depth: int = MAX_DEPTH, object_pairs_hook: Any = None) -> Any:
+    """`json.loads` with its nesting bounded first, so it cannot recurse without limit, and
+    nothing else checked: for text the caller verifies itself (a stored payload, which must
+    re-encode to the same canonical bytes). Raises json.JSONDecodeError for text that is not
+    JSON, NonCanonicalValueError for nesting or a number literal Python will not read."""
+    if nesting_exceeds(text, max_depth):
+        raise _too_deep(max_depth)
+    try:
+        return json.loads(text, object_pairs_hook=object_pairs_hook)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise
+    except ValueError:  # an integer literal beyond Python's digit limit
+        reason = "an integer literal has too many digits"
+        raise NonCanonicalValueError(f"$: {reason}", reason=reason) from None
+    except RecursionError:  # not reached after the scan; kept so that none can ever escape
+        raise _too_deep(max_depth) from None
+
+
 def parse_json(text: str | bytes, *, max_depth: int = MAX_DEPTH, integers: bool = True) -> Any:
-    """Parse JSON text strictly: the value, or an error saying why there is none.
+    """Parse JSON text from outside strictly: the value, or an error saying why there is none.
 
     Raises `json.JSONDecodeError` (a ValueError) when the text is not JSON at all, and
     NonCanonicalValueError when it is JSON that has no canonical value: nesting deeper than
@@ -183,9 +236,6 @@ def parse_json(text: str | bytes, *, max_depth: int = MAX_DEPTH, integers: bool 
     (escaped or not), duplicate object keys, and (unless `integers=False`) integers outside
     +/-(2**53-1).
     """
-    if nesting_exceeds(text, max_depth):
-        reason = f"nested deeper than {max_depth} levels"
-        raise NonCanonicalValueError(f"$: {reason}", reason=reason)
     duplicates: list[str] = []
 
     def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -198,16 +248,7 @@ def parse_json(text: str | bytes, *, max_depth: int = MAX_DEPTH, integers: bool 
                 seen.add(key)
         return mapping
 
-    try:
-        value = json.loads(text, object_pairs_hook=pairs)
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise
-    except ValueError:  # an integer literal beyond Python's digit limit
-        reason = "an integer literal has too many digits"
-        raise NonCanonicalValueError(f"$: {reason}", reason=reason) from None
-    except RecursionError:  # not reached after the scan; kept so that none can ever escape
-        reason = f"nested deeper than {max_depth} levels"
-        raise NonCanonicalValueError(f"$: {reason}", reason=reason) from None
+    value = load_json(text, max_depth=max_depth, object_pairs_hook=pairs)
     check_canonical(value, max_depth=max_depth, integers=integers)
     if duplicates:
         reason = f"object key {json.dumps(duplicates[0], ensure_ascii=True)} appears more than once"

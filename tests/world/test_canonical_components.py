@@ -1,6 +1,7 @@
 """Component data is canonical on the wire and as the live value its class builds (docs/components.md)."""
 
 import math
+from typing import Literal
 
 import pytest
 from pydantic import ConfigDict, ValidationError
@@ -8,7 +9,7 @@ from pydantic import ConfigDict, ValidationError
 from archetype.canonical import NonCanonicalValueError
 from archetype.world import Component, ComponentValue, CreateWorld, Despawn, Spawn, Update
 from archetype.world.components import MAX_DATA_DEPTH, component_data, live_component
-from archetype.world.operations import operation_components
+from archetype.world.operations import Operation, operation_components
 from tests.component_modules.alpha import Health, Position
 from tests.component_modules.coercing import Counter, Label, Loose, Ratio, Tree
 
@@ -119,6 +120,15 @@ def test_operation_strings_must_be_valid_unicode():
     with pytest.raises(ValidationError):
         CreateWorld(name="arena\udfff")
     assert CreateWorld(name="ar\u00e8ne \U0001f3df").name == "ar\u00e8ne \U0001f3df"
+
+    class Note(Operation):  # a plain `str` field: pydantic alone would keep the surrogate
+        operation: Literal["note"] = "note"
+        text: str
+
+    with pytest.raises(ValidationError, match="non_canonical_value") as refused:
+        Note(text="a\udfff")
+    assert refused.value.errors()[0]["ctx"]["path"] == "$.text"
+    assert Note(text="\u00e9").text == "\u00e9"
 
 
 def test_entity_ids_reach_the_safe_bound_inclusive():

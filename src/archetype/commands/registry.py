@@ -20,7 +20,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from archetype.canonical import NonCanonicalValueError, canonical_json, parse_json
+from archetype.canonical import NonCanonicalValueError, canonical_json, load_json
 from archetype.commands.errors import InvalidCommandError, NotDurableError, UnregisteredOperationError
 from archetype.commands.options import Role
 from archetype.world.components import ComponentValue, admission_context, live_component, non_canonical_refusal
@@ -145,7 +145,10 @@ class OperationSpec:
           and its live value canonical too (a class's coercions and validators run).
         """
         payload = self._canonical_payload(op)
-        self._check_materializable(self.decode_exact(payload) if self.durable is not None else self._decode(payload))
+        decoded = self._decode(payload)
+        if _json_text(decoded.model_dump(mode="python")) != payload:  # equal to canonical bytes: canonical too
+            raise InvalidCommandError(f"{self.name!r} does not round-trip through its decoder byte for byte")
+        self._check_materializable(decoded)
         return payload
 
     def decode_exact(self, payload: str) -> BaseModel:
@@ -159,7 +162,7 @@ class OperationSpec:
     def _decode(self, payload: str) -> BaseModel:
         decode = self.durable.decode if self.durable is not None else self.model.model_validate
         try:
-            op = decode(parse_json(payload))
+            op = decode(load_json(payload))  # re-encoded and compared by the callers
         except NonCanonicalValueError as exc:
             raise NonCanonicalCommandError.at("$", exc) from None
         except ValidationError as exc:
@@ -198,11 +201,11 @@ class OperationSpec:
                 continue
             where = f"$.components[{index}].data"
             try:
-                value.resolve()
+                component_type = value.resolve()
             except LookupError:
                 continue
             try:
-                live_component(value, context=admission_context())
+                live_component(value, context=admission_context(), component_type=component_type)
             except NonCanonicalValueError as exc:
                 raise NonCanonicalCommandError.at(where, exc) from None
             except ValidationError as exc:
@@ -212,6 +215,15 @@ class OperationSpec:
                 raise InvalidCommandError(f"{where}: does not validate as {value.name}: {_errors(exc)}") from None
             except (LookupError, TypeError, ValueError) as exc:
                 raise InvalidCommandError(f"{where}: {value.name} cannot be built from it: {type(exc).__name__}: {exc}") from None
+
+
+def _json_text(data: Any) -> str | None:
+    """The JSON text of `data` in the canonical layout, unchecked (None when there is none): what
+    a value already known canonical is compared with."""
+    try:
+        return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+    except (TypeError, ValueError, RecursionError):
+        return None
 
 
 def _errors(exc: ValidationError) -> str:

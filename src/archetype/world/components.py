@@ -161,7 +161,7 @@ class _AffineWireModel(BaseModel):
 
     @property
     def affinity(self) -> type[Component] | None:
-        return self._affinity
+        return self.__pydantic_private__.get("_affinity")  # (pydantic's private-attribute lookup is slow)
 
     @property
     def key(self) -> str:
@@ -170,7 +170,7 @@ class _AffineWireModel(BaseModel):
 
     def resolve(self) -> type[Component]:
         """The class to build live values with: the affinity, else the wire identity."""
-        return self._affinity or resolve_component_class(self.name, self.fingerprint)
+        return self.affinity or resolve_component_class(self.name, self.fingerprint)
 
     def _bind(self, cls: type[Component]) -> None:
         self.__pydantic_private__["_affinity"] = cls
@@ -223,17 +223,18 @@ class ComponentValue(_AffineWireModel):
             ref._bind(self._affinity)
         return ref
 
-    def to_component(self, *, context: Any = None) -> Component:
+    def to_component(self, *, context: Any = None, component_type: type[Component] | None = None) -> Component:
         """Build the live component; ValueError if the data does not fit the class's schema.
-        `context` is pydantic's validation context (admission passes `admission_context()`)."""
-        return self.resolve().model_validate(self.data, context=context)
+        `context` is pydantic's validation context (admission passes `admission_context()`);
+        `component_type` is the class `resolve()` already answered, if the caller has it."""
+        return (component_type or self.resolve()).model_validate(self.data, context=context)
 
 
-def live_component(value: ComponentValue, *, context: Any = None) -> Component:
+def live_component(value: ComponentValue, *, context: Any = None, component_type: type[Component] | None = None) -> Component:
     """The live component a wire value materializes as, checked canonical: what admission
     validates and what a durable materializer applies. LookupError when no class matches,
     ValueError when the data does not validate, NonCanonicalValueError when the live value
     (after the class's coercions and validators) has no canonical form."""
-    component = value.to_component(context=context)
+    component = value.to_component(context=context, component_type=component_type)
     component_data(component)
     return component
