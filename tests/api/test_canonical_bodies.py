@@ -4,16 +4,20 @@ the stand-in), whose answers must match."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import httpx
 import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
 
 from archetype.api import create_app
+from archetype.canonical import canonical_json
 from local_catalog import open_local_authority
 from tests.api.conftest import ADMIN, PLAYER, TOKENS, VIEWER
 from tests.component_modules.alpha import Position
-from tests.component_modules.coercing import Counter, Label
+from tests.component_modules.coercing import Counter, Label, Loose
 from tests.support.durable_object_standin import world_namespace
 from worker.entry import build_app
 
@@ -182,3 +186,56 @@ async def test_a_stored_payload_without_a_canonical_value_does_not_break_the_his
         assert response.status_code == 200, response.text
     view = (await edge.get(f"/worlds/{WORLD}/commands/legacy", headers=VIEWER)).json()
     assert view["payload"] is None and "lone surrogate" in view["problem"]
+
+
+# -- property: whatever the component data, the answer is 202 or a typed 4xx; a refusal persists nothing --
+hostile_scalars = (
+    st.none() | st.booleans() | st.integers() | st.floats()  # NaN, infinities
+    | st.text(st.characters(codec=None, categories=None, exclude_categories=()), max_size=4)  # surrogates
+)
+hostile_values = st.recursive(
+    hostile_scalars,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(st.characters(exclude_categories=()), max_size=3), inner, max_size=3),
+    max_leaves=10,
+) | st.integers(1, 120).map(lambda depth: json.loads("[" * depth + "]" * depth))
+
+
+@pytest.fixture
+def sync_edge(tmp_path):
+    from starlette.testclient import TestClient
+
+    from tests.api.conftest import persisted as catalog
+
+    authority = open_local_authority(tmp_path / "data")
+    with TestClient(create_app(authority, tokens=TOKENS)) as client:
+        assert client.post("/worlds", json={"name": "arena", "world_id": WORLD}, headers=ADMIN).status_code == 201
+        yield client, lambda: catalog(tmp_path / "data")
+    asyncio.run(authority.close())
+
+
+@given(x=st.floats() | st.integers(-(2**60), 2**60), loose=hostile_values, ascii_only=st.booleans(), batch=st.booleans())
+@settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
+def test_hostile_component_data_is_admitted_canonically_or_refused_cleanly(sync_edge, x, loose, ascii_only, batch):
+    client, snapshot = sync_edge
+    try:
+        data = json.dumps({"x": x, "y": 0.5}, allow_nan=True, ensure_ascii=ascii_only)
+        loose_data = json.dumps({"value": loose}, allow_nan=True, ensure_ascii=ascii_only)
+    except (ValueError, RecursionError):
+        return
+    components = ('[{"name":"Position","fingerprint":"%s","data":%s},{"name":"Loose","fingerprint":"%s","data":%s}]'
+                  % (POSITION, data, Loose.component_fingerprint(), loose_data))  # fmt: skip
+    command = '{"type":"spawn","tick":0,"components":%s}' % components
+    body = ('{"commands":[%s]}' % command if batch else command).encode("utf-8", "surrogatepass")
+    before = snapshot()
+    route = f"/worlds/{WORLD}/commands" + (":batch" if batch else "")
+    response = client.post(route, content=body, headers={**PLAYER, "Content-Type": "application/json"})
+    assert response.status_code in (202, 400, 422), response.text
+    event(f"{response.status_code} {response.json().get('code', 'admitted')}")
+    if response.status_code != 202:
+        assert response.json()["code"] in ("non_canonical_value", "invalid_command", "invalid_request"), response.text
+        assert snapshot() == before
+        return
+    page = client.get(f"/worlds/{WORLD}/commands", headers=VIEWER).json()
+    stored = page["commands"][-1]
+    assert stored["problem"] is None
+    assert canonical_json(stored["payload"])  # what was admitted has a canonical form, and reads back
