@@ -104,7 +104,7 @@ async def test_non_canonical_bodies_are_refused_with_a_code_and_a_path_and_persi
 
 async def test_a_json_body_without_a_content_type_is_checked_too(edge):
     response = await edge.post(f"/worlds/{WORLD}/commands", content=update_body("NaN"), headers=PLAYER)
-    assert response.status_code in (415, 422) and response.json()["code"] == "non_canonical_value"
+    assert (response.status_code, response.json()["code"]) == (422, "non_canonical_value")
 
 
 @pytest.mark.parametrize(
@@ -149,8 +149,8 @@ async def test_the_tick_bound_is_2_53_minus_1_inclusive(edge):
     view = await edge.get(f"/worlds/{WORLD}/commands/last", headers=VIEWER)
     assert view.status_code == 200 and view.json()["scheduled_tick"] == 2**53 - 1
     assert view.json()["payload"]["entity_id"] == 2**53 - 1 and view.json()["problem"] is None
-    far_audit = await edge.get(f"/worlds/{WORLD}/commands", params={"after": 2**53}, headers=VIEWER)
-    assert (far_audit.status_code, far_audit.json()["code"]) == (422, "invalid_request")
+    far_page = await edge.get(f"/worlds/{WORLD}/commands", params={"after": 2**53}, headers=VIEWER)
+    assert (far_page.status_code, far_page.json()["code"]) == (422, "invalid_request")
 
 
 def label_body(text_literal: str, command_id: str) -> bytes:
