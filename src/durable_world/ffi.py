@@ -31,7 +31,7 @@ def to_js(value: Any) -> Any:
 
 # Pyodide hands a Python int to JavaScript as a number only below 2**53 - 1 in magnitude and as a
 # BigInt from there on, and the storage API binds null, strings, doubles and bytes, no BigInt. The
-# ledger's integers stay within +/-2**53, all exact as doubles, so the two largest magnitudes are
+# ledger's integers stay within +/-(2**53-1), all exact as doubles, so the two largest magnitudes are
 # handed over as floats (every JS number binds as a double anyway).
 _BIGINT_FROM = 2**53 - 1
 _EXACT_DOUBLE = 2**53

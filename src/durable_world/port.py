@@ -2,7 +2,7 @@
 
 Statements run through `ctx.storage.sql.exec(sql, *params)`, transactions through
 `ctx.storage.transactionSync(fn)`. The Durable Object hands every number back as a JS double, so
-integral values are turned back into `int` here: the ledger keeps integers within +/-2**53 and has
+integral values are turned back into `int` here: the ledger keeps integers within +/-(2**53-1) and has
 no REAL columns, so an integral double is always an integer the ledger wrote.
 """
 

@@ -113,8 +113,9 @@ async def test_a_principals_commands_are_invisible_below_the_operator_role(clien
     assert (other.status_code, other.json()["code"]) == (404, "command_not_found")  # as if it did not exist
     assert (await client.get(f"/worlds/{world}/commands", headers=auth(reader))).json()["commands"] == []
     for path in (f"/worlds/{world}/commands", f"/worlds/{world}/commands/mine"):
-        named = await client.get(path, params={"principal": "pat"}, headers=auth(reader))
-        assert (named.status_code, named.json()["code"]) == (403, "permission_denied")
+        for params in ({"principal": "pat"}, {"trusted": True}):
+            named = await client.get(path, params=params, headers=auth(reader))
+            assert (named.status_code, named.json()["code"]) == (403, "permission_denied")
 
 
 async def test_operators_read_every_principals_commands(client, world):

@@ -8,7 +8,8 @@ from tests.component_modules.flaky import Probe
 
 def probe(world_id: str, label: str) -> Spawn:
     """A spawn whose materialization fails on demand (see `fail_next`); built from the wire form so
-    that only materialization, not construction, runs the component's validation."""
+    that construction does not run the component's validation (admission does, but the Probe
+    fails only outside the admission context)."""
     value = ComponentValue(name="Probe", fingerprint=Probe.component_fingerprint(), data={"label": label})
     return Spawn(world_id=world_id, components=[value])
 
