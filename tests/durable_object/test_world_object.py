@@ -319,3 +319,34 @@ async def test_admission_costs_the_same_statements_whatever_the_batch_size(names
     # command row and an outbox row per command, plus the world's counters)
     assert many_statements == one_statements
     assert many_rows - one_rows == 2 * 89
+
+
+# -- destroy survives the object dying between its transactions --
+
+
+async def test_destroy_arms_the_alarm_before_it_starts_even_without_a_queue(tmp_path, clock):
+    namespace = world_namespace(tmp_path / "objects", clock)  # no AUDIT_QUEUE binding
+    try:
+        authority = DurableObjectAuthority(namespace)
+        await authority.create_world(WORLD, "durable")
+        await authority.destroy(WORLD)
+        assert namespace.alarm_time(WORLD) == clock.now_ms() + DELIVERY_DELAY_MS
+    finally:
+        namespace.close()
+
+
+async def test_the_alarm_finishes_a_destroy_the_object_died_in(namespace, authority, queue):
+    await authority.create_world(world_id=WORLD, name="durable")
+    await authority.admit(world_id=WORLD, commands=[command(f"c-{i}") for i in range(3)])
+    ledger = namespace.instance(WORLD).ledger
+    # the object dies after destroy's first transaction (its alarm armed before it started):
+    # admission is closed, nothing is cancelled yet
+    ledger._port.transaction(lambda: ledger._port.execute("UPDATE worlds SET status = 'CLOSING' WHERE world_id = ?", (WORLD,)))
+    namespace.evict(WORLD)
+    assert namespace.alarm_time(WORLD) is not None
+    assert await namespace.run_alarm(WORLD)
+    assert (await authority.world_info(world_id=WORLD))["status"] == "DESTROYED"
+    history = await authority.history(WORLD, scope="alice")
+    assert {r["status"] for r in history} == {"CANCELLED"}
+    cancelled = [m["command_id"] for m in queue.messages if m["event_type"] == "cancelled"]
+    assert sorted(cancelled) == ["c-0", "c-1", "c-2"]
