@@ -103,8 +103,8 @@ class RawLedger:
             self.conn.execute("UPDATE worlds SET next_sequence = ? WHERE world_id = ?", (self.sequence, RAW_WORLD))
             self.conn.executemany(
                 "INSERT INTO commands (world_id, command_id, sequence, schema_version, scheduled_tick, priority, "
-                "operation, payload, digest, principal, origin, max_attempts, reserved_entity_id, status, created_at, "
-                "updated_at) VALUES (?, ?, ?, 1, ?, 0, 'spawn', ?, ?, NULL, 'local', 3, NULL, 'PENDING', ?, ?)",
+                "operation, payload, digest, principal, origin, max_attempts, reserved_entity_id, status, scope, created_at, "
+                "updated_at) VALUES (?, ?, ?, 1, ?, 0, 'spawn', ?, ?, NULL, 'local', 3, NULL, 'PENDING', '', ?, ?)",
                 [(RAW_WORLD, r["command_id"], first + i, r["scheduled_tick"], r["payload"], r["digest"], now, now)
                  for i, r in enumerate(rows)],
             )  # fmt: skip
@@ -184,7 +184,7 @@ async def build_ledger(directory: Path, rows: int) -> None:
         payload = default_registry().resolve(filler).payload_of(filler)
         template = {
             "schema_version": 1, "scheduled_tick": FAR_TICK, "priority": 0, "operation": "spawn", "payload": payload,
-            "principal": None, "origin": "local", "max_attempts": 3, "reserved_entity_id": None,
+            "principal": None, "origin": "local", "max_attempts": 3, "reserved_entity_id": None, "request_digest": None,
         }  # fmt: skip
         for start in range(0, rows, BATCH):
             batch = [{**template, "command_id": f"fill-{i}"} for i in range(start, min(rows, start + BATCH))]

@@ -84,6 +84,7 @@ async def run_scenario(authority, clock: ManualClock) -> None:
     await a.dispatcher.defer(Spawn(world_id=w, components=[Position(x=1e-300, y=-2.5e300), Health(hp=-SAFE)]),
                              at(3, priority=-(2**31)), command_id="edge-floats")  # fmt: skip
     await a.dispatcher.defer(Despawn(world_id=w, entity_id=edge.entity_id), at(SAFE), command_id="at-the-bound")
+    await a.dispatcher.defer(Despawn(world_id=w, entity_id=SAFE), at(3, priority=2**31), command_id="last-entity-id")
     # two principals, one key: two commands
     await a.dispatcher.defer_as(PLAYER, Despawn(world_id=w, entity_id=777), at(3), command_id="shared-key")
     await a.dispatcher.defer_as(QUINN, Despawn(world_id=w, entity_id=778), at(3), command_id="shared-key")
