@@ -55,7 +55,8 @@ async def run_demo(data: Path | None, ticks: int) -> None:
         ship = Spawn.from_components(world_id=world_id, components=[Position(x=0, y=0), Velocity(dx=1, dy=0.5)])
         spawned = await rt.dispatcher.defer_spawn(ship, DurableOptions(tick=0), command_id="spawn-ship")
         replay = await rt.dispatcher.defer_spawn(ship, DurableOptions(tick=0), command_id="spawn-ship")
-        click.echo(f"spawn-ship reserved entity {spawned.entity_id}; replay returns the same identity: {replay.command == spawned.command.model_copy(update={'replayed': True})}")
+        same = replay.command == spawned.command.model_copy(update={"replayed": True})
+        click.echo(f"spawn-ship reserved entity {spawned.entity_id}; replay returns the same identity: {same}")
         entity = spawned.entity_id
         await rt.dispatcher.defer(Update(world_id=world_id, entity_id=entity, components=[Position(x=10, y=10)]),
                                   DurableOptions(tick=1), command_id="teleport")  # fmt: skip

@@ -140,7 +140,7 @@ class AuditLog:
                 log.exception("audit projection round failed; retrying in %.1fs", interval)
             try:
                 await asyncio.wait_for(stop.wait(), timeout=interval)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
 
     # -- reading --

@@ -149,5 +149,5 @@ class QueueProjector:
             if appended < self.max_events:
                 try:
                     await asyncio.wait_for(stop.wait(), timeout=interval)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     pass

@@ -92,7 +92,7 @@ class ProcessWriter:
             child.stdin.close()
             try:
                 await asyncio.wait_for(child.wait(), timeout=10)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 child.kill()
                 await child.wait()
         if self.spool is not None:
