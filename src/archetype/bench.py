@@ -275,7 +275,8 @@ async def attempt(group: list[Workbench], tag: str, single: int, batches: int) -
                 totals[bench][0] += ours
                 totals[bench][1] += theirs
         for bench in group:
-            bench.keep(name, *totals[bench], count * size)
+            ours, theirs = totals[bench]
+            bench.keep(name, ours, theirs, count * size)
     for bench in group:
         bench.keep("e2e", *await bench.end_to_end(f"{tag}-e2e"), E2E_COMMANDS)
 

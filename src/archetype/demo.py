@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
+from typing import cast
 
 import click
 from pydantic import field_validator
 
 from archetype.commands import DurableOptions, GetAuditHistory
 from archetype.runtime import Runtime
-from archetype.world import Component, CreateWorld, Despawn, QueryComponents, Spawn, Step, Update
+from archetype.world import AsyncWorld, Component, CreateWorld, Despawn, QueryComponents, Spawn, Step, Update
 
 
 class Position(Component):
@@ -42,8 +43,9 @@ class Beacon(Component):
         return value
 
 
-def _move(world, tick, entity_id, components):  # a processor: Position += Velocity every tick
-    position, velocity = components
+def _move(world: AsyncWorld, tick: int, entity_id: int, components: tuple[Component, ...]) -> None:
+    """A processor: Position += Velocity every tick."""
+    position, velocity = cast(tuple[Position, Velocity], components)  # it is added for (Position, Velocity)
     world.update(entity_id, [position.model_copy(update={"x": position.x + velocity.dx, "y": position.y + velocity.dy})])
 
 
