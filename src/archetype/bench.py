@@ -189,7 +189,8 @@ async def build_ledger(directory: Path, rows: int) -> None:
             "request_digest": None,
         }  # fmt: skip
         for start in range(0, rows, BATCH):
-            batch: list[AdmissionRow] = [{**template, "command_id": f"fill-{i}"} for i in range(start, min(rows, start + BATCH))]
+            ids = range(start, min(rows, start + BATCH))
+            batch: list[AdmissionRow] = [{**template, "command_id": f"fill-{i}"} for i in ids]
             await authority.admit(world_id=BENCH_WORLD, commands=batch)
     finally:
         await authority.close()

@@ -93,7 +93,7 @@ class DurableOperation:
     """
 
     decode: Callable[[dict[str, Any]], BaseModel]
-    materialize: Callable[[Any, Any], object]  # what it returns is never used
+    materialize: Callable[[Any, Any], object]  # what it returns, the tick ignores
 
     def __post_init__(self) -> None:
         for role in ("decode", "materialize"):

@@ -162,7 +162,8 @@ class _AffineWireModel(BaseModel):
 
     @property
     def affinity(self) -> type[Component] | None:
-        # (pydantic's private-attribute lookup is slow); the dict is never None on a model with private attributes
+        # The dict itself, as pydantic's private-attribute lookup is slow; typed Optional, it is never
+        # None on a model that declares private attributes.
         return self.__pydantic_private__.get("_affinity")  # type: ignore[union-attr]
 
     @property

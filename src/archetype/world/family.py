@@ -129,7 +129,9 @@ class _MutationSpec(TypedDict):
 
 
 def world_family_specs() -> list[OperationSpec]:
-    mutation = _MutationSpec(permission=Role.player, quota_scope="commands", untrusted=True, world_key=_world_id, summarize=_summary)
+    mutation = _MutationSpec(
+        permission=Role.player, quota_scope="commands", untrusted=True, world_key=_world_id, summarize=_summary
+    )
     return [
         OperationSpec(Spawn, _direct(_spawn), durable=_durable(Spawn, _spawn), **mutation),
         OperationSpec(
