@@ -40,7 +40,7 @@ DELIVERY_DELAY_MS = 1_000
 RETRY_DELAY_MS = 10_000
 
 
-class WorldObject(DurableObject):
+class WorldObject(DurableObject):  # type: ignore[misc]  # `workers` exists only on workerd: Any here
     def __init__(self, ctx: Any, env: Any, clock: Clock | None = None) -> None:
         super().__init__(ctx, env)
         self.clock = clock or SystemClock()

@@ -3,7 +3,7 @@ authorities with the same clock and it must produce byte-identical records, mani
 
 from __future__ import annotations
 
-
+from archetype.canonical import canonical_json
 from archetype.commands import (
     ActorCtx,
     CommandConflictError,
@@ -12,11 +12,19 @@ from archetype.commands import (
     Role,
     WorldClosingError,
 )
-from archetype.canonical import canonical_json
 from archetype.commands.port import ManualClock
 from archetype.runtime import Runtime
+from archetype.world import (
+    ComponentValue,
+    CreateWorld,
+    Despawn,
+    DestroyWorld,
+    RemoveComponents,
+    Spawn,
+    SpawnReserved,
+    Update,
+)
 from archetype.world.world import PreTick
-from archetype.world import ComponentValue, CreateWorld, Despawn, DestroyWorld, RemoveComponents, Spawn, SpawnReserved, Update
 from tests.component_modules.alpha import Health, Position
 from tests.conformance.helpers import at, fail_next, probe
 

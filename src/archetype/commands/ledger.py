@@ -37,8 +37,8 @@ from archetype.commands.errors import (
 )
 from archetype.commands.identity import command_digest
 from archetype.commands.ledger_rows import (
-    Admitted,
     AdmissionRow,
+    Admitted,
     CommandRow,
     Destroyed,
     EntityWrite,
@@ -366,7 +366,7 @@ class Ledger:
                 sequences = json.dumps([r["sequence"] for r in taken])
                 self._port.execute(q.LEASE_COMMANDS, (owner, session, expires, now, world_id, sequences))
             for leased in taken:
-                leased.update(status="LEASED", lease_owner=owner, lease_expires_at=expires, updated_at=now)
+                leased.update({"status": "LEASED", "lease_owner": owner, "lease_expires_at": expires, "updated_at": now})
             return taken
 
         return self._port.transaction(run)
@@ -529,8 +529,8 @@ class Ledger:
             columns = {field: [values[i] for i in order] for field, values in columns.items()}
         return columns
 
-    def _outbox_page(self, statement: str, world_id: str, after_seq: int, limit: int) -> list[tuple]:
-        def run() -> list[tuple]:
+    def _outbox_page(self, statement: str, world_id: str, after_seq: int, limit: int) -> list[tuple[Any, ...]]:
+        def run() -> list[tuple[Any, ...]]:
             after = max(after_seq, self._world(world_id)["projected_seq"])
             return self._port.execute(statement, (world_id, after, limit))
 

@@ -20,7 +20,6 @@ from archetype.canonical import canonical_json, digest
 from archetype.world.components import ComponentValue
 from archetype.world.state import Layer
 
-
 # What a tick did with each command it leased and materialized, in ledger order. "failed" is a
 # retryable failure: the ledger makes it RETRYABLE, or DEAD_LETTER once the budget is spent.
 Outcome = Literal["applied", "rejected", "failed"]

@@ -281,10 +281,10 @@ class AsyncWorld:
                 for entity_id in members
             )
             for entity_id in matching:
-                components = self.state.get(entity_id)
-                if components is None or not processor.keys <= components.keys():
+                current = self.state.get(entity_id)
+                if current is None or not processor.keys <= current.keys():
                     continue  # an earlier processor despawned it or removed a component this tick
-                processor.fn(self, tick, entity_id, tuple(components[k] for k in processor.order))
+                processor.fn(self, tick, entity_id, tuple(current[k] for k in processor.order))
 
 
 def _by_key(components: Iterable[Component]) -> Components:
