@@ -20,7 +20,6 @@ import json
 from collections.abc import Sequence
 from typing import Any, cast
 
-from archetype.canonical import canonical_json, load_json
 from archetype.commands import ledger_sql as q
 from archetype.commands import migrations
 from archetype.commands.errors import (
@@ -300,12 +299,6 @@ class Ledger:
             raise InvalidCommandError(f"admission row has unknown {sorted(unknown)} / missing {sorted(missing)} fields")
         if command["origin"] not in ORIGINS:
             raise InvalidCommandError(f"origin must be one of {ORIGINS}")
-        try:
-            canonical = canonical_json(load_json(command["payload"]))
-        except ValueError as exc:  # not JSON, or JSON without a canonical form
-            raise InvalidCommandError(f"command {command['command_id']!r}: payload: {exc}") from None
-        if canonical != command["payload"]:
-            raise InvalidCommandError(f"command {command['command_id']!r}: the payload is not in canonical JSON form")
         row: dict[str, Any] = {**command, "world_id": world_id, "scope": scope_of(command["principal"])}
         row["digest"] = command_digest(row)
         return row
