@@ -20,12 +20,12 @@ from archetype.commands.ledger_rows import (
     Admitted,
     CommandRow,
     Destroyed,
-    EntityWrite,
     LeasedRow,
     ManifestRow,
     OutboxEvent,
     Published,
     StatePage,
+    StateWrite,
     Watermark,
     WorldRow,
 )
@@ -86,7 +86,7 @@ class Authority(ABC):
         })  # fmt: skip
 
     async def publish(self, world_id: str, owner: str, session: str, manifest: ManifestRow,
-                      writes: list[EntityWrite]) -> Published:  # fmt: skip
+                      writes: StateWrite) -> Published:  # fmt: skip
         return await self.rpc("publish", {
             "world_id": world_id, "owner": owner, "session": session, "manifest": manifest, "writes": writes,
         })  # fmt: skip

@@ -17,6 +17,7 @@ ever written by the transaction that publishes their tick.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from typing import Any, cast
 
@@ -40,12 +41,12 @@ from archetype.commands.ledger_rows import (
     Admitted,
     CommandRow,
     Destroyed,
-    EntityWrite,
     LeasedRow,
     ManifestRow,
     OutboxEvent,
     Published,
     StatePage,
+    StateWrite,
     Watermark,
     WorldRow,
 )
@@ -60,6 +61,10 @@ ORIGINS = ("local", "gateway")
 # Destroy cancels open commands in transactions of this many, so no transaction grows with the world.
 CANCEL_BATCH = 1_000
 CRASH_ERROR = "its runner stopped while materializing it (crash guard)"
+# A state chunk is one row: within the Durable Object's 2 MB row limit with room for its key.
+STATE_CHUNK_LIMIT = 2_000_000 - 4_096
+# `[[<first entity id>,` opens every chunk (docs/storage.md); the ledger reads no more of it at publish.
+_CHUNK_HEAD = re.compile(r"\[\[([1-9][0-9]{0,15}),")
 
 # Public operations, in the order docs/ledger.md describes them. The Durable Object exposes
 # exactly these, and `Authority` (authority.py) has one typed method for each.
@@ -72,6 +77,12 @@ LEDGER_METHODS = (
 
 def _row(fields: Sequence[str], values: Sequence[Any]) -> dict[str, Any]:
     return dict(zip(fields, values, strict=True))
+
+
+def _state_text(components: Any) -> str:
+    """One entity's components, parsed from a chunk, in the layout they were sent in (the
+    canonical layout: compact, ASCII, keys as parsed, which is sorted)."""
+    return json.dumps(components, separators=(",", ":"), ensure_ascii=True)
 
 
 def scope_of(principal: str | None) -> str:
@@ -173,17 +184,38 @@ class Ledger:
         return self._port.transaction(run)
 
     def load_state(self, world_id: str, after_entity_id: int = 0, limit: int = 10_000) -> StatePage:
-        """The world's published state at its tick head, one page of entities at a time. Each
-        entity's components are the canonical JSON text it was published as (never re-encoded
-        here, so floats such as -0.0 and 2.0 keep their identity across any transport)."""
+        """The world's published state at its tick head, one page of entities at a time: the
+        `limit` lowest entity ids above `after_entity_id`. Each entity's components are the
+        canonical JSON text it was published as: chunks are parsed and each entity's part written
+        back in the same layout, which gives the very bytes that were sent (docs/storage.md), so
+        floats such as -0.0 and 2.0 keep their identity across any transport."""
 
         def run() -> StatePage:
             world = self._world(world_id)
-            rows = self._port.execute(q.LIST_ENTITIES, (world_id, after_entity_id, limit))
+            overlay: dict[int, str | None] = {}  # the deltas since the snapshot, later ticks winning
+            for (body,) in self._port.execute(q.LIST_STATE_DELTAS, (world_id,)):
+                for entity_id, components in json.loads(body):
+                    if entity_id > after_entity_id:
+                        overlay[entity_id] = None if components is None else _state_text(components)
+            page: list[tuple[int, str]] = []
+            floor = self._port.execute(q.STATE_CHUNK_FLOOR, (world_id, after_entity_id))[0][0]
+            cursor, horizon = (-1 if floor is None else floor - 1), None
+            while len(page) < limit:
+                rows = self._port.execute(q.NEXT_STATE_CHUNK, (world_id, cursor))
+                if not rows:
+                    horizon = None  # the snapshot is read to its end: every overlaid entity counts
+                    break
+                cursor, body = rows[0]
+                entries = json.loads(body)
+                page += [(e, _state_text(c)) for e, c in entries if e > after_entity_id and e not in overlay]
+                horizon = entries[-1][0]
+            # an overlaid entity beyond the last snapshot entity read may not be among the lowest ids
+            page += [(e, t) for e, t in overlay.items() if t is not None and (horizon is None or e <= horizon)]
+            page.sort()
             return {
                 "tick_head": world["tick_head"],
                 "writer_epoch": world["writer_epoch"],
-                "entities": [{"entity_id": r[0], "components": r[1]} for r in rows],
+                "entities": [{"entity_id": e, "components": t} for e, t in page[:limit]],
             }
 
         return self._port.transaction(run)
@@ -392,10 +424,11 @@ class Ledger:
 
     # -- publication --
     def publish(self, world_id: str, owner: str, session: str, manifest: ManifestRow,
-                writes: list[EntityWrite]) -> Published:  # fmt: skip
-        """Publish one tick: manifest, entity write-set, every settlement of the tick with its
-        outbox event (in the manifest's order), the release of what the session still holds, and
-        the tick head.
+                writes: StateWrite) -> Published:  # fmt: skip
+        """Publish one tick: manifest, state write (a snapshot replacing the world's state, or a
+        delta overlaying it: one row per chunk), every settlement of the tick with its outbox
+        event (in the manifest's order), the release of what the session still holds, and the
+        tick head.
 
         A manifest whose commit token is already stored was published before (its answer was
         lost): it is recognised and not replayed.
@@ -412,9 +445,7 @@ class Ledger:
             self._check_settlements(world_id, owner, session, settlements)
             now = self._clock.now_ms()
             self._port.execute(q.INSERT_TICK, (world_id, tick, token, json.dumps(manifest, sort_keys=True), now))
-            encoded = json.dumps(writes)
-            self._port.execute(q.UPSERT_ENTITIES, (world_id, tick, encoded))
-            self._port.execute(q.DELETE_ENTITIES, (world_id, encoded))
+            self._write_state(world_id, tick, writes)
             if settlements:
                 settled = [[s["sequence"], s["outcome"], s["error"]] for s in settlements]
                 self._port.execute(q.SETTLE, (tick, now, json.dumps(settled), world_id))
@@ -425,6 +456,28 @@ class Ledger:
             return {"tick": tick, "published": True}
 
         return self._port.transaction(run)
+
+    def _write_state(self, world_id: str, tick: int, writes: StateWrite) -> None:
+        chunks = writes["chunks"]
+        firsts = []
+        for chunk in chunks:
+            head = _CHUNK_HEAD.match(chunk)
+            if head is None or not chunk.endswith("]]") or len(chunk) > STATE_CHUNK_LIMIT:
+                raise InvalidCommandError(
+                    f"a state chunk is a JSON array of [entity_id, components] entries of at most "
+                    f"{STATE_CHUNK_LIMIT:,} characters"
+                )
+            firsts.append(int(head.group(1)))
+        if not writes["snapshot"]:
+            for part, chunk in enumerate(chunks):
+                self._port.execute(q.INSERT_STATE_DELTA, (world_id, tick, part, chunk))
+            return
+        if firsts != sorted(set(firsts)):
+            raise InvalidCommandError("a snapshot's chunks cover ascending entity ranges")
+        self._port.execute(q.CLEAR_STATE_DELTAS, (world_id,))
+        self._port.execute(q.CLEAR_STATE_CHUNKS, (world_id,))
+        for first, chunk in zip(firsts, chunks, strict=True):
+            self._port.execute(q.INSERT_STATE_CHUNK, (world_id, first, chunk))
 
     def _check_settlements(self, world_id: str, owner: str, session: str, settlements: list[Any]) -> None:
         """Every settled command is held by this session, named rightly, settled once, with a known

@@ -100,9 +100,13 @@ class StatePage(TypedDict):
 
 
 @with_config(WIRE)
-class EntityWrite(TypedDict):
-    entity_id: int
-    components: str | None  # None: despawned
+class StateWrite(TypedDict):
+    """A tick's state write as its runner sends it (docs/storage.md): chunks of
+    `[[entity_id, components | null], ...]` in entity-id order. A snapshot replaces the world's
+    published state; a delta overlays it (null: despawned)."""
+
+    snapshot: bool
+    chunks: list[str]
 
 
 @with_config(WIRE)

@@ -106,13 +106,17 @@ FIND_RESERVATIONS = """SELECT r.command_id, r.entity_id, r.request_digest FROM j
 GET_TICK_BY_TOKEN = "SELECT tick FROM ticks WHERE world_id = ? AND commit_token = ?"
 INSERT_TICK = "INSERT INTO ticks (world_id, tick, commit_token, manifest, published_at) VALUES (?, ?, ?, ?, ?)"
 LIST_TICKS = "SELECT manifest FROM ticks WHERE world_id = ? AND tick > ? ORDER BY tick LIMIT ?"
-UPSERT_ENTITIES = """INSERT INTO entities (world_id, entity_id, components, updated_tick)
-    SELECT ?, json_extract(j.value, '$.entity_id'), json_extract(j.value, '$.components'), ?
-    FROM json_each(?) AS j WHERE json_extract(j.value, '$.components') IS NOT NULL
-    ON CONFLICT (world_id, entity_id) DO UPDATE SET components = excluded.components, updated_tick = excluded.updated_tick"""
-DELETE_ENTITIES = """DELETE FROM entities WHERE world_id = ? AND entity_id IN
-    (SELECT json_extract(value, '$.entity_id') FROM json_each(?) WHERE json_extract(value, '$.components') IS NULL)"""
-LIST_ENTITIES = "SELECT entity_id, components FROM entities WHERE world_id = ? AND entity_id > ? ORDER BY entity_id LIMIT ?"
+# World state (docs/storage.md): the last snapshot's chunks, and the delta chunks published since.
+INSERT_STATE_CHUNK = "INSERT INTO state_chunks (world_id, first_entity_id, body) VALUES (?, ?, ?)"
+INSERT_STATE_DELTA = "INSERT INTO state_deltas (world_id, tick, part, body) VALUES (?, ?, ?, ?)"
+# A snapshot replaces both: a world's chunks are few (each up to a megabyte of state).
+CLEAR_STATE_CHUNKS = "DELETE FROM state_chunks WHERE world_id = ?"
+CLEAR_STATE_DELTAS = "DELETE FROM state_deltas WHERE world_id = ?"
+# The chunk an entity id falls in starts at the greatest first id at or below it.
+STATE_CHUNK_FLOOR = "SELECT max(first_entity_id) FROM state_chunks WHERE world_id = ? AND first_entity_id <= ?"
+NEXT_STATE_CHUNK = """SELECT first_entity_id, body FROM state_chunks WHERE world_id = ? AND first_entity_id > ?
+    ORDER BY first_entity_id LIMIT 1"""
+LIST_STATE_DELTAS = "SELECT body FROM state_deltas WHERE world_id = ? ORDER BY tick, part"
 
 # -- outbox: one statement appends one event per command sequence in a JSON array, in array
 # order; the event type follows from the status the transition left the command in --

@@ -318,11 +318,11 @@ class LedgerPublisher:
         manifest = prepared.manifest
         session = self.scheduler.session(manifest.world_id)
         try:
-            # The manifest's JSON and the encoded writes are ManifestRow and list[EntityWrite], types
-            # world/commit.py cannot name (ledger_rows imports it): hence the two ignores.
+            # The manifest's JSON is a ManifestRow, a type world/commit.py cannot name (ledger_rows
+            # imports it): hence the ignore.
             await self.authority.publish(
                 manifest.world_id, self.scheduler.owner, session, manifest.model_dump(mode="json"),  # type: ignore[arg-type]
-                list(prepared.writes),  # type: ignore[arg-type]
+                {"snapshot": prepared.snapshot, "chunks": list(prepared.chunks)},
             )
         except CommandError:
             raise  # the authority answered: a definitive refusal

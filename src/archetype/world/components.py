@@ -18,6 +18,7 @@ with it, materialization builds with it).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -101,6 +102,9 @@ class Component(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False, ser_json_inf_nan="constants")
 
     __component_fingerprint__: ClassVar[str] = ""
+    # derived once per class, read on every mutation and every encoding: see `type_key`, `component_text`
+    __component_key__: ClassVar[str] = ""
+    __component_wire_suffix__: ClassVar[str] = ""
 
     @classmethod
     def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
@@ -111,6 +115,10 @@ class Component(BaseModel):
                 "components must keep the default 'constants', so a non-finite float is refused, never stored as null"
             )
         cls.__component_fingerprint__ = digest(canonical_prefixed_schema(cls))
+        cls.__component_key__ = f"{cls.__name__}:{cls.__component_fingerprint__}"
+        # the keys after "data" in a ComponentValue's canonical JSON (sorted: data, fingerprint, name);
+        # the name matches COMPONENT_NAME_PATTERN as a class name, and both are ASCII: nothing to escape
+        cls.__component_wire_suffix__ = f',"fingerprint":"{cls.__component_fingerprint__}","name":"{cls.__name__}"}}'
         _LOADED.setdefault((cls.__name__, cls.__component_fingerprint__), []).append(cls)
 
     @classmethod
@@ -129,6 +137,18 @@ def component_data(component: Component) -> dict[str, Any]:
         raise NonCanonicalValueError(f"$: {reason}", reason=reason) from None
     check_canonical(data, max_depth=MAX_DATA_DEPTH)
     return data
+
+
+# json.dumps with these arguments, built once: this runs for every component a tick changes
+_CANONICAL_LAYOUT = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+
+
+def component_text(component: Component) -> str:
+    """The canonical JSON of `ComponentValue.from_component(component)`, byte for byte, written
+    directly: `{"data":<canonical field JSON>,"fingerprint":"<hex>","name":"<class>"}`. This is what
+    a write-set encodes per component, so it builds no wire model; NonCanonicalValueError as
+    `component_data`."""
+    return '{"data":' + _CANONICAL_LAYOUT.encode(component_data(component)) + type(component).__component_wire_suffix__
 
 
 def resolve_component_class(name: str, fingerprint: str) -> type[Component]:
@@ -180,7 +200,7 @@ class _AffineWireModel(BaseModel):
 
 
 def type_key(cls: type[Component]) -> str:
-    return f"{cls.__name__}:{cls.component_fingerprint()}"
+    return cls.__component_key__
 
 
 class ComponentTypeRef(_AffineWireModel):

@@ -17,13 +17,12 @@ from archetype.canonical import MAX_SAFE_INTEGER
 from archetype.world.commit import (
     CommitCoordinator,
     CommittedTickReceipt,
-    Encodings,
+    EntityEncoder,
     InMemoryPublisher,
     TickPublisher,
-    encode_writes,
 )
 from archetype.world.components import Component, ComponentTypeRef, type_key
-from archetype.world.state import Components, WorldState
+from archetype.world.state import Components, Layer, WorldState
 
 
 # -- hooks: each class is both the hook kind and the event it receives --
@@ -110,7 +109,9 @@ class AsyncWorld:
         self._id_source = id_source or CounterIdSource(max((e for e, _ in self.state.items()), default=0) + 1)
         self._ids = range(0)
         self._processors: list[_ProcessorEntry] = []
-        self._encodings: Encodings = {}  # entities encoded (validated) since the last prepared tick
+        self.encoder = EntityEncoder()
+        # entries published as deltas since the last snapshot; None until this world publishes one
+        self._delta_entries: int | None = None
         self._hooks: dict[type, list[Hook]] = {kind: [] for kind in HOOK_KINDS}
 
     # -- configuration --
@@ -155,12 +156,12 @@ class AsyncWorld:
 
     def query(self, *component_types: type[Component] | ComponentTypeRef) -> list[tuple[int, tuple[Component, ...]]]:
         keys = [t.key if isinstance(t, ComponentTypeRef) else type_key(t) for t in component_types]
-        found = [
-            (entity_id, tuple(components[k] for k in keys))
-            for entity_id, components in self.state.items()
-            if all(k in components for k in keys)
-        ]
-        return sorted(found, key=lambda item: item[0])
+        found = []
+        for entity_id in self.state.matching(frozenset(keys)):
+            components = self.state.get(entity_id)
+            assert components is not None  # matching() answers live entities only
+            found.append((entity_id, tuple(components[k] for k in keys)))
+        return found
 
     def _require(self, entity_id: int) -> Components:
         components = self.state.get(entity_id)
@@ -189,8 +190,8 @@ class AsyncWorld:
     def update(self, entity_id: int, components: Iterable[Component]) -> None:
         current = self._require(entity_id)
         changes = _by_key(components)
-        missing = [k.split(":")[0] for k in changes if k not in current]
-        if missing:
+        if not changes.keys() <= current.keys():
+            missing = [k.split(":")[0] for k in changes if k not in current]
             raise LookupError(f"entity {entity_id} has no component(s) {missing} to update")
         self.state.put(entity_id, {**current, **changes})
 
@@ -221,7 +222,7 @@ class AsyncWorld:
         try:
             result = fn()
             if validate:
-                encode_writes(self.state.top, self._encodings)
+                self.encoder.encode(self.state.top)
         except BaseException:
             self.state.drop()
             raise
@@ -238,6 +239,7 @@ class AsyncWorld:
             assert prepared is not None
             await self.publisher.publish(prepared)
             self.state.commit_sealed()
+            self._delta_entries = 0 if prepared.snapshot else (self._delta_entries or 0) + len(prepared.manifest.written_entity_ids)
             self.tick = tick
             manifest = prepared.manifest
             self.coordinator.clear()
@@ -262,33 +264,39 @@ class AsyncWorld:
             await self.materializer(self, tick)
             self.atomically(lambda: self._run_systems(tick), validate=False)
             write_set = self.state.write_set()
-            self.coordinator.prepare(tick, self.writer_epoch, write_set, self._encodings)
+            written = sorted(write_set)
+            if self._snapshot_due(write_set):
+                self.coordinator.prepare(tick, self.writer_epoch, written, self.encoder.snapshot(self.state.items()),
+                                         snapshot=True)  # fmt: skip
+            else:
+                self.coordinator.prepare(tick, self.writer_epoch, written, self.encoder.encode(write_set), snapshot=False)
         except BaseException:
             self.state.unwind(base)
             self.coordinator.clear()
             self._ids = ids
             raise
-        finally:
-            self._encodings.clear()
         self.state.seal(write_set)
+
+    def _snapshot_due(self, write_set: Layer) -> bool:
+        """Publish the whole state instead of a delta once the deltas since the last snapshot would
+        outgrow it (so the authority's overlay stays smaller than the state it overlays), and on
+        this world's first publication with a change (it does not know what the overlay holds)."""
+        if not write_set:
+            return False
+        if self._delta_entries is None:
+            return True
+        return self._delta_entries + len(write_set) >= self.state.count_after(write_set)
 
     def _run_systems(self, tick: int) -> None:
         self._fire(PreTick(tick))
-        signatures: dict[frozenset[str], list[int]] = {}
-        for entity_id, components in self.state.items():
-            signatures.setdefault(frozenset(components), []).append(entity_id)
+        get = self.state.get
         for processor in self._processors:
-            matching = sorted(
-                entity_id
-                for signature, members in signatures.items()
-                if processor.keys <= signature
-                for entity_id in members
-            )
-            for entity_id in matching:
-                current = self.state.get(entity_id)
-                if current is None or not processor.keys <= current.keys():
+            keys, order, fn = processor.keys, processor.order, processor.fn
+            for entity_id in self.state.matching(keys):
+                current = get(entity_id)
+                if current is None or not keys <= current.keys():
                     continue  # an earlier processor despawned it or removed a component this tick
-                processor.fn(self, tick, entity_id, tuple(current[k] for k in processor.order))
+                fn(self, tick, entity_id, tuple([current[k] for k in order]))
 
 
 def _by_key(components: Iterable[Component]) -> Components:
