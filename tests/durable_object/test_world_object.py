@@ -82,7 +82,7 @@ async def ledger_script(authority, clock):
     ]  # fmt: skip
     manifest = {"world_id": WORLD, "tick": 0, "writer_epoch": epoch, "settlements": settlements,
                 "written_entity_ids": [reserved], "commit_token": "t0"}  # fmt: skip
-    writes = [{"entity_id": reserved, "components": '[{"name":"Position","value":{"x":1.5,"y":2}}]'}]
+    writes = {"snapshot": False, "chunks": [f'[[{reserved},[{{"name":"Position","value":{{"x":1.5,"y":2}}}}]]]']}
     stale = {**manifest, "writer_epoch": epoch - 1}
     swapped = {**manifest, "settlements": settlements[::-1]}
     await call("publish", world_id=WORLD, owner="runner", session="s2", manifest=stale, writes=writes)  # stale_writer
