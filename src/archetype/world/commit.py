@@ -100,6 +100,13 @@ class EntityEncoder:
 
     def __init__(self) -> None:
         self._known: dict[int, _Encoded] = {}
+        # texts written for new components by whoever made them in bulk (archetype.vector): by
+        # the component's id, with the component itself, so a recycled id never matches
+        self._offered: dict[int, tuple[Component, str]] = {}
+
+    def offer(self, component: Component, text: str) -> None:
+        """`component_text(component)`, computed by its maker (who guarantees it is exactly that)."""
+        self._offered[id(component)] = (component, text)
 
     def text(self, entity_id: int, components: Components) -> str:
         """`[<component>,...]` in component-key order (see `component_text`); NonCanonicalValueError
@@ -112,14 +119,20 @@ class EntityEncoder:
         for key in sorted(components):
             component = components[key]
             cached = previous.get(key)
-            parts[key] = (component, cached[1] if cached is not None and cached[0] is component else component_text(component))
+            if cached is None or cached[0] is not component:
+                cached = self._offered.pop(id(component), None)
+                if cached is None or cached[0] is not component:
+                    cached = (component, component_text(component))
+            parts[key] = cached
         text = "[" + ",".join(part[1] for part in parts.values()) + "]"
         self._known[entity_id] = (components, text, parts)
         return text
 
     def encode(self, layer: Layer) -> list[tuple[int, str | None]]:
         """Every entry of `layer` by entity id: its text, or None when it was despawned."""
-        return [(entity_id, self._text_or_none(entity_id, layer[entity_id])) for entity_id in sorted(layer)]
+        entries = [(entity_id, self._text_or_none(entity_id, layer[entity_id])) for entity_id in sorted(layer)]
+        self._offered.clear()  # an offer is for the tick it was made in
+        return entries
 
     def _text_or_none(self, entity_id: int, components: Components | None) -> str | None:
         if components is None:
@@ -130,6 +143,7 @@ class EntityEncoder:
     def snapshot(self, entities: Iterable[tuple[int, Components]]) -> list[tuple[int, str]]:
         """Every live entity by id, encoded; the cache keeps only these from now on."""
         entries = sorted(((entity_id, self.text(entity_id, components)) for entity_id, components in entities), key=_first)
+        self._offered.clear()
         live = {entity_id for entity_id, _ in entries}
         self._known = {entity_id: known for entity_id, known in self._known.items() if entity_id in live}
         return entries

@@ -49,6 +49,8 @@ class OnDestroy:
 HOOK_KINDS = (PreTick, PostTick, OnSpawn, OnDestroy)
 Hook = Callable[["AsyncWorld", Any], None]
 Processor = Callable[["AsyncWorld", int, int, tuple[Component, ...]], None]
+# Called once per tick with every matching entity id, in id order (see archetype.vector).
+BatchProcessor = Callable[["AsyncWorld", int, list[int]], None]
 Materializer = Callable[["AsyncWorld", int], Awaitable[None]]
 
 
@@ -76,9 +78,10 @@ class EntityIdsExhaustedError(RuntimeError):
 @dataclass
 class _ProcessorEntry:
     name: str
-    fn: Processor
+    fn: Processor | None
     keys: frozenset[str]
     order: tuple[str, ...]
+    batch: BatchProcessor | None = None
 
 
 async def _no_materialization(world: AsyncWorld, tick: int) -> None:
@@ -120,6 +123,16 @@ class AsyncWorld:
             raise ValueError("a processor needs at least one component type")
         order = tuple(type_key(t) for t in component_types)
         self._processors.append(_ProcessorEntry(name or fn.__name__, fn, frozenset(order), order))
+
+    def add_batch_processor(self, fn: BatchProcessor, *component_types: type[Component], name: str | None = None) -> None:
+        """A processor called once per tick with the ids of every entity that has all of
+        `component_types` (in id order), in its place among the processors: what a vectorised
+        processor (archetype.vector) runs on. It reads and writes through the world as usual."""
+        if not component_types:
+            raise ValueError("a processor needs at least one component type")
+        order = tuple(type_key(t) for t in component_types)
+        label = name or str(getattr(fn, "__name__", "batch"))
+        self._processors.append(_ProcessorEntry(label, None, frozenset(order), order, fn))
 
     def add_hook(self, kind: type, fn: Hook) -> None:
         if kind not in self._hooks:
@@ -292,6 +305,10 @@ class AsyncWorld:
         get = self.state.get
         for processor in self._processors:
             keys, order, fn = processor.keys, processor.order, processor.fn
+            if processor.batch is not None:
+                processor.batch(self, tick, self.state.matching(keys))
+                continue
+            assert fn is not None  # an entry has a per-entity or a batch function
             for entity_id in self.state.matching(keys):
                 current = get(entity_id)
                 if current is None or not keys <= current.keys():
