@@ -51,9 +51,11 @@ class _Layout:
     declared: tuple[str, ...]  # in the class's order: the order pydantic keeps a model's values in
 
     def build(self, values: dict[str, Any]) -> Component:
-        # what `model_construct` does for such a class, without its per-field alias search
+        """A component of exactly these values (by field name, in sorted order), unvalidated: what
+        `model_construct` does for such a class, without its per-field alias search."""
         component = object.__new__(self.cls)
-        object.__setattr__(component, "__dict__", {field: values[field] for field in self.declared})
+        ordered = values if self.declared == self.fields else {field: values[field] for field in self.declared}
+        object.__setattr__(component, "__dict__", ordered)
         object.__setattr__(component, "__pydantic_fields_set__", set(self.fields))
         object.__setattr__(component, "__pydantic_extra__", None)
         object.__setattr__(component, "__pydantic_private__", None)
@@ -194,18 +196,15 @@ def _write_back(world: AsyncWorld, entity_ids: list[int], live: list[dict[str, C
     if not rows:
         return
     put, offer = world.state.put, world.encoder.offer
-    per_type = []
+    updates = [dict(live[row]) for row in rows]
     for item in written:
-        values = [columns[item.cls][field][rows].tolist() for field in item.fields]
-        pieces = [f'"{field}":' for field in item.fields]
-        per_type.append((item, values, pieces, item.cls.__component_wire_suffix__))
-    for position, row in enumerate(rows):
-        updated = dict(live[row])
-        for item, values, pieces, suffix in per_type:
-            data = {field: column[position] for field, column in zip(item.fields, values, strict=True)}
-            component = item.build(data)
-            # json writes floats with repr() and ints with int.__repr__: the canonical text of this data
-            offer(component, '{"data":{' + ",".join(p + repr(v) for p, v in zip(pieces, data.values(), strict=True))
-                  + "}" + suffix)  # fmt: skip
-            updated[item.key] = component
+        values = zip(*[columns[item.cls][field][rows].tolist() for field in item.fields], strict=True)
+        # %r is repr(), which is how json writes floats and ints: the canonical text of this data
+        template = '{"data":{' + ",".join(f'"{field}":%r' for field in item.fields) + "}" + item.cls.__component_wire_suffix__.replace("%", "%%")
+        build, key, fields = item.build, item.key, item.fields
+        for updated, row_values in zip(updates, values, strict=True):
+            component = build(dict(zip(fields, row_values, strict=True)))
+            offer(component, template % row_values)
+            updated[key] = component
+    for row, updated in zip(rows, updates, strict=True):
         put(entity_ids[row], updated)
