@@ -8,7 +8,11 @@ of them alike); a figure is the best round of `--rounds`. esper is a bench-only 
 with the bench environment (`bench/setup-env`, then `bench/.venv/bin/python bench/world_bench.py`);
 without it the esper column says so.
 
-    bench/.venv/bin/python bench/world_bench.py [--sizes 10000,100000] [--rounds 5]
+`--baseline-src DIR` also runs the per-entity worlds on another version of the code (a `src/`
+tree, e.g. `git archive <commit> src | tar -x -C /tmp/base`), each in its own process
+(bench/tick_server.py), ticked in the same rounds: the "before" of every ratio.
+
+    bench/.venv/bin/python bench/world_bench.py [--sizes 10000,100000] [--rounds 5] [--baseline-src DIR]
 """
 
 from __future__ import annotations
@@ -16,7 +20,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import os
 import sqlite3
+import subprocess
 import sys
 import tempfile
 import time
@@ -44,8 +50,7 @@ except ImportError:  # run outside the bench environment
 
 TARGET_VECTOR_TICKS = 20  # ticks/s, 100,000 moving entities, vectorised, durable at FULL
 TARGET_PROCESSOR_VS_NUMPY = 3.0  # vectorised processor phase / numpy alone
-TARGET_ENTITY_SPEEDUP = 5.0  # per-entity API vs the issue's measurement: 31,600 updates/s durable at 10k
-ISSUE_DURABLE_10K = 31_600
+TARGET_ENTITY_SPEEDUP = 5.0  # per-entity API, durable, against the code before (--baseline-src)
 TARGET_IDLE_MS = 1.0
 TARGET_PUBLISH_US = 1.0
 
@@ -113,7 +118,7 @@ class Phase:
 class DictLoop:
     def __init__(self, n: int) -> None:
         self.position = {i: (float(i), 0.0) for i in range(1, n + 1)}
-        self.velocity = {i: (1.0, 0.5) for i in range(1, n + 1)}
+        self.velocity = dict.fromkeys(range(1, n + 1), (1.0, 0.5))
 
     def tick(self) -> None:
         position, velocity = self.position, self.velocity
@@ -159,10 +164,39 @@ class EsperLoop:
             p.y += v.dy
 
 
+class Baseline:
+    """A moving world of another code version, in its own process (bench/tick_server.py)."""
+
+    def __init__(self, src: Path, n: int, kind: str, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, "PYTHONPATH": str(src)}
+        server = Path(__file__).with_name("tick_server.py")
+        self.process = subprocess.Popen([sys.executable, str(server), str(n), kind, str(directory)], env=env,
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)  # fmt: skip
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.stdin, self.stdout = self.process.stdin, self.process.stdout
+        if self.stdout.readline().strip() != "ready":
+            raise RuntimeError(f"the baseline {kind} world did not start")
+
+    def tick(self) -> float:
+        self.stdin.write("tick\n")
+        self.stdin.flush()
+        return float(self.stdout.readline())
+
+    def close(self) -> None:
+        self.stdin.write("quit\n")
+        self.stdin.flush()
+        self.process.wait(timeout=60)
+
+
 # -- the moving worlds --
-async def moving(n: int, rounds: int, directory: Path) -> dict[str, float]:
+async def moving(n: int, rounds: int, directory: Path, baseline_src: Path | None) -> dict[str, float]:
     contestants: dict[str, Callable[[], Awaitable[None]]] = {}
     phases: dict[str, Phase] = {}
+    timed_elsewhere: dict[str, Baseline] = {}
+    if baseline_src is not None:
+        timed_elsewhere["before: durable, per-entity"] = Baseline(baseline_src, n, "durable", directory / "before")
+        timed_elsewhere["before: in memory, per-entity"] = Baseline(baseline_src, n, "memory", directory / "before-m")
     rt_v, durable_vector = await _durable_world(directory / "vector", n, "vector")
     add_vector_processor(durable_vector, move_columns, Position, Velocity, writes=[Position])
     phases["durable, vectorised"] = Phase(durable_vector)
@@ -179,9 +213,11 @@ async def moving(n: int, rounds: int, directory: Path) -> dict[str, float]:
     for label, loop in (("plain dict loop", DictLoop(n)), ("numpy", NumpyLoop(n)),
                         *((("esper", EsperLoop(n)),) if esper is not None else ())):  # fmt: skip
         contestants[label] = _sync(loop.tick)
-    best = {label: float("inf") for label in contestants}
+    best = {label: float("inf") for label in [*timed_elsewhere, *contestants]}
     best["vector processor phase"] = float("inf")
     for _ in range(rounds):
+        for label, baseline in timed_elsewhere.items():
+            best[label] = min(best[label], baseline.tick())
         for label, tick in contestants.items():
             gc.collect()
             start = time.perf_counter()
@@ -191,6 +227,8 @@ async def moving(n: int, rounds: int, directory: Path) -> dict[str, float]:
                 best["vector processor phase"] = min(best["vector processor phase"], phases[label].last)
     for rt in (rt_v, rt_e):
         await rt.close()
+    for baseline in timed_elsewhere.values():
+        baseline.close()
     return best
 
 
@@ -230,7 +268,7 @@ async def publication(n: int, changes: list[int], rounds: int, directory: Path) 
             stride = max(1, n // max(k, 1))
             chosen = ids[::stride][:k]
             async with world.lock:
-                world.atomically(lambda chosen=chosen, r=r: [world.update(e, [Position(x=float(r), y=float(k))]) for e in chosen])
+                world.atomically(lambda chosen=chosen, r=r, k=k: [world.update(e, [Position(x=float(r), y=float(k))]) for e in chosen])
             gc.collect()
             start = time.perf_counter()
             await world.step()
@@ -306,7 +344,7 @@ async def durable_object_rows(n: int, changes: list[int]) -> dict[int, tuple[int
         for k in changes:
             chosen = ids[:: max(1, n // max(k, 1))][:k]
             async with world.lock:
-                world.atomically(lambda chosen=chosen: [world.update(e, [Position(x=-1.0, y=float(k))]) for e in chosen])
+                world.atomically(lambda chosen=chosen, k=k: [world.update(e, [Position(x=-1.0, y=float(k))]) for e in chosen])
             counted.update(statements=0, written=0)
             await world.step()
             rows[k] = (counted["statements"], counted["written"])
@@ -319,6 +357,7 @@ def main() -> None:
     parser.add_argument("--sizes", default="10000,100000")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--changes", default="0,100,1000,100000")
+    parser.add_argument("--baseline-src", type=Path, help="a src/ tree of the code to compare against")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     changes = [int(c) for c in args.changes.split(",")]
@@ -327,7 +366,7 @@ def main() -> None:
           f"esper {getattr(esper, '__version__', 'not installed')}; best of {args.rounds} interleaved rounds")  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
         for n in sizes:
-            best = asyncio.run(moving(n, args.rounds, Path(tmp) / f"moving-{n}"))
+            best = asyncio.run(moving(n, args.rounds, Path(tmp) / f"moving-{n}", args.baseline_src))
             print(f"\n{n:,} moving entities (Position + Velocity, every one moves each tick)")
             numpy_time = best["numpy"]
             for label, seconds in best.items():
@@ -340,11 +379,14 @@ def main() -> None:
                 print(f"  target: vectorised durable >= {TARGET_VECTOR_TICKS} ticks/s: {ticks:.1f} "
                       f"{'PASS' if checks[-2] else 'FAIL'}; processor phase <= {TARGET_PROCESSOR_VS_NUMPY}x numpy: "
                       f"{ratio:.1f}x {'PASS' if checks[-1] else 'FAIL'}")  # fmt: skip
-            if n == 10_000:
-                rate = n / best["durable, per-entity"]
-                checks.append(rate >= TARGET_ENTITY_SPEEDUP * ISSUE_DURABLE_10K)
-                print(f"  target: per-entity durable >= {TARGET_ENTITY_SPEEDUP}x the issue's {ISSUE_DURABLE_10K:,}/s: "
-                      f"{rate / ISSUE_DURABLE_10K:.1f}x {'PASS' if checks[-1] else 'FAIL'}")  # fmt: skip
+            if args.baseline_src is not None:
+                for kind in ("durable", "in memory"):
+                    speedup = best[f"before: {kind}, per-entity"] / best[f"{kind}, per-entity"]
+                    vector = best[f"before: {kind}, per-entity"] / best[f"{kind}, vectorised"]
+                    if kind == "durable":
+                        checks.append(speedup >= TARGET_ENTITY_SPEEDUP)
+                    print(f"  {kind}: per-entity {speedup:.1f}x the code before (target >= {TARGET_ENTITY_SPEEDUP}x"
+                          f"{', PASS' if speedup >= TARGET_ENTITY_SPEEDUP else ', FAIL'}), vectorised {vector:.1f}x")  # fmt: skip
         n = max(sizes)
         pub = asyncio.run(publication(n, changes, args.rounds, Path(tmp)))
         print(f"\npublication, a {n:,}-entity world at synchronous=FULL (chunks of <= {CHUNK_BYTES:,} characters)")

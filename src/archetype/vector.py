@@ -200,7 +200,8 @@ def _write_back(world: AsyncWorld, entity_ids: list[int], live: list[dict[str, C
     for item in written:
         values = zip(*[columns[item.cls][field][rows].tolist() for field in item.fields], strict=True)
         # %r is repr(), which is how json writes floats and ints: the canonical text of this data
-        template = '{"data":{' + ",".join(f'"{field}":%r' for field in item.fields) + "}" + item.cls.__component_wire_suffix__.replace("%", "%%")
+        suffix = item.cls.__component_wire_suffix__.replace("%", "%%")
+        template = '{"data":{' + ",".join(f'"{field}":%r' for field in item.fields) + "}" + suffix
         build, key, fields = item.build, item.key, item.fields
         for updated, row_values in zip(updates, values, strict=True):
             component = build(dict(zip(fields, row_values, strict=True)))

@@ -19,6 +19,7 @@ with it, materialization builds with it).
 from __future__ import annotations
 
 import json
+import json.encoder
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -139,8 +140,22 @@ def component_data(component: Component) -> dict[str, Any]:
     return data
 
 
-# json.dumps with these arguments, built once: this runs for every component a tick changes
-_CANONICAL_LAYOUT = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+# json.dumps(sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False), built
+# once: this runs for every component a tick changes, and JSONEncoder.encode builds its C encoder
+# anew on every call. No circular-reference markers: the data is checked canonical first, which
+# bounds its depth, so it has no cycle. (CPython and Pyodide have the C encoder; else json's own.)
+_C_MAKE_ENCODER = getattr(json.encoder, "c_make_encoder", None)
+_C_ENCODER = (
+    None if _C_MAKE_ENCODER is None
+    else _C_MAKE_ENCODER(None, None, json.encoder.encode_basestring_ascii, None, ":", ",", True, False, False)
+)
+_PY_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+
+
+def _canonical_layout(data: Any) -> str:
+    if _C_ENCODER is not None:
+        return "".join(_C_ENCODER(data, 0))
+    return _PY_ENCODER.encode(data)
 
 
 def component_text(component: Component) -> str:
@@ -148,7 +163,7 @@ def component_text(component: Component) -> str:
     directly: `{"data":<canonical field JSON>,"fingerprint":"<hex>","name":"<class>"}`. This is what
     a write-set encodes per component, so it builds no wire model; NonCanonicalValueError as
     `component_data`."""
-    return '{"data":' + _CANONICAL_LAYOUT.encode(component_data(component)) + type(component).__component_wire_suffix__
+    return '{"data":' + _canonical_layout(component_data(component)) + type(component).__component_wire_suffix__
 
 
 def resolve_component_class(name: str, fingerprint: str) -> type[Component]:
