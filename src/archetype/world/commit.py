@@ -114,17 +114,20 @@ class EntityEncoder:
         known = self._known.get(entity_id)
         if known is not None and known[0] is components:
             return known[1]
-        previous = known[2] if known is not None else {}
+        previous = known[2] if known is not None else _NOTHING
+        offered = self._offered
         parts: dict[str, tuple[Component, str]] = {}
+        texts = []
         for key in sorted(components):
             component = components[key]
             cached = previous.get(key)
             if cached is None or cached[0] is not component:
-                cached = self._offered.pop(id(component), None)
+                cached = offered.pop(id(component), None) if offered else None
                 if cached is None or cached[0] is not component:
                     cached = (component, component_text(component))
             parts[key] = cached
-        text = "[" + ",".join(part[1] for part in parts.values()) + "]"
+            texts.append(cached[1])
+        text = "[" + ",".join(texts) + "]"
         self._known[entity_id] = (components, text, parts)
         return text
 
@@ -147,6 +150,9 @@ class EntityEncoder:
         live = {entity_id for entity_id, _ in entries}
         self._known = {entity_id: known for entity_id, known in self._known.items() if entity_id in live}
         return entries
+
+
+_NOTHING: dict[str, tuple[Component, str]] = {}
 
 
 def _first(entry: tuple[int, Any]) -> int:

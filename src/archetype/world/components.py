@@ -158,12 +158,35 @@ def _canonical_layout(data: Any) -> str:
     return _PY_ENCODER.encode(data)
 
 
+_FLOATS_ONLY: dict[type[Component], bool] = {}
+
+
+def _floats_only(cls: type[Component]) -> bool:
+    """Whether every field is a plain `float` (no serializer): its JSON form is then its floats,
+    and the encoder's own refusal of NaN and infinities is the whole canonical check."""
+    known = _FLOATS_ONLY.get(cls)
+    if known is None:
+        decorators = cls.__pydantic_decorators__
+        known = _FLOATS_ONLY[cls] = bool(cls.model_fields) and all(
+            info.annotation is float for info in cls.model_fields.values()
+        ) and not (decorators.field_serializers or decorators.model_serializers or cls.model_computed_fields)
+    return known
+
+
 def component_text(component: Component) -> str:
     """The canonical JSON of `ComponentValue.from_component(component)`, byte for byte, written
     directly: `{"data":<canonical field JSON>,"fingerprint":"<hex>","name":"<class>"}`. This is what
     a write-set encodes per component, so it builds no wire model; NonCanonicalValueError as
     `component_data`."""
-    return '{"data":' + _canonical_layout(component_data(component)) + type(component).__component_wire_suffix__
+    cls = type(component)
+    if _floats_only(cls):
+        try:
+            data = component.model_dump(mode="json")
+            if all(type(value) is float for value in data.values()):
+                return '{"data":' + _canonical_layout(data) + cls.__component_wire_suffix__
+        except ValueError:
+            pass  # a non-finite float: component_data below says so, with its path
+    return '{"data":' + _canonical_layout(component_data(component)) + cls.__component_wire_suffix__
 
 
 def resolve_component_class(name: str, fingerprint: str) -> type[Component]:

@@ -9,7 +9,9 @@ the layered `WorldState`, so nothing reaches committed state before publication.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterable
+import gc
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -251,7 +253,8 @@ class AsyncWorld:
             prepared = self.coordinator.prepared
             assert prepared is not None
             await self.publisher.publish(prepared)
-            self.state.commit_sealed()
+            with _collection_paused():
+                self.state.commit_sealed()
             self._delta_entries = 0 if prepared.snapshot else (self._delta_entries or 0) + len(prepared.manifest.written_entity_ids)
             self.tick = tick
             manifest = prepared.manifest
@@ -275,14 +278,15 @@ class AsyncWorld:
         try:
             await self.ensure_entity_ids()
             await self.materializer(self, tick)
-            self.atomically(lambda: self._run_systems(tick), validate=False)
-            write_set = self.state.write_set()
-            written = sorted(write_set)
-            if self._snapshot_due(write_set):
-                self.coordinator.prepare(tick, self.writer_epoch, written, self.encoder.snapshot(self.state.items()),
-                                         snapshot=True)  # fmt: skip
-            else:
-                self.coordinator.prepare(tick, self.writer_epoch, written, self.encoder.encode(write_set), snapshot=False)
+            with _collection_paused():
+                self.atomically(lambda: self._run_systems(tick), validate=False)
+                write_set = self.state.write_set()
+                written = sorted(write_set)
+                if self._snapshot_due(write_set):
+                    self.coordinator.prepare(tick, self.writer_epoch, written, self.encoder.snapshot(self.state.items()),
+                                             snapshot=True)  # fmt: skip
+                else:
+                    self.coordinator.prepare(tick, self.writer_epoch, written, self.encoder.encode(write_set), snapshot=False)
         except BaseException:
             self.state.unwind(base)
             self.coordinator.clear()
@@ -314,6 +318,23 @@ class AsyncWorld:
                 if current is None or not keys <= current.keys():
                     continue  # an earlier processor despawned it or removed a component this tick
                 fn(self, tick, entity_id, tuple([current[k] for k in order]))
+
+
+@contextmanager
+def _collection_paused() -> Iterator[None]:
+    """No automatic garbage collection inside a tick's synchronous work (processors, encoding,
+    folding the write-set in). A tick of a large world allocates a new object or two per changed
+    entity, and each batch of them set off a collection that scanned the whole (long-lived)
+    world again: several full passes per tick. Reference counting frees the tick's garbage as
+    usual; what is left for the collector is collected once, at the next allocation after it."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 def _by_key(components: Iterable[Component]) -> Components:
