@@ -16,7 +16,7 @@ from fastapi.responses import JSONResponse
 
 from archetype.api.auth import TokenTable, require
 from archetype.api.errors import CommandNotFoundError, InvalidRequestError, ShuttingDownError, install_error_handlers
-from archetype.api.limits import DEFAULT_MAX_BODY_BYTES, BodyLimit
+from archetype.api.limits import DEFAULT_BODY_TIMEOUT_S, DEFAULT_MAX_BODY_BYTES, BodyLimit
 from archetype.api.models import (
     AuditPage,
     MAX_BATCH,
@@ -112,6 +112,7 @@ def create_app(
     tokens: TokenTable | Mapping[str, Any] | None = None,
     quota: int | None = DEFAULT_QUOTA,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S,
     worlds: Any = None,
     audit: Any = None,
 ) -> FastAPI:
@@ -122,11 +123,13 @@ def create_app(
     scheduler = CommandScheduler(registry, authority, quota=quota)
     dispatcher = CommandDispatcher(registry, scheduler, worlds or EdgeWorlds(), origin="gateway", audit=audit)
 
-    app = FastAPI(title="archetype", version="1", summary="Durable world commands over HTTP")
+    # No trailing-slash redirects: the framework builds them from the request's Host header, which
+    # the client controls (`GET /worlds/w1/` with `Host: evil.example` would send it there).
+    app = FastAPI(title="archetype", version="1", summary="Durable world commands over HTTP", redirect_slashes=False)
     app.state.tokens = tokens if isinstance(tokens, TokenTable) else TokenTable(tokens or {})
     app.state.admission = AdmissionGate()
     install_error_handlers(app)
-    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+    app.add_middleware(BodyLimit, max_bytes=max_body_bytes, body_timeout_s=body_timeout_s)
 
     viewer, player, admin = (Depends(require(role)) for role in (Role.viewer, Role.player, Role.admin))
     admitting = Depends(_admitting)
