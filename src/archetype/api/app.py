@@ -14,7 +14,7 @@ from typing import Annotated, Any
 from fastapi import Body, Depends, FastAPI, Header, Path, Query, Request
 from fastapi.responses import JSONResponse
 
-from archetype.api.auth import TokenTable, require
+from archetype.api.auth import Bearer, TokenTable, require
 from archetype.api.errors import CommandNotFoundError, InvalidRequestError, ShuttingDownError, install_error_handlers
 from archetype.api.limits import DEFAULT_BODY_TIMEOUT_S, DEFAULT_MAX_BODY_BYTES, BodyLimit
 from archetype.api.models import (
@@ -95,9 +95,9 @@ def _admitting(request: Request) -> None:
     request.app.state.admission.check()
 
 
-def _ledger_actor(method: str, request: Request) -> ActorCtx:
+def _ledger_actor(method: str, request: Request, credentials: Bearer) -> ActorCtx:
     role = LEDGER_ROUTE_ROLES.get(method)
-    actor = require(role or Role.operator)(request)
+    actor = require(role or Role.operator)(request, credentials)
     if role is None:
         raise UnregisteredOperationError(f"{method!r} is not a runner-protocol method")
     if method in ADMISSION_METHODS:
