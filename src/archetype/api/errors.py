@@ -72,7 +72,9 @@ class InternalError(CommandError):
     code, http_status = "internal_error", 500
 
 
-_BY_HTTP_STATUS = {404: RouteNotFoundError, 405: MethodNotAllowedError, 413: PayloadTooLargeError}
+# The framework's own refusals: 400 is FastAPI failing to decode a body as JSON (bytes that are
+# not UTF-8, say), which the strict parser in front lets through to the route as "not JSON".
+_BY_HTTP_STATUS = {400: InvalidJsonError, 404: RouteNotFoundError, 405: MethodNotAllowedError, 413: PayloadTooLargeError}
 
 
 def _printable(text: str) -> str:
