@@ -21,16 +21,18 @@ import signal
 import socket
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 
 import uvicorn
 
-from archetype.api import DEFAULT_QUOTA, create_app
-from archetype.api.auth import TOKENS_ENV, TokenTable
+from archetype.api import create_app
+from archetype.api.auth import TOKENS_ENV, TokenTable, TokenTableError
 from archetype.audit import AuditLog
 from archetype.commands.errors import CommandError
+from archetype.docs_ui import mount_docs
 from archetype.runtime import Runtime
+from archetype.settings import ConfigurationError, ServeSettings
 from archetype.world.operations import DestroyWorld, Step
 from local_catalog import open_local_authority
 
@@ -39,21 +41,7 @@ log = logging.getLogger("archetype.serve")
 RUNNER_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@:-]{0,127}")
 
 
-@dataclass(frozen=True)
-class ServeConfig:
-    data: Path
-    host: str = "127.0.0.1"
-    port: int = 8787
-    tokens_file: Path | None = None
-    tick_rate: float = 10.0
-    quota: int | None = DEFAULT_QUOTA
-    modules: tuple[str, ...] = field(default_factory=tuple)
-    synchronous: str = "FULL"
-    log_level: str = "warning"
-    runner_id: str | None = None
-
-
-class RunnerBusyError(RuntimeError):
+class RunnerBusyError(ConfigurationError):
     """Another live process already runs with this runner id on this data directory."""
 
 
@@ -68,7 +56,7 @@ def runner_identity(data: Path, runner_id: str | None) -> Iterator[str]:
     """
     runner_id = runner_id or f"serve@{socket.gethostname()}"
     if not RUNNER_ID_PATTERN.fullmatch(runner_id):
-        raise ValueError(f"runner id {runner_id!r} must match {RUNNER_ID_PATTERN.pattern}")
+        raise ConfigurationError(f"--runner-id {runner_id!r} must match {RUNNER_ID_PATTERN.pattern}")
     folder = data / "runners"
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / f"{runner_id}.lock", "a+") as handle:
@@ -91,24 +79,60 @@ class _Server(uvicorn.Server):
         yield
 
 
-def load_tokens(tokens_file: Path | None) -> TokenTable:
-    """The token table from `--tokens`, else `$ARCHETYPE_TOKENS`, else one fresh admin token (printed)."""
-    if tokens_file is not None:
-        return TokenTable.from_json(tokens_file.read_text())
-    if os.environ.get(TOKENS_ENV):
-        return TokenTable.from_json(os.environ[TOKENS_ENV])
+def load_tokens(tokens_file: Path | None) -> tuple[TokenTable, str | None]:
+    """The token table from `--tokens`, else `$ARCHETYPE_TOKENS`, else one fresh admin token
+    (returned too, for `serve` to print once it is serving)."""
+    try:
+        if tokens_file is not None:
+            return TokenTable.from_json(tokens_file.read_text()), None
+        if os.environ.get(TOKENS_ENV):
+            return TokenTable.from_json(os.environ[TOKENS_ENV]), None
+    except OSError as exc:
+        raise ConfigurationError(f"--tokens {tokens_file}: {exc.strerror}; give the path of a JSON token table") from None
+    except TokenTableError as exc:
+        raise ConfigurationError(f"{tokens_file or '$' + TOKENS_ENV}: {exc}") from None
     token = secrets.token_urlsafe(24)
-    print(f"no token table given; admin token for this run: {token}", file=sys.stderr, flush=True)
-    return TokenTable({token: {"principal": "admin", "roles": ["admin"]}})
+    return TokenTable({token: {"principal": "admin", "roles": ["admin"]}}), token
 
 
-def load_modules(runtime: Runtime, modules: tuple[str, ...]) -> None:
-    """Import the modules defining the worlds' components; a module's `setup(runtime)` may add processors."""
-    for name in modules:
-        module = importlib.import_module(name)
+def import_modules(names: tuple[str, ...]) -> list[ModuleType]:
+    """Import the modules defining the worlds' components, from the working directory too (as
+    `python -m` would: the console script's own directory is what Python puts first)."""
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    modules = []
+    for name in names:
+        try:
+            modules.append(importlib.import_module(name))
+        except ModuleNotFoundError as exc:
+            raise ConfigurationError(
+                f"--module {name}: cannot import {exc.name!r}; run from the directory that holds it, or add that "
+                f"directory to PYTHONPATH"
+            ) from None
+        except Exception as exc:  # the module's own code failed: say which and why, no traceback
+            raise ConfigurationError(f"--module {name}: importing it raised {type(exc).__name__}: {exc}") from None
+    return modules
+
+
+def set_up_modules(runtime: Runtime, modules: list[ModuleType]) -> None:
+    """A module's `setup(runtime)` may add processors."""
+    for module in modules:
         setup = getattr(module, "setup", None)
         if callable(setup):
             setup(runtime)
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """The listening socket, bound before anything is created on disk, so a busy port changes nothing."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise ConfigurationError(f"cannot listen on {host}:{port}: {exc.strerror}; stop what uses it, or pick another --port") from None
+    sock.set_inheritable(True)
+    return sock
 
 
 async def step_active_worlds(runtime: Runtime, stop: asyncio.Event) -> None:
@@ -149,26 +173,35 @@ async def run_worlds(runtime: Runtime, stop: asyncio.Event, tick_rate: float) ->
             await asyncio.wait_for(stop.wait(), timeout=max(0.0, interval - (loop.time() - started)))
 
 
-async def serve(config: ServeConfig) -> None:
-    config.data.mkdir(parents=True, exist_ok=True)
-    with runner_identity(config.data, config.runner_id) as runner_id:
-        await _serve(config, runner_id)
+async def serve(config: ServeSettings) -> None:
+    """Check every setting before anything is created (tokens, modules, the port), then serve."""
+    tokens, generated = load_tokens(config.tokens_file)
+    modules = import_modules(config.modules)
+    sock = listen(config.host, config.port)
+    try:
+        config.data.mkdir(parents=True, exist_ok=True)
+        with runner_identity(config.data, config.runner_id) as runner_id:
+            if generated:
+                print(f"no token table given; admin token for this run: {generated}", file=sys.stderr, flush=True)
+            await _serve(config, runner_id, tokens, modules, sock)
+    finally:
+        sock.close()
 
 
-async def _serve(config: ServeConfig, runner_id: str) -> None:
-    tokens = load_tokens(config.tokens_file)
+async def _serve(config: ServeSettings, runner_id: str, tokens: TokenTable, modules: list[ModuleType], sock: socket.socket) -> None:
     authority = open_local_authority(config.data, synchronous=config.synchronous)
     runtime = Runtime(authority, owner=runner_id, audit=AuditLog.open_local(config.data, authority))
-    load_modules(runtime, config.modules)
+    set_up_modules(runtime, modules)
     app = create_app(authority, registry=runtime.registry, tokens=tokens, quota=config.quota, worlds=runtime.worlds,
-                     audit=runtime.audit)  # fmt: skip
-    server = _Server(uvicorn.Config(app, host=config.host, port=config.port, log_level=config.log_level, lifespan="off"))
+                     audit=runtime.audit, body_timeout_s=config.body_timeout)  # fmt: skip
+    mount_docs(app)
+    server = _Server(uvicorn.Config(app, log_level=config.log_level, lifespan="off"))
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    serving = asyncio.create_task(server.serve())
+    serving = asyncio.create_task(server.serve(sockets=[sock]))
     while not server.started and not serving.done():
         await asyncio.sleep(0.01)
     if serving.done():
