@@ -20,6 +20,7 @@ import re
 import signal
 import socket
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -31,6 +32,7 @@ from archetype.api.auth import TOKENS_ENV, TokenTable, TokenTableError
 from archetype.audit import AuditLog
 from archetype.commands.errors import CommandError
 from archetype.docs_ui import mount_docs
+from archetype.metrics import Metrics, ObservedAuthority, configure_logging, mount_metrics
 from archetype.runtime import Runtime
 from archetype.settings import ConfigurationError, ServeSettings
 from archetype.world.operations import DestroyWorld, Step
@@ -135,12 +137,13 @@ def listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-async def step_active_worlds(runtime: Runtime, stop: asyncio.Event) -> None:
+async def step_active_worlds(runtime: Runtime, stop: asyncio.Event, metrics: Metrics) -> None:
     try:
         worlds = await runtime.authority.list_worlds()
     except Exception:
         log.exception("could not list the worlds; trying again next tick")
         return
+    metrics.observe_worlds(worlds)
     for world in worlds:
         if stop.is_set():
             return
@@ -148,12 +151,15 @@ async def step_active_worlds(runtime: Runtime, stop: asyncio.Event) -> None:
             await finish_destroy(runtime, world["world_id"])
         if world["status"] != "ACTIVE":
             continue
+        started, ok = time.perf_counter(), False
         try:
             await runtime.dispatcher.apply(Step(world_id=world["world_id"]))
+            ok = True
         except CommandError as exc:  # fenced, closing or destroyed meanwhile: the host reloads it next tick
             log.warning("world %s not stepped: %s: %s", world["world_id"], exc.code, exc.message)
         except Exception:
             log.exception("world %s failed its tick; it is retried next tick", world["world_id"])
+        metrics.observe_tick(world["world_id"], time.perf_counter() - started, ok)
 
 
 async def finish_destroy(runtime: Runtime, world_id: str) -> None:
@@ -163,18 +169,19 @@ async def finish_destroy(runtime: Runtime, world_id: str) -> None:
         log.exception("could not finish destroying world %s; trying again next tick", world_id)
 
 
-async def run_worlds(runtime: Runtime, stop: asyncio.Event, tick_rate: float) -> None:
+async def run_worlds(runtime: Runtime, stop: asyncio.Event, tick_rate: float, metrics: Metrics) -> None:
     loop = asyncio.get_running_loop()
     interval = 1.0 / tick_rate
     while not stop.is_set():
         started = loop.time()
-        await step_active_worlds(runtime, stop)
+        await step_active_worlds(runtime, stop, metrics)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), timeout=max(0.0, interval - (loop.time() - started)))
 
 
 async def serve(config: ServeSettings) -> None:
     """Check every setting before anything is created (tokens, modules, the port), then serve."""
+    configure_logging(config.log_level, config.log_format)
     tokens, generated = load_tokens(config.tokens_file)
     modules = import_modules(config.modules)
     sock = listen(config.host, config.port)
@@ -189,13 +196,17 @@ async def serve(config: ServeSettings) -> None:
 
 
 async def _serve(config: ServeSettings, runner_id: str, tokens: TokenTable, modules: list[ModuleType], sock: socket.socket) -> None:
-    authority = open_local_authority(config.data, synchronous=config.synchronous)
+    metrics = Metrics(config.metrics_worlds)
+    authority = ObservedAuthority(open_local_authority(config.data, synchronous=config.synchronous), metrics)
     runtime = Runtime(authority, owner=runner_id, audit=AuditLog.open_local(config.data, authority))
     set_up_modules(runtime, modules)
     app = create_app(authority, registry=runtime.registry, tokens=tokens, quota=config.quota, worlds=runtime.worlds,
                      audit=runtime.audit, body_timeout_s=config.body_timeout)  # fmt: skip
     mount_docs(app)
-    server = _Server(uvicorn.Config(app, log_level=config.log_level, lifespan="off"))
+    mount_metrics(app, metrics, log_requests=config.log_format == "json")
+    # JSON logs: uvicorn's loggers propagate to our formatter, and our access line replaces its own
+    json_logs = {"log_config": None, "access_log": False} if config.log_format == "json" else {}
+    server = _Server(uvicorn.Config(app, log_level=config.log_level, lifespan="off", **json_logs))
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -210,7 +221,7 @@ async def _serve(config: ServeSettings, runner_id: str, tokens: TokenTable, modu
     host, port = server.servers[0].sockets[0].getsockname()[:2]
     print(json.dumps({"serving": f"http://{host}:{port}", "data": str(config.data)}), flush=True)
 
-    runner = asyncio.create_task(run_worlds(runtime, stop, config.tick_rate))
+    runner = asyncio.create_task(run_worlds(runtime, stop, config.tick_rate, metrics))
     projector = asyncio.create_task(runtime.audit.run_forever(stop))
     await stop.wait()
     app.state.admission.close()
