@@ -1,8 +1,9 @@
 """Interactive API docs from local assets (CPython only; `archetype serve` mounts them).
 
 FastAPI's own `/docs` and `/redoc` pages load Swagger UI and ReDoc from a CDN, so they are blank
-offline; the shared app therefore serves none, and this module serves both pages with the assets
-the `fastapi-offline` package ships (Swagger UI 5 and ReDoc 2, which read OpenAPI 3.1).
+offline; the shared app therefore serves neither, and this module serves `/docs` with the Swagger
+UI 5 assets (it reads OpenAPI 3.1) that the `fastapi-offline` package ships. No ReDoc: its page
+still loads a logo from its CDN.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from importlib.resources import files
 
 from fastapi import FastAPI
-from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
+from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
 
@@ -19,7 +20,7 @@ ASSETS_URL = "/docs/assets"
 
 
 def mount_docs(app: FastAPI) -> None:
-    """`GET /docs` (Swagger UI, with the bearer scheme's Authorize button) and `GET /redoc`."""
+    """`GET /docs`: Swagger UI, with the bearer scheme's Authorize button."""
     app.mount(ASSETS_URL, StaticFiles(directory=str(ASSETS)), name="docs-assets")
     openapi_url = app.openapi_url or "/openapi.json"
 
@@ -34,8 +35,3 @@ def mount_docs(app: FastAPI) -> None:
             # no validator badge: it would send the document to an online validator
             swagger_ui_parameters={"validatorUrl": None, "persistAuthorization": True},
         )
-
-    @app.get("/redoc", include_in_schema=False)
-    async def redoc() -> HTMLResponse:
-        return get_redoc_html(openapi_url=openapi_url, title=f"{app.title} API", redoc_js_url=f"{ASSETS_URL}/redoc.standalone.js",
-                              redoc_favicon_url=f"{ASSETS_URL}/favicon.png", with_google_fonts=False)  # fmt: skip

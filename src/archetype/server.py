@@ -31,6 +31,7 @@ from archetype.api import create_app
 from archetype.api.auth import TOKENS_ENV, TokenTable, TokenTableError
 from archetype.audit import AuditLog
 from archetype.commands.errors import CommandError
+from archetype.dashboard import mount_dashboard
 from archetype.docs_ui import mount_docs
 from archetype.metrics import Metrics, ObservedAuthority, configure_logging, mount_metrics
 from archetype.runtime import Runtime
@@ -203,6 +204,7 @@ async def _serve(config: ServeSettings, runner_id: str, tokens: TokenTable, modu
     app = create_app(authority, registry=runtime.registry, tokens=tokens, quota=config.quota, worlds=runtime.worlds,
                      audit=runtime.audit, body_timeout_s=config.body_timeout)  # fmt: skip
     mount_docs(app)
+    mount_dashboard(app)
     mount_metrics(app, metrics, log_requests=config.log_format == "json")
     # JSON logs: uvicorn's loggers propagate to our formatter, and our access line replaces its own
     json_logs = {"log_config": None, "access_log": False} if config.log_format == "json" else {}
