@@ -84,3 +84,11 @@ def test_the_api_docs_render_offline_with_the_bearer_scheme(page, served):
     expect(page.get_by_text("HTTPBearer  (http, Bearer)")).to_be_visible()
     shot(page, "7-swagger-ui")
     assert page.problems == []
+
+
+def test_the_dashboard_redirect_is_relative(served):
+    import httpx
+
+    for path in ("/", "/dashboard"):
+        response = httpx.get(f"{served}{path}", headers={"Host": "evil.example"}, follow_redirects=False)
+        assert (response.status_code, response.headers["location"]) == (307, "/dashboard/")
