@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import sys
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ class ConfigurationProblem(click.ClickException):
     exit_code = 2
 
     def show(self, file: Any = None) -> None:
-        click.echo(f"error: {self.message}", file=file or click.get_text_stream("stderr"))
+        click.echo(f"error: {self.message}", file=file or sys.stderr)
 
 
 class Archetype(click.Group):

@@ -84,7 +84,7 @@ class _Server(uvicorn.Server):
 
 def load_tokens(tokens_file: Path | None) -> tuple[TokenTable, str | None]:
     """The token table from `--tokens`, else `$ARCHETYPE_TOKENS`, else one fresh admin token
-    (returned too, for `serve` to print once it is serving)."""
+    (returned too: `serve` prints it once every setting has passed its checks)."""
     try:
         if tokens_file is not None:
             return TokenTable.from_json(tokens_file.read_text()), None
