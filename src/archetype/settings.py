@@ -55,13 +55,10 @@ class _Settings(BaseSettings):
     def load(cls, **flags: Any) -> Any:
         """The settings from `flags` (None: not given), the environment and the config file."""
         path = config_file.get()
-        if path is not None:
-            try:
-                tomllib.loads(path.read_text())
-            except (OSError, tomllib.TOMLDecodeError) as exc:
-                raise ConfigurationError(f"config file {path}: {exc}; fix it, or pass another --config") from None
         try:
             return cls(**{name: value for name, value in flags.items() if value is not None})
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigurationError(f"config file {path}: {exc}; fix it, or pass another --config") from None
         except ValidationError as exc:
             error = exc.errors(include_url=False)[0]
             name = ".".join(str(part) for part in error["loc"])
@@ -77,6 +74,8 @@ def use_config(path: Path | None) -> None:
     """Read settings from `path`, else `./archetype.toml` when it exists."""
     if path is None and DEFAULT_CONFIG.is_file():
         path = DEFAULT_CONFIG
+    elif path is not None and not path.is_file():
+        raise ConfigurationError(f"--config {path}: no such file; give the path of a TOML settings file")
     config_file.set(path)
 
 

@@ -104,6 +104,11 @@ def test_settings_come_from_the_environment_and_a_config_file(served, tmp_path, 
     ]
 
 
+def test_a_missing_config_file_is_one_line_and_exit_2(tmp_path):
+    done = CliRunner().invoke(main, ["--config", str(tmp_path / "nope.toml"), "worlds", "list"])
+    assert done.exit_code == 2 and done.output.strip() == f"error: --config {tmp_path / 'nope.toml'}: no such file; give the path of a TOML settings file"
+
+
 def test_no_token_is_one_line_and_exit_2(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("ARCHETYPE_TOKEN", raising=False)
