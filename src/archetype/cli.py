@@ -84,7 +84,7 @@ def client_options(fn: Any) -> Any:
                    "with the same id recovers its own leases at once; two live runners never share one.")
 @click.option("--log-level", default=None, help="Log level: critical, error, warning (default), info, debug.")
 @click.option("--log-format", default=None, help="text (default) or json: one JSON object per log line, one per request.")
-@click.option("--body-timeout", type=float, default=None, help="Seconds a request body may take to arrive (default 20).")
+@click.option("--body-timeout", type=float, default=None, help="Seconds a request's head, then its body, may take to arrive (default 20).")
 @click.option("--metrics-worlds", type=int, default=None,
               help="Worlds with their own series in /metrics (default 50; the rest are summed as world='_other').")  # fmt: skip
 def serve(**flags: Any) -> None:

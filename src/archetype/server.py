@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import functools
 import importlib
 import json
 import logging
@@ -24,8 +25,11 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
+import h11
 import uvicorn
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from archetype.api import create_app
 from archetype.api.auth import TOKENS_ENV, TokenTable, TokenTableError
@@ -73,6 +77,34 @@ def runner_identity(data: Path, runner_id: str | None) -> Iterator[str]:
             yield runner_id
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+class HeadDeadline(H11Protocol):
+    """uvicorn's HTTP/1.1 protocol, except that a connection whose request head (request line and
+    headers) is not complete `head_timeout_s` after it opened, or after its previous answer, is
+    closed. uvicorn has no such limit: a client trickling its headers would hold a connection
+    forever. (A slow body is the app's to refuse: 408 `request_timeout`, archetype.api.limits.)"""
+
+    def __init__(self, *args: Any, head_timeout_s: float, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.head_timeout_s = head_timeout_s
+        self._waiting: object = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._await_head()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._await_head()
+
+    def _await_head(self) -> None:
+        self._waiting = waiting = object()  # a timer only acts on the wait that armed it
+        self.loop.call_later(self.head_timeout_s, lambda: waiting is self._waiting and self._head_late())
+
+    def _head_late(self) -> None:
+        if self.conn.their_state is h11.IDLE and not self.transport.is_closing():  # IDLE: no complete head yet
+            self.transport.close()
 
 
 class _Server(uvicorn.Server):
@@ -208,7 +240,8 @@ async def _serve(config: ServeSettings, runner_id: str, tokens: TokenTable, modu
     mount_metrics(app, metrics, log_requests=config.log_format == "json")
     # JSON logs: uvicorn's loggers propagate to our formatter, and our access line replaces its own
     json_logs = {"log_config": None, "access_log": False} if config.log_format == "json" else {}
-    server = _Server(uvicorn.Config(app, log_level=config.log_level, lifespan="off", **json_logs))
+    protocol = functools.partial(HeadDeadline, head_timeout_s=config.body_timeout)
+    server = _Server(uvicorn.Config(app, http=protocol, log_level=config.log_level, lifespan="off", **json_logs))
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -1,5 +1,6 @@
-"""Slow bodies on a real loopback socket: a client trickling (or withholding) its body is answered
-408 `request_timeout` and disconnected once the body timeout passes, while others are served."""
+"""Slow clients on a real loopback socket: a client trickling (or withholding) its body is answered
+408 `request_timeout` and disconnected once the body timeout passes, and under `archetype serve`
+one trickling its request head is disconnected too, while others are served."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from archetype.api import create_app
 from local_catalog import open_local_authority
 from tests.api.conftest import TOKENS
 from tests.server.loopback import LoopbackServer
+from tests.server.test_serve import WAIT_S, start_server
 
 pytestmark = pytest.mark.timeout(60)
 BODY_TIMEOUT_S = 0.5
@@ -88,3 +90,27 @@ def read_until_closed_or_answered(sock: socket.socket) -> tuple[bytes, bytes, by
     while len(body) < length:
         body += sock.recv(65536)
     return head, b"", body
+
+
+def test_serve_closes_connections_whose_request_head_trickles(tmp_path):
+    """uvicorn itself never times out a request head; `archetype serve` does (HeadDeadline)."""
+    process, url = start_server(tmp_path, "--body-timeout", str(BODY_TIMEOUT_S))
+    host, port = url.removeprefix("http://").split(":")
+    try:
+        trickling = [socket.create_connection((host, int(port)), timeout=10) for _ in range(SLOW_CLIENTS)]
+        for sock in trickling:
+            sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")  # and never the blank line
+        with socket.create_connection((host, int(port)), timeout=10) as prompt:  # keep-alive, two requests in time
+            for _ in range(2):
+                prompt.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+                assert read_until_closed_or_answered(prompt)[0].startswith(b"HTTP/1.1 200 ")
+            started = time.monotonic()
+            for sock in trickling:
+                assert read_until_closed(sock) == b""  # closed without an answer
+            assert time.monotonic() - started < BODY_TIMEOUT_S + 5
+            assert read_until_closed(prompt) == b""  # idle after its answers: closed too, in time
+        for sock in trickling:
+            sock.close()
+    finally:
+        process.terminate()
+        process.wait(WAIT_S)
