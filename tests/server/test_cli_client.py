@@ -100,7 +100,7 @@ def test_settings_come_from_the_environment_and_a_config_file(served, tmp_path, 
     (tmp_path / "archetype.toml").write_text('[client]\nurl = "http://127.0.0.1:1"\ntokn = "typo"\n')
     typo = CliRunner().invoke(main, ["worlds", "list"])
     assert typo.exit_code == 2 and typo.output.strip().splitlines() == [
-        f"error: unknown setting 'tokn' in [client] of archetype.toml; the settings are url, token"
+        "error: unknown setting 'tokn' in [client] of archetype.toml; the settings are url, token"
     ]
 
 

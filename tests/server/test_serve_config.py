@@ -105,7 +105,7 @@ def test_a_second_runner_with_the_same_id_is_one_line(tmp_path):
         _, err = second.communicate(timeout=WAIT_S)
         assert second.returncode == 2
         assert err.strip().splitlines() == [
-            f"error: runner 'r1' is already running on data; stop it, or give this one another --runner-id"
+            "error: runner 'r1' is already running on data; stop it, or give this one another --runner-id"
         ]
     finally:
         first.terminate()
