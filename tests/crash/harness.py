@@ -120,8 +120,13 @@ class CatalogView:
         sql = "SELECT min(lease_expires_at) FROM commands WHERE world_id = ? AND status = 'LEASED' AND lease_session = ?"
         return self._rows(sql, world_id, session)[0][0]
 
-    def command(self, world_id: str, sequence: int) -> dict[str, Any]:
-        cursor = self._conn.execute("SELECT * FROM commands WHERE world_id = ? AND sequence = ?", (world_id, sequence))
+    def command(self, world_id: str, sequence: int | None = None, *, command_id: str | None = None) -> dict[str, Any]:
+        """One command, by sequence or by command id (in the trusted callers' scope)."""
+        if command_id is None:
+            cursor = self._conn.execute("SELECT * FROM commands WHERE world_id = ? AND sequence = ?", (world_id, sequence))
+        else:
+            sql = "SELECT * FROM commands WHERE world_id = ? AND scope = '' AND command_id = ?"
+            cursor = self._conn.execute(sql, (world_id, command_id))
         names = [d[0] for d in cursor.description]
         return dict(zip(names, cursor.fetchone(), strict=True))
 
