@@ -1,13 +1,15 @@
 """What the crash tests share: their processes, a read-only view of the catalog, `archetype serve`.
 
-Every process a test starts stops by itself (the crash runner exits when its parent is gone or
-after --max-seconds; serve is stopped by the test's `finally`), every wait has a deadline, and
-everything listens on loopback only.
+Every process a test starts stops by itself: the test's `finally` stops it, and should the test
+process die first, the kernel signals its children (PR_SET_PDEATHSIG: SIGKILL for the crash
+processes, SIGTERM for serve); the crash runner also exits when its parent is gone or after
+--max-seconds. Every wait has a deadline, and everything listens on loopback only.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import json
 import os
 import queue
@@ -25,9 +27,20 @@ from typing import Any, TypeVar
 from local_catalog import CATALOG_FILE
 
 ROOT = Path(__file__).resolve().parents[2]
+PR_SET_PDEATHSIG = 1
 READY_S = 60  # a process start under load: interpreter, imports, opening the catalog
 READY = object()  # stands for the process's ready-file path in its arguments
 T = TypeVar("T")
+
+
+def _dies_with_parent(sig: signal.Signals) -> Callable[[], None]:
+    """A preexec_fn: the child gets `sig` when the test process dies, however it dies (Linux)."""
+
+    def arrange() -> None:
+        if sys.platform.startswith("linux"):
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(sig))
+
+    return arrange
 
 
 def wait_for(predicate: Callable[[], T], what: str, timeout: float, *, every: float = 0.005,
@@ -54,7 +67,8 @@ class Proc:
         argv = [sys.executable, "-m", f"tests.crash.{module}", *(str(self.ready) if a is READY else str(a) for a in args)]
         self.started = time.monotonic()
         with self.log.open("wb") as log:
-            self.popen = subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
+            self.popen = subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
+                                          preexec_fn=_dies_with_parent(signal.SIGKILL))  # fmt: skip
 
     def alive(self) -> bool:
         return self.popen.poll() is None
@@ -143,7 +157,8 @@ class Serve:
         self.stderr_path = tmp / f"{self.name}.stderr"
         with self.stderr_path.open("wb") as stderr:
             self.popen = subprocess.Popen(argv, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
-                                          stdout=subprocess.PIPE, stderr=stderr, text=True)  # fmt: skip
+                                          stdout=subprocess.PIPE, stderr=stderr, text=True,
+                                          preexec_fn=_dies_with_parent(signal.SIGTERM))  # fmt: skip
         self.lines: queue.Queue[str | None] = queue.Queue()
         threading.Thread(target=self._read_stdout, daemon=True).start()
         self.url: str | None = None

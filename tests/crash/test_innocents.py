@@ -107,7 +107,7 @@ def test_kills_past_the_budget_dead_letter_no_innocent(tmp_path: Path) -> None:
                 if recovering:
                     takeovers.append((time.monotonic() - run.started, (expiry - time.time() * 1000) / 1000))
                 if moment == "fresh":
-                    time.sleep(rng.uniform(0, 0.3))  # a fresh tick of 1,000 takes about 1 s here
+                    time.sleep(rng.uniform(0, 0.3))  # a fresh tick of 1,000 takes 1-3 s here
                 elif moment == "drain":  # while a random suspect (in lease order) is guarded
                     detail = rng.randrange(COMMANDS)
                     wait_for(_guard_reaches(view, session, detail), f"the recovery drain to reach command {detail}",
