@@ -6,6 +6,7 @@ from archetype.commands.port import ManualClock
 from archetype.runtime import Runtime
 from local_catalog import open_local_authority
 from tests.component_modules import flaky
+from tests.support.workerd.engine import stop_shared_server
 
 
 @pytest.fixture
@@ -13,11 +14,20 @@ def clock() -> ManualClock:
     return ManualClock()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _stop_workerd():
+    """The real Durable Object SQL engine starts on first use (tests/support/workerd) and stops here."""
+    yield
+    stop_shared_server()
+
+
 @pytest.fixture(autouse=True)
 def _reset_probe_failures():
     flaky.FAILURES.clear()
+    flaky.INFLATE.clear()
     yield
     flaky.FAILURES.clear()
+    flaky.INFLATE.clear()
 
 
 @pytest.fixture

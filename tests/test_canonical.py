@@ -5,7 +5,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from archetype.canonical import MAX_SAFE_INTEGER, NonCanonicalValueError, canonical_json, digest
+from archetype.canonical import (
+    MAX_DEPTH,
+    MAX_SAFE_INTEGER,
+    NonCanonicalValueError,
+    canonical_json,
+    check_canonical,
+    digest,
+    nesting_exceeds,
+    parse_json,
+)
 
 json_scalars = (
     st.none()
@@ -74,3 +83,169 @@ def test_non_canonical_values_are_refused(bad):
 def test_refusal_names_the_path():
     with pytest.raises(NonCanonicalValueError, match=r"\$\.outer\[1\]"):
         canonical_json({"outer": [1, math.nan]})
+
+
+# -- the bounds: JavaScript's safe integers, inclusive --
+def test_the_integer_bound_is_javascripts_safe_range_inclusive():
+    assert MAX_SAFE_INTEGER == 2**53 - 1 == 9007199254740991
+    assert canonical_json([2**53 - 1, -(2**53 - 1)]) == "[9007199254740991,-9007199254740991]"
+    for bad in (2**53, -(2**53), 10**5000):  # a huge one must not fail while being described
+        with pytest.raises(NonCanonicalValueError, match=r"outside \+/-\(2\*\*53-1\)"):
+            canonical_json({"n": bad})
+
+
+# -- valid Unicode only --
+@pytest.mark.parametrize("text", ["\udfff", "\ud800", "a\udc00b", "\ud83d"])  # lone surrogates
+def test_lone_surrogates_are_refused_in_values_and_keys(text):
+    with pytest.raises(NonCanonicalValueError, match="lone surrogate"):
+        canonical_json({"s": text})
+    with pytest.raises(NonCanonicalValueError, match="lone surrogate") as refused:
+        canonical_json({"outer": {text: 1}})
+    assert str(refused.value).encode("utf-8")  # the message names the key escaped: it is valid Unicode itself
+
+
+def test_astral_and_non_ascii_text_is_canonical():
+    value = {"\u00e9\U0001f600": ["\U0010ffff", "\u4e2d"]}
+    text = canonical_json(value)
+    assert text.isascii() and json.loads(text) == value and parse_json(text) == value
+
+
+# -- nesting --
+def nested(depth: int, leaf=1):
+    value = leaf
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def test_nesting_is_bounded_without_recursion_errors():
+    assert MAX_DEPTH == 64
+    assert canonical_json(nested(64)) == "[" * 64 + "1" + "]" * 64
+    for depth in (65, 500, 100_000):
+        with pytest.raises(NonCanonicalValueError, match="nested deeper than 64"):
+            canonical_json(nested(depth))
+    cycle: list = []
+    cycle.append(cycle)
+    with pytest.raises(NonCanonicalValueError, match="nested deeper"):
+        canonical_json(cycle)
+    with pytest.raises(NonCanonicalValueError, match="nested deeper than 3"):
+        check_canonical({"a": {"b": {"c": {}}}}, max_depth=3)
+
+
+# -- strict parsing --
+@pytest.mark.parametrize(
+    "text,reason",
+    [
+        ('{"x": NaN}', "NaN is not a finite"),
+        ('{"x": Infinity}', "Infinity is not a finite"),
+        ('{"x": -Infinity}', "-Infinity is not a finite"),
+        ('{"x": 1e400}', "Infinity is not a finite"),
+        ('{"x": -1e400}', "-Infinity is not a finite"),
+        ('{"x": "\\udfff"}', "lone surrogate"),
+        ('{"\\ud800": 1}', "lone surrogate"),
+        ('{"x": 1, "x": 2}', "appears more than once"),
+        ('{"x": ' + "9" * 5000 + "}", "too many digits"),
+        ('{"x": 9007199254740992}', "outside"),
+        ("[" * 65 + "]" * 65, "nested deeper than 64"),
+        ("[" * 200_000 + "]" * 200_000, "nested deeper than 64"),
+        ("[" * 200_000, "nested deeper than 64"),  # not even JSON, and still no RecursionError
+        ("[[]," * 50_000 + "[" * 70 + "]" * 70 + "]" * 50_000, "nested deeper than 64"),
+    ],
+)
+def test_parse_json_refuses_what_pythons_json_would_accept(text, reason):
+    with pytest.raises(NonCanonicalValueError, match=reason.replace("(", r"\(").replace("+", r"\+")):
+        parse_json(text)
+    with pytest.raises(NonCanonicalValueError):
+        parse_json(text.encode("utf-8"))
+
+
+def test_parse_json_refuses_raw_surrogate_bytes_and_reports_syntax_errors_as_such():
+    with pytest.raises(NonCanonicalValueError, match="lone surrogate"):
+        parse_json(b'{"x": "\xed\xbf\xbf"}')  # an encoded surrogate, which Python's json lets through
+    for text in ("{", '{"a": 1,}', "", "[1 2]"):
+        with pytest.raises(json.JSONDecodeError):
+            parse_json(text)
+
+
+def test_parse_json_paths_and_options():
+    with pytest.raises(NonCanonicalValueError) as refused:
+        parse_json('{"commands": [{"components": [{"data": {"x": NaN}}]}]}')
+    assert refused.value.path == "$.commands[0].components[0].data.x"
+    assert parse_json('{"tick": 9007199254740992}', integers=False) == {"tick": 2**53}
+    assert parse_json('{"s": "[[[[", "t": "\\"]]]"}', max_depth=1) == {"s": "[[[[", "t": '"]]]'}  # brackets in strings
+    assert parse_json("[" * 64 + "]" * 64) == nested(63, leaf=[])
+
+
+# -- properties: anything either round-trips canonically or is refused with the typed error --
+json_ish_floats = st.floats()  # NaN and both infinities included
+any_text = st.text(st.characters(codec=None, categories=None, exclude_categories=()), max_size=6)  # surrogates too
+json_ish_scalars = (
+    st.none() | st.booleans() | st.integers() | st.integers(-(2**60), 2**60) | json_ish_floats | any_text | st.text(max_size=6)
+)
+json_ish = st.recursive(
+    json_ish_scalars,
+    lambda inner: st.lists(inner, max_size=4) | st.tuples(inner) | st.dictionaries(any_text, inner, max_size=4),
+    max_leaves=25,
+)
+
+
+def deep(draw_depth: int, leaf):
+    return nested(draw_depth, leaf)
+
+
+anything = json_ish | st.builds(deep, st.integers(0, 120), json_ish_scalars) | st.sampled_from(
+    [object(), {1: "x"}, {1, 2}, b"bytes", math.nan, {"k": (1, [math.inf])}]
+)
+
+
+def _depth(value) -> int:
+    if isinstance(value, dict):
+        return 1 + max(map(_depth, value.values()), default=0)
+    if isinstance(value, (list, tuple)):
+        return 1 + max(map(_depth, value), default=0)
+    return 0
+
+
+@given(anything)
+def test_any_value_round_trips_canonically_or_is_refused(value):
+    try:
+        text = canonical_json(value)
+    except NonCanonicalValueError as refused:
+        assert refused.path.startswith("$") and str(refused).encode("utf-8")
+        return
+    assert text.isascii() and _depth(value) <= MAX_DEPTH
+    assert canonical_json(parse_json(text)) == text
+    assert canonical_json(json.loads(text)) == text
+
+
+@given(anything, st.booleans())
+def test_any_json_text_parses_to_a_canonical_value_or_is_refused(value, ascii_only):
+    try:
+        text = json.dumps(value, allow_nan=True, ensure_ascii=ascii_only)
+    except (TypeError, ValueError, RecursionError, UnicodeEncodeError):
+        return  # not even Python's json can write it
+    for form in (text, text.encode("utf-8", "surrogatepass")):
+        try:
+            parsed = parse_json(form)
+        except NonCanonicalValueError as refused:
+            assert str(refused).encode("utf-8")
+            continue
+        assert canonical_json(json.loads(canonical_json(parsed))) == canonical_json(parsed)
+
+
+@given(st.builds(deep, st.integers(0, 150), st.just(1)) | json_ish, st.booleans())
+def test_the_nesting_scan_agrees_with_the_structure(value, ascii_only):
+    try:
+        text = json.dumps(value, allow_nan=True, ensure_ascii=ascii_only)
+    except (ValueError, UnicodeEncodeError):
+        return
+    assert nesting_exceeds(text, 64) == (_depth(value) > 64)
+    assert nesting_exceeds(text, 3) == (_depth(value) > 3)
+
+
+@given(st.binary(max_size=64))
+def test_arbitrary_bytes_are_parsed_or_refused_never_crash(raw):
+    try:
+        parse_json(raw)
+    except (NonCanonicalValueError, json.JSONDecodeError, UnicodeDecodeError):
+        pass

@@ -13,7 +13,7 @@ import pytest
 SRC = Path(__file__).resolve().parents[1] / "src"
 
 SHARED_CORE = ("archetype.canonical", "archetype.world", "archetype.commands")
-PYDANTIC = {"pydantic", "pydantic_core"}
+PYDANTIC = {"pydantic", "pydantic_core", "typing_extensions"}  # typing_extensions: a dependency of pydantic
 WORKERS_RUNTIME = {"workers", "js", "pyodide", "asgi"}  # modules the Python Workers runtime provides
 PYODIDE_PACKAGES = {
     # package dir -> third-party top-level modules and project modules it may import

@@ -1,8 +1,19 @@
 """Canonical JSON and digests: the one byte-exact form of every identity-bearing value.
 
 Both authorities (local SQLite and the Durable Object) and every client must produce the same
-bytes for the same value, so the rules are strict: sorted keys, compact separators, ASCII only,
-no NaN or infinities, integers within +/-2**53 (a Durable Object returns numbers as doubles).
+bytes for the same value, so the rules are strict (docs/components.md, "Canonical values"):
+
+- objects with string keys, arrays (lists or tuples), strings, finite floats, integers, booleans, null;
+- integers within +/-(2**53 - 1), JavaScript's safe range (a Durable Object returns numbers as doubles);
+- no NaN or infinities;
+- strings (keys included) are sequences of Unicode scalar values: no lone surrogates;
+- at most `MAX_DEPTH` nested containers.
+
+The text is sorted-key, compact and ASCII only. `check_canonical` is the one checker every
+other module uses; `parse_json` is the one strict parser for JSON text from outside (request
+bodies, stored payloads): it refuses what Python's `json` would otherwise accept silently (NaN
+and Infinity literals, numbers that overflow to infinity, lone surrogate escapes, duplicate
+keys) and never recurses deeper than the limit, so no RecursionError can escape.
 """
 
 from __future__ import annotations
@@ -10,13 +21,36 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
+import sys
+from itertools import accumulate
 from typing import Any
 
-MAX_SAFE_INTEGER = 2**53
+MAX_SAFE_INTEGER = 2**53 - 1
+"""The largest integer every authority represents exactly (JavaScript's Number.MAX_SAFE_INTEGER), inclusive."""
+
+MAX_DEPTH = 64
+"""The deepest nesting of containers in any canonical document (a payload, a write-set, a request body)."""
+
+_REASONABLE_DIGITS = 10**30
+_FLOAT_MAX = sys.float_info.max
+_TOO_DEEP = "nested too deep"
+_NON_FINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}  # a number beyond the double range is an infinity
 
 
 class NonCanonicalValueError(ValueError):
-    """A value has no canonical JSON form (live object, NaN, huge integer, non-string key...)."""
+    """A value has no canonical JSON form (live object, NaN, huge integer, lone surrogate, too deep...).
+
+    `path` locates the offending value (JSONPath style, `$` is the root) and `reason` says what is
+    wrong with it; the message is `"{path}: {reason}"`.
+    """
+
+    code = "non_canonical_value"
+
+    def __init__(self, message: str, *, path: str = "$", reason: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+        self.reason = reason if reason is not None else message
 
 
 class _Problem(Exception):
@@ -28,48 +62,111 @@ class _Problem(Exception):
         self.path: list[str] = []
 
 
-def _check(value: Any) -> None:
+def path_step(step: str | int) -> str:
+    """One JSONPath step: `[3]` for an index, `.name` for a plain key, `["any key"]` otherwise
+    (quoted and escaped, so a path never carries a lone surrogate into an error message)."""
+    if not isinstance(step, str):
+        return f"[{int(step)}]"
+    if step.isascii() and step.isidentifier():
+        return f".{step}"
+    return f"[{json.dumps(step, ensure_ascii=True)}]"
+
+
+def _check_string(value: str) -> None:
+    if value.isascii():
+        return
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise _Problem(f"string has a lone surrogate at index {exc.start} (not valid Unicode)") from None
+
+
+def _describe_integer(value: int) -> str:
+    return str(value) if -_REASONABLE_DIGITS < value < _REASONABLE_DIGITS else f"of {value.bit_length()} bits"
+
+
+def _check(value: Any, depth: int, bound: int | None) -> None:
+    """Refuse (with _Problem) anything in `value` that has no canonical form.
+
+    This runs on every identity-bearing value, so containers check their plain scalar items
+    inline (no call per leaf); anything else, and every refusal, goes through the general path."""
     kind = type(value)
-    if kind is str or value is None or kind is bool:
-        return
-    if kind is float or isinstance(value, float):
-        if not math.isfinite(value):
-            raise _Problem(f"{value!r} has no JSON form")
-        return
-    if isinstance(value, int):
-        if not -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
-            raise _Problem(f"integer {value} is outside +/-2**53")
-        return
-    if isinstance(value, dict):
+    if kind is dict or isinstance(value, dict):
+        if depth == 0:
+            raise _Problem(_TOO_DEEP)
         for key, item in value.items():
             if type(key) is not str:
-                raise _Problem(f"object key {key!r} is not a string")
+                raise _Problem(f"object key of type {type(key).__qualname__} is not a string")
+            if key.isascii():
+                t = type(item)
+                if t is str:
+                    if item.isascii():
+                        continue
+                elif t is float:
+                    if -_FLOAT_MAX <= item <= _FLOAT_MAX:  # false for NaN and both infinities
+                        continue
+                elif t is int:
+                    if bound is None or -bound <= item <= bound:
+                        continue
+                elif item is None or t is bool:
+                    continue
             try:
-                _check(item)
+                _check_string(key)
+                _check(item, depth - 1, bound)
             except _Problem as problem:
-                problem.path.append(f".{key}")
+                problem.path.append(path_step(key))
                 raise
         return
-    if isinstance(value, (list, tuple)):
+    if kind is list or kind is tuple or isinstance(value, (list, tuple)):
+        if depth == 0:
+            raise _Problem(_TOO_DEEP)
         for index, item in enumerate(value):
+            t = type(item)
+            if t is str:
+                if item.isascii():
+                    continue
+            elif t is float:
+                if -_FLOAT_MAX <= item <= _FLOAT_MAX:
+                    continue
+            elif t is int:
+                if bound is None or -bound <= item <= bound:
+                    continue
+            elif item is None or t is bool:
+                continue
             try:
-                _check(item)
+                _check(item, depth - 1, bound)
             except _Problem as problem:
                 problem.path.append(f"[{index}]")
                 raise
         return
-    if isinstance(value, str):
+    if kind is str or isinstance(value, str):
+        _check_string(value)
+        return
+    if value is None or kind is bool:
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise _Problem(f"{_NON_FINITE[repr(float(value))]} is not a finite number (JSON has no NaN or infinities)")
+        return
+    if isinstance(value, int):
+        if bound is not None and not -bound <= value <= bound:
+            raise _Problem(f"integer {_describe_integer(value)} is outside +/-(2**53-1)")
         return
     raise _Problem(f"{type(value).__qualname__} is not JSON data (live Python objects cannot be persisted)")
 
 
-def check_canonical(value: Any, path: str = "$") -> None:
-    """Raise NonCanonicalValueError unless `value` is plain JSON data within our limits."""
+def check_canonical(value: Any, path: str = "$", *, max_depth: int = MAX_DEPTH, integers: bool = True) -> None:
+    """Raise NonCanonicalValueError unless `value` is plain JSON data within our limits.
+
+    `max_depth` bounds nested containers (a scalar is depth 0, `[]` is 1). `integers=False`
+    leaves integer ranges to the caller (a request body, whose fields each have their own bounds).
+    """
     try:
-        _check(value)
+        _check(value, max_depth, MAX_SAFE_INTEGER if integers else None)
     except _Problem as problem:
         where = path + "".join(reversed(problem.path))
-        raise NonCanonicalValueError(f"{where}: {problem.message}") from None
+        reason = f"nested deeper than {max_depth} levels" if problem.message is _TOO_DEEP else problem.message
+        raise NonCanonicalValueError(f"{where}: {reason}", path=where, reason=reason) from None
 
 
 def canonical_json(value: Any) -> str:
@@ -85,3 +182,75 @@ def sha256_hex(text: str) -> str:
 def digest(value: Any) -> str:
     """SHA-256 (hex) of the canonical JSON of `value`."""
     return sha256_hex(canonical_json(value))
+
+
+# -- strict parsing of JSON text from outside --
+_STRING_LITERAL = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_BRACKETS = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+
+
+def nesting_exceeds(text: str | bytes, max_depth: int = MAX_DEPTH) -> bool:
+    """Whether JSON text nests containers deeper than `max_depth`, found without parsing it
+    (so without recursion): string literals are dropped, then the brackets are counted."""
+    if text.count("[" if isinstance(text, str) else b"[") + text.count("{" if isinstance(text, str) else b"{") <= max_depth:
+        return False  # too few brackets to nest that deep, strings included: the common case
+    raw = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else bytes(text)
+    brackets = _STRING_LITERAL.sub(b"", raw).translate(_BRACKETS, _NOT_BRACKETS)
+    if brackets.count(b"\x01") <= max_depth:
+        return False
+    if b"\x01" * (max_depth + 1) in brackets:
+        return True
+    return max(accumulate(memoryview(brackets).cast("b"))) > max_depth
+
+
+def _too_deep(max_depth: int) -> NonCanonicalValueError:
+    reason = f"nested deeper than {max_depth} levels"
+    return NonCanonicalValueError(f"$: {reason}", reason=reason)
+
+
+def load_json(text: str | bytes, *, max_depth: int = MAX_DEPTH, object_pairs_hook: Any = None) -> Any:
+    """`json.loads` with its nesting bounded first, so it cannot recurse without limit, and
+    nothing else checked: for text the caller verifies itself (a stored payload, which must
+    re-encode to the same canonical bytes). Raises json.JSONDecodeError for text that is not
+    JSON, NonCanonicalValueError for nesting or a number literal Python will not read."""
+    if nesting_exceeds(text, max_depth):
+        raise _too_deep(max_depth)
+    try:
+        return json.loads(text, object_pairs_hook=object_pairs_hook)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise
+    except ValueError:  # an integer literal beyond Python's digit limit
+        reason = "an integer literal has too many digits"
+        raise NonCanonicalValueError(f"$: {reason}", reason=reason) from None
+    except RecursionError:  # not reached after the scan; kept so that none can ever escape
+        raise _too_deep(max_depth) from None
+
+
+def parse_json(text: str | bytes, *, max_depth: int = MAX_DEPTH, integers: bool = True) -> Any:
+    """Parse JSON text from outside strictly: the value, or an error saying why there is none.
+
+    Raises `json.JSONDecodeError` (a ValueError) when the text is not JSON at all, and
+    NonCanonicalValueError when it is JSON that has no canonical value: nesting deeper than
+    `max_depth`, NaN/Infinity literals or numbers beyond the double range, lone surrogates
+    (escaped or not), duplicate object keys, and (unless `integers=False`) integers outside
+    +/-(2**53-1).
+    """
+    duplicates: list[str] = []
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        mapping = dict(items)
+        if len(mapping) != len(items):
+            seen: set[str] = set()
+            for key, _ in items:
+                if key in seen:
+                    duplicates.append(key)
+                seen.add(key)
+        return mapping
+
+    value = load_json(text, max_depth=max_depth, object_pairs_hook=pairs)
+    check_canonical(value, max_depth=max_depth, integers=integers)
+    if duplicates:
+        reason = f"object key {json.dumps(duplicates[0], ensure_ascii=True)} appears more than once"
+        raise NonCanonicalValueError(f"$: {reason}", reason=reason)
+    return value

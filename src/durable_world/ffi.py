@@ -29,6 +29,23 @@ def to_js(value: Any) -> Any:
     return _pyodide_to_js(value, dict_converter=Object.fromEntries)
 
 
+# Pyodide hands a Python int to JavaScript as a number only below 2**53 - 1 in magnitude and as a
+# BigInt from there on, and the storage API binds null, strings, doubles and bytes, no BigInt. The
+# ledger's integers stay within +/-(2**53-1), all exact as doubles, so the two largest magnitudes are
+# handed over as floats (every JS number binds as a double anyway).
+_BIGINT_FROM = 2**53 - 1
+_EXACT_DOUBLE = 2**53
+
+
+def sql_binding(value: Any) -> Any:
+    """A SQL parameter as `ctx.storage.sql.exec` can bind it."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= _BIGINT_FROM:
+        if abs(value) > _EXACT_DOUBLE:
+            raise ValueError(f"integer {value} is beyond +/-2**53: Durable Object SQL binds it as an inexact double")
+        return float(value)
+    return value
+
+
 def number_or_none(value: Any) -> float | None:
     """A storage promise's `number | null` (Pyodide may hand JS null back as a sentinel, not None)."""
     return value if isinstance(value, int | float) and not isinstance(value, bool) else None

@@ -2,7 +2,7 @@
 
 Statements run through `ctx.storage.sql.exec(sql, *params)`, transactions through
 `ctx.storage.transactionSync(fn)`. The Durable Object hands every number back as a JS double, so
-integral values are turned back into `int` here: the ledger keeps integers within +/-2**53 and has
+integral values are turned back into `int` here: the ledger keeps integers within +/-(2**53-1) and has
 no REAL columns, so an integral double is always an integer the ledger wrote.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from durable_world.ffi import to_py
+from durable_world.ffi import sql_binding, to_py
 
 T = TypeVar("T")
 
@@ -30,7 +30,7 @@ class DurableObjectSqlPort:
     def execute(self, sql: str, params: Sequence[object] = ()) -> list[tuple]:
         # raw() rows are column arrays in select order, which is what the ledger indexes by;
         # toArray() consumes the cursor now, before any await can let another event in.
-        rows = to_py(self._sql.exec(sql, *params).raw().toArray())
+        rows = to_py(self._sql.exec(sql, *[sql_binding(p) for p in params]).raw().toArray())
         return [tuple(_number(v) for v in row) for row in rows]
 
     def transaction(self, fn: Callable[[], T]) -> T:

@@ -1,10 +1,15 @@
-"""Stage the Worker's Python modules for wrangler (run by wrangler.toml's [build] command).
+"""Stage the Worker for wrangler (run by wrangler.toml's [build] command): its modules and its packages.
 
-wrangler uploads every .py under `base_dir`, and src/ also holds the CPython-only code (runtime,
-CLI, local server, HTTP client, Iceberg projector, local catalog). So the Worker is staged
-instead: the module-level import closure of `worker.entry`, copied with the src/ layout into the
-output directory. Imports inside functions are not followed: in this code base they are the lazy
-doors to CPython-only modules (for example `archetype.Runtime`).
+Modules: wrangler uploads every .py under `base_dir`, and src/ also holds the CPython-only code
+(runtime, CLI, local server, HTTP client, Iceberg projector, local catalog). So the Worker is
+staged instead: the module-level import closure of `worker.entry`, copied with the src/ layout
+into the output directory. Imports inside functions are not followed: in this code base they are
+the lazy doors to CPython-only modules (for example `archetype.Runtime`).
+
+Packages: a Python Worker gets its third-party packages from `python_modules/` beside
+wrangler.toml, a site-packages tree that wrangler uploads with the bundle (the directory
+`pywrangler sync` fills). Here it is unpacked from the pinned, hashed Pyodide wheels of
+requirements-pyodide.lock, which `./dev setup` downloads into .pyodide-wheels/.
 
     python3 src/worker/stage.py build/worker
 """
@@ -12,12 +17,21 @@ doors to CPython-only modules (for example `archetype.Runtime`).
 from __future__ import annotations
 
 import ast
+import hashlib
+import re
 import shutil
 import sys
+import zipfile
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1]
+ROOT = SRC.parent
 ENTRY = "worker.entry"
+LOCK = ROOT / "requirements-pyodide.lock"
+WHEELS = ROOT / ".pyodide-wheels"
+VENDOR = ROOT / "python_modules"
+_PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)")
+_HASH = re.compile(r"--hash=sha256:([0-9a-f]{64})")
 
 
 def module_file(name: str) -> Path | None:
@@ -74,6 +88,69 @@ def closure(root: str) -> dict[str, Path]:
     return found
 
 
+def locked_packages(lock: Path = LOCK) -> dict[str, tuple[str, set[str]]]:
+    """name -> (version, accepted sha256 digests) of every pin in a `pip --require-hashes` lock."""
+    packages: dict[str, tuple[str, set[str]]] = {}
+    name = None
+    for line in lock.read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        pin = _PIN.match(line)
+        if pin:
+            name = re.sub(r"[-_.]+", "-", pin.group(1)).lower()
+            packages[name] = (pin.group(2), set())
+        if name is not None:
+            packages[name][1].update(_HASH.findall(line))
+    return packages
+
+
+def locked_wheels(lock: Path = LOCK, wheels: Path = WHEELS) -> list[Path]:
+    """The wheel of every locked package in `wheels`, each checked against its locked hashes."""
+    by_digest = {hashlib.sha256(path.read_bytes()).hexdigest(): path for path in sorted(wheels.glob("*.whl"))}
+    found, missing = [], []
+    for name, (version, digests) in sorted(locked_packages(lock).items()):
+        match = [by_digest[d] for d in digests if d in by_digest]
+        if not match:
+            missing.append(f"{name}=={version}")
+            continue
+        found.append(match[0])
+    if missing:
+        raise SystemExit(f"{wheels} lacks the locked wheels of {', '.join(missing)}: run ./dev setup")
+    return found
+
+
+def unpack(wheels: list[Path], target: Path) -> int:
+    """Install wheels into a site-packages directory the way an installer lays them out (no
+    scripts, no byte code); return the number of files written."""
+    count = 0
+    for wheel in wheels:
+        with zipfile.ZipFile(wheel) as archive:
+            for member in archive.infolist():
+                name = member.filename
+                head, _, rest = name.partition("/")
+                if head.endswith(".data"):
+                    scheme, _, rest = rest.partition("/")
+                    if scheme not in ("purelib", "platlib"):
+                        raise SystemExit(f"{wheel.name}: {scheme} files cannot be installed into a Worker")
+                    name = rest
+                if member.is_dir() or not name:
+                    continue
+                destination = target / name
+                if not destination.resolve().is_relative_to(target.resolve()):
+                    raise SystemExit(f"{wheel.name}: {member.filename} escapes the install directory")
+                destination.parent.mkdir(parents=True, exist_ok=True)
+                destination.write_bytes(archive.read(member))
+                count += 1
+    return count
+
+
+def vendor(target: Path = VENDOR, lock: Path = LOCK, wheels: Path = WHEELS) -> int:
+    wheel_files = locked_wheels(lock, wheels)
+    if target.exists():
+        shutil.rmtree(target)
+    target.mkdir(parents=True)
+    return unpack(wheel_files, target)
+
+
 def stage(out: Path) -> list[Path]:
     if out.exists():
         shutil.rmtree(out)
@@ -89,4 +166,5 @@ def stage(out: Path) -> list[Path]:
 if __name__ == "__main__":
     destination = Path(sys.argv[1] if len(sys.argv) > 1 else "build/worker")
     staged = stage(destination)
-    print(f"staged {len(staged)} modules of {ENTRY} into {destination}")
+    files = vendor()
+    print(f"staged {len(staged)} modules of {ENTRY} into {destination} and {files} package files into {VENDOR}")

@@ -5,7 +5,7 @@ import pytest
 
 from archetype.api import create_app
 from archetype.audit import AuditLog
-from tests.api.conftest import ADMIN, NOBODY, PLAYER, TOKENS, VIEWER
+from tests.api.conftest import ADMIN, NOBODY, OPERATOR, PLAYER, TOKENS, VIEWER
 
 
 @pytest.fixture
@@ -27,20 +27,24 @@ async def test_the_audit_route_reads_the_projection_with_its_filters(audited):
     for i, tick in enumerate((1, 2, 3)):
         response = await client.post("/worlds/w1/commands", json=despawn(i + 1, tick), headers={**PLAYER, "Idempotency-Key": f"c{i}"})
         assert response.status_code == 202, response.text
-    before = await client.get("/worlds/w1/audit", headers=VIEWER)
+    before = await client.get("/worlds/w1/audit", headers=PLAYER)
     assert before.status_code == 200 and before.json()["events"] == []  # projection lags until projected
     await audit.project_once()
-    page = (await client.get("/worlds/w1/audit", headers=VIEWER)).json()
+    assert (await client.get("/worlds/w1/audit", headers=VIEWER)).json()["events"] == []  # pat's events are pat's
+    denied = await client.get("/worlds/w1/audit", params={"principal": "pat"}, headers=VIEWER)
+    assert (denied.status_code, denied.json()["code"]) == (403, "permission_denied")
+    page = (await client.get("/worlds/w1/audit", headers=PLAYER)).json()
+    assert page == (await client.get("/worlds/w1/audit", params={"principal": "pat"}, headers=OPERATOR)).json()
     assert [(e["command_id"], e["event_type"], e["principal"]) for e in page["events"]] == [
         ("c0", "admitted", "pat"), ("c1", "admitted", "pat"), ("c2", "admitted", "pat"),
     ]  # fmt: skip
-    ticks = (await client.get("/worlds/w1/audit", params={"tick_from": 2, "tick_to": 2}, headers=VIEWER)).json()
+    ticks = (await client.get("/worlds/w1/audit", params={"tick_from": 2, "tick_to": 2}, headers=PLAYER)).json()
     assert [e["command_id"] for e in ticks["events"]] == ["c1"]
-    one = (await client.get("/worlds/w1/audit", params={"command_id": "c2"}, headers=VIEWER)).json()
+    one = (await client.get("/worlds/w1/audit", params={"command_id": "c2"}, headers=PLAYER)).json()
     assert [e["event_seq"] for e in one["events"]] == [3]
-    paged = (await client.get("/worlds/w1/audit", params={"limit": 2}, headers=VIEWER)).json()
+    paged = (await client.get("/worlds/w1/audit", params={"limit": 2}, headers=PLAYER)).json()
     assert paged["next_after"] == 2
-    rest = (await client.get("/worlds/w1/audit", params={"after": 2}, headers=VIEWER)).json()
+    rest = (await client.get("/worlds/w1/audit", params={"after": 2}, headers=PLAYER)).json()
     assert [e["command_id"] for e in rest["events"]] == ["c2"] and rest["next_after"] is None
 
 

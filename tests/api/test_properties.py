@@ -16,14 +16,8 @@ from starlette.testclient import TestClient
 
 from archetype.api import create_app
 from archetype.audit import AuditLog
-from archetype.api.runner_protocol import (
-    ARGUMENTS,
-    LEDGER_ROUTE_ROLES,
-    WORLD_SCOPED,
-    AdmissionRow,
-    EntityWriteRow,
-    ManifestBody,
-)
+from archetype.api.runner_protocol import ARGUMENTS, LEDGER_ROUTE_ROLES, WORLD_SCOPED
+from archetype.commands.ledger_rows import AdmissionRow, EntityWrite, ManifestRow
 from local_catalog import open_local_authority
 from tests.api.conftest import ADMIN, PLAYER, TOKENS, persisted
 
@@ -105,21 +99,21 @@ def test_fuzzed_submissions(edge, body):
 
 ids = st.sampled_from(["runner", "w1", "c1", ""]) | st.text(max_size=6)
 ints = st.integers(0, 20) | st.integers(-(2**64), 2**64)
-dicts = st.dictionaries(st.sampled_from(["commit_token", "tick", "writer_epoch", "applied_command_ids", "entity_id",
+dicts = st.dictionaries(st.sampled_from(["commit_token", "tick", "writer_epoch", "settlements", "entity_id",
                                          "components", "command_id", "operation", "payload"]), json_values | ints | ids)  # fmt: skip
 BY_ANNOTATION = {
     "int": ints, "str": ids, "bool": st.booleans(), "int | None": ints | st.none(), "str | None": ids | st.none(),
     "list[str]": st.lists(ids, max_size=3), "dict[str, Any]": dicts, "list[dict[str, Any]]": st.lists(dicts, max_size=3),
     # the exact wire shapes, well-typed most of the time so that calls get past validation
-    "list[AdmissionRow]": st.lists(st.builds(AdmissionRow).map(AdmissionRow.model_dump) | dicts, max_size=3),
-    "ManifestBody": st.builds(ManifestBody).map(ManifestBody.model_dump) | dicts,
-    "list[EntityWriteRow]": st.lists(st.builds(EntityWriteRow).map(EntityWriteRow.model_dump) | dicts, max_size=3),
+    "list[AdmissionRow]": st.lists(st.from_type(AdmissionRow) | dicts, max_size=3),
+    "ManifestRow": st.from_type(ManifestRow) | dicts,
+    "list[EntityWrite]": st.lists(st.from_type(EntityWrite) | dicts, max_size=3),
 }  # fmt: skip
 
 
 def _argument(annotation) -> st.SearchStrategy:
     spelled = annotation.__name__ if isinstance(annotation, type) and not hasattr(annotation, "__origin__") else str(annotation)
-    spelled = spelled.replace("typing.", "").replace("archetype.api.runner_protocol.", "")
+    spelled = spelled.replace("typing.", "").replace("archetype.commands.ledger_rows.", "")
     typed = BY_ANNOTATION[spelled]
     return st.one_of(typed, typed, typed, field_values)  # mostly well-typed, sometimes anything
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 from archetype.runtime import Runtime
 from archetype.world import ComponentTypeRef, ComponentValue, Step
-from tests.api.conftest import ADMIN, PLAYER, VIEWER, auth
+from tests.api.conftest import ADMIN, OPERATOR, PLAYER, VIEWER, auth
 from tests.component_modules.alpha import Health, Position
 
 
@@ -67,7 +69,7 @@ async def test_every_mutation_spelling_is_admitted_and_applied(client, world, au
     for _ in range(5):
         assert await runner.dispatcher.apply(Step(world_id=world)) == 1
 
-    page = (await client.get(f"/worlds/{world}/commands", headers=VIEWER)).json()
+    page = (await client.get(f"/worlds/{world}/commands", headers=PLAYER)).json()
     assert [(c["command_id"], c["operation"], c["status"], c["applied_tick"]) for c in page["commands"]] == [
         ("spawn-1", "spawn_reserved", "APPLIED", 0),
         ("c0", "add_components", "APPLIED", 1),
@@ -86,21 +88,46 @@ async def test_command_status_and_history_paging(client, world):
         body = {"type": "despawn", "tick": index, "entity_id": 100 + index}
         await client.post(f"/worlds/{world}/commands", json=body, headers=auth("t-player", **{"Idempotency-Key": f"d{index}"}))
 
-    status = await client.get(f"/worlds/{world}/commands/d3", headers=VIEWER)
+    status = await client.get(f"/worlds/{world}/commands/d3", headers=PLAYER)
     assert status.status_code == 200
     assert status.json()["payload"] == {"operation": "despawn", "world_id": world, "entity_id": 103}
     assert status.json()["status"] == "PENDING" and status.json()["scheduled_tick"] == 3
-    unknown = await client.get(f"/worlds/{world}/commands/nope", headers=VIEWER)
+    unknown = await client.get(f"/worlds/{world}/commands/nope", headers=PLAYER)
     assert (unknown.status_code, unknown.json()["code"]) == (404, "command_not_found")
 
-    first = (await client.get(f"/worlds/{world}/commands", params={"limit": 2}, headers=VIEWER)).json()
+    first = (await client.get(f"/worlds/{world}/commands", params={"limit": 2}, headers=PLAYER)).json()
     assert [c["command_id"] for c in first["commands"]] == ["d0", "d1"] and first["next_after"] == 2
-    rest = (await client.get(f"/worlds/{world}/commands", params={"after": 2, "limit": 10}, headers=VIEWER)).json()
+    rest = (await client.get(f"/worlds/{world}/commands", params={"after": 2, "limit": 10}, headers=PLAYER)).json()
     assert [c["command_id"] for c in rest["commands"]] == ["d2", "d3", "d4"] and rest["next_after"] is None
-    pending = (await client.get(f"/worlds/{world}/commands", params={"status": "PENDING"}, headers=VIEWER)).json()
+    pending = (await client.get(f"/worlds/{world}/commands", params={"status": "PENDING"}, headers=PLAYER)).json()
     assert len(pending["commands"]) == 5
-    applied = (await client.get(f"/worlds/{world}/commands", params={"status": "APPLIED"}, headers=VIEWER)).json()
+    applied = (await client.get(f"/worlds/{world}/commands", params={"status": "APPLIED"}, headers=PLAYER)).json()
     assert applied["commands"] == []
+
+
+@pytest.mark.parametrize("reader", ["t-player2", "t-viewer"])
+async def test_a_principals_commands_are_invisible_below_the_operator_role(client, world, reader):
+    body = {"type": "despawn", "tick": 0, "entity_id": 1}
+    await client.post(f"/worlds/{world}/commands", json=body, headers=auth("t-player", **{"Idempotency-Key": "mine"}))
+    other = await client.get(f"/worlds/{world}/commands/mine", headers=auth(reader))
+    assert (other.status_code, other.json()["code"]) == (404, "command_not_found")  # as if it did not exist
+    assert (await client.get(f"/worlds/{world}/commands", headers=auth(reader))).json()["commands"] == []
+    for path in (f"/worlds/{world}/commands", f"/worlds/{world}/commands/mine"):
+        for params in ({"principal": "pat"}, {"trusted": True}):
+            named = await client.get(path, params=params, headers=auth(reader))
+            assert (named.status_code, named.json()["code"]) == (403, "permission_denied")
+
+
+async def test_operators_read_every_principals_commands(client, world):
+    body = {"type": "despawn", "tick": 0, "entity_id": 1}
+    for token in ("t-player", "t-player2"):
+        await client.post(f"/worlds/{world}/commands", json=body, headers=auth(token, **{"Idempotency-Key": "same"}))
+    everyone = (await client.get(f"/worlds/{world}/commands", headers=OPERATOR)).json()["commands"]
+    assert [(c["command_id"], c["principal"]) for c in everyone] == [("same", "pat"), ("same", "quinn")]
+    quinns = (await client.get(f"/worlds/{world}/commands", params={"principal": "quinn"}, headers=OPERATOR)).json()
+    assert [c["principal"] for c in quinns["commands"]] == ["quinn"]
+    one = await client.get(f"/worlds/{world}/commands/same", params={"principal": "quinn"}, headers=OPERATOR)
+    assert one.json()["principal"] == "quinn"
 
 
 async def test_batch_is_all_or_nothing(client, world, snapshot):

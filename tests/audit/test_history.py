@@ -22,10 +22,11 @@ from tests.audit.conftest import populate
 pytestmark = pytest.mark.timeout(120)
 
 VIEWER = ActorCtx(principal="val", roles=frozenset({Role.viewer}))
+OPERATOR = ActorCtx(principal="olive", roles=frozenset({Role.operator}))
 
 
-async def events(rt, **filters):
-    return [(e.command_id, e.event_type) for e in await rt.dispatcher.apply_as(VIEWER, GetAuditHistory(**filters))]
+async def events(rt, actor=OPERATOR, **filters):
+    return [(e.command_id, e.event_type) for e in await rt.dispatcher.apply_as(actor, GetAuditHistory(**filters))]
 
 
 @pytest.fixture
@@ -64,6 +65,14 @@ async def test_every_filter_narrows_the_history(projected):
     assert await events(projected, world_id="w1", limit=2) == [("a", "admitted"), ("b", "admitted")]
     assert await events(projected, world_id="w1", after_event_seq=2, limit=2) == [("a", "applied"), ("b", "rejected")]
     assert await events(projected, world_id="nope") == []
+
+
+async def test_below_operator_a_principal_reads_only_its_own_events(projected):
+    alice = ActorCtx(principal="alice", roles=frozenset({Role.player}))
+    assert await events(projected, alice, world_id="w1") == [("a", "admitted"), ("a", "applied")]
+    assert await events(projected, VIEWER, world_id="w1") == []
+    with pytest.raises(PermissionDeniedError):
+        await events(projected, alice, world_id="w1", principal="bob")
 
 
 async def test_history_reads_only_the_projection(rt, clock):

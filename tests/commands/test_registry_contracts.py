@@ -1,5 +1,9 @@
 """Contracts of the exact OperationRegistry, the operation models, DurableOptions and the dispatcher."""
 
+import functools
+import gc
+import math
+import warnings
 from typing import Literal
 
 import pytest
@@ -34,6 +38,9 @@ from archetype.world import (
     Step,
     Update,
 )
+from archetype.canonical import NonCanonicalValueError
+from archetype.commands.registry import NonCanonicalCommandError
+from archetype.world import ComponentValue
 from archetype.world.operations import PORTABLE_MUTATIONS, Operation
 from tests.component_modules.alpha import Health, Position
 
@@ -84,7 +91,7 @@ def test_spawn_from_components_takes_instances():
 @pytest.mark.parametrize(
     "options",
     [dict(tick=-1), dict(tick=True), dict(tick=0, priority=False), dict(tick=0, max_attempts=0),
-     dict(tick=0, max_attempts=True), dict(tick=2**53 + 1), dict(tick="3"), dict(tick=0, extra=1)],  # fmt: skip
+     dict(tick=0, max_attempts=True), dict(tick=2**53), dict(tick=2**53 + 1), dict(tick="3"), dict(tick=0, extra=1)],  # fmt: skip
 )
 def test_durable_options_refuse_bad_values(options):
     with pytest.raises(ValidationError):
@@ -93,6 +100,10 @@ def test_durable_options_refuse_bad_values(options):
 
 def test_durable_options_defaults():
     assert DurableOptions(tick=0) == DurableOptions(tick=0, priority=0, max_attempts=3)
+
+
+def test_the_tick_bound_is_javascripts_safe_integer_inclusive():
+    assert DurableOptions(tick=2**53 - 1).tick == 9007199254740991
 
 
 # -- registry --
@@ -143,17 +154,21 @@ def test_durable_decoder_must_return_the_exact_model():
         pass
 
     bad = spec(Despawn, durable=DurableOperation(lambda data: Looser(**data), lambda w, op: None))
-    payload = bad.payload_of(Despawn(world_id="w", entity_id=1))
+    payload = default_registry().resolve(Despawn(world_id="w", entity_id=1)).payload_of(Despawn(world_id="w", entity_id=1))
     with pytest.raises(InvalidCommandError, match="returned"):
         bad.decode_exact(payload)
+    with pytest.raises(InvalidCommandError, match="returned"):  # admission decodes as materialization will
+        bad.payload_of(Despawn(world_id="w", entity_id=1))
 
 
 def test_durable_decoder_must_round_trip_byte_for_byte():
     shifty = spec(Despawn, durable=DurableOperation(lambda data: Despawn(world_id=data["world_id"], entity_id=2), lambda w, op: None))
-    payload = shifty.payload_of(Despawn(world_id="w", entity_id=1))
+    good = default_registry().resolve(Despawn(world_id="w", entity_id=1))
+    payload = good.payload_of(Despawn(world_id="w", entity_id=1))
     with pytest.raises(InvalidCommandError, match="round-trip"):
         shifty.decode_exact(payload)
-    good = default_registry().resolve(Despawn(world_id="w", entity_id=1))
+    with pytest.raises(InvalidCommandError, match="round-trip"):  # admission decodes as materialization will
+        shifty.payload_of(Despawn(world_id="w", entity_id=1))
     assert good.decode_exact(payload) == Despawn(world_id="w", entity_id=1)
 
 
@@ -253,3 +268,114 @@ async def test_the_handler_receives_the_actor():
 async def test_an_authorised_call_reaches_the_world_lookup(runtime):
     with pytest.raises(WorldNotFoundError):
         await runtime.dispatcher.apply_as(VIEWER, QueryComponents(world_id="nowhere", component_types=[Health]))
+
+
+# -- durable functions are synchronous --
+async def _async_materialize(world, op):
+    world.touched = True
+
+
+async def _async_decode(data):
+    return Despawn(**data)
+
+
+class _AsyncCallable:
+    async def __call__(self, world, op):
+        return None
+
+
+async def _async_generator(world, op):
+    yield None
+
+
+@pytest.mark.parametrize(
+    "decode,materialize",
+    [
+        (Despawn.model_validate, _async_materialize),
+        (Despawn.model_validate, functools.partial(_async_materialize)),
+        (Despawn.model_validate, _AsyncCallable()),
+        (Despawn.model_validate, _async_generator),
+        (_async_decode, lambda world, op: None),
+    ],
+)
+def test_coroutine_functions_are_refused_at_registration(decode, materialize):
+    with pytest.raises(TypeError, match="synchronous"):
+        OperationRegistry().register(spec(Despawn, durable=DurableOperation(decode, materialize)))
+
+
+def test_a_registration_needs_a_real_durable_operation():
+    class Impostor:
+        decode, materialize = staticmethod(Despawn.model_validate), staticmethod(lambda world, op: None)
+
+    with pytest.raises(TypeError, match="DurableOperation"):
+        OperationRegistry().register(spec(Despawn, durable=Impostor()))
+
+
+def test_a_materializer_returning_an_awaitable_fails_with_type_error_and_runs_nothing():
+    class World:
+        touched = False
+
+    world = World()
+    durable = DurableOperation(Despawn.model_validate, lambda w, op: _async_materialize(w, op))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the coroutine is closed, not left "never awaited"
+        with pytest.raises(TypeError, match="awaitable"):
+            durable.materialize(world, Despawn(world_id="w", entity_id=1))
+        gc.collect()
+    assert not world.touched
+
+
+def test_a_synchronous_materializer_is_called_as_given():
+    calls = []
+    durable = DurableOperation(Despawn.model_validate, lambda w, op: calls.append((w, op)) or "result")
+    assert durable.materialize("world", "op") == "result" and calls == [("world", "op")]
+    assert DurableOperation(durable.decode, durable.materialize).materialize is durable.materialize  # wrapped once
+
+
+# -- payload_of: admission's check of the complete operation --
+def test_payload_of_refuses_non_canonical_values_that_bypassed_validation():
+    good = Update(world_id="w", entity_id=1, components=[Position(x=1, y=2)])
+    registered = default_registry().resolve(good)
+    for bad in (math.nan, math.inf, -math.inf, "\udfff", 2**53, {1, 2}, b"x", object()):
+        op = Update(world_id="w", entity_id=1, components=[Position(x=1, y=2)])
+        op.components[0].data["x"] = bad  # the data dict is the one mutable thing in a frozen operation
+        with pytest.raises(NonCanonicalCommandError) as refused:
+            registered.payload_of(op)
+        assert isinstance(refused.value, InvalidCommandError) and isinstance(refused.value, NonCanonicalValueError)
+        assert refused.value.code == "non_canonical_value" and refused.value.path == "$.components[0].data.x"
+
+
+def test_payload_of_refuses_constructed_operations_that_do_not_validate():
+    registry = default_registry()
+    despawn = registry.resolve(Despawn(world_id="w", entity_id=1))
+    with pytest.raises(InvalidCommandError, match="discriminator"):
+        despawn.payload_of(Despawn.model_construct(operation="update", world_id="w", entity_id=1))
+    for fields in (dict(world_id="w", entity_id=0), dict(world_id="w", entity_id=2**53), dict(world_id="no spaces", entity_id=1),
+                   dict(world_id="w", entity_id=True)):  # fmt: skip
+        with pytest.raises(InvalidCommandError):
+            despawn.payload_of(Despawn.model_construct(**fields))
+    with pytest.raises(NonCanonicalCommandError):
+        despawn.payload_of(Despawn.model_construct(world_id="w\udfff", entity_id=1))
+
+
+def test_payload_of_builds_component_values_live_where_their_class_is_loaded():
+    from tests.component_modules.coercing import Counter
+
+    value = ComponentValue(name="Counter", fingerprint=Counter.component_fingerprint(), data={"n": 1e18})
+    spawn = default_registry().resolve(Spawn(world_id="w", components=[Health(hp=1)]))
+    with pytest.raises(NonCanonicalCommandError, match=r"\$\.components\[1\]\.data\.n: integer 1000000000000000000 is outside"):
+        spawn.payload_of(Spawn(world_id="w", components=[Health(hp=1), value]))
+    misfit = ComponentValue(name="Health", fingerprint=Health.component_fingerprint(), data={"hp": "lots"})
+    with pytest.raises(InvalidCommandError, match=r"components\[0\]\.data: does not validate as Health") as refused:
+        spawn.payload_of(Spawn(world_id="w", components=[misfit]))
+    assert not isinstance(refused.value, NonCanonicalValueError)
+    unknown = ComponentValue(name="Elsewhere", fingerprint="e" * 64, data={"n": 1e18})  # an edge without the class
+    assert spawn.payload_of(Spawn(world_id="w", components=[unknown])).startswith('{"components":[{"data":{"n":1e+18}')
+
+
+def test_payload_of_is_the_same_bytes_as_before_for_canonical_operations():
+    op = Update(world_id="w", entity_id=1, components=[Position(x=1, y=2.5)])
+    assert default_registry().resolve(op).payload_of(op) == (
+        '{"components":[{"data":{"x":1.0,"y":2.5},"fingerprint":"' + Position.component_fingerprint() + '",'
+        '"name":"Position"}],"entity_id":1,"operation":"update","world_id":"w"}'
+    )

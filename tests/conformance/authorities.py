@@ -5,6 +5,8 @@ test (and the parity suite) runs against it too.
 - local: the SQLite catalog in-process (the embedded default);
 - local_http: the same catalog behind the shared HTTP app on loopback (what `archetype serve` runs);
 - durable_object: the real Durable Object class on the stand-in runtime, through its RPC;
+- durable_object_workerd: the same, with the object's SQL on the real Durable Object SQL engine
+  (workerd, tests/support/workerd);
 - worker_http: the Worker's app over loopback HTTP in front of Durable Objects on the stand-in.
 """
 
@@ -18,6 +20,7 @@ from local_catalog import open_local_authority
 from tests.server.loopback import local_over_http
 from tests.support.durable_object_standin import standin_authority
 from tests.support.worker_http import worker_over_http
+from tests.support.workerd.engine import workerd_authority
 
 
 @asynccontextmanager
@@ -33,5 +36,6 @@ AUTHORITY_FACTORIES = {
     "local": local_in_process,
     "local_http": local_over_http,
     "durable_object": standin_authority,
+    "durable_object_workerd": workerd_authority,
     "worker_http": worker_over_http,
 }

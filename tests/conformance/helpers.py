@@ -8,7 +8,8 @@ from tests.component_modules.flaky import Probe
 
 def probe(world_id: str, label: str) -> Spawn:
     """A spawn whose materialization fails on demand (see `fail_next`); built from the wire form so
-    that only materialization, not construction, runs the component's validation."""
+    that construction does not run the component's validation (admission does, but the Probe
+    fails only outside the admission context)."""
     value = ComponentValue(name="Probe", fingerprint=Probe.component_fingerprint(), data={"label": label})
     return Spawn(world_id=world_id, components=[value])
 
@@ -44,3 +45,13 @@ async def manifests(authority, world_id: str) -> list[dict]:
 async def labels(rt, world_id: str) -> set[str]:
     world = await rt.worlds.get(world_id)
     return {components[0].label for _, components in world.query(Probe)}
+
+
+def applied(manifest: dict) -> list[str]:
+    """The command ids a tick manifest applied, in manifest order."""
+    return [s["command_id"] for s in manifest["settlements"] if s["outcome"] == "applied"]
+
+
+def settled(manifest: dict) -> list[tuple[str, str]]:
+    """(command id, outcome) of every settlement of a tick manifest, in manifest order."""
+    return [(s["command_id"], s["outcome"]) for s in manifest["settlements"]]

@@ -3,7 +3,6 @@ authorities with the same clock and it must produce byte-identical records, mani
 
 from __future__ import annotations
 
-import json
 
 from archetype.commands import (
     ActorCtx,
@@ -13,22 +12,30 @@ from archetype.commands import (
     Role,
     WorldClosingError,
 )
+from archetype.canonical import canonical_json
 from archetype.commands.port import ManualClock
 from archetype.runtime import Runtime
-from archetype.world import CreateWorld, Despawn, DestroyWorld, RemoveComponents, Spawn, SpawnReserved, Update
+from archetype.world.world import PreTick
+from archetype.world import ComponentValue, CreateWorld, Despawn, DestroyWorld, RemoveComponents, Spawn, SpawnReserved, Update
 from tests.component_modules.alpha import Health, Position
 from tests.conformance.helpers import at, fail_next, probe
 
 PLAYER = ActorCtx(principal="pat", roles={Role.player})
+QUINN = ActorCtx(principal="quinn", roles={Role.player})
+SAFE = 2**53 - 1
 WORLDS = ("parity-main", "parity-doomed")
 
 
-async def expect(error, admission) -> None:
+async def expect(error, call) -> None:
     try:
-        await admission
+        await call
     except error:
         return
     raise AssertionError(f"expected {error.__name__}")
+
+
+def _raise(exc: BaseException) -> None:
+    raise exc
 
 
 async def run_scenario(authority, clock: ManualClock) -> None:
@@ -71,10 +78,37 @@ async def run_scenario(authority, clock: ManualClock) -> None:
         clock.advance(10)
         await a.worlds.step(w)
 
+    # floats keep their identity (-0.0, integral floats) and integers reach the safe bound, in state and payloads
+    edge = await a.dispatcher.defer_spawn(Spawn(world_id=w, components=[Position(x=-0.0, y=2.0), Health(hp=SAFE)]),
+                                          at(2), command_id="edge-values")  # fmt: skip
+    await a.dispatcher.defer(Spawn(world_id=w, components=[Position(x=1e-300, y=-2.5e300), Health(hp=-SAFE)]),
+                             at(3, priority=-(2**31)), command_id="edge-floats")  # fmt: skip
+    await a.dispatcher.defer(Despawn(world_id=w, entity_id=edge.entity_id), at(SAFE), command_id="at-the-bound")
+    # two principals, one key: two commands
+    await a.dispatcher.defer_as(PLAYER, Despawn(world_id=w, entity_id=777), at(3), command_id="shared-key")
+    await a.dispatcher.defer_as(QUINN, Despawn(world_id=w, entity_id=778), at(3), command_id="shared-key")
+    # a tick that fails before it is prepared is discarded and run again, in order
+    hook_fails = [RuntimeError("hook down once")]
+    (await a.worlds.get(w)).add_hook(PreTick, lambda world, event: hook_fails and _raise(hook_fails.pop()))
+    clock.advance(10)
+    await expect(RuntimeError, a.worlds.step(w))
+    await a.worlds.step(w)
+
+    # a poison command that kills its runner: not charged for the first crash, then charged once per
+    # guarded crash until its budget is spent
+    fail_next("poison", SystemExit("poison"), SystemExit("poison"))
+    await a.dispatcher.defer(probe(w, "poison"), at(4, max_attempts=1), command_id="probe-poison")
+    await a.dispatcher.defer(probe(w, "innocent"), at(4), command_id="probe-innocent")
+    for _ in range(2):
+        clock.advance(10)
+        await expect(SystemExit, a.worlds.step(w))
+    clock.advance(10)
+    await a.worlds.step(w)
+
     # a runner dies holding leases; another takes over after expiry
     await a.dispatcher.defer(Update(world_id=w, entity_id=hero.entity_id, components=[Health(hp=5)]), at(4), command_id="heal")
     world = await a.worlds.get(w)
-    await a.scheduler.materialize(world, 4)
+    await a.scheduler.materialize(world, world.tick + 1)
     clock.advance(1_000)
     await b.worlds.step(w)
 
@@ -95,4 +129,12 @@ async def snapshot(authority) -> str:
             "outbox": await authority.read_outbox(world_id=world_id, limit=1000),
             "state": await authority.load_state(world_id=world_id),
         }
-    return json.dumps(state, sort_keys=True, indent=1)
+    # the state a runner loads: live components, re-encoded (floats such as -0.0 and 2.0 must survive the trip)
+    inspector = Runtime(authority, owner="inspector")
+    world = await inspector.worlds.get(WORLDS[0])
+    state[WORLDS[0]]["loaded"] = [
+        [entity_id, [ComponentValue.from_component(c).model_dump(mode="json") for c in components.values()]]
+        for entity_id, components in sorted(world.state.items())
+    ]
+    return canonical_json(state)
+

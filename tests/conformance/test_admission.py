@@ -1,10 +1,16 @@
 """Admission and identity (spec: "Admission and identity")."""
 
-import pytest
+import math
 
+import pytest
+from pydantic import ValidationError
+
+from archetype.canonical import NonCanonicalValueError
 from archetype.commands import (
+    ActorCtx,
     CommandConflictError,
     DeferredItem,
+    DurableOperation,
     InvalidCommandError,
     NotDurableError,
     UnregisteredOperationError,
@@ -12,10 +18,15 @@ from archetype.commands import (
     WorldNotFoundError,
 )
 from archetype.commands.identity import command_digest
-from archetype.world import CreateWorld, Despawn, DestroyWorld, Step, Update
+from archetype.commands.options import Role
+from archetype.commands.registry import NonCanonicalCommandError
+from archetype.world import ComponentValue, CreateWorld, Despawn, DestroyWorld, Spawn, Step, Update
 from tests.component_modules.alpha import Health, Position
+from tests.component_modules.coercing import Counter, Label, Loose, Ratio, Tree
+from tests.conformance.helpers import at, outbox, records, step
 from tests.support.faults import AuthoritySeam, answer_lost
-from tests.conformance.helpers import at, outbox
+
+PLAYER = ActorCtx(principal="pat", roles={Role.player})
 
 
 async def test_a_persisted_row_holds_everything_the_spec_lists(rt, world_id, authority):
@@ -160,3 +171,160 @@ async def test_component_values_are_stored_by_name_and_fingerprint(rt, world_id,
         '{"components":[{"data":{"x":1.0,"y":2.0},"fingerprint":"' + fingerprint + '","name":"Position"}],'
         '"entity_id":1,"operation":"update","world_id":"w-conf"}'
     )
+
+
+# -- canonical values (spec: "Live Python capabilities, non-canonical values, and operation/
+#    discriminator mismatches fail before admission"; docs/components.md "Canonical values") --
+def _nested(depth: int):
+    value: object = 1
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+NON_CANONICAL = {
+    "nan": math.nan,
+    "infinity": math.inf,
+    "-infinity": -math.inf,
+    "1e400": float("1e400"),
+    "surrogate": "\udfff",
+    "huge-int": 2**53,
+    "depth-500": _nested(500),
+    "set": {1, 2},
+    "live-object": object(),
+}
+
+
+def _smuggled(op, bad):
+    """`op` with `bad` slipped into its first value's data after validation (the data dict is mutable)."""
+    op.components[0].data["x"] = bad
+    return op
+
+
+def _spawn(world_id):
+    return Spawn(world_id=world_id, components=[Position(x=1, y=2)])
+
+
+async def _nothing_persisted(rt, authority, world_id):
+    assert await rt.scheduler.history(world_id) == []
+    assert await outbox(authority, world_id) == []
+
+
+@pytest.mark.parametrize("kind", sorted(NON_CANONICAL))
+async def test_non_canonical_values_fail_before_the_catalog_is_touched(rt, world_id, authority, kind):
+    bad = NON_CANONICAL[kind]
+    counting = AuthoritySeam(authority)
+    rt.scheduler.authority = counting
+    update = lambda: _smuggled(Update(world_id=world_id, entity_id=1, components=[Position(x=1, y=2)]), bad)  # noqa: E731
+    attempts = [
+        rt.dispatcher.defer(update(), at(0), command_id="one"),
+        rt.dispatcher.defer_as(PLAYER, update(), at(0)),
+        rt.dispatcher.defer_spawn(_smuggled(_spawn(world_id), bad), at(0), command_id="spawn"),
+        rt.dispatcher.defer_spawn_as(PLAYER, _smuggled(_spawn(world_id), bad), at(0)),
+        rt.dispatcher.defer_batch([DeferredItem(op=Despawn(world_id=world_id, entity_id=1), options=at(0), command_id="fine"),
+                                   DeferredItem(op=update(), options=at(0), command_id="bad")]),  # fmt: skip
+    ]
+    for attempt in attempts:
+        with pytest.raises(NonCanonicalCommandError) as refused:
+            await attempt
+        assert isinstance(refused.value, InvalidCommandError) and isinstance(refused.value, NonCanonicalValueError)
+        assert refused.value.code == "non_canonical_value" and refused.value.path.startswith("$.components[0].data.x")
+    assert counting.calls == []
+    rt.scheduler.authority = authority
+    await _nothing_persisted(rt, authority, world_id)
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, "\udfff", {"\ud800": 1}, _nested(500), 2**53])
+async def test_a_component_value_with_non_canonical_data_cannot_even_be_built(world_id, bad):
+    with pytest.raises(ValidationError, match="non_canonical_value"):
+        ComponentValue(name="Loose", fingerprint=Loose.component_fingerprint(), data={"value": bad})
+    with pytest.raises(ValidationError, match="non_canonical_value"):
+        Spawn(world_id=world_id, components=[Loose.model_construct(value=bad)])
+
+
+async def test_nan_null_and_negative_infinity_are_not_one_command(rt, world_id, authority):
+    null = await rt.dispatcher.defer(Update(world_id=world_id, entity_id=1, components=[Loose(value=None)]), at(0), command_id="k")
+    for bad in (math.nan, -math.inf):
+        op = Update(world_id=world_id, entity_id=1, components=[Loose(value=None)])
+        op.components[0].data["value"] = bad
+        with pytest.raises(NonCanonicalCommandError):
+            await rt.dispatcher.defer(op, at(0), command_id="k")  # refused: not a replay of the null one
+    row = await authority.command(world_id=world_id, command_id="k")
+    assert '"data":{"value":null}' in row["payload"] and row["digest"] == null.digest
+    assert [e["event_type"] for e in await outbox(authority, world_id)] == ["admitted"]
+
+
+@pytest.mark.parametrize(
+    "component_type,data,reason",
+    [
+        (Counter, {"n": 1e18}, "outside"),  # a float on the wire, an integer beyond 2**53-1 live
+        (Ratio, {"inverse": 0}, "Infinity"),  # the class's validator makes an infinity
+        (Label, {"text": "mangle"}, "lone surrogate"),  # ... a lone surrogate
+        (Tree, {"depth": 40}, "nested deeper"),  # ... nesting beyond the data limit
+    ],
+)
+async def test_a_live_value_without_a_canonical_form_is_refused_at_admission(rt, world_id, authority, component_type, data, reason):
+    value = ComponentValue(name=component_type.__name__, fingerprint=component_type.component_fingerprint(), data=data)
+    counting = AuthoritySeam(authority)
+    rt.scheduler.authority = counting
+    with pytest.raises(NonCanonicalCommandError, match=reason):
+        await rt.dispatcher.defer(Update(world_id=world_id, entity_id=1, components=[value]), at(0))
+    with pytest.raises(NonCanonicalCommandError, match=reason):
+        await rt.dispatcher.defer_spawn(Spawn(world_id=world_id, components=[value]), at(0))
+    assert counting.calls == []
+    rt.scheduler.authority = authority
+    await _nothing_persisted(rt, authority, world_id)
+
+
+async def test_data_that_does_not_validate_as_its_loaded_class_is_refused_at_admission(rt, world_id, authority):
+    misfit = ComponentValue(name="Health", fingerprint=Health.component_fingerprint(), data={"hp": "plenty"})
+    with pytest.raises(InvalidCommandError, match="does not validate as Health"):
+        await rt.dispatcher.defer(Update(world_id=world_id, entity_id=1, components=[misfit]), at(0))
+    await _nothing_persisted(rt, authority, world_id)
+
+
+async def test_the_safe_integer_bound_is_inclusive_on_every_authority(rt, world_id, authority):
+    last = 2**53 - 1
+    identity = await rt.dispatcher.defer(Despawn(world_id=world_id, entity_id=last), at(last, priority=-(2**31)), command_id="edge")
+    row = await authority.command(world_id=world_id, command_id="edge")
+    assert row["scheduled_tick"] == last and isinstance(row["scheduled_tick"], int)
+    assert row["payload"] == '{"entity_id":9007199254740991,"operation":"despawn","world_id":"w-conf"}'
+    assert row["digest"] == identity.digest == command_digest(row)
+    (record,) = await rt.scheduler.history(world_id)
+    assert record.operation_model == Despawn(world_id=world_id, entity_id=last) and record.problem is None
+    with pytest.raises(ValidationError):
+        at(2**53)
+    with pytest.raises(ValidationError):
+        Despawn(world_id=world_id, entity_id=2**53)
+
+
+# -- materialization keeps the same rules (a value admitted where its class was not loaded) --
+async def test_a_live_value_without_a_canonical_form_rejects_only_its_command_when_materialized(rt, world_id, authority, monkeypatch):
+    from archetype.world import components as registry_of_classes
+
+    value = ComponentValue(name="Counter", fingerprint=Counter.component_fingerprint(), data={"n": 1e18})
+    with monkeypatch.context() as edge:  # an edge that admits for runners does not load the runners' classes
+        edge.delitem(registry_of_classes._LOADED, ("Counter", Counter.component_fingerprint()))
+        await rt.dispatcher.defer(Spawn(world_id=world_id, components=[value]), at(0), command_id="poison")
+    await rt.dispatcher.defer(Spawn(world_id=world_id, components=[Health(hp=1)]), at(0), command_id="fine")
+    assert await step(rt, world_id) == 1  # the tick publishes: nothing non-canonical reached its write-set
+    result = await records(rt, world_id)
+    assert (result["poison"].status, result["fine"].status) == ("REJECTED", "APPLIED")
+    assert "NonCanonicalValueError" in result["poison"].last_error and "outside" in result["poison"].last_error
+
+
+async def test_a_materializer_that_returns_an_awaitable_is_rejected_not_applied(rt, world_id, authority):
+    spec = rt.registry.resolve(Despawn(world_id=world_id, entity_id=1))
+    ran = []
+
+    async def later(world, op):
+        ran.append(op)
+
+    object.__setattr__(spec, "durable", DurableOperation(spec.durable.decode, lambda world, op: later(world, op)))
+    await rt.dispatcher.defer(Despawn(world_id=world_id, entity_id=1), at(0), command_id="async")
+    await step(rt, world_id)
+    (record,) = await rt.scheduler.history(world_id)
+    assert record.status == "REJECTED" and "TypeError" in record.last_error and "awaitable" in record.last_error
+    assert ran == []
+    with pytest.raises(TypeError, match="synchronous"):
+        DurableOperation(spec.durable.decode, later)

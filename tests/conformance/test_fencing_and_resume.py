@@ -33,8 +33,7 @@ async def test_publishing_with_leases_taken_over_fails_closed(rt, world_id, auth
     world = await rt.worlds.get(world_id)
     await rt.scheduler.materialize(world, 0)
     clock.advance(1_000)
-    await authority.lease(world_id=world_id, owner="intruder", writer_epoch=world.writer_epoch,
-                         tick=0, limit=10, lease_ms=1_000)  # fmt: skip
+    await authority.lease(world_id, "intruder", "intruder-session", world.writer_epoch, 0, 10, 1_000)
     with pytest.raises(LeaseLostError):
         await step(rt, world_id)
     assert (await records(rt, world_id))["s"].status == "LEASED"
@@ -65,14 +64,20 @@ async def test_direct_mutations_become_durable_with_the_next_tick(rt, make_runti
     assert (await make_runtime("later").worlds.get(world_id)).get(entity)[Health].hp == 1
 
 
-async def test_a_stale_writer_cannot_settle_a_failure(rt, world_id, authority):
+async def test_a_stale_writer_can_neither_guard_nor_publish(rt, world_id, authority):
     from archetype.world import Despawn
 
     await rt.dispatcher.defer(Despawn(world_id=world_id, entity_id=1), at(0), command_id="c")
-    old = await authority.acquire_writer(world_id=world_id)
-    await authority.lease(world_id=world_id, owner="old", writer_epoch=old["writer_epoch"], tick=0, limit=10, lease_ms=1_000)
-    await authority.acquire_writer(world_id=world_id)
+    old = await authority.acquire_writer(world_id)
+    (row,) = await authority.lease(world_id, "old", "s", old["writer_epoch"], 0, 10, 1_000)
+    await authority.acquire_writer(world_id)
     with pytest.raises(StaleWriterError):
-        await authority.fail(world_id=world_id, owner="old", writer_epoch=old["writer_epoch"], command_id="c",
-                             permanent=True, error="ValueError: late")  # fmt: skip
+        await authority.guard(world_id, "old", "s", old["writer_epoch"], row["sequence"])
+    manifest = {
+        "world_id": world_id, "tick": 0, "writer_epoch": old["writer_epoch"], "written_entity_ids": [],
+        "settlements": [{"sequence": row["sequence"], "command_id": "c", "outcome": "rejected", "error": "late"}],
+        "commit_token": "0" * 64,
+    }  # fmt: skip
+    with pytest.raises(StaleWriterError):
+        await authority.publish(world_id, "old", "s", manifest, [])
     assert (await records(rt, world_id))["c"].status == "LEASED"

@@ -7,7 +7,7 @@ from archetype.world import Despawn, Spawn, TickOutcomeUnknownError
 from archetype.world.world import PreTick
 from tests.component_modules.alpha import Health, Position, Velocity
 from tests.support.faults import AuthoritySeam, answer_lost
-from tests.conformance.helpers import at, fail_next, labels, outbox, probe, records, statuses, step
+from tests.conformance.helpers import at, fail_next, labels, outbox, probe, records, settled, statuses, step
 
 
 async def test_a_due_spawn_introduces_its_signature_in_its_own_tick(rt, world_id):
@@ -172,4 +172,5 @@ async def test_the_receipt_counts_applied_commands_and_the_ledger_names_them(rt,
     receipt = await (await rt.worlds.get(world_id)).step()
     assert receipt.commands_applied == 2
     (manifest,) = await authority.manifests(world_id=world_id)
-    assert manifest["applied_command_ids"] == ["one", "two"] and manifest["commit_token"] == receipt.commit_token
+    assert settled(manifest) == [("one", "applied"), ("bad", "rejected"), ("two", "applied")]
+    assert manifest["commit_token"] == receipt.commit_token

@@ -13,6 +13,7 @@ Reproduce a failure with the printed seed: CRASH_SEED=<seed> pytest tests/crash
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import random
 import signal
@@ -29,6 +30,7 @@ from archetype.commands import CommandScheduler, default_registry
 from archetype.world import AsyncWorld, Spawn, SpawnReserved
 from archetype.world.operations import operation_components
 from local_catalog import open_local_authority
+from tests.conformance.helpers import applied as applied_ids
 from tests.crash.model import WORLD_ID, feed_plan, plan_command_ids
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -136,7 +138,7 @@ async def _create_world(data: Path) -> None:
 async def _pages(authority: Any, method: str, cursor: str, key: str, start: int, **args: Any) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     while True:
-        page = await authority.call(method, world_id=WORLD_ID, limit=PAGE, **{cursor: start}, **args)
+        page = await authority.rpc(method, {"world_id": WORLD_ID, "limit": PAGE, cursor: start, **args})
         if not page:
             return rows
         rows.extend(page)
@@ -190,7 +192,7 @@ def _check_manifests(manifests: list[dict[str, Any]], by_id: dict[str, dict[str,
     assert [m["tick"] for m in manifests] == list(range(tick_head + 1)), "one manifest per published tick"
     applied_at: dict[str, int] = {}
     for manifest in manifests:
-        for command_id in manifest["applied_command_ids"]:
+        for command_id in applied_ids(manifest):
             assert command_id not in applied_at, f"{command_id} applied in ticks {applied_at[command_id]} and {manifest['tick']}"
             applied_at[command_id] = manifest["tick"]
             row = by_id[command_id]
@@ -212,7 +214,7 @@ def _replay(manifests: list[dict[str, Any]], by_id: dict[str, dict[str, Any]]) -
     for manifest in manifests:
         before = {entity_id for entity_id, _ in world.state.items()}
         ops = []
-        for command_id in manifest["applied_command_ids"]:
+        for command_id in applied_ids(manifest):
             record = scheduler.record(by_id[command_id])
             assert record.problem is None, record
             ops.append(record.operation_model)
@@ -240,5 +242,5 @@ async def _published_state(authority: Any) -> dict[int, dict[str, Any]]:
         if not page["entities"]:
             return state
         for entity in page["entities"]:
-            state[entity["entity_id"]] = {f"{v['name']}:{v['fingerprint']}": v["data"] for v in entity["components"]}
+            state[entity["entity_id"]] = {f"{v['name']}:{v['fingerprint']}": v["data"] for v in json.loads(entity["components"])}
             after = entity["entity_id"]

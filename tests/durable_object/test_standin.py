@@ -124,6 +124,16 @@ def test_only_plain_values_bind(sql):
         sql.exec("SELECT ?", [1, 2])
 
 
+def test_values_bind_as_the_engine_binds_js_values(sql):
+    # a Python int is a JS number: REAL, even where SQL turns it into text
+    assert sql.exec("SELECT typeof(?), 'w/' || (? + 1), ?", 1, 1, 2**53).raw().toArray() == [
+        ["real", "w/2.0", 9007199254740992.0]
+    ]
+    assert sql.exec("SELECT typeof(?), ?, ?", True, True, False).raw().toArray() == [["text", "true", "false"]]
+    with pytest.raises(SqlError, match="BigInt"):
+        sql.exec("SELECT ?", 2**53 + 1)
+
+
 # -- cursors --
 
 

@@ -62,7 +62,7 @@ async def test_http_reaches_the_world_object_through_the_bindings(client, env):
     assert submitted.status_code == 202, submitted.text
     assert submitted.json()["command_id"] == "despawn-7"
 
-    status = await client.get("/worlds/w-edge/commands/despawn-7", headers=auth("viewer-token"))
+    status = await client.get("/worlds/w-edge/commands/despawn-7", headers=auth("admin-token"))
     assert status.status_code == 200 and status.json()["status"] == "PENDING"
 
     # the same command now lives in the world's Durable Object, and its admission event is queued

@@ -30,11 +30,11 @@ pytestmark = pytest.mark.timeout(60)
 WORLD = "w-do"
 
 
-def command(command_id, *, tick=0, operation="spawn", reserved=None, max_attempts=3, payload='{"n":1}'):
+def command(command_id, *, tick=0, operation="spawn", reserved=None, max_attempts=3, payload='{"n":1}', request=None):
     return {
         "command_id": command_id, "schema_version": 1, "scheduled_tick": tick, "priority": 0,
         "operation": operation, "payload": payload, "principal": "alice", "origin": "gateway",
-        "max_attempts": max_attempts, "reserved_entity_id": reserved,
+        "max_attempts": max_attempts, "reserved_entity_id": reserved, "request_digest": request,
     }  # fmt: skip
 
 
@@ -45,7 +45,7 @@ async def ledger_script(authority, clock):
 
     async def call(method, **args):
         try:
-            result = await authority.call(method, **args)
+            result = await authority.rpc(method, args)
         except Exception as exc:
             result = {"raised": type(exc).__name__, "code": getattr(exc, "code", None)}
         transcript.append((method, result))
@@ -59,33 +59,44 @@ async def ledger_script(authority, clock):
     await call("world_info", world_id="w-missing")  # world_not_found
     epoch = (await call("acquire_writer", world_id=WORLD))["writer_epoch"]
     await call("reserve_entity_ids", world_id=WORLD, count=3)
-    reserved = await call("reserve_spawn", world_id=WORLD, command_id="c-spawn", request_digest="d1")
-    await call("reserve_spawn", world_id=WORLD, command_id="c-spawn", request_digest="d2")  # conflict
-    spawn = command("c-spawn", operation="spawn_reserved", reserved=reserved)
+    reserve = {"world_id": WORLD, "command_id": "c-spawn", "principal": "alice", "scheduled_tick": 0}
+    reserved = await call("reserve_spawn", **reserve, request_digest="d1")
+    await call("reserve_spawn", **reserve, request_digest="d2")  # conflict
+    spawn = command("c-spawn", operation="spawn_reserved", reserved=reserved, request="d1")
     batch = [spawn, command("c-2"), command("c-3", max_attempts=1)]
     await call("admit", world_id=WORLD, commands=batch, quota=10)
     await call("admit", world_id=WORLD, commands=batch[:1], quota=10)  # replay
     await call("admit", world_id=WORLD, commands=[command("c-2", payload='{"n":2}')])  # conflict
     await call("admit", world_id=WORLD, commands=[command("c-4"), command("c-5")], quota=4)  # quota_exceeded
-    await call("lease", world_id=WORLD, owner="runner", writer_epoch=epoch, tick=0, limit=10, lease_ms=1_000)
-    await call("release", world_id=WORLD, owner="runner", command_ids=["c-3"])
-    await call("lease", world_id=WORLD, owner="runner", writer_epoch=epoch, tick=0, limit=10, lease_ms=1_000)
-    await call("fail", world_id=WORLD, owner="runner", writer_epoch=epoch, command_id="c-2", permanent=True, error="ValueError: bad")
-    await call("fail", world_id=WORLD, owner="intruder", writer_epoch=epoch, command_id="c-3", permanent=False, error="x")  # lease_lost
-    await call("fail", world_id=WORLD, owner="runner", writer_epoch=epoch, command_id="c-3", permanent=False, error="ConnectionError")
-    manifest = {"world_id": WORLD, "tick": 0, "writer_epoch": epoch, "applied_command_ids": ["c-spawn"],
+    forged = command("c-forged", operation="spawn_reserved", reserved=reserved, request="d1")
+    await call("admit", world_id=WORLD, commands=[forged])  # reservation_not_owned
+    lease = {"world_id": WORLD, "owner": "runner", "writer_epoch": epoch, "tick": 0, "limit": 10, "lease_ms": 1_000}
+    await call("lease", **lease, session="s1")
+    await call("lease", **lease, session="s2")  # the runner restarted: its leases come back, suspect
+    await call("guard", world_id=WORLD, owner="runner", session="s2", writer_epoch=epoch, sequence=1)
+    await call("guard", world_id=WORLD, owner="intruder", session="s9", writer_epoch=epoch, sequence=2)  # lease_lost
+    settlements = [
+        {"sequence": 1, "command_id": "c-spawn", "outcome": "applied", "error": None},
+        {"sequence": 2, "command_id": "c-2", "outcome": "rejected", "error": "ValueError: bad"},
+        {"sequence": 3, "command_id": "c-3", "outcome": "failed", "error": "ConnectionError"},
+    ]  # fmt: skip
+    manifest = {"world_id": WORLD, "tick": 0, "writer_epoch": epoch, "settlements": settlements,
                 "written_entity_ids": [reserved], "commit_token": "t0"}  # fmt: skip
     writes = [{"entity_id": reserved, "components": '[{"name":"Position","value":{"x":1.5,"y":2}}]'}]
     stale = {**manifest, "writer_epoch": epoch - 1}
-    await call("publish", world_id=WORLD, owner="runner", manifest=stale, writes=writes)
-    await call("publish", world_id=WORLD, owner="runner", manifest=manifest, writes=writes)
-    await call("publish", world_id=WORLD, owner="runner", manifest=manifest, writes=writes)  # recognised replay
+    swapped = {**manifest, "settlements": settlements[::-1]}
+    await call("publish", world_id=WORLD, owner="runner", session="s2", manifest=stale, writes=writes)  # stale_writer
+    await call("publish", world_id=WORLD, owner="runner", session="s1", manifest=manifest, writes=writes)  # lease_lost
+    await call("publish", world_id=WORLD, owner="runner", session="s2", manifest=swapped, writes=writes)  # out of order
+    await call("publish", world_id=WORLD, owner="runner", session="s2", manifest=manifest, writes=writes)
+    await call("publish", world_id=WORLD, owner="runner", session="s2", manifest=manifest, writes=writes)  # replay
     await call("load_state", world_id=WORLD)
     await call("load_state", world_id=WORLD, after_entity_id=reserved)
-    await call("command", world_id=WORLD, command_id="c-spawn")
-    await call("command", world_id=WORLD, command_id="c-none")
+    await call("command", world_id=WORLD, command_id="c-spawn", scope="alice")
+    await call("command", world_id=WORLD, command_id="c-spawn")  # the trusted scope has no such command
     await call("history", world_id=WORLD)
     await call("history", world_id=WORLD, status="REJECTED", limit=5)
+    await call("history", world_id=WORLD, scope="bob")
     await call("manifests", world_id=WORLD)
     await call("read_outbox", world_id=WORLD, limit=3)
     await call("read_outbox_columns", world_id=WORLD, limit=3)
@@ -134,7 +145,7 @@ async def test_every_ledger_method_answers_like_the_local_authority(tmp_path, au
     assert called == set(LEDGER_METHODS) - {"list_worlds"}
     codes = {r["code"] for _, r in remote if isinstance(r, dict) and "raised" in r}
     assert codes == {"world_exists", "world_not_found", "command_conflict", "quota_exceeded", "stale_writer",
-                     "lease_lost", "invalid_command", "world_closing"}  # fmt: skip
+                     "lease_lost", "invalid_command", "world_closing", "reservation_not_owned"}  # fmt: skip
 
 
 async def test_the_worker_over_http_answers_like_the_local_authority(tmp_path):
@@ -151,7 +162,7 @@ async def test_the_object_answers_list_worlds_but_the_authority_cannot(namespace
     with pytest.raises(OperationUnavailableError, match="list_worlds"):
         await authority.list_worlds()
     with pytest.raises(UnregisteredOperationError):
-        await authority.drop_tables(world_id=WORLD)
+        await authority.rpc("drop_tables", {"world_id": WORLD})
 
 
 async def test_domain_errors_come_back_as_coded_results(namespace):
@@ -171,7 +182,7 @@ async def test_typed_errors_are_raised_again_by_the_authority(authority):
     await authority.create_world(world_id=WORLD, name="durable")
     await authority.acquire_writer(world_id=WORLD)
     with pytest.raises(StaleWriterError):
-        await authority.lease(world_id=WORLD, owner="r", writer_epoch=0, tick=0, limit=1, lease_ms=1)
+        await authority.lease(WORLD, "r", "s", 0, 0, 1, 1)
     await authority.admit(world_id=WORLD, commands=[command("c-1")])
     with pytest.raises(CommandConflictError):
         await authority.admit(world_id=WORLD, commands=[command("c-1", tick=5)])
@@ -308,3 +319,34 @@ async def test_admission_costs_the_same_statements_whatever_the_batch_size(names
     # command row and an outbox row per command, plus the world's counters)
     assert many_statements == one_statements
     assert many_rows - one_rows == 2 * 89
+
+
+# -- destroy survives the object dying between its transactions --
+
+
+async def test_destroy_arms_the_alarm_before_it_starts_even_without_a_queue(tmp_path, clock):
+    namespace = world_namespace(tmp_path / "objects", clock)  # no AUDIT_QUEUE binding
+    try:
+        authority = DurableObjectAuthority(namespace)
+        await authority.create_world(WORLD, "durable")
+        await authority.destroy(WORLD)
+        assert namespace.alarm_time(WORLD) == clock.now_ms() + DELIVERY_DELAY_MS
+    finally:
+        namespace.close()
+
+
+async def test_the_alarm_finishes_a_destroy_the_object_died_in(namespace, authority, queue):
+    await authority.create_world(world_id=WORLD, name="durable")
+    await authority.admit(world_id=WORLD, commands=[command(f"c-{i}") for i in range(3)])
+    ledger = namespace.instance(WORLD).ledger
+    # the object dies after destroy's first transaction (its alarm armed before it started):
+    # admission is closed, nothing is cancelled yet
+    ledger._port.transaction(lambda: ledger._port.execute("UPDATE worlds SET status = 'CLOSING' WHERE world_id = ?", (WORLD,)))
+    namespace.evict(WORLD)
+    assert namespace.alarm_time(WORLD) is not None
+    assert await namespace.run_alarm(WORLD)
+    assert (await authority.world_info(world_id=WORLD))["status"] == "DESTROYED"
+    history = await authority.history(WORLD, scope="alice")
+    assert {r["status"] for r in history} == {"CANCELLED"}
+    cancelled = [m["command_id"] for m in queue.messages if m["event_type"] == "cancelled"]
+    assert sorted(cancelled) == ["c-0", "c-1", "c-2"]

@@ -4,7 +4,8 @@ import sqlite3
 
 import pytest
 
-from archetype.commands.ledger_sql import SCHEMA_VERSION
+from archetype.commands.errors import LedgerSchemaError
+from archetype.commands.migrations import SCHEMA_VERSION
 from archetype.commands.port import ManualClock
 from local_catalog import CATALOG_FILE, SqliteSqlPort, open_local_authority
 
@@ -32,7 +33,7 @@ async def test_a_catalog_from_another_schema_version_is_refused(tmp_path):
     await open_local_authority(tmp_path).close()
     with sqlite3.connect(tmp_path / CATALOG_FILE) as db:
         db.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
-    with pytest.raises(RuntimeError, match="schema version 99"):
+    with pytest.raises(LedgerSchemaError, match="schema version 99"):
         open_local_authority(tmp_path)
 
 

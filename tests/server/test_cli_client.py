@@ -43,11 +43,12 @@ async def test_submit_history_and_dead_letters(served):
         for _ in range(3):  # three attempts, each failing with a retryable error: dead-lettered
             await rt.dispatcher.apply(Step(world_id=world_id))
 
-    history = run(served, "history", world_id, token="t-viewer")
+    history = run(served, "history", world_id)  # the player's own commands
     assert history.exit_code == 0 and "probe" in history.output and "DEAD_LETTER" in history.output
-    letters = run(served, "dead-letters", world_id, token="t-viewer")
+    assert "probe" not in run(served, "history", world_id, token="t-viewer").output  # not the viewer's
+    letters = run(served, "dead-letters", world_id, token="t-operator")
     assert letters.exit_code == 0 and "calibration offline" in letters.output
-    applied = run(served, "history", world_id, "--status", "APPLIED", token="t-viewer")
+    applied = run(served, "history", world_id, "--status", "APPLIED", token="t-operator")
     assert applied.exit_code == 0 and applied.output == ""
     missing = run(served, "history", "nowhere", token="t-viewer")
     assert missing.exit_code == 1 and "world_not_found" in missing.output

@@ -36,7 +36,7 @@ async def test_a_remote_runtime_steps_commands_submitted_over_http(served):
         (record,) = await runner.scheduler.history(world_id)
         assert (record.command_id, record.status.value, record.applied_tick, record.principal) == ("ship", "APPLIED", 0, "pat")
         assert record.operation_model.entity_id == entity
-        assert (await runner.scheduler.command(world_id, "ship")).origin == "gateway"
+        assert (await runner.scheduler.command(world_id, "ship", scope="pat")).origin == "gateway"
 
     # a fresh runner resumes the published state from the authority
     async with await Runtime.open_remote(served.url, token="t-admin", owner="second-runner") as second:
@@ -65,7 +65,7 @@ async def test_remote_errors_come_back_typed(served):
 
     async with await Runtime.open_remote(served.url, token="t-player") as player:
         with pytest.raises(PermissionDeniedError):
-            await player.authority.lease(world_id=world_id, owner="x", writer_epoch=1, tick=0, limit=1, lease_ms=1)
+            await player.authority.lease(world_id, "x", "s", 1, 0, 1, 1)
     async with await Runtime.open_remote(served.url, token="wrong") as stranger:
         with pytest.raises(UnauthenticatedError):
             await stranger.authority.list_worlds()
@@ -91,7 +91,7 @@ async def test_error_codes_survive_the_client():
     with pytest.raises(WorldNotFoundError, match="gone"):
         await authority.world_info(world_id="w")
     with pytest.raises(CommandError) as unknown:
-        await authority.lease(world_id="w")
+        await authority.rpc("lease", {"world_id": "w"})
     assert (unknown.value.code, unknown.value.http_status) == ("teapot_from_the_future", 418)
     with pytest.raises(InternalError, match="502"):
         await authority.watermark(world_id="w")

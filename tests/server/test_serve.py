@@ -87,12 +87,12 @@ def test_serve_applies_http_commands_and_stops_cleanly(tmp_path, stop_signal):
     assert [m["tick"] for m in manifests] == list(range(world["tick_head"] + 1))
     statuses = {c["command_id"]: c["status"] for c in ledger.history("s1")}
     assert statuses == {"ship": "APPLIED", "later": "PENDING"}
-    assert manifests[record["applied_tick"]]["applied_command_ids"] == ["ship"]
+    assert [s["command_id"] for s in manifests[record["applied_tick"]]["settlements"]] == ["ship"]
     (page_entity,) = ledger.load_state("s1")["entities"]
     assert page_entity["entity_id"] == entity
     # the module's processor moved the ship once in every tick since (and including) its spawn
     moves = world["tick_head"] - record["applied_tick"] + 1
-    assert {c["name"]: c["data"] for c in page_entity["components"]} == {
+    assert {c["name"]: c["data"] for c in json.loads(page_entity["components"])} == {
         "Position": {"x": 3.0 + moves, "y": 4.0}, "Velocity": {"dx": 1.0, "dy": 0.0}
     }
 

@@ -1,13 +1,19 @@
 """A stand-in for the Cloudflare Durable Object runtime, to run the REAL Durable Object class here.
 
-workerd cannot start on this machine, so this module models the parts of the runtime the world
+workerd cannot run our Python offline, so this module models the parts of the runtime the world
 object relies on, with the rules Cloudflare documents (Durable Objects SQL storage API, D1/DO SQL
-limits, alarms, Queues producer limits, Python Workers RPC):
+limits, alarms, Queues producer limits, Python Workers RPC). Its SQL engine is pluggable: by
+default `SqliteEngine` below (rung 1 of DESIGN's verification ladder), or the real Durable Object
+SQL engine on workerd (tests/support/workerd: rung 2), which tests/durable_object/
+test_engine_equivalence.py holds this one to, answer for answer.
 
 - `ctx.storage.sql.exec(query, *bindings)` over a real SQLite file. Statements are vetted by a
   SQLite authorizer, as workerd does: transaction control (BEGIN/COMMIT/ROLLBACK/SAVEPOINT/RELEASE),
   ATTACH/DETACH, TEMP objects and PRAGMAs other than the documented ones are rejected; at most 100
-  bound parameters; statements at most 100,000 bytes. Numbers come back as floats (JS doubles),
+  bound parameters; statements at most 100,000 bytes. Bindings arrive as Pyodide hands them over
+  and are bound as the engine binds JS values: every int is a JS number, bound as REAL (so
+  `'w/' || (? + 1)` is 'w/2.0'), one beyond +/-2**53 a BigInt, which the engine refuses; a bool is
+  bound as the text 'true'/'false'. Numbers come back as floats (JS doubles),
   rows as dict-like objects with attribute access, through cursors with `toArray()`, `one()`,
   `raw()`, `next()`, `columnNames`, `rowsRead`, `rowsWritten`.
 - `ctx.storage.transactionSync(fn)`: atomic, rolled back when `fn` raises, synchronous only.
@@ -21,7 +27,9 @@ limits, alarms, Queues producer limits, Python Workers RPC):
 Known simplifications, kept honest: cursors run eagerly, so `rowsRead` counts rows returned plus
 rows written (SQLite does not expose rows scanned), and `rowsWritten` counts table rows changed
 (Cloudflare also bills each index row updated); one statement per `exec` (Cloudflare runs several
-separated by `;`, the ledger never sends more than one).
+separated by `;`, the ledger never sends more than one); the engine's allowlist of SQL functions
+(it refuses e.g. `sqlite_version()`) is not modelled; bytes bind as a blob (under Pyodide they
+would cross as a proxy object; the ledger binds none); the SQLite version is CPython's.
 """
 
 from __future__ import annotations
@@ -210,6 +218,23 @@ def _as_js_number(value: Any) -> Any:
     return float(value) if isinstance(value, int) else value
 
 
+# Pyodide hands a Python int to JavaScript as a number when it lies within +/-2**53 (inclusive).
+PYODIDE_NUMBER_LIMIT = 2**53
+
+
+def _as_engine_binding(value: Any) -> Any:
+    """What the Durable Object engine binds for a value Python passed to `sql.exec`."""
+    if isinstance(value, bool):
+        return "true" if value else "false"  # a JS boolean is bound as its string
+    if isinstance(value, int):
+        if abs(value) > PYODIDE_NUMBER_LIMIT:  # a BigInt in JavaScript
+            raise SqlError("TypeError: Cannot convert a BigInt value to a number")
+        return float(value)  # a JS number, bound as REAL
+    if value is None or isinstance(value, str | float | bytes):
+        return value
+    raise SqlError(f"cannot bind a {type(value).__name__}")
+
+
 class SqlStorage:
     """`ctx.storage.sql`: one SQLite database file per object."""
 
@@ -256,9 +281,7 @@ class SqlStorage:
             raise SqlError(f"statement too long: {len(query.encode())} bytes > {SQL_MAX_STATEMENT_BYTES}")
         if len(bindings) > SQL_MAX_BOUND_PARAMETERS:
             raise SqlError(f"too many SQL variables: {len(bindings)} > {SQL_MAX_BOUND_PARAMETERS}")
-        for binding in bindings:
-            if binding is not None and not isinstance(binding, str | int | float | bytes):
-                raise SqlError(f"cannot bind a {type(binding).__name__}")
+        bindings = tuple(_as_engine_binding(binding) for binding in bindings)
         self._denied = None
         before = self._conn.total_changes
         try:
@@ -287,22 +310,13 @@ class SqlStorage:
 # -- object state -----------------------------------------------------------------------------
 
 
-@dataclass
-class ObjectRecord:
-    """What the runtime keeps for one object across evictions: its storage file and alarm."""
+class SqliteEngine:
+    """The stand-in's SQL engine for one object: `sql` over a SQLite file, `transactionSync` by
+    savepoints. A namespace can be given another engine with the same three members (`sql`,
+    `transactionSync`, `close`), e.g. the real one in tests/support/workerd/."""
 
-    id: DurableObjectId
-    path: Path
-    gate: asyncio.Lock = field(default_factory=asyncio.Lock)
-    alarm: int | None = None
-    instance: Any = None
-    storage: DurableObjectStorage | None = None
-
-
-class DurableObjectStorage:
-    def __init__(self, record: ObjectRecord) -> None:
-        self._record = record
-        self.sql = SqlStorage(record.path)
+    def __init__(self, path: Path) -> None:
+        self.sql = SqlStorage(path)
         self._depth = 0
 
     def transactionSync(self, fn: Callable[[], Any]) -> Any:
@@ -312,10 +326,6 @@ class DurableObjectStorage:
         self._depth += 1
         try:
             result = fn()
-            if inspect.isawaitable(result):
-                if inspect.iscoroutine(result):
-                    result.close()
-                raise TypeError("transactionSync callback must complete synchronously")
         except BaseException:
             self._depth -= 1
             with self.sql.trusted() as conn:
@@ -326,6 +336,44 @@ class DurableObjectStorage:
         with self.sql.trusted() as conn:
             conn.execute(f"RELEASE {savepoint}")
         return result
+
+    def close(self) -> None:
+        self.sql.close()
+
+
+@dataclass
+class ObjectRecord:
+    """What the runtime keeps for one object across evictions: its alarm (its SQL engine keeps its data)."""
+
+    id: DurableObjectId
+    gate: asyncio.Lock = field(default_factory=asyncio.Lock)
+    alarm: int | None = None
+    instance: Any = None
+    storage: DurableObjectStorage | None = None
+
+
+def _synchronously(fn: Callable[[], Any]) -> Any:
+    result = fn()
+    if inspect.isawaitable(result):
+        if inspect.iscoroutine(result):
+            result.close()
+        raise TypeError("transactionSync callback must complete synchronously")
+    return result
+
+
+class DurableObjectStorage:
+    """`ctx.storage`: SQL and transactions from the object's engine, alarms from the runtime."""
+
+    def __init__(self, record: ObjectRecord, engine: Any) -> None:
+        self._record = record
+        self._engine = engine
+        self.sql = engine.sql
+
+    def transactionSync(self, fn: Callable[[], Any]) -> Any:
+        return self._engine.transactionSync(functools.partial(_synchronously, fn))
+
+    def close(self) -> None:
+        self._engine.close()
 
     async def getAlarm(self, options: Any = None) -> int | None:
         await asyncio.sleep(0)
@@ -389,15 +437,21 @@ class DurableObjectNamespace:
     """The namespace binding (`env.WORLDS`) plus the runtime's controls for tests.
 
     `factory(ctx, env)` builds the object, as the runtime calls the exported class; `env` is the
-    bindings object every object (and the Worker) sees.
+    bindings object every object (and the Worker) sees. `sql_engine(object_id)` opens an object's
+    SQL engine (see `SqliteEngine`); by default a SQLite file per object in `directory`.
     """
 
-    def __init__(self, factory: Callable[[Any, Any], Any], env: Any, directory: Path) -> None:
+    def __init__(self, factory: Callable[[Any, Any], Any], env: Any, directory: Path,
+                 sql_engine: Callable[[DurableObjectId], Any] | None = None) -> None:  # fmt: skip
         self._factory = factory
         self.env = env
         self._directory = Path(directory)
         self._directory.mkdir(parents=True, exist_ok=True)
+        self._sql_engine = sql_engine or self._sqlite_engine
         self._records: dict[str, ObjectRecord] = {}
+
+    def _sqlite_engine(self, object_id: DurableObjectId) -> SqliteEngine:
+        return SqliteEngine(self._directory / f"{object_id.hex}.sqlite3")
 
     # -- the binding's API --
     def idFromName(self, name: str) -> DurableObjectId:
@@ -413,13 +467,13 @@ class DurableObjectNamespace:
     def _record(self, object_id: DurableObjectId) -> ObjectRecord:
         record = self._records.get(object_id.hex)
         if record is None:
-            record = ObjectRecord(object_id, self._directory / f"{object_id.hex}.sqlite3")
+            record = ObjectRecord(object_id)
             self._records[object_id.hex] = record
         return record
 
     def _instance(self, record: ObjectRecord) -> Any:
         if record.instance is None:
-            record.storage = DurableObjectStorage(record)
+            record.storage = DurableObjectStorage(record, self._sql_engine(record.id))
             record.instance = self._factory(DurableObjectState(record, record.storage), self.env)
         return record.instance
 
@@ -450,7 +504,7 @@ class DurableObjectNamespace:
         """Drop the object from memory, as the runtime does when idle; storage and alarm stay."""
         record = self._record(self.idFromName(name))
         if record.storage is not None:
-            record.storage.sql.close()
+            record.storage.close()
         record.instance = record.storage = None
 
     def alarm_time(self, name: str) -> int | None:
@@ -479,7 +533,7 @@ class DurableObjectNamespace:
     def close(self) -> None:
         for record in self._records.values():
             if record.storage is not None:
-                record.storage.sql.close()
+                record.storage.close()
             record.instance = record.storage = None
 
 
@@ -542,22 +596,23 @@ class StandinEnv:
         self.__dict__.update(bindings)
 
 
-def world_namespace(directory: Path, clock: Any, *, queue: FakeQueue | None = None) -> DurableObjectNamespace:
+def world_namespace(directory: Path, clock: Any, *, queue: FakeQueue | None = None,
+                    sql_engine: Callable[[DurableObjectId], Any] | None = None) -> DurableObjectNamespace:  # fmt: skip
     """The WORLDS namespace running the real `WorldObject`, with an audit queue bound."""
     from durable_world import WorldObject
 
     env = StandinEnv(AUDIT_QUEUE=queue if queue is not None else FakeQueue())
-    namespace = DurableObjectNamespace(functools.partial(WorldObject, clock=clock), env, directory)
+    namespace = DurableObjectNamespace(functools.partial(WorldObject, clock=clock), env, directory, sql_engine)
     env.WORLDS = namespace
     return namespace
 
 
 @asynccontextmanager
-async def standin_authority(directory: Path, clock: Any):
+async def standin_authority(directory: Path, clock: Any, *, sql_engine: Callable[[DurableObjectId], Any] | None = None):
     """A `DurableObjectAuthority` in front of the stand-in runtime (for the conformance suite)."""
     from durable_world import DurableObjectAuthority
 
-    namespace = world_namespace(directory, clock)
+    namespace = world_namespace(directory, clock, sql_engine=sql_engine)
     try:
         yield DurableObjectAuthority(namespace)
     finally:

@@ -184,10 +184,10 @@ TASKS = [
     Task("same id, different priority", "conflict", lambda rt, d: twice(rt, same(despawn), same(despawn, at(0, priority=3)))),
     Task("same id, different attempt budget", "conflict",
          lambda rt, d: twice(rt, same(despawn), same(despawn, at(0, max_attempts=7)))),  # fmt: skip
-    Task("same id, different principal", "conflict", lambda rt, d: twice(
+    Task("same id, different principal is another command", "admitted", lambda rt, d: twice(
         rt, lambda r: r.dispatcher.defer_as(ALICE, despawn(), at(), command_id="cmd"),
         lambda r: r.dispatcher.defer_as(BOB, despawn(), at(), command_id="cmd"))),  # fmt: skip
-    Task("same id, trusted then authenticated", "conflict", lambda rt, d: twice(
+    Task("same id, trusted then authenticated is another command", "admitted", lambda rt, d: twice(
         rt, same(despawn), lambda r: r.dispatcher.defer_as(ALICE, despawn(), at(), command_id="cmd"))),  # fmt: skip
     Task("same id in another world is another command", "admitted", lambda rt, d: twice(
         rt, same(despawn), lambda r: r.dispatcher.defer(despawn(world_id="eval-other"), at(), command_id="cmd"))),  # fmt: skip

@@ -52,6 +52,7 @@ IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key", pattern=C
 PrincipalQuery = Annotated[
     str | None, Query(min_length=1, max_length=200, description="an operator's view of this principal's commands")
 ]
+TrustedQuery = Annotated[bool, Query(description="an operator's view of the commands trusted callers admitted in-process")]
 LedgerArguments = Annotated[dict[str, Any], Body(default_factory=dict, description="the method's keyword arguments")]
 
 
@@ -76,15 +77,16 @@ class EdgeWorlds:
         return None
 
 
-def readable_scope(actor: ActorCtx, principal: str | None) -> str | None:
-    """Whose commands `actor` may read: its own; an operator anyone's (None: every principal's).
+def readable_scope(actor: ActorCtx, principal: str | None, trusted: bool) -> str | None:
+    """Whose commands `actor` may read: its own; an operator anyone's, the trusted callers' too
+    (None: every principal's).
 
     A principal's commands (payloads included) are private to it: without the operator role,
     naming another principal is refused, and another's command id reads as absent.
     """
     if actor.has(Role.operator):
-        return principal
-    if principal is not None and principal != actor.principal:
+        return "" if trusted else principal
+    if trusted or (principal is not None and principal != actor.principal):
         raise PermissionDeniedError("reading another principal's commands needs the operator role")
     return actor.principal
 
@@ -174,9 +176,10 @@ def create_app(
 
     @app.get("/worlds/{world_id}/commands/{command_id}", response_model=CommandView)
     async def command_status(world_id: WorldIdPath, command_id: CommandIdPath, actor: ActorCtx = viewer,
-                             principal: PrincipalQuery = None) -> CommandView:  # fmt: skip
-        """The caller's own command with this id; an operator may name another principal's."""
-        row = await authority.command(world_id, command_id, scope=readable_scope(actor, principal or actor.principal) or "")
+                             principal: PrincipalQuery = None, trusted: TrustedQuery = False) -> CommandView:  # fmt: skip
+        """The caller's own command with this id; an operator may name another principal's (or the trusted scope)."""
+        scope = readable_scope(actor, principal or actor.principal, trusted)
+        row = await authority.command(world_id, command_id, scope=scope or "")
         if row is None:
             raise CommandNotFoundError(f"world {world_id!r} has no command {command_id!r} of this principal")
         return CommandView.of(row)
@@ -187,12 +190,13 @@ def create_app(
         actor: ActorCtx = viewer,
         status: CommandStatus | None = None,
         principal: PrincipalQuery = None,
+        trusted: TrustedQuery = False,
         after: Annotated[int, Query(ge=0, le=MAX_SAFE_INTEGER, description="sequence to continue after")] = 0,
         limit: Annotated[int, Query(ge=1, le=MAX_BATCH)] = 100,
     ) -> HistoryPage:
         """The caller's own commands; an operator sees every principal's (or one, with `principal`)."""
         rows = await authority.history(
-            world_id, status.value if status else None, after, limit, scope=readable_scope(actor, principal)
+            world_id, status.value if status else None, after, limit, scope=readable_scope(actor, principal, trusted)
         )
         commands = [CommandView.of(row) for row in rows]
         return HistoryPage(commands=commands, next_after=commands[-1].sequence if len(commands) == limit else None)

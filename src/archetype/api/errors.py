@@ -17,6 +17,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from archetype.commands.errors import CommandError
 from archetype.commands.http_translator import UNSUPPORTED_TYPE_ERROR, IdempotencyKeyMismatchError
+from archetype.commands.registry import NonCanonicalCommandError
+from archetype.world.components import non_canonical_refusal
 
 ERROR_DETAILS_SHOWN = 3
 log = logging.getLogger("archetype.api")
@@ -65,18 +67,29 @@ class InternalError(CommandError):
 _BY_HTTP_STATUS = {404: RouteNotFoundError, 405: MethodNotAllowedError, 413: PayloadTooLargeError}
 
 
+def _printable(text: str) -> str:
+    """`text` as valid Unicode: a lone surrogate (echoed from input) becomes its escape, never a 500."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def error_response(error: CommandError) -> JSONResponse:
     headers = {"WWW-Authenticate": "Bearer"} if error.http_status == 401 else None
-    return JSONResponse(error.to_json(), status_code=error.http_status, headers=headers)
+    body = {key: _printable(str(value)) for key, value in error.to_json().items()}
+    return JSONResponse(body, status_code=error.http_status, headers=headers)
 
 
 def validation_error(errors: list[dict[str, Any]]) -> CommandError:
-    """One coded error for a list of pydantic errors: malformed JSON, unsupported type, or invalid."""
+    """One coded error for a list of pydantic errors: malformed JSON, unsupported type, a value
+    without a canonical form (with its JSONPath from the body), or invalid."""
     if any(e.get("type") == "json_invalid" for e in errors):
         return InvalidJsonError("the body is not valid JSON")
     for e in errors:
         if e.get("type") == UNSUPPORTED_TYPE_ERROR:
             return UnsupportedCommandTypeError(e["msg"])
+    body_errors = [e for e in errors if tuple(e.get("loc", ()))[:1] == ("body",)]
+    refusal = non_canonical_refusal(body_errors, skip=1) or non_canonical_refusal(errors)
+    if refusal is not None:
+        return NonCanonicalCommandError.at("$", refusal)
     shown = "; ".join(f"{'.'.join(str(p) for p in e.get('loc', ())) or 'body'}: {e.get('msg')}" for e in errors[:ERROR_DETAILS_SHOWN])
     more = f" (and {len(errors) - ERROR_DETAILS_SHOWN} more)" if len(errors) > ERROR_DETAILS_SHOWN else ""
     return InvalidRequestError(shown + more)

@@ -1,16 +1,51 @@
-"""A request-body limit in front of the application: oversized bodies are refused with 413.
+"""Request-body limits in front of the application: size first, then strict JSON.
 
 The body is read (up to the limit) before the application sees it, whether or not the client
-declared a Content-Length, so no route ever parses more than `max_bytes`.
+declared a Content-Length, so no route ever parses more than `max_bytes`: oversized bodies are
+refused with 413.
+
+A body the routes would parse as JSON (a JSON content type, or none) is then checked by the one
+strict parser, `archetype.canonical.parse_json`, before any route sees it: Python's `json`, which
+the framework parses with, accepts NaN and Infinity literals, turns 1e400 into an infinity, keeps
+lone surrogate escapes, takes the last of duplicate keys and recurses as deep as the text nests.
+Such a body is refused with 422 `non_canonical_value` and a JSONPath to the offending value;
+text that is not JSON at all is left to the route (400 `invalid_json`).
 """
 
 from __future__ import annotations
 
+from email.message import Message
 from typing import Any
 
 from archetype.api.errors import InvalidRequestError, PayloadTooLargeError, error_response
+from archetype.canonical import MAX_DEPTH, NonCanonicalValueError, parse_json
+from archetype.commands.registry import NonCanonicalCommandError
 
 DEFAULT_MAX_BODY_BYTES = 1 << 20
+MAX_BODY_DEPTH = MAX_DEPTH
+"""The deepest nesting a JSON request body may have (component data has its own, smaller limit)."""
+
+
+def parsed_as_json(content_type: bytes | None) -> bool:
+    """Whether a route may parse a body with this Content-Type as JSON (no type at all included,
+    as some framework versions do)."""
+    if not content_type:
+        return True
+    message = Message()
+    message["content-type"] = content_type.decode("latin-1")
+    subtype = message.get_content_subtype()
+    return message.get_content_maintype() == "application" and (subtype == "json" or subtype.endswith("+json"))
+
+
+def strict_json_refusal(body: bytes) -> NonCanonicalCommandError | None:
+    """Why `body` must not reach a route (None when it may): it is JSON without a canonical value."""
+    try:
+        parse_json(body, max_depth=MAX_BODY_DEPTH, integers=False)  # integer fields have their own bounds
+    except NonCanonicalValueError as exc:
+        return NonCanonicalCommandError.at("$", exc)
+    except ValueError:  # not JSON at all (json.JSONDecodeError, UnicodeDecodeError): the route says so
+        return None
+    return None
 
 
 class BodyLimit:
@@ -42,6 +77,11 @@ class BodyLimit:
                 return
             if not message.get("more_body", False):
                 break
+        if body and parsed_as_json(headers.get(b"content-type")):
+            refusal = strict_json_refusal(bytes(body))
+            if refusal is not None:
+                await error_response(refusal)(scope, receive, send)
+                return
         await self.app(scope, _replay(bytes(body), receive), send)
 
     async def _too_large(self, scope: dict[str, Any], receive: Any, send: Any) -> None:

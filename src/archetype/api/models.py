@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from archetype.canonical import parse_json
 from archetype.commands.audit_history import AuditEvent
 from archetype.commands.http_translator import SubmitCommandRequest
 from archetype.commands.scheduler import CommandIdentity, CommandSummary
@@ -66,13 +66,23 @@ class BatchAccepted(BaseModel):
 
 
 class CommandView(CommandSummary):
-    """A ledger row over HTTP: the shared fields plus the canonical payload as JSON."""
+    """A ledger row over HTTP: the shared fields plus the canonical payload as JSON.
 
-    payload: dict[str, Any]
+    A stored payload without a canonical value (a row admitted before admission refused it)
+    is answered as `payload: null` with the reason in `problem`, never as a failing page."""
+
+    payload: dict[str, Any] | None
+    problem: str | None = None
 
     @classmethod
     def of(cls, row: dict[str, Any]) -> CommandView:
-        return cls(**cls.summary_fields(row), payload=json.loads(row["payload"]))
+        try:
+            payload = parse_json(row["payload"])
+        except ValueError as exc:
+            return cls(**cls.summary_fields(row), payload=None, problem=f"{type(exc).__name__}: {exc}")
+        if not isinstance(payload, dict):
+            return cls(**cls.summary_fields(row), payload=None, problem="the stored payload is not a JSON object")
+        return cls(**cls.summary_fields(row), payload=payload)
 
 
 class HistoryPage(BaseModel):

@@ -22,7 +22,7 @@ from archetype.commands.errors import (
 from archetype.commands.families import default_registry
 from archetype.commands.http_translator import SubmitCommandRequest
 from archetype.commands.options import ActorCtx, DurableOptions, Role
-from archetype.commands.registry import DurableOperation, OperationRegistry, OperationSpec
+from archetype.commands.registry import DurableOperation, NonCanonicalCommandError, OperationRegistry, OperationSpec
 from archetype.commands.scheduler import (
     CommandIdentity,
     CommandRecord,
@@ -50,6 +50,7 @@ __all__ = [
     "HandlerContext",
     "InvalidCommandError",
     "LeaseLostError",
+    "NonCanonicalCommandError",
     "NotDurableError",
     "OperationRegistry",
     "OperationSpec",

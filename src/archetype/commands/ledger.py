@@ -20,6 +20,7 @@ import json
 from collections.abc import Sequence
 from typing import Any, cast
 
+from archetype.canonical import canonical_json, load_json
 from archetype.commands import ledger_sql as q
 from archetype.commands import migrations
 from archetype.commands.errors import (
@@ -299,6 +300,12 @@ class Ledger:
             raise InvalidCommandError(f"admission row has unknown {sorted(unknown)} / missing {sorted(missing)} fields")
         if command["origin"] not in ORIGINS:
             raise InvalidCommandError(f"origin must be one of {ORIGINS}")
+        try:
+            canonical = canonical_json(load_json(command["payload"]))
+        except ValueError as exc:  # not JSON, or JSON without a canonical form
+            raise InvalidCommandError(f"command {command['command_id']!r}: payload: {exc}") from None
+        if canonical != command["payload"]:
+            raise InvalidCommandError(f"command {command['command_id']!r}: the payload is not in canonical JSON form")
         row: dict[str, Any] = {**command, "world_id": world_id, "scope": scope_of(command["principal"])}
         row["digest"] = command_digest(row)
         return row
@@ -333,20 +340,22 @@ class Ledger:
         Rows this session holds are renewed. Rows held by another session of the same owner (the
         runner restarted) or by an expired lease of another owner are taken over at once and
         marked `suspect`. A row another owner holds unexpired stops the lease there (order is never
-        skipped). First, a crash guard left by another session charges its command one attempt.
+        skipped). First, a crash guard left by another session charges its command one attempt
+        (and that command stays suspect).
         """
 
         def run() -> list[LeasedRow]:
             world = self._writer(world_id, writer_epoch)
             now = self._clock.now_ms()
+            charged = None
             if world["guard_session"] is not None and world["guard_session"] != session:
-                self._charge_crash(world_id, world["guard_sequence"], now)
+                charged = self._charge_crash(world_id, world["guard_sequence"], now)
             due = self._port.execute(q.DUE_COMMANDS, (world_id, tick, limit))
             taken: list[LeasedRow] = []
             for values in due:
                 row = _row(COMMAND_FIELDS, values[:-1])
                 held_by = (row["lease_owner"], values[-1])
-                suspect = False
+                suspect = row["sequence"] == charged
                 if row["status"] == "LEASED" and held_by != (owner, session):
                     if row["lease_owner"] != owner and row["lease_expires_at"] > now:
                         break
@@ -362,13 +371,15 @@ class Ledger:
 
         return self._port.transaction(run)
 
-    def _charge_crash(self, world_id: str, sequence: int | None, now: int) -> None:
+    def _charge_crash(self, world_id: str, sequence: int | None, now: int) -> int | None:
+        """Charge the guarded command of a dead session one attempt; answer its sequence if charged."""
         self._port.execute(q.SET_GUARD, (None, None, world_id))
         row = None if sequence is None else self._command_at(world_id, sequence)
         if row is None or row["status"] != "LEASED":
-            return
+            return None
         self._port.execute(q.CHARGE_CRASH, (CRASH_ERROR, now, world_id, sequence))
         self._append_events(world_id, [row["sequence"]], now)
+        return row["sequence"]
 
     def guard(self, world_id: str, owner: str, session: str, writer_epoch: int, sequence: int | None) -> None:
         """Name the command this session is about to materialize in guarded mode (None: no command).

@@ -3,7 +3,7 @@
 Both authorities are SQLite underneath: the local catalog (`sqlite3`) and the Durable Object
 (`ctx.storage.sql`). The ledger's SQL is written for the stricter of the two: no BEGIN/COMMIT/
 SAVEPOINT, ATTACH, TEMP objects or PRAGMA user_version in statements, at most 100 bound
-parameters (bulk work goes through `json_each(?)`), integers within +/-2**53.
+parameters (bulk work goes through `json_each(?)`), integers within +/-(2**53-1).
 """
 
 from __future__ import annotations

@@ -2,10 +2,17 @@
 
 Resolution is by exact type only (no MRO fallback): a subclass of a registered model is not
 registered. Only the six portable world mutations may carry a DurableOperation.
+
+`OperationSpec.payload_of` is admission's one check of a complete operation: canonical JSON,
+discriminator, a round trip through the registered decoder, and every component value built
+live through its class (where the class is loaded) and checked canonical, all before anything
+is persisted.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -13,9 +20,10 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from archetype.canonical import NonCanonicalValueError, canonical_json
+from archetype.canonical import NonCanonicalValueError, canonical_json, load_json
 from archetype.commands.errors import InvalidCommandError, NotDurableError, UnregisteredOperationError
 from archetype.commands.options import Role
+from archetype.world.components import ComponentValue, admission_context, live_component, non_canonical_refusal
 from archetype.world.operations import PORTABLE_MUTATIONS
 
 SUMMARY_LIMIT = 200
@@ -23,16 +31,80 @@ SUMMARY_LIMIT = 200
 Handler = Callable[[Any, Any], Awaitable[Any]]
 
 
+class NonCanonicalCommandError(InvalidCommandError, NonCanonicalValueError):
+    """A command (or a value in it) has no canonical JSON form: NaN or an infinity, an integer
+    outside +/-(2**53-1), a lone surrogate, nesting beyond the limit, a live Python object, or a
+    live component value that its class turns into one of those. Both an InvalidCommandError
+    (code `non_canonical_value`, HTTP 422) and a NonCanonicalValueError."""
+
+    code = NonCanonicalValueError.code
+
+    def __init__(self, message: str, *, path: str = "$", reason: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+        self.reason = reason if reason is not None else message
+
+    @classmethod
+    def at(cls, prefix: str, exc: NonCanonicalValueError) -> NonCanonicalCommandError:
+        """The refusal `exc` of a value found at JSONPath `prefix` (its own path is relative to it)."""
+        path = prefix + exc.path[1:]
+        return cls(f"{path}: {exc.reason}", path=path, reason=exc.reason)
+
+
+def _is_async(fn: Any) -> bool:
+    call = getattr(fn, "__call__", None)  # an object with an async __call__
+    return any(inspect.iscoroutinefunction(f) or inspect.isasyncgenfunction(f) for f in (fn, call) if f is not None)
+
+
+def _synchronous(materialize: Callable[[Any, Any], None]) -> Callable[[Any, Any], None]:
+    """`materialize`, refusing an awaitable result with TypeError (a permanent failure: REJECTED).
+
+    A materializer runs inside the world's tick with its lock held; nothing awaits its result, so
+    a coroutine it returned would never run and the command would be APPLIED with no effect."""
+    if getattr(materialize, "__archetype_synchronous__", False):
+        return materialize
+
+    @functools.wraps(materialize)
+    def checked(world: Any, op: Any) -> None:
+        result = materialize(world, op)
+        if inspect.isawaitable(result):
+            close = getattr(result, "close", None)
+            if close is not None:
+                close()  # never awaited by design: close it rather than leak a warning
+            raise TypeError(
+                f"the durable materializer of {type(op).__name__} returned an awaitable; materializers "
+                "must be synchronous (they run inside the tick, with the world's lock held)"
+            )
+        return result
+
+    checked.__archetype_synchronous__ = True  # type: ignore[attr-defined]
+    return checked
+
+
 @dataclass(frozen=True)
 class DurableOperation:
     """How a durable command is rebuilt from its stored payload and applied inside a tick.
 
     `decode(payload: dict)` must return the exact registered model; `materialize(world, op)` runs
-    with the world's operation lock held and mutates only that world.
+    with the world's operation lock held and mutates only that world. Both are synchronous: a
+    coroutine function is refused here (TypeError), and a materializer that returns an awaitable
+    anyway fails its command with TypeError when it is called.
     """
 
     decode: Callable[[dict[str, Any]], BaseModel]
     materialize: Callable[[Any, Any], None]
+
+    def __post_init__(self) -> None:
+        for role in ("decode", "materialize"):
+            fn = getattr(self, role)
+            if not callable(fn):
+                raise TypeError(f"a durable {role} function must be callable, not {type(fn).__name__}")
+            if _is_async(fn):
+                raise TypeError(
+                    f"durable {role} {getattr(fn, '__qualname__', fn)!r} is a coroutine function; durable "
+                    f"{role} functions must be synchronous (nothing awaits them inside the tick)"
+                )
+        object.__setattr__(self, "materialize", _synchronous(self.materialize))
 
 
 @dataclass(frozen=True)
@@ -62,28 +134,101 @@ class OperationSpec:
         return text if len(text) <= SUMMARY_LIMIT else text[: SUMMARY_LIMIT - 3] + "..."
 
     def payload_of(self, op: BaseModel) -> str:
-        """The canonical payload JSON of `op`, checked against this spec's discriminator."""
-        if type(op) is not self.model:
-            raise UnregisteredOperationError(f"{type(op).__qualname__} is not exactly {self.model.__qualname__}")
-        data = op.model_dump(mode="json")
-        if data.get("operation") != self.name:
-            raise InvalidCommandError(f"operation {data.get('operation')!r} does not match discriminator {self.name!r}")
-        try:
-            return canonical_json(data)
-        except NonCanonicalValueError as exc:
-            raise InvalidCommandError(str(exc)) from exc
+        """The canonical payload JSON of `op` as admission stores it, after checking the complete
+        operation as it will be materialized:
+
+        - exactly this spec's model, with this spec's discriminator;
+        - canonical (NonCanonicalCommandError: NaN, infinities, integers outside +/-(2**53-1),
+          lone surrogates, nesting, live objects anywhere in it);
+        - decoded by the registered decoder to the exact model, round-tripping byte for byte;
+        - every component value built live through its class, where the class is loaded here,
+          and its live value canonical too (a class's coercions and validators run).
+        """
+        payload = self._canonical_payload(op)
+        decoded = self._decode(payload)
+        if _json_text(decoded.model_dump(mode="python")) != payload:  # equal to canonical bytes: canonical too
+            raise InvalidCommandError(f"{self.name!r} does not round-trip through its decoder byte for byte")
+        self._check_materializable(decoded)
+        return payload
 
     def decode_exact(self, payload: str) -> BaseModel:
         """Rebuild the model from stored payload; it must be the exact type and round-trip byte for byte."""
-        try:
-            op = self.require_durable().decode(json.loads(payload))
-        except ValidationError as exc:
-            raise InvalidCommandError(f"payload does not decode as {self.name}: {exc.errors()[:3]}") from exc
-        if type(op) is not self.model:
-            raise InvalidCommandError(f"decoder for {self.name!r} returned {type(op).__qualname__}, not {self.model.__qualname__}")
-        if self.payload_of(op) != payload:
+        self.require_durable()
+        op = self._decode(payload)
+        if self._canonical_payload(op) != payload:
             raise InvalidCommandError(f"payload of {self.name!r} does not round-trip its canonical JSON")
         return op
+
+    def _decode(self, payload: str) -> BaseModel:
+        decode = self.durable.decode if self.durable is not None else self.model.model_validate
+        try:
+            op = decode(load_json(payload))  # re-encoded and compared by the callers
+        except NonCanonicalValueError as exc:
+            raise NonCanonicalCommandError.at("$", exc) from None
+        except ValidationError as exc:
+            refusal = non_canonical_refusal(exc.errors())
+            if refusal is not None:
+                raise NonCanonicalCommandError.at("$", refusal) from None
+            raise InvalidCommandError(f"payload does not decode as {self.name}: {_errors(exc)}") from None
+        if type(op) is not self.model:
+            raise InvalidCommandError(f"decoder for {self.name!r} returned {type(op).__qualname__}, not {self.model.__qualname__}")
+        return op
+
+    def _canonical_payload(self, op: BaseModel) -> str:
+        """The canonical JSON of `op` as it is (python-mode fields: nothing is converted on the way)."""
+        if type(op) is not self.model:
+            raise UnregisteredOperationError(f"{type(op).__qualname__} is not exactly {self.model.__qualname__}")
+        try:
+            data = op.model_dump(mode="python")
+        except (ValueError, TypeError, RecursionError) as exc:
+            reason = f"the operation has no JSON form ({type(exc).__name__})"
+            raise NonCanonicalCommandError(f"$: {reason}", reason=reason) from None
+        if not isinstance(data, dict) or data.get("operation") != self.name:
+            found = data.get("operation") if isinstance(data, dict) else None
+            raise InvalidCommandError(f"operation {found!r} does not match discriminator {self.name!r}")
+        try:
+            return canonical_json(data)
+        except NonCanonicalValueError as exc:
+            raise NonCanonicalCommandError.at("$", exc) from None
+
+    def _check_materializable(self, op: BaseModel) -> None:
+        """Build each component value of `op` live, as its materializer will, and check it canonical.
+
+        A value whose class is not loaded in this process (an edge that admits for runners) is left
+        to materialization, which runs the same check and rejects that one command."""
+        for index, value in enumerate(getattr(op, "components", None) or ()):
+            if not isinstance(value, ComponentValue):
+                continue
+            where = f"$.components[{index}].data"
+            try:
+                component_type = value.resolve()
+            except LookupError:
+                continue
+            try:
+                live_component(value, context=admission_context(), component_type=component_type)
+            except NonCanonicalValueError as exc:
+                raise NonCanonicalCommandError.at(where, exc) from None
+            except ValidationError as exc:
+                refusal = non_canonical_refusal(exc.errors())
+                if refusal is not None:
+                    raise NonCanonicalCommandError.at(where, refusal) from None
+                raise InvalidCommandError(f"{where}: does not validate as {value.name}: {_errors(exc)}") from None
+            except (LookupError, TypeError, ValueError) as exc:
+                raise InvalidCommandError(f"{where}: {value.name} cannot be built from it: {type(exc).__name__}: {exc}") from None
+
+
+def _json_text(data: Any) -> str | None:
+    """The JSON text of `data` in the canonical layout, unchecked (None when there is none): what
+    a value already known canonical is compared with."""
+    try:
+        return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+    except (TypeError, ValueError, RecursionError):
+        return None
+
+
+def _errors(exc: ValidationError) -> str:
+    shown = exc.errors(include_url=False, include_input=False)[:3]
+    return "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(value)'}: {e['msg']}" for e in shown)
 
 
 def operation_name(model: type[BaseModel]) -> str:
@@ -101,6 +246,8 @@ class OperationRegistry:
 
     def register(self, spec: OperationSpec) -> OperationSpec:
         name = spec.name
+        if spec.durable is not None and not isinstance(spec.durable, DurableOperation):
+            raise TypeError(f"durable registration of {name!r} must be a DurableOperation, not {type(spec.durable).__name__}")
         if spec.model in self._by_model:
             raise ValueError(f"model {spec.model.__qualname__} is already registered")
         if name in self._by_name:

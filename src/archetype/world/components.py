@@ -9,19 +9,61 @@ schema has another fingerprint and is never guessed.
 A directly constructed `ComponentTypeRef`/`ComponentValue` also keeps an immutable, non-wire
 *affinity* to the caller's exact class, so direct mutations keep using that live class even when
 several schema-identical classes are loaded. Decoding from the wire ignores affinity by design.
+
+Component data is canonical JSON (docs/components.md, "Canonical values") both on the wire and as
+the live value a class builds from it: `component_data` is the one canonical form of a live
+component, and `live_component` the one way a wire value becomes a live one (admission checks
+with it, materialization builds with it).
 """
 
 from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
+from pydantic_core import PydanticCustomError
 
-from archetype.canonical import check_canonical, digest
+from archetype.canonical import NonCanonicalValueError, check_canonical, digest, path_step
 
 COMPONENT_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
 FINGERPRINT_PATTERN = r"^[0-9a-f]{64}$"
 _DOC_KEYS = frozenset({"title", "description", "examples"})
+
+MAX_DATA_DEPTH = 32
+"""The deepest nesting of component data, the data object itself counting as one level. It
+leaves room for every envelope data travels in (a payload, a write-set, a request body), all of
+which stay within `archetype.canonical.MAX_DEPTH`."""
+
+NON_CANONICAL_ERROR = NonCanonicalValueError.code
+"""The pydantic error type (and the error code) of a value without a canonical form."""
+
+ADMISSION_CONTEXT_KEY = "archetype"
+"""Admission builds each live component with the validation context `{"archetype": "admission"}`,
+so a validator that must not do something at admission (reach a service, count calls) can tell."""
+
+
+def admission_context() -> dict[str, str]:
+    return {ADMISSION_CONTEXT_KEY: "admission"}
+
+
+def non_canonical(exc: NonCanonicalValueError) -> PydanticCustomError:
+    """A canonical-form refusal as a pydantic error, so that validation reports it with its type."""
+    return PydanticCustomError(NON_CANONICAL_ERROR, "{path}: {reason}", {"path": exc.path, "reason": exc.reason})
+
+
+def non_canonical_refusal(errors: list[Any], *, root: str = "$", skip: int = 0) -> NonCanonicalValueError | None:
+    """The first `non_canonical_value` error among pydantic `errors`, as a NonCanonicalValueError
+    whose path runs from `root` through the error's location (less its first `skip` steps) into
+    the refused value; None when there is none."""
+    for error in errors:
+        if error.get("type") != NON_CANONICAL_ERROR:
+            continue
+        context = error.get("ctx") or {}
+        inner = str(context.get("path", "$"))
+        path = root + "".join(path_step(step) for step in tuple(error.get("loc", ()))[skip:]) + inner[1:]
+        reason = str(context.get("reason", error.get("msg", "")))
+        return NonCanonicalValueError(f"{path}: {reason}", path=path, reason=reason)
+    return None
 
 # (name, fingerprint) -> loaded classes in load order; the first one answers wire decoding.
 _LOADED: dict[tuple[str, str], list[type[Component]]] = {}
@@ -47,21 +89,45 @@ def canonical_prefixed_schema(cls: type[BaseModel]) -> dict[str, Any]:
 
 
 class Component(BaseModel):
-    """Subclass this to define a component. Instances are immutable: replace them, don't mutate."""
+    """Subclass this to define a component. Instances are immutable: replace them, don't mutate.
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    Floats are finite (`allow_inf_nan=False`): a component is persisted, and NaN and infinities
+    have no canonical JSON. Serialization keeps a non-finite float that slipped in anyway (through
+    `model_construct`, `model_copy(update=...)` or an untyped field) as a float, instead of pydantic's
+    default silent `null`, so `component_data` can refuse it.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False, ser_json_inf_nan="constants")
 
     __component_fingerprint__: ClassVar[str] = ""
 
     @classmethod
     def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
         super().__pydantic_init_subclass__(**kwargs)
+        if cls.model_config.get("ser_json_inf_nan") != "constants":
+            raise TypeError(
+                f"component {cls.__qualname__} sets ser_json_inf_nan={cls.model_config.get('ser_json_inf_nan')!r}: "
+                "components must keep the default 'constants', so a non-finite float is refused, never stored as null"
+            )
         cls.__component_fingerprint__ = digest(canonical_prefixed_schema(cls))
         _LOADED.setdefault((cls.__name__, cls.__component_fingerprint__), []).append(cls)
 
     @classmethod
     def component_fingerprint(cls) -> str:
         return cls.__component_fingerprint__
+
+
+def component_data(component: Component) -> dict[str, Any]:
+    """The canonical field JSON of a live component; NonCanonicalValueError when it has none
+    (a non-finite float, an integer outside +/-(2**53-1), a lone surrogate, nesting deeper than
+    MAX_DATA_DEPTH, a value pydantic cannot serialize)."""
+    try:
+        data = component.model_dump(mode="json")
+    except (ValueError, TypeError, RecursionError) as exc:  # pydantic's own depth limit, a failing serializer
+        reason = f"{type(component).__name__} has no JSON form ({type(exc).__name__})"
+        raise NonCanonicalValueError(f"$: {reason}", reason=reason) from None
+    check_canonical(data, max_depth=MAX_DATA_DEPTH)
+    return data
 
 
 def resolve_component_class(name: str, fingerprint: str) -> type[Component]:
@@ -77,7 +143,7 @@ def resolve_component_class(name: str, fingerprint: str) -> type[Component]:
 class _AffineWireModel(BaseModel):
     """A frozen wire model that may also carry an affinity to one exact component class."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", ser_json_inf_nan="constants")
 
     name: str = Field(pattern=COMPONENT_NAME_PATTERN)
     fingerprint: str = Field(pattern=FINGERPRINT_PATTERN)
@@ -95,7 +161,7 @@ class _AffineWireModel(BaseModel):
 
     @property
     def affinity(self) -> type[Component] | None:
-        return self._affinity
+        return self.__pydantic_private__.get("_affinity")  # (pydantic's private-attribute lookup is slow)
 
     @property
     def key(self) -> str:
@@ -104,7 +170,7 @@ class _AffineWireModel(BaseModel):
 
     def resolve(self) -> type[Component]:
         """The class to build live values with: the affinity, else the wire identity."""
-        return self._affinity or resolve_component_class(self.name, self.fingerprint)
+        return self.affinity or resolve_component_class(self.name, self.fingerprint)
 
     def _bind(self, cls: type[Component]) -> None:
         self.__pydantic_private__["_affinity"] = cls
@@ -125,15 +191,27 @@ class ComponentTypeRef(_AffineWireModel):
 
 
 class ComponentValue(_AffineWireModel):
+    """A component on the wire: its identity and its field JSON, which must be canonical (validation
+    refuses anything else with the error type `non_canonical_value`)."""
+
     data: dict[str, Any]
+
+    @field_validator("data")
+    @classmethod
+    def _canonical_data(cls, data: dict[str, Any]) -> dict[str, Any]:
+        try:
+            check_canonical(data, max_depth=MAX_DATA_DEPTH)
+        except NonCanonicalValueError as exc:
+            raise non_canonical(exc) from None
+        return data
 
     @classmethod
     def from_component(cls, component: Component) -> ComponentValue:
+        """The wire value of a live component; NonCanonicalValueError when its data has no canonical form."""
         if not isinstance(component, Component):
             raise TypeError(f"{component!r} is not a Component instance")
         component_type = type(component)
-        data = component.model_dump(mode="json")
-        check_canonical(data)
+        data = component_data(component)
         value = cls(name=component_type.__name__, fingerprint=component_type.component_fingerprint(), data=data)
         value._bind(component_type)
         return value
@@ -145,6 +223,18 @@ class ComponentValue(_AffineWireModel):
             ref._bind(self._affinity)
         return ref
 
-    def to_component(self) -> Component:
-        """Build the live component; ValueError if the data does not fit the class's schema."""
-        return self.resolve().model_validate(self.data)
+    def to_component(self, *, context: Any = None, component_type: type[Component] | None = None) -> Component:
+        """Build the live component; ValueError if the data does not fit the class's schema.
+        `context` is pydantic's validation context (admission passes `admission_context()`);
+        `component_type` is the class `resolve()` already answered, if the caller has it."""
+        return (component_type or self.resolve()).model_validate(self.data, context=context)
+
+
+def live_component(value: ComponentValue, *, context: Any = None, component_type: type[Component] | None = None) -> Component:
+    """The live component a wire value materializes as, checked canonical: what admission
+    validates and what a durable materializer applies. LookupError when no class matches,
+    ValueError when the data does not validate, NonCanonicalValueError when the live value
+    (after the class's coercions and validators) has no canonical form."""
+    component = value.to_component(context=context, component_type=component_type)
+    component_data(component)
+    return component

@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
-from archetype.canonical import MAX_SAFE_INTEGER
-from archetype.world.components import Component, ComponentTypeRef, ComponentValue
+from archetype.canonical import MAX_SAFE_INTEGER, NonCanonicalValueError, check_canonical
+from archetype.world.components import Component, ComponentTypeRef, ComponentValue, live_component, non_canonical
 
 WorldId = str
 WORLD_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
@@ -20,13 +20,27 @@ EntityId = int
 
 
 class Operation(BaseModel):
-    """Base of every operation model: frozen, unknown fields forbidden, exact `operation` tag."""
+    """Base of every operation model: frozen, unknown fields forbidden, exact `operation` tag.
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    Every string field holds valid Unicode (no lone surrogates): names and ids are stored and
+    answered as JSON, where a lone surrogate has no form. Component values check their own data.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", ser_json_inf_nan="constants")
+
+    @model_validator(mode="after")
+    def _strings_are_unicode(self) -> Operation:
+        for name, value in self.__dict__.items():
+            if isinstance(value, str) and not value.isascii():
+                try:
+                    check_canonical(value, path=f"$.{name}")
+                except NonCanonicalValueError as exc:
+                    raise non_canonical(exc) from None
+        return self
 
 
 def _entity_id() -> object:
-    return Field(ge=1, lt=MAX_SAFE_INTEGER, strict=True)
+    return Field(ge=1, le=MAX_SAFE_INTEGER, strict=True)
 
 
 def _world_id() -> object:
@@ -36,8 +50,15 @@ def _world_id() -> object:
 def _to_values(items: Any) -> Any:
     """Direct construction may pass live components; they become values with affinity."""
     if isinstance(items, (list, tuple)):
-        return tuple(ComponentValue.from_component(c) if isinstance(c, Component) else c for c in items)
+        return tuple(_to_value(c) if isinstance(c, Component) else c for c in items)
     return items
+
+
+def _to_value(component: Component) -> ComponentValue:
+    try:
+        return ComponentValue.from_component(component)
+    except NonCanonicalValueError as exc:
+        raise non_canonical(exc) from None
 
 
 def _to_refs(items: Any) -> Any:
@@ -128,6 +149,8 @@ class ReserveEntityIds(Operation):
     count: int = Field(ge=1, le=100_000, strict=True)
 
 
-def operation_components(op: Operation) -> list[Component]:
-    """Live components of a mutation carrying values (decoded through affinity or wire identity)."""
-    return [value.to_component() for value in getattr(op, "components", ())]
+def operation_components(op: Operation, *, context: Any = None) -> list[Component]:
+    """Live components of a mutation carrying values (decoded through affinity or wire identity),
+    each checked canonical (`live_component`): a value that would not survive publication fails
+    here, as a permanent (ValueError) failure of its own command, not of the whole tick."""
+    return [live_component(value, context=context) for value in getattr(op, "components", ())]

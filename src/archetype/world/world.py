@@ -171,7 +171,7 @@ class AsyncWorld:
         by_key = _by_key(components)
         if entity_id is None:
             entity_id = self._next_entity_id()
-        elif not 1 <= entity_id < MAX_SAFE_INTEGER:
+        elif not 1 <= entity_id <= MAX_SAFE_INTEGER:
             raise ValueError(f"entity id {entity_id} is outside 1..2**53-1")
         if self.state.get(entity_id) is not None:
             raise ValueError(f"entity {entity_id} already exists in world {self.world_id}")

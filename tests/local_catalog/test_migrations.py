@@ -1,0 +1,161 @@
+"""Versioned ledger migrations: a catalog written by the code before schema version 2 (a fixture
+kept byte for byte, tests/local_catalog/fixtures) upgrades on open, losing nothing, identically
+on the local catalog, the Durable Object stand-in's engine and the real Durable Object engine."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+import uuid
+from pathlib import Path
+
+import pytest
+
+from archetype.commands import ActorCtx, CommandConflictError, DurableOptions, Role
+from archetype.commands.authority import InProcessAuthority
+from archetype.commands.errors import LedgerSchemaError
+from archetype.commands.ledger import Ledger
+from archetype.commands.migrations import MIGRATIONS, SCHEMA_VERSION
+from archetype.commands.port import ManualClock
+from archetype.runtime import Runtime
+from archetype.world import Spawn
+from durable_world.port import DurableObjectSqlPort
+from local_catalog import CATALOG_FILE, SqliteSqlPort
+from tests.component_modules.alpha import Health, Position
+from tests.conformance.helpers import step
+from tests.support.durable_object_standin import SqliteEngine
+from tests.support.workerd.engine import WorkerdSqlEngine, shared_server
+
+FIXTURE = Path(__file__).parent / "fixtures" / "catalog-v1.sqlite3"
+WORLDS = ("v1-world", "v1-gone")
+
+
+def v1_statements() -> list[str]:
+    """The fixture as SQL statements, to load it into a Durable Object engine (transaction control dropped)."""
+    with sqlite3.connect(FIXTURE) as db:
+        return [s for s in db.iterdump() if s not in ("BEGIN TRANSACTION;", "COMMIT;")]
+
+
+def open_local(tmp_path: Path) -> Ledger:
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    shutil.copy(FIXTURE, tmp_path / CATALOG_FILE)
+    return Ledger(SqliteSqlPort(tmp_path / CATALOG_FILE), ManualClock())
+
+
+def open_durable(engine) -> Ledger:
+    for statement in v1_statements():
+        engine.sql.exec(statement)
+    return Ledger(DurableObjectSqlPort(_Storage(engine)), ManualClock())
+
+
+class _Storage:
+    """`ctx.storage` as DurableObjectSqlPort uses it."""
+
+    def __init__(self, engine) -> None:
+        self.sql = engine.sql
+        self.transactionSync = engine.transactionSync
+
+
+def everything(ledger: Ledger) -> dict:
+    return {
+        world_id: {
+            "info": ledger.world_info(world_id),
+            "commands": ledger.history(world_id, limit=1000),
+            "manifests": ledger.manifests(world_id, limit=1000),
+            "outbox": ledger.read_outbox(world_id, limit=1000),
+            "state": ledger.load_state(world_id),
+        }
+        for world_id in WORLDS
+    }
+
+
+def test_the_fixture_is_a_version_1_catalog():
+    with sqlite3.connect(FIXTURE) as db:
+        assert db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("1",)
+
+
+def test_a_version_1_catalog_upgrades_losing_nothing(tmp_path):
+    with sqlite3.connect(FIXTURE) as db:
+        before = {r[0]: r for r in db.execute("SELECT command_id, status, attempts, principal, sequence, payload FROM commands")}
+        events = db.execute("SELECT count(*) FROM outbox").fetchone()[0]
+        v1_entities = db.execute("SELECT entity_id, components FROM entities ORDER BY entity_id").fetchall()
+        v1_manifests = [json.loads(r[0]) for r in db.execute("SELECT manifest FROM ticks ORDER BY world_id, tick")]
+    ledger = open_local(tmp_path)
+    with sqlite3.connect(tmp_path / CATALOG_FILE) as db:
+        assert db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == (str(SCHEMA_VERSION),)
+    after = everything(ledger)
+    commands = {r["command_id"]: r for w in WORLDS for r in after[w]["commands"]}
+    assert set(commands) == set(before)
+    for command_id, (_, status, attempts, principal, sequence, payload) in before.items():
+        row = commands[command_id]
+        assert (row["status"], row["principal"], row["sequence"], row["payload"]) == (status, principal, sequence, payload)
+        # a v1 lease charged an attempt; a v2 lease does not, so a LEASED row gives it back
+        assert row["attempts"] == (attempts - 1 if status == "LEASED" else attempts)
+    assert sum(len(after[w]["outbox"]) for w in WORLDS) == events
+    manifests = after["v1-world"]["manifests"]
+    assert [[s["command_id"] for s in m["settlements"]] for m in manifests] == [
+        m["applied_command_ids"] for m in v1_manifests
+    ]
+    assert [{k: m[k] for k in ("tick", "writer_epoch", "commit_token", "written_entity_ids")} for m in manifests] == [
+        {k: m[k] for k in ("tick", "writer_epoch", "commit_token", "written_entity_ids")} for m in v1_manifests
+    ]
+    assert {s["outcome"] for m in manifests for s in m["settlements"]} == {"applied"}
+    assert [(e["entity_id"], e["components"]) for e in after["v1-world"]["state"]["entities"]] == v1_entities
+    assert after["v1-world"]["info"]["tick_head"] == 2
+    assert ledger.command("v1-world", "spawn-hero", scope="pat")["status"] == "APPLIED"
+
+
+async def test_an_upgraded_catalog_keeps_working(tmp_path):
+    ledger = open_local(tmp_path)
+    rt = Runtime(InProcessAuthority(ledger), owner="runner-v1", lease_ms=1_000)
+    # the v1 runner died holding `leased-at-crash`: its own id recovers it at once, uncharged
+    assert await step(rt, "v1-world") == 1
+    assert (await rt.scheduler.command("v1-world", "leased-at-crash")).attempts == 1
+    # identities survive: the actor's spawn replays, with its reservation
+    pat = ActorCtx(principal="pat", roles={Role.player})
+    hero = Spawn(world_id="v1-world", components=[Position(x=1.5, y=-0.0), Health(hp=10)])
+    replay = await rt.dispatcher.defer_spawn_as(pat, hero, DurableOptions(tick=0), command_id="spawn-hero")
+    assert replay.command.replayed and replay.entity_id == 1
+    with pytest.raises(CommandConflictError):  # the bare reservation still binds its command id
+        await rt.dispatcher.defer_spawn(Spawn(world_id="v1-world", components=[Health(hp=1)]), DurableOptions(tick=9),
+                                        command_id="reserved-only")  # fmt: skip
+
+
+def test_the_upgrade_is_the_same_on_every_sqlite_host(tmp_path):
+    local = everything(open_local(tmp_path / "local"))
+    standin = SqliteEngine(tmp_path / "standin.sqlite3")
+    try:
+        assert everything(open_durable(standin)) == local
+    finally:
+        standin.close()
+    assert everything(open_durable(WorkerdSqlEngine(shared_server(), f"migration-{uuid.uuid4().hex}"))) == local
+
+
+def test_an_interrupted_upgrade_leaves_the_old_version_intact(tmp_path):
+    shutil.copy(FIXTURE, tmp_path / CATALOG_FILE)
+
+    class DiesMidMigration(SqliteSqlPort):
+        def execute(self, sql, params=()):
+            if sql.startswith("DROP TABLE commands_v1"):
+                raise sqlite3.OperationalError("disk I/O error")
+            return super().execute(sql, params)
+
+    port = DiesMidMigration(tmp_path / CATALOG_FILE)
+    with pytest.raises(sqlite3.OperationalError):
+        Ledger(port, ManualClock())
+    port.close()
+    with sqlite3.connect(tmp_path / CATALOG_FILE) as db:
+        assert db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("1",)
+        assert "scope" not in {r[1] for r in db.execute("PRAGMA table_info(commands)")}
+    assert open_local(tmp_path / "again").command("v1-world", "later")["status"] == "PENDING"
+
+
+def test_a_newer_catalog_is_refused_and_migrations_only_go_forward(tmp_path):
+    versions = [m.version for m in MIGRATIONS]
+    assert versions == list(range(1, len(versions) + 1)) and SCHEMA_VERSION == versions[-1]
+    ledger = open_local(tmp_path)
+    ledger._port.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION + 1),))
+    with pytest.raises(LedgerSchemaError, match="newer"):
+        Ledger(SqliteSqlPort(tmp_path / CATALOG_FILE), ManualClock())
+    assert json.loads(json.dumps(MIGRATIONS[0].summary))  # every migration says what it does

@@ -1,0 +1,43 @@
+"""The Worker on the real interpreter as an `Authority`, in the conformance suite's factory shape
+`(directory, clock)` -> async context manager: `HttpAuthority` over loopback HTTP to the Node
+host, where Pyodide runs the Worker entry, the shared app, `DurableObjectAuthority` and the real
+`WorldObject` behind JS bindings (tests/pyodide/workers_runtime.mjs). The test's ManualClock rides
+on every request (`x-harness-now-ms`), so the objects stamp the same times as a local authority.
+"""
+
+from __future__ import annotations
+
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import httpx
+
+from archetype.commands.port import ManualClock
+from archetype.remote import HttpAuthority
+from tests.pyodide.host import shared_host
+
+TOKEN = "pyodide-conformance"
+
+
+class ClockHeader(httpx.AsyncBaseTransport):
+    def __init__(self, clock: ManualClock) -> None:
+        self._clock = clock
+        self._inner = httpx.AsyncHTTPTransport()
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        request.headers["x-harness-now-ms"] = str(self._clock.now_ms())
+        return await self._inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+@asynccontextmanager
+async def pyodide_worker_over_http(directory: Path, clock: ManualClock):
+    host = shared_host()
+    host.call("tests.pyodide.harness:deploy", tokens={TOKEN: {"principal": "root", "roles": ["admin"]}})
+    authority = HttpAuthority(host.url, token=TOKEN, transport=ClockHeader(clock))
+    try:
+        yield authority
+    finally:
+        await authority.close()
