@@ -339,14 +339,15 @@ class Ledger:
         """(a snapshot of each leased row, suspect) in lease order."""
         world = self.writer(world_id, writer_epoch)
         now = self.now()
+        charged = None
         if world.guard is not None and world.guard[1] != session:
             # "that session died while materializing the guarded command": charged before leasing
-            self._charge_crash(world, world.guard[0])
+            charged = self._charge_crash(world, world.guard[0])
         due = sorted((c for c in world.commands.values() if c.status in OPEN and c.sub.options.tick <= tick),
                      key=lambda c: c.order)  # fmt: skip
         taken: list[tuple[Command, bool]] = []
         for command in due:
-            suspect = False
+            suspect = command.sequence == charged  # "the charged command stays suspect (so it is guarded again)"
             if command.status == "LEASED" and (command.lease_owner, command.lease_session) != (owner, session):
                 # AMBIGUITY: "expired" at exactly lease_expires_at: the model says a lease is good
                 # for lease_ms, i.e. expired once now >= expiry.
@@ -359,19 +360,21 @@ class Ledger:
             command.lease_expires_at, command.updated_at = now + lease_ms, now
         return [(copy.copy(command), suspect) for command, suspect in taken]
 
-    def _charge_crash(self, world: World, sequence: int) -> None:
+    def _charge_crash(self, world: World, sequence: int) -> int | None:
+        """Charge the guarded command one attempt; answer its sequence when it was charged."""
         world.guard = None
         command = world.commands.get(sequence)
         # AMBIGUITY: the page does not say what a guard naming a command that is no longer leased
         # does; the model charges only a command still LEASED (one "a dead session left leased").
         if command is None or command.status != "LEASED":
-            return
+            return None
         command.attempts += 1
         command.status = "DEAD_LETTER" if command.attempts >= command.sub.options.max_attempts else "RETRYABLE"
         command.last_error = ANY_TEXT
         command.clear_lease()
         command.updated_at = self.now()
         self._event(world, command)
+        return sequence
 
     def guard(self, world_id: str, owner: str, session: str, writer_epoch: int, sequence: int | None) -> None:
         world = self.writer(world_id, writer_epoch)
@@ -474,17 +477,21 @@ class Materialized:
 
 
 class Faults:
-    """Faults armed at the Authority seam: method -> modes still to inject, in order, one per
-    call ('before': the call fails and nothing happened; 'after': it happened, the answer is lost)."""
+    """The Authority seam as the model sees it: the calls made through it, in order (the page
+    names them: one ledger call per admission, a lease, a guard per suspect and one after the
+    drain, a publish), and the faults armed on them: method -> modes still to inject, one per call
+    ('before': the call fails and nothing happened; 'after': it happened, the answer is lost)."""
 
     def __init__(self) -> None:
         self.armed: dict[str, list[str]] = {}
+        self.calls: list[tuple[str, Any]] = []  # (method, the argument worth comparing)
 
     def arm(self, method: str, mode: str) -> None:
         self.armed.setdefault(method, []).append(mode)
 
-    def call(self, method: str, run: Any) -> Any:
+    def call(self, method: str, run: Any, detail: Any = None) -> Any:
         """Carry out one authority call the way the seam would."""
+        self.calls.append((method, detail))
         modes = self.armed.get(method)
         mode = modes.pop(0) if modes else None
         if mode == "before":
@@ -515,17 +522,17 @@ class Runner:
     def drop(self, world_id: str) -> None:
         self.loaded.pop(world_id, None)
 
-    def load(self, ledger: Ledger, world_id: str) -> LoadedWorld:
+    def load(self, ledger: Ledger, world_id: str, faults: Faults) -> LoadedWorld:
         """Loading a world acquires its writer (fencing earlier ones) and reads its published state."""
         if world_id not in self.loaded:
-            epoch = ledger.acquire_writer(world_id)
+            epoch = faults.call("acquire_writer", lambda: ledger.acquire_writer(world_id))
             world = ledger.worlds[world_id]
             self.loaded[world_id] = LoadedWorld(epoch, world.tick_head, copy.deepcopy(world.entities))
         return self.loaded[world_id]
 
     def step(self, ledger: Ledger, world_id: str, faults: Faults, plans: dict[str, list]) -> int:
         """One `Step`: the number of commands applied, or ModelError/ModelCrash."""
-        loaded = self.load(ledger, world_id)  # a closed world: ModelError('closing'), nothing loaded
+        loaded = self.load(ledger, world_id, faults)  # a closed world: ModelError('closing'), nothing loaded
         try:
             if loaded.prepared is None:
                 self._prepare(ledger, world_id, loaded, faults, plans)
@@ -562,20 +569,22 @@ class Runner:
             # takes one at the start of a tick when the world has none left, and a larger one
             # after the lease when the due spawns would not fit.
             if not loaded.ids:
-                first = ledger.reserve_entity_ids(world_id, ID_BLOCK)
+                first = faults.call("reserve_entity_ids", lambda: ledger.reserve_entity_ids(world_id, ID_BLOCK), ID_BLOCK)
                 loaded.ids = range(first, first + ID_BLOCK)
             rows = faults.call("lease", lambda: ledger.lease(
                 world_id, self.owner, session, loaded.writer_epoch, tick, self.lease_ms))  # fmt: skip
             spawns = sum(1 for row, _ in rows if row.sub.mutation.operation == "spawn")
             if len(loaded.ids) < spawns:
-                first = ledger.reserve_entity_ids(world_id, max(spawns, ID_BLOCK))
-                loaded.ids = range(first, first + max(spawns, ID_BLOCK))
+                size = max(spawns, ID_BLOCK)
+                first = faults.call("reserve_entity_ids", lambda: ledger.reserve_entity_ids(world_id, size), size)
+                loaded.ids = range(first, first + size)
             writes: dict[int, dict[str, dict] | None] = {}
             settlements: list[Settlement] = []
             guarded = False
             for row, suspect in rows:
                 if suspect:  # "first names it in the guard (its own small transaction)"
-                    faults.call("guard", lambda: ledger.guard(world_id, self.owner, session, loaded.writer_epoch, row.sequence))
+                    faults.call("guard", lambda: ledger.guard(world_id, self.owner, session, loaded.writer_epoch, row.sequence),
+                                row.sequence)  # fmt: skip
                     guarded = True
                 try:
                     done = self._materialize(row, loaded, writes, plans)
