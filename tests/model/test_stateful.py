@@ -320,21 +320,25 @@ class LedgerMachine(RuleBasedStateMachine):
         if "Position" in names:
             comps.append(("Position", (("x", data.draw(st.sampled_from(FLOATS))), ("y", data.draw(st.sampled_from(FLOATS))))))
         if probe:
-            label = f"probe-{self.n}-{next(self.probes)}"
             # retryable failures weigh three times as much: they drive retries, dead letters and
             # released tails, the paths with the most rules
             failures = PROBE_FAILURES + tuple(f for f in PROBE_FAILURES if f[0] == "fail") * 2
             plan = data.draw(st.lists(st.sampled_from(failures), max_size=3))
             if data.draw(st.integers(0, 4)) == 0:  # a poison pill: kills its runner 2-4 times running
                 plan = [data.draw(st.sampled_from([f for f in PROBE_FAILURES if f[0] == "base"]))] * data.draw(st.integers(2, 4))
-            # armed now, for real and in the model: a Probe raises these, one per materialization
-            flaky.FAILURES[label] = [cls(f"{label}#{i}") for i, (_, cls) in enumerate(plan)]
-            self.plans[label] = [(kind, cls.__name__ if kind == "base" else f"{label}#{i}") for i, (kind, cls) in enumerate(plan)]
-            comps.append(("Probe", (("label", label),)))
+            comps.append(self._probe(plan))
         return tuple(sorted(comps))
 
+    def _probe(self, plan: list) -> tuple:
+        """A Probe value with a fresh label, its failures armed now, for real and in the model:
+        it raises them one per materialization, in order."""
+        label = f"probe-{self.n}-{next(self.probes)}"
+        flaky.FAILURES[label] = [cls(f"{label}#{i}") for i, (_, cls) in enumerate(plan)]
+        self.plans[label] = [(kind, cls.__name__ if kind == "base" else f"{label}#{i}") for i, (kind, cls) in enumerate(plan)]
+        return ("Probe", (("label", label),))
+
     def _mutation(self, data: Any, world_id: str) -> Mutation:
-        kind = data.draw(st.sampled_from(("spawn", "probe", "probe", "despawn", "update", "add_components", "remove_components")))
+        kind = data.draw(st.sampled_from(("spawn", "probe", "probe", "probe", "despawn", "update", "add_components", "remove_components")))
         if kind in ("spawn", "probe"):
             return Mutation("spawn", components=self._components(data, probe=kind == "probe"))
         entity_id = data.draw(st.sampled_from(self._entity_ids(world_id)))
@@ -403,6 +407,18 @@ class LedgerMachine(RuleBasedStateMachine):
         principal = data.draw(st.sampled_from(PRINCIPALS))
         ids = data.draw(st.lists(st.sampled_from(COMMAND_IDS), min_size=2, max_size=3, unique=not data.draw(st.booleans())))
         self.admit_batch(world_id, [self._submission(data, world_id, principal, command_id) for command_id in ids])
+
+    @rule(data=st.data())
+    def jump_the_queue(self, data: Any) -> None:
+        """A late command that sorts first (tick 0, priority -1) and fails retryably: its drain
+        stops at once, so what the runner leased after it, retries included, is the released tail."""
+        self._count("jump_the_queue")
+        world_id = data.draw(st.sampled_from(self.worlds))
+        plan = [data.draw(st.sampled_from([f for f in PROBE_FAILURES if f[0] == "fail"]))] * data.draw(st.integers(1, 2))
+        mutation = Mutation("spawn", components=(self._probe(plan),))
+        # a fresh id: the shared ones are mostly taken by now, and a refused admission would jump nothing
+        sub = Submission(f"q{next(self.probes)}", mutation, Options(0, -1, 3), data.draw(st.sampled_from(PRINCIPALS)))
+        self.admit_batch(world_id, [sub])
 
     @precondition(lambda self: self._commands())
     @rule(data=st.data())
@@ -523,6 +539,18 @@ class LedgerMachine(RuleBasedStateMachine):
         """The runner process dies (between calls) and starts again with the same owner: a new
         Runtime, new sessions, nothing in memory; what it held is recovered at its next lease."""
         self._count("restart")
+        self.runtimes[owner] = self._runtime(owner)
+        self.runners[owner] = Runner(owner, LEASE_MS)
+
+    @rule(owner=st.sampled_from(OWNERS), index=st.integers(0, 1))
+    def die_mid_tick(self, owner: str, index: int) -> None:
+        """The runner leases and materializes a tick, then its process is gone before the publish
+        arrives (as `fault` + `step` + `restart` would do, in one rule so it happens often: it is
+        what leaves leases to recover, suspects to guard and live leases to stop at)."""
+        self._count("die_mid_tick")
+        self.faults.arm("publish", "before")
+        self.armed.setdefault("publish", []).append("before")
+        self.step_world(owner, self.worlds[index])
         self.runtimes[owner] = self._runtime(owner)
         self.runners[owner] = Runner(owner, LEASE_MS)
 
