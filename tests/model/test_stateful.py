@@ -6,14 +6,15 @@ Every authority factory in tests/conformance/authorities.py gets its own run, so
 is covered by adding it there. One authority serves every example of a run (each example uses
 fresh worlds: the ledger keeps everything per world), which keeps servers from restarting.
 
-After every rule the whole observable ledger of every world of the example is compared: each
-command row, the manifests (order included), the published entity state (exact canonical text),
-the outbox (every field, timestamps included: model and authority read the same ManualClock),
-the world row and the watermark; and a few invariants are checked on the authority's answers
-alone (no double application, settlements in ledger order, contiguous events, APPLIED only
-through a published manifest).
+Each rule's outcome and the ledger calls it made must agree. After every rule the whole
+observable ledger of each world it touched is compared: each command row, the manifests (order
+included), the published entity state (exact canonical text), the outbox (every field, timestamps
+included: model and authority read the same ManualClock), the world row; every tenth rule also
+the watermark and each principal's scope; and a few invariants are checked on the authority's
+answers alone (no double application, settlements in ledger order, contiguous events, APPLIED
+only through a published manifest).
 
-CI runs a bounded number of examples; `ARCHETYPE_SOAK_SECONDS=600` runs each selected authority
+CI spends a time budget per authority; `ARCHETYPE_SOAK_SECONDS=600` runs each selected authority
 for that long instead (see tests/model/README.md).
 """
 
@@ -125,7 +126,8 @@ class InjectedFault(ConnectionResetError):
 
 # -- from model values to the real public surface --------------------------------------------
 def values(components: tuple) -> list[ComponentValue]:
-    """Wire-form values (so a Probe's validation runs only when it is materialized)."""
+    """Wire-form values, as a client sends them (the Probe's failures are for materialization:
+    admission builds the live value under the admission context, which the Probe lets pass)."""
     return [ComponentValue(name=n, fingerprint=CLASSES[n].component_fingerprint(), data=dict(d)) for n, d in components]
 
 
