@@ -684,6 +684,7 @@ class LedgerMachine(RuleBasedStateMachine):
             assert got == want, f"command #{c.sequence} differs:\n authority {got}\n model     {want}"
             assert error_matches(r["last_error"], c.last_error), f"#{c.sequence} last_error {r['last_error']!r}, model {c.last_error!r}"
             assert self.digests.get((world_id, sub.scope, sub.command_id), r["digest"]) == r["digest"]
+            assert isinstance(r["schema_version"], int) and r["schema_version"] >= 1  # "positive schema version"
 
         # manifests, in tick order
         assert len(manifests) == len(world.manifests), f"{len(manifests)} manifests, model {len(world.manifests)}"
