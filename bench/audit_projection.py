@@ -31,7 +31,7 @@ async def build_outbox(authority, world_id: str, events: int) -> None:
         rows = [
             {"command_id": f"cmd-{n:08d}", "schema_version": 1, "scheduled_tick": n // 100, "priority": 0,
              "operation": "despawn", "payload": payload, "principal": f"user-{n % 17}", "origin": "gateway",
-             "max_attempts": 3, "reserved_entity_id": None}
+             "max_attempts": 3, "reserved_entity_id": None, "request_digest": None}
             for n in range(start, min(events, start + ADMIT_CHUNK))
         ]  # fmt: skip
         await authority.admit(world_id=world_id, commands=rows)

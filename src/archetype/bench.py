@@ -29,6 +29,7 @@ import click
 from archetype.canonical import canonical_json
 from archetype.commands import DeferredItem, DurableOptions, default_registry
 from archetype.commands.identity import command_digest
+from archetype.commands.ledger_rows import AdmissionRow
 from archetype.runtime import Runtime
 from archetype.world import Component, ComponentValue, Spawn, Step
 from local_catalog import CATALOG_FILE, open_local_authority
@@ -103,8 +104,8 @@ class RawLedger:
             self.conn.execute("UPDATE worlds SET next_sequence = ? WHERE world_id = ?", (self.sequence, RAW_WORLD))
             self.conn.executemany(
                 "INSERT INTO commands (world_id, command_id, sequence, schema_version, scheduled_tick, priority, "
-                "operation, payload, digest, principal, origin, max_attempts, reserved_entity_id, status, created_at, "
-                "updated_at) VALUES (?, ?, ?, 1, ?, 0, 'spawn', ?, ?, NULL, 'local', 3, NULL, 'PENDING', ?, ?)",
+                "operation, payload, digest, principal, origin, max_attempts, reserved_entity_id, status, scope, created_at, "
+                "updated_at) VALUES (?, ?, ?, 1, ?, 0, 'spawn', ?, ?, NULL, 'local', 3, NULL, 'PENDING', '', ?, ?)",
                 [(RAW_WORLD, r["command_id"], first + i, r["scheduled_tick"], r["payload"], r["digest"], now, now)
                  for i, r in enumerate(rows)],
             )  # fmt: skip
@@ -182,12 +183,14 @@ async def build_ledger(directory: Path, rows: int) -> None:
             await authority.create_world(world_id=world_id, name=world_id)
         filler = _spawn(BENCH_WORLD, 0)
         payload = default_registry().resolve(filler).payload_of(filler)
-        template = {
-            "schema_version": 1, "scheduled_tick": FAR_TICK, "priority": 0, "operation": "spawn", "payload": payload,
-            "principal": None, "origin": "local", "max_attempts": 3, "reserved_entity_id": None,
+        template: AdmissionRow = {
+            "command_id": "", "schema_version": 1, "scheduled_tick": FAR_TICK, "priority": 0, "operation": "spawn",
+            "payload": payload, "principal": None, "origin": "local", "max_attempts": 3, "reserved_entity_id": None,
+            "request_digest": None,
         }  # fmt: skip
         for start in range(0, rows, BATCH):
-            batch = [{**template, "command_id": f"fill-{i}"} for i in range(start, min(rows, start + BATCH))]
+            ids = range(start, min(rows, start + BATCH))
+            batch: list[AdmissionRow] = [{**template, "command_id": f"fill-{i}"} for i in ids]
             await authority.admit(world_id=BENCH_WORLD, commands=batch)
     finally:
         await authority.close()
@@ -275,7 +278,8 @@ async def attempt(group: list[Workbench], tag: str, single: int, batches: int) -
                 totals[bench][0] += ours
                 totals[bench][1] += theirs
         for bench in group:
-            bench.keep(name, *totals[bench], count * size)
+            ours, theirs = totals[bench]
+            bench.keep(name, ours, theirs, count * size)
     for bench in group:
         bench.keep("e2e", *await bench.end_to_end(f"{tag}-e2e"), E2E_COMMANDS)
 

@@ -193,7 +193,8 @@ _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
 def nesting_exceeds(text: str | bytes, max_depth: int = MAX_DEPTH) -> bool:
     """Whether JSON text nests containers deeper than `max_depth`, found without parsing it
     (so without recursion): string literals are dropped, then the brackets are counted."""
-    if text.count("[" if isinstance(text, str) else b"[") + text.count("{" if isinstance(text, str) else b"{") <= max_depth:
+    opening = text.count("[") + text.count("{") if isinstance(text, str) else text.count(b"[") + text.count(b"{")
+    if opening <= max_depth:
         return False  # too few brackets to nest that deep, strings included: the common case
     raw = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else bytes(text)
     brackets = _STRING_LITERAL.sub(b"", raw).translate(_BRACKETS, _NOT_BRACKETS)

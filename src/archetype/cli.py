@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import click
 
@@ -33,7 +35,10 @@ SERVER = [
 ]  # fmt: skip
 
 
-def _server_options(fn):
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _server_options(fn: F) -> F:
     for option in reversed(SERVER):
         fn = option(fn)
     return fn
@@ -56,7 +61,7 @@ def _server_options(fn):
               help="This runner's stable identity in the catalog (default: serve@<hostname>). A restarted runner "
                    "with the same id recovers its own leases at once; two live runners never share one.")
 @click.option("--log-level", default="warning", show_default=True, help="uvicorn log level.")  # fmt: skip
-def serve(**options) -> None:
+def serve(**options: Any) -> None:
     """Serve the HTTP API over the local catalog and step every active world."""
     from archetype.server import RunnerBusyError, ServeConfig, serve
 
@@ -76,7 +81,9 @@ def submit(url: str, token: str, world_id: str, command: str, idempotency_key: s
     """Submit one command (a SubmitCommandRequest as JSON, or - for stdin) to a world."""
     from archetype.client import submit as run
 
-    run(url, token, world_id, click.get_text_stream("stdin").read() if command == "-" else command, idempotency_key)
+    # click 8.5 deprecated get_text_stream (now a module __getattr__, typed `object`; removed in click 9)
+    body = click.get_text_stream("stdin").read() if command == "-" else command  # type: ignore[operator]
+    run(url, token, world_id, body, idempotency_key)
 
 
 @main.command()

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
+from typing import cast
 
 import click
 from pydantic import field_validator
 
 from archetype.commands import DurableOptions, GetAuditHistory
 from archetype.runtime import Runtime
-from archetype.world import Component, CreateWorld, Despawn, QueryComponents, Spawn, Step, Update
+from archetype.world import AsyncWorld, Component, CreateWorld, Despawn, QueryComponents, Spawn, Step, Update
 
 
 class Position(Component):
@@ -42,8 +43,9 @@ class Beacon(Component):
         return value
 
 
-def _move(world, tick, entity_id, components):  # a processor: Position += Velocity every tick
-    position, velocity = components
+def _move(world: AsyncWorld, tick: int, entity_id: int, components: tuple[Component, ...]) -> None:
+    """A processor: Position += Velocity every tick."""
+    position, velocity = cast(tuple[Position, Velocity], components)  # it is added for (Position, Velocity)
     world.update(entity_id, [position.model_copy(update={"x": position.x + velocity.dx, "y": position.y + velocity.dy})])
 
 
@@ -55,7 +57,8 @@ async def run_demo(data: Path | None, ticks: int) -> None:
         ship = Spawn.from_components(world_id=world_id, components=[Position(x=0, y=0), Velocity(dx=1, dy=0.5)])
         spawned = await rt.dispatcher.defer_spawn(ship, DurableOptions(tick=0), command_id="spawn-ship")
         replay = await rt.dispatcher.defer_spawn(ship, DurableOptions(tick=0), command_id="spawn-ship")
-        click.echo(f"spawn-ship reserved entity {spawned.entity_id}; replay returns the same identity: {replay.command == spawned.command.model_copy(update={'replayed': True})}")
+        same = replay.command == spawned.command.model_copy(update={"replayed": True})
+        click.echo(f"spawn-ship reserved entity {spawned.entity_id}; replay returns the same identity: {same}")
         entity = spawned.entity_id
         await rt.dispatcher.defer(Update(world_id=world_id, entity_id=entity, components=[Position(x=10, y=10)]),
                                   DurableOptions(tick=1), command_id="teleport")  # fmt: skip

@@ -15,8 +15,8 @@ import importlib
 import json
 import logging
 import os
-import secrets
 import re
+import secrets
 import signal
 import socket
 import sys

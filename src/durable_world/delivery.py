@@ -12,6 +12,7 @@ import json
 from typing import Any
 
 from archetype.commands.ledger import Ledger
+from archetype.commands.ledger_rows import OutboxEvent
 from durable_world.ffi import to_js
 
 # Cloudflare Queues limits (1 KB = 1000 bytes): a sendBatch carries at most 100 messages and
@@ -24,14 +25,14 @@ MESSAGE_OVERHEAD_BYTES = 100
 MAX_BATCHES_PER_DELIVERY = 50
 
 
-def message_bytes(event: dict[str, Any]) -> int:
+def message_bytes(event: OutboxEvent) -> int:
     return len(json.dumps(event, separators=(",", ":")).encode()) + MESSAGE_OVERHEAD_BYTES
 
 
-def queue_batches(events: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+def queue_batches(events: list[OutboxEvent]) -> list[list[OutboxEvent]]:
     """Split events, in order, into batches within the sendBatch limits."""
-    batches: list[list[dict[str, Any]]] = []
-    batch: list[dict[str, Any]] = []
+    batches: list[list[OutboxEvent]] = []
+    batch: list[OutboxEvent] = []
     size = 0
     for event in events:
         weight = message_bytes(event)

@@ -27,7 +27,7 @@ class DurableObjectSqlPort:
         self._storage = storage
         self._sql = storage.sql
 
-    def execute(self, sql: str, params: Sequence[object] = ()) -> list[tuple]:
+    def execute(self, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
         # raw() rows are column arrays in select order, which is what the ledger indexes by;
         # toArray() consumes the cursor now, before any await can let another event in.
         rows = to_py(self._sql.exec(sql, *[sql_binding(p) for p in params]).raw().toArray())

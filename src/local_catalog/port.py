@@ -11,7 +11,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -29,7 +29,7 @@ class SqliteSqlPort:
         self._conn.execute(f"PRAGMA synchronous = {synchronous}")
         self._depth = 0
 
-    def execute(self, sql: str, params: Sequence[object] = ()) -> list[tuple]:
+    def execute(self, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
         return self._conn.execute(sql, tuple(params)).fetchall()
 
     def transaction(self, fn: Callable[[], T]) -> T:

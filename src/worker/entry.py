@@ -40,7 +40,7 @@ def build_app(env: Any) -> Any:
     return create_app(DurableObjectAuthority(getattr(env, NAMESPACE_BINDING)), tokens=tokens)
 
 
-class Default(WorkerEntrypoint):
+class Default(WorkerEntrypoint):  # type: ignore[misc]  # `workers` exists only on workerd: Any here
     async def fetch(self, request: Any) -> Any:
         import asgi  # the ASGI bridge workerd provides to Python Workers
 

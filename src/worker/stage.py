@@ -22,6 +22,7 @@ import re
 import shutil
 import sys
 import zipfile
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1]
@@ -42,7 +43,7 @@ def module_file(name: str) -> Path | None:
     return None
 
 
-def _module_level(body: list[ast.stmt]):
+def _module_level(body: Sequence[ast.stmt | ast.ExceptHandler]) -> Iterator[ast.stmt | ast.ExceptHandler]:
     """Statements that run at import time: the body, into if/try/with/class blocks, not functions."""
     for node in body:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):

@@ -214,7 +214,9 @@ hostile_scalars = (
 )
 hostile_values = st.recursive(
     hostile_scalars,
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(st.characters(exclude_categories=()), max_size=3), inner, max_size=3),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(st.characters(exclude_categories=()), max_size=3), inner, max_size=3)
+    ),
     max_leaves=10,
 ) | st.integers(1, 120).map(lambda depth: json.loads("[" * depth + "]" * depth))
 

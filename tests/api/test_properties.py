@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
 from archetype.api import create_app
-from archetype.audit import AuditLog
 from archetype.api.runner_protocol import ARGUMENTS, LEDGER_ROUTE_ROLES, WORLD_SCOPED
+from archetype.audit import AuditLog
 from archetype.commands.ledger_rows import AdmissionRow, EntityWrite, ManifestRow
 from local_catalog import open_local_authority
 from tests.api.conftest import ADMIN, PLAYER, TOKENS, persisted

@@ -43,7 +43,7 @@ class WeedMini:
                 f"-tableBucket={BUCKET}", "-admin.ui=false", "-webdav=false", "-s3.port.lance=0",
                 *(f"-{name}={port}" for name, port in ports.items())]  # fmt: skip
         env = {**os.environ, "AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY}
-        self.log = open(directory / "weed.log", "wb")  # noqa: SIM115 - closed in stop()
+        self.log = open(directory / "weed.log", "wb")  # closed in stop()
         self.process = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, env=env, cwd=directory)
         self._wait_ready(directory)
 

@@ -27,7 +27,8 @@ def event(world_id: str, seq: int, command_id: str, day: int = 0) -> dict:
 def table(tmp_path):
     table = AuditTable(local_catalog(tmp_path))
     for batch in range(8):  # eight small commits into one partition of w1, one into w2
-        table.append_in_order("w1", events_to_arrow([event("w1", batch * 50 + i, f"cmd-{(batch * 50 + i) % 40:03d}") for i in range(1, 51)]))
+        events = [event("w1", batch * 50 + i, f"cmd-{(batch * 50 + i) % 40:03d}") for i in range(1, 51)]
+        table.append_in_order("w1", events_to_arrow(events))
     table.append_in_order("w2", events_to_arrow([event("w2", 1, "cmd-000", day=1)]))
     table.append([event("w1", 7, "cmd-007")])  # a redelivered copy
     return table

@@ -107,7 +107,7 @@ async def test_a_failed_commit_retries_every_lease_and_loses_nothing(queue, tmp_
     assert queue.pending() == 3 and queue.acked == []
     monkeypatch.undo()
     assert await projector.consume_once() == 3
-    assert queue.pending() == 0 and [m for m in queue.dead_letters] == []
+    assert queue.pending() == 0 and list(queue.dead_letters) == []
     assert seqs(table, "w1") == [1, 2, 3]
     await projector.queue.close()
 

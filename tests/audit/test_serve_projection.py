@@ -22,7 +22,8 @@ async def test_serve_projects_the_outbox_while_serving(tmp_path):
     audit = AuditLog.open_local(tmp_path / "data")  # a reader only, as a notebook would open it
     try:
         with httpx.Client(base_url=url, timeout=10) as http:
-            assert http.post("/worlds", json={"name": "served", "world_id": "s1"}, headers={"Authorization": "Bearer t-admin"}).status_code == 201
+            created = http.post("/worlds", json={"name": "served", "world_id": "s1"}, headers={"Authorization": "Bearer t-admin"})
+            assert created.status_code == 201
             spawn = {"type": "spawn", "tick": 0, "components": [ComponentValue.from_component(Position(x=1, y=2)).model_dump()]}
             headers = {"Authorization": "Bearer t-player", "Idempotency-Key": "ship"}
             assert http.post("/worlds/s1/commands", json=spawn, headers=headers).status_code == 202

@@ -25,7 +25,7 @@ def tamper(tmp_path, command_id, sql, *, rehash):
         if rehash:
             row = db.execute(f"SELECT {', '.join(COMMAND_FIELDS)} FROM commands WHERE command_id = ?", (command_id,)).fetchone()
             db.execute("UPDATE commands SET digest = ? WHERE command_id = ?",
-                       (command_digest(dict(zip(COMMAND_FIELDS, row))), command_id))  # fmt: skip
+                       (command_digest(dict(zip(COMMAND_FIELDS, row, strict=True))), command_id))  # fmt: skip
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ from typing import Literal
 import pytest
 from pydantic import ValidationError
 
+from archetype.canonical import NonCanonicalValueError
 from archetype.commands import (
     ActorCtx,
     CommandDispatcher,
@@ -25,8 +26,10 @@ from archetype.commands import (
     WorldNotFoundError,
     default_registry,
 )
+from archetype.commands.registry import NonCanonicalCommandError
 from archetype.world import (
     AddComponents,
+    ComponentValue,
     CreateWorld,
     Despawn,
     DestroyWorld,
@@ -38,9 +41,6 @@ from archetype.world import (
     Step,
     Update,
 )
-from archetype.canonical import NonCanonicalValueError
-from archetype.commands.registry import NonCanonicalCommandError
-from archetype.world import ComponentValue
 from archetype.world.operations import PORTABLE_MUTATIONS, Operation
 from tests.component_modules.alpha import Health, Position
 

@@ -3,7 +3,7 @@ authorities with the same clock and it must produce byte-identical records, mani
 
 from __future__ import annotations
 
-
+from archetype.canonical import canonical_json
 from archetype.commands import (
     ActorCtx,
     CommandConflictError,
@@ -12,11 +12,19 @@ from archetype.commands import (
     Role,
     WorldClosingError,
 )
-from archetype.canonical import canonical_json
 from archetype.commands.port import ManualClock
 from archetype.runtime import Runtime
+from archetype.world import (
+    ComponentValue,
+    CreateWorld,
+    Despawn,
+    DestroyWorld,
+    RemoveComponents,
+    Spawn,
+    SpawnReserved,
+    Update,
+)
 from archetype.world.world import PreTick
-from archetype.world import ComponentValue, CreateWorld, Despawn, DestroyWorld, RemoveComponents, Spawn, SpawnReserved, Update
 from tests.component_modules.alpha import Health, Position
 from tests.conformance.helpers import at, fail_next, probe
 
@@ -84,6 +92,7 @@ async def run_scenario(authority, clock: ManualClock) -> None:
     await a.dispatcher.defer(Spawn(world_id=w, components=[Position(x=1e-300, y=-2.5e300), Health(hp=-SAFE)]),
                              at(3, priority=-(2**31)), command_id="edge-floats")  # fmt: skip
     await a.dispatcher.defer(Despawn(world_id=w, entity_id=edge.entity_id), at(SAFE), command_id="at-the-bound")
+    await a.dispatcher.defer(Despawn(world_id=w, entity_id=SAFE), at(3, priority=2**31), command_id="last-entity-id")
     # two principals, one key: two commands
     await a.dispatcher.defer_as(PLAYER, Despawn(world_id=w, entity_id=777), at(3), command_id="shared-key")
     await a.dispatcher.defer_as(QUINN, Despawn(world_id=w, entity_id=778), at(3), command_id="shared-key")
@@ -120,7 +129,7 @@ async def run_scenario(authority, clock: ManualClock) -> None:
 
 async def snapshot(authority) -> str:
     """Everything the parity suite compares, as one canonical text."""
-    state = {}
+    state: dict = {"listed": await authority.list_worlds()}
     for world_id in WORLDS:
         state[world_id] = {
             "info": await authority.world_info(world_id=world_id),

@@ -328,3 +328,28 @@ async def test_a_materializer_that_returns_an_awaitable_is_rejected_not_applied(
     assert ran == []
     with pytest.raises(TypeError, match="synchronous"):
         DurableOperation(spec.durable.decode, later)
+
+
+@pytest.mark.parametrize("command_id", ["trailing-newline\n", "\nleading", "tab\tinside", "x" * 129, ""])
+async def test_a_command_id_must_match_its_pattern_whole(rt, world_id, authority, command_id):
+    before = await authority.world_info(world_id)
+    with pytest.raises(InvalidCommandError, match="must match"):
+        await rt.dispatcher.defer(Despawn(world_id=world_id, entity_id=1), at(0), command_id=command_id)
+    with pytest.raises(InvalidCommandError, match="must match"):  # refused before any reservation is written
+        await rt.dispatcher.defer_spawn(Spawn(world_id=world_id, components=[Health(hp=1)]), at(0), command_id=command_id)
+    assert await authority.world_info(world_id) == before and await authority.history(world_id) == []
+
+
+async def test_each_principal_has_its_own_command_ids(rt, world_id, authority):
+    quinn = ActorCtx(principal="quinn", roles={Role.player})
+    mine = await rt.dispatcher.defer_as(PLAYER, Despawn(world_id=world_id, entity_id=1), at(0), command_id="k")
+    theirs = await rt.dispatcher.defer_as(quinn, Despawn(world_id=world_id, entity_id=2), at(1), command_id="k")
+    trusted = await rt.dispatcher.defer(Despawn(world_id=world_id, entity_id=3), at(2), command_id="k")
+    assert len({mine.sequence, theirs.sequence, trusted.sequence}) == 3
+    assert (await rt.dispatcher.defer_as(quinn, Despawn(world_id=world_id, entity_id=2), at(1), command_id="k")).replayed
+    with pytest.raises(CommandConflictError):  # a conflict only within one's own scope
+        await rt.dispatcher.defer_as(quinn, Despawn(world_id=world_id, entity_id=9), at(1), command_id="k")
+    assert '"entity_id":2' in (await authority.command(world_id, "k", scope="quinn"))["payload"]
+    assert [r["principal"] for r in await authority.history(world_id, scope="quinn")] == ["quinn"]
+    assert [r["principal"] for r in await authority.history(world_id, scope="")] == [None]
+    assert len(await authority.history(world_id)) == 3

@@ -2,7 +2,7 @@
 
 import pytest
 
-from archetype.commands import InvalidCommandError
+from archetype.commands import CommandConflictError, InvalidCommandError
 from archetype.world import Despawn, DestroyWorld, Spawn
 from tests.component_modules.alpha import Health
 from tests.conformance.helpers import at, fail_next, outbox, probe, step
@@ -63,10 +63,10 @@ async def test_read_acknowledge_and_watermark(rt, world_id, authority):
 
 
 async def test_failed_admissions_append_nothing(rt, world_id, authority):
-    with pytest.raises(Exception):
+    with pytest.raises(InvalidCommandError):
         await rt.dispatcher.defer(Despawn(world_id=world_id, entity_id=1), at(0), command_id="bad id")
     await rt.dispatcher.defer(Despawn(world_id=world_id, entity_id=1), at(0), command_id="k")
-    with pytest.raises(Exception):
+    with pytest.raises(CommandConflictError):
         await rt.dispatcher.defer(Despawn(world_id=world_id, entity_id=2), at(0), command_id="k")
     assert len(await outbox(authority, world_id)) == 1
 
@@ -77,7 +77,7 @@ async def test_the_columnar_read_is_the_same_page_column_by_column(rt, world_id,
     await authority.acknowledge_outbox(world_id=world_id, up_to_seq=1)
     rows = await authority.read_outbox(world_id=world_id, after_seq=0, limit=3)
     columns = await authority.read_outbox_columns(world_id=world_id, after_seq=0, limit=3)
-    assert [dict(zip(columns, values)) for values in zip(*columns.values())] == rows
+    assert [dict(zip(columns, values, strict=True)) for values in zip(*columns.values(), strict=True)] == rows
     assert [e["event_seq"] for e in rows] == [2, 3, 4]
     empty = await authority.read_outbox_columns(world_id=world_id, after_seq=5)
     assert set(empty) == set(rows[0]) and all(values == [] for values in empty.values())

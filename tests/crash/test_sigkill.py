@@ -79,7 +79,7 @@ class Proc:
             code = self.popen.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             self.kill()
-            raise AssertionError(f"{self.name} did not finish within {timeout}s:\n{self.log.read_text()[-4000:]}")
+            raise AssertionError(f"{self.name} did not finish within {timeout}s:\n{self.log.read_text()[-4000:]}") from None
         assert code == 0, f"{self.name} failed with {code}:\n{self.log.read_text()[-4000:]}"
 
 
@@ -223,10 +223,10 @@ def _replay(manifests: list[dict[str, Any]], by_id: dict[str, dict[str, Any]]) -
         for op in ops:
             if type(op) is Spawn:
                 entity_id = next(fresh)
-                world.atomically(lambda: world.spawn(operation_components(op), entity_id=entity_id))
+                world.atomically(lambda: world.spawn(operation_components(op), entity_id=entity_id))  # noqa: B023 - run at once
             else:
                 spec = registry.resolve(op)
-                world.atomically(lambda: spec.durable.materialize(world, op))
+                world.atomically(lambda: spec.durable.materialize(world, op))  # noqa: B023 - run at once
         assert next(fresh, None) is None, f"tick {manifest['tick']} wrote entities no applied command explains"
     return {
         entity_id: {key: component.model_dump(mode="json") for key, component in components.items()}

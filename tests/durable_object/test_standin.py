@@ -144,7 +144,7 @@ def test_numbers_come_back_as_doubles_and_rows_as_attribute_dicts(sql):
     assert rows == [{"id": 1.0, "name": "a", "score": 0.5}, {"id": 2.0, "name": "b", "score": 2.0}]
     assert isinstance(rows[0], Row) and type(rows[0].id) is float and rows[1].name == "b"
     with pytest.raises(AttributeError):
-        rows[0].missing
+        rows[0].missing  # noqa: B018 - the access is what raises
 
 
 def test_one_requires_exactly_one_row(sql):

@@ -30,9 +30,8 @@ from pathlib import Path
 from typing import Any
 
 import js
-from pyodide.ffi import JsProxy, create_proxy, jsnull, to_js
-
 import workers_runtime
+from pyodide.ffi import JsProxy, create_proxy, jsnull, to_js
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -157,6 +157,7 @@ async def with_mistake(mistake: str | None, world_id: str) -> dict[str, Any]:
     from unittest import mock
 
     import workers_runtime
+
     from durable_world import DurableObjectAuthority
     from tests.pyodide import harness
     from worker.entry import Default

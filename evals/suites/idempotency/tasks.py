@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from archetype import Runtime
-from archetype.commands.authority import Authority
 from archetype.commands import (
     ActorCtx,
     CommandConflictError,
@@ -27,7 +26,8 @@ from archetype.commands import (
     Role,
     WorldClosingError,
 )
-from archetype.world import Component, CreateWorld, Despawn, DestroyWorld, Spawn, Step, TickOutcomeUnknownError, Update
+from archetype.commands.authority import Authority
+from archetype.world import Component, CreateWorld, Despawn, DestroyWorld, Spawn, Step, TickOutcomeUnknownError
 
 
 class Marker(Component):

@@ -18,8 +18,8 @@ from archetype.api.auth import TokenTable, require
 from archetype.api.errors import CommandNotFoundError, InvalidRequestError, ShuttingDownError, install_error_handlers
 from archetype.api.limits import DEFAULT_MAX_BODY_BYTES, BodyLimit
 from archetype.api.models import (
-    AuditPage,
     MAX_BATCH,
+    AuditPage,
     BatchAccepted,
     CommandAccepted,
     CommandView,
@@ -32,8 +32,8 @@ from archetype.api.models import (
 )
 from archetype.api.runner_protocol import ADMISSION_METHODS, LEDGER_ROUTE_ROLES, ledger_arguments
 from archetype.canonical import MAX_SAFE_INTEGER
-from archetype.commands.authority import Authority
 from archetype.commands.audit_history import GetAuditHistory
+from archetype.commands.authority import Authority
 from archetype.commands.dispatcher import CommandDispatcher
 from archetype.commands.errors import CommandError, PermissionDeniedError, UnregisteredOperationError
 from archetype.commands.families import default_registry

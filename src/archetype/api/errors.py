@@ -7,16 +7,17 @@ JSON, wrong types, unknown fields, oversized bodies) is a 4xx with a stable code
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Sequence
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
+from pydantic_core import ErrorDetails
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from archetype.commands.errors import CommandError
-from archetype.commands.http_translator import UNSUPPORTED_TYPE_ERROR, IdempotencyKeyMismatchError
+from archetype.commands.http_translator import UNSUPPORTED_TYPE_ERROR
 from archetype.commands.registry import NonCanonicalCommandError
 from archetype.world.components import non_canonical_refusal
 
@@ -78,7 +79,7 @@ def error_response(error: CommandError) -> JSONResponse:
     return JSONResponse(body, status_code=error.http_status, headers=headers)
 
 
-def validation_error(errors: list[dict[str, Any]]) -> CommandError:
+def validation_error(errors: Sequence[ErrorDetails]) -> CommandError:
     """One coded error for a list of pydantic errors: malformed JSON, unsupported type, a value
     without a canonical form (with its JSONPath from the body), or invalid."""
     if any(e.get("type") == "json_invalid" for e in errors):
@@ -96,27 +97,27 @@ def validation_error(errors: list[dict[str, Any]]) -> CommandError:
 
 
 def install_error_handlers(app: FastAPI) -> None:
+    # Registered by decorator: add_exception_handler is typed for handlers of any Exception only
+    @app.exception_handler(CommandError)
     async def command_error(request: Request, exc: CommandError) -> JSONResponse:
         return error_response(exc)
 
+    @app.exception_handler(RequestValidationError)
     async def request_invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         return error_response(validation_error(list(exc.errors())))
 
+    @app.exception_handler(ValidationError)
     async def model_invalid(request: Request, exc: ValidationError) -> JSONResponse:
         return error_response(validation_error(exc.errors()))
 
+    @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         cls = _BY_HTTP_STATUS.get(exc.status_code)
         if cls is None:
             return JSONResponse({"code": f"http_{exc.status_code}", "message": str(exc.detail)}, status_code=exc.status_code)
         return error_response(cls(str(exc.detail)))
 
+    @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.error("unexpected error answering %s %s", request.method, request.url.path, exc_info=exc)
         return error_response(InternalError(f"internal error ({type(exc).__name__}); see the server log"))
-
-    app.add_exception_handler(CommandError, command_error)
-    app.add_exception_handler(RequestValidationError, request_invalid)
-    app.add_exception_handler(ValidationError, model_invalid)
-    app.add_exception_handler(StarletteHTTPException, http_error)
-    app.add_exception_handler(Exception, unexpected)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -31,7 +32,7 @@ class WorldView(BaseModel):
     updated_at: int
 
     @classmethod
-    def of(cls, info: dict[str, Any]) -> WorldView:
+    def of(cls, info: Mapping[str, Any]) -> WorldView:
         return cls(**{name: info[name] for name in cls.model_fields})
 
 
@@ -75,7 +76,7 @@ class CommandView(CommandSummary):
     problem: str | None = None
 
     @classmethod
-    def of(cls, row: dict[str, Any]) -> CommandView:
+    def of(cls, row: Mapping[str, Any]) -> CommandView:
         try:
             payload = parse_json(row["payload"])
         except ValueError as exc:

@@ -15,7 +15,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from archetype.api.errors import InvalidRequestError, validation_error
-from archetype.canonical import NonCanonicalValueError, check_canonical
+from archetype.canonical import NonCanonicalValueError, canonical_json, check_canonical, load_json
+from archetype.commands.errors import InvalidCommandError
 from archetype.commands.ledger import Ledger
 from archetype.commands.options import Role
 
@@ -76,4 +77,18 @@ def ledger_arguments(method: str, world_id: str | None, body: dict[str, Any]) ->
         raise validation_error(exc.errors()) from exc
     except NonCanonicalValueError as exc:
         raise InvalidRequestError(str(exc)) from exc
+    if method == "admit":
+        for command in body["commands"]:
+            _check_stored_payload(command["command_id"], command["payload"])
     return body if world_id is None else {**body, "world_id": world_id}
+
+
+def _check_stored_payload(command_id: str, payload: str) -> None:
+    """A row handed over raw stores its payload as given: it must be canonical JSON text already
+    (the scheduler's rows are by construction; these come from outside it)."""
+    try:
+        canonical = canonical_json(load_json(payload))
+    except ValueError as exc:  # not JSON, or JSON without a canonical form
+        raise InvalidCommandError(f"command {command_id!r}: payload: {exc}") from None
+    if canonical != payload:
+        raise InvalidCommandError(f"command {command_id!r}: the payload is not in canonical JSON form")

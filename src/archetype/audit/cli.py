@@ -5,9 +5,14 @@ from __future__ import annotations
 import asyncio
 import datetime
 import json
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
+
+if TYPE_CHECKING:  # the commands import the runtime only when they run
+    from archetype.runtime import Runtime
 
 STATUSES = ["PENDING", "LEASED", "RETRYABLE", "APPLIED", "REJECTED", "DEAD_LETTER", "CANCELLED"]
 DATA = click.option("--data", type=click.Path(path_type=Path), default=Path("archetype-data"), show_default=True,
@@ -19,7 +24,7 @@ def audit() -> None:
     """The audit projection of the local catalog (Iceberg, under <data>/audit)."""
 
 
-async def _with_runtime(data: Path, work):
+async def _with_runtime(data: Path, work: Callable[[Runtime], Awaitable[None]]) -> None:
     from archetype.runtime import Runtime
 
     if not data.is_dir():
@@ -35,7 +40,7 @@ async def _with_runtime(data: Path, work):
 def project(data: Path, batch_size: int) -> None:
     """Project every world's pending outbox events once, then exit."""
 
-    async def work(rt):
+    async def work(rt: Runtime) -> None:
         rt.audit.batch_size = batch_size
         pending = sum(lag["pending"] for lag in await rt.audit.lag())
         with click.progressbar(length=pending, label="projecting", show_pos=True) as bar:
@@ -50,7 +55,7 @@ def project(data: Path, batch_size: int) -> None:
 def lag(data: Path) -> None:
     """Print, per world, the committed and projected outbox sequence and what is pending."""
 
-    async def work(rt):
+    async def work(rt: Runtime) -> None:
         for row in await rt.audit.lag():
             click.echo(f"{row['world_id']}\tcommitted {row['committed_seq']}\tprojected {row['projected_seq']}\tpending {row['pending']}")
 
@@ -68,7 +73,7 @@ def lag(data: Path) -> None:
 @click.option("--after", "after_event_seq", type=click.IntRange(0), default=0, help="Only events after this sequence.")
 @click.option("--limit", type=click.IntRange(1, 10_000), default=100, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
-def query(data: Path, as_json: bool, **filters) -> None:
+def query(data: Path, as_json: bool, **filters: Any) -> None:
     """Print a world's audit history (GetAuditHistory over the projection), oldest first."""
     from archetype.commands import GetAuditHistory
 
@@ -77,7 +82,7 @@ def query(data: Path, as_json: bool, **filters) -> None:
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from exc
 
-    async def work(rt):
+    async def work(rt: Runtime) -> None:
         for event in await rt.dispatcher.apply(op):
             if as_json:
                 click.echo(event.model_dump_json())
@@ -101,7 +106,7 @@ def query(data: Path, as_json: bool, **filters) -> None:
 def compact(data: Path, min_files: int, expire_after: float, keep_last: int) -> None:
     """Compact small files (sorted by command id, duplicates removed) and expire old snapshots."""
 
-    async def work(rt):
+    async def work(rt: Runtime) -> None:
         done = await rt.audit.maintain(min_files=min_files, older_than_ms=int(expire_after * 1000), keep_last=keep_last)
         c = done.compaction
         click.echo(
@@ -134,7 +139,7 @@ def consume(account_id: str, queue_id: str, queue_token: str, queue_api: str | N
     import signal
 
     from archetype.audit.catalog import rest_catalog
-    from archetype.audit.queue import QueueClient, QueueProjector
+    from archetype.audit.queue import CLOUDFLARE_API, QueueClient, QueueProjector
     from archetype.audit.table import AuditTable
 
     extra = dict(p.split("=", 1) for p in properties if "=" in p)
@@ -143,7 +148,7 @@ def consume(account_id: str, queue_id: str, queue_token: str, queue_api: str | N
 
     async def run() -> None:
         table = AuditTable(rest_catalog(catalog_uri, warehouse, token=catalog_token, **extra))
-        queue = QueueClient(account_id, queue_id, queue_token, **({"api": queue_api} if queue_api else {}))
+        queue = QueueClient(account_id, queue_id, queue_token, api=queue_api or CLOUDFLARE_API)
         projector = QueueProjector(queue, table)
         try:
             if once:

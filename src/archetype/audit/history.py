@@ -16,18 +16,20 @@ from archetype.commands.audit_history import GetAuditHistory
 
 
 def row_filter(query: GetAuditHistory) -> BooleanExpression:
-    terms: list[BooleanExpression] = [EqualTo("world_id", query.world_id)]
+    # Predicates by keyword (term=, value=): a type checker sees their pydantic fields, not the
+    # positional (term, literal) __init__ pyiceberg also accepts.
+    terms: list[BooleanExpression] = [EqualTo(term="world_id", value=query.world_id)]
     if query.after_event_seq:
-        terms.append(GreaterThan("event_seq", query.after_event_seq))
+        terms.append(GreaterThan(term="event_seq", value=query.after_event_seq))
     if query.tick_from is not None:
-        terms.append(GreaterThanOrEqual("tick", query.tick_from))
+        terms.append(GreaterThanOrEqual(term="tick", value=query.tick_from))
     if query.tick_to is not None:
-        terms.append(LessThanOrEqual("tick", query.tick_to))
+        terms.append(LessThanOrEqual(term="tick", value=query.tick_to))
     for column in ("principal", "command_id"):
         if getattr(query, column) is not None:
-            terms.append(EqualTo(column, getattr(query, column)))
+            terms.append(EqualTo(term=column, value=getattr(query, column)))
     if query.status is not None:
-        terms.append(EqualTo("status", query.status.value))
+        terms.append(EqualTo(term="status", value=query.status.value))
     return And(*terms) if len(terms) > 1 else terms[0]
 
 

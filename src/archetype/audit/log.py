@@ -24,6 +24,7 @@ from archetype.audit.table import AuditTable
 from archetype.audit.writer import ProcessWriter, encode
 from archetype.commands.audit_history import AuditEvent, GetAuditHistory
 from archetype.commands.authority import Authority
+from archetype.commands.ledger_rows import Watermark
 
 log = logging.getLogger(__name__)
 
@@ -67,17 +68,19 @@ class AuditLog:
         batch is acknowledged only after its own commit.
         """
         ledger = self._ledger()
+        writer = self.writer
+        assert writer is not None  # _ledger() refuses a log without one
         table = await asyncio.to_thread(lambda: self.table)
-        await self.writer.start()
+        await writer.start()
         sequences, spooled = await self._read(world_id, await self._repair(world_id, table))
-        commit = self.writer.submit(world_id, spooled) if sequences else None
+        commit = writer.submit(world_id, spooled) if sequences else None
         appended = 0
         try:
             while commit is not None:
                 batch = sequences
                 sequences, spooled = await self._read(world_id, batch[-1]) if len(batch) == self.batch_size else ([], "")
                 appended += await commit
-                commit = self.writer.submit(world_id, spooled) if sequences else None
+                commit = writer.submit(world_id, spooled) if sequences else None
                 await ledger.acknowledge_outbox(world_id=world_id, up_to_seq=batch[-1])
                 if progress is not None:
                     progress(len(batch))
@@ -93,7 +96,9 @@ class AuditLog:
         )
         if not columns["event_seq"]:
             return [], ""
-        return columns["event_seq"], await asyncio.to_thread(lambda: encode(columns_to_arrow(columns), self.writer.spool))
+        spool = self.writer.spool if self.writer is not None else None
+        assert spool is not None  # project_world() started the writer
+        return columns["event_seq"], await asyncio.to_thread(lambda: encode(columns_to_arrow(columns), spool))
 
     async def _repair(self, world_id: str, table: AuditTable) -> int:
         """Acknowledge what the table already holds but the ledger does not know is projected
@@ -113,7 +118,7 @@ class AuditLog:
                 appended[lag["world_id"]] = await self.project_world(lag["world_id"], progress)
         return appended
 
-    async def lag(self) -> list[dict[str, Any]]:
+    async def lag(self) -> list[Watermark]:
         """Per world: committed outbox sequence, projected sequence, and pending = their difference."""
         ledger = self._ledger()
         worlds = await ledger.list_worlds()
@@ -140,7 +145,7 @@ class AuditLog:
                 log.exception("audit projection round failed; retrying in %.1fs", interval)
             try:
                 await asyncio.wait_for(stop.wait(), timeout=interval)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
 
     # -- reading --

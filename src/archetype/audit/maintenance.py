@@ -48,7 +48,10 @@ def compact(table: AuditTable, *, min_files: int = 2) -> Compaction:
         if row["file_count"] < min_files:
             continue
         part = row["partition"]
-        where = And(EqualTo("world_id", part["world_id"]), EqualTo("occurred_day", part["occurred_day"].isoformat()))
+        where = And(  # predicates by keyword, as in history.row_filter
+            EqualTo(term="world_id", value=part["world_id"]),
+            EqualTo(term="occurred_day", value=part["occurred_day"].isoformat()),
+        )
         rows = table.table.scan(row_filter=where).to_arrow()
         unique = dedupe(rows).sort_by([("command_id", "ascending"), ("event_seq", "ascending")])
         try:

@@ -117,7 +117,8 @@ class QueueProjector:
         """Pull, append as one commit, acknowledge; return the number of events appended."""
         messages = await self._pull_round()
         events: dict[str, dict[str, Any]] = {}
-        good, bad = [], []
+        good: list[str] = []
+        bad: list[str] = []
         for message in messages:
             event = decode_event(message)
             (good if event is not None else bad).append(message.lease_id)
@@ -149,5 +150,5 @@ class QueueProjector:
             if appended < self.max_events:
                 try:
                     await asyncio.wait_for(stop.wait(), timeout=interval)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     pass

@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -38,7 +38,7 @@ T = TypeVar("T")
 def _lowest(task: FileScanTask, field_id: int) -> int:
     """The lowest event sequence a data file can hold (its column lower bound; 0 if unknown)."""
     bound = (task.file.lower_bounds or {}).get(field_id)
-    return from_bytes(LongType(), bound) if bound is not None else 0
+    return cast(int, from_bytes(LongType(), bound)) if bound is not None else 0  # a LongType decodes to int
 
 
 class AuditTable:
@@ -68,7 +68,12 @@ class AuditTable:
     def append(self, events: list[dict[str, Any]]) -> int:
         """Append events of any worlds, in any order, as ONE commit (duplicates are removed on read)."""
         rows = events_to_arrow(events)
-        return self._committing(lambda: (self.table.append(rows), len(events))[1])
+
+        def attempt() -> int:
+            self.table.append(rows)
+            return len(events)
+
+        return self._committing(attempt)
 
     def _committing(self, attempt: Callable[[], T]) -> T:
         """Run `attempt`, refreshing and retrying when another writer committed first (optimistic concurrency)."""

@@ -69,11 +69,13 @@ class ProcessWriter:
         """Send one batch (a spool file from `encode`) to the started child; the task yields the rows appended."""
         if self._child is None:
             raise RuntimeError("start() the writer before submitting")
+        assert self._child.stdin is not None  # start() opens it as a pipe
         self._child.stdin.write(json.dumps({"world_id": world_id, "path": path}).encode() + b"\n")
         return asyncio.ensure_future(self._reply(self._child))
 
     @staticmethod
     async def _reply(child: asyncio.subprocess.Process) -> int:
+        assert child.stdin is not None and child.stdout is not None  # start() opens both as pipes
         try:
             await child.stdin.drain()
             line = await child.stdout.readline()
@@ -89,10 +91,11 @@ class ProcessWriter:
     async def close(self) -> None:
         child, self._child = self._child, None
         if child is not None and child.returncode is None:
+            assert child.stdin is not None  # start() opens it as a pipe
             child.stdin.close()
             try:
                 await asyncio.wait_for(child.wait(), timeout=10)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 child.kill()
                 await child.wait()
         if self.spool is not None:
@@ -113,7 +116,7 @@ def serve(data_dir: str) -> None:
         try:
             with pa.memory_map(request["path"]) as source:
                 rows = pa.ipc.open_stream(source).read_all()
-            reply = {"appended": table.append_in_order(request["world_id"], rows)}
+            reply: dict[str, int | str] = {"appended": table.append_in_order(request["world_id"], rows)}
         except Exception as exc:  # reported to the parent, which raises it; this process stays usable
             reply = {"error": f"{type(exc).__name__}: {exc}"}
         finally:

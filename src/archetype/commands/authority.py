@@ -16,8 +16,8 @@ from typing import Any
 from archetype.commands.errors import UnregisteredOperationError
 from archetype.commands.ledger import LEDGER_METHODS, Ledger
 from archetype.commands.ledger_rows import (
-    Admitted,
     AdmissionRow,
+    Admitted,
     CommandRow,
     Destroyed,
     EntityWrite,

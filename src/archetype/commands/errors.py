@@ -90,7 +90,8 @@ def error_class(code: str) -> type[CommandError]:
     Every subclass registers by defining `code`, wherever it lives (the HTTP layer adds its own),
     so there is no table to keep in step.
     """
-    pending, found = [CommandError], {}
+    pending: list[type[CommandError]] = [CommandError]
+    found: dict[str, type[CommandError]] = {}
     while pending:
         cls = pending.pop()
         found.setdefault(cls.code, cls)

@@ -17,12 +17,12 @@ from archetype.commands.errors import InvalidCommandError
 from archetype.commands.options import DurableOptions
 from archetype.commands.scheduler import COMMAND_ID_PATTERN, DeferredItem
 from archetype.world.components import ComponentTypeRef, ComponentValue
-from archetype.world.operations import AddComponents, Despawn, Operation, RemoveComponents, Spawn, Update
+from archetype.world.operations import AddComponents, Despawn, RemoveComponents, Spawn, Update
 
 CommandType = Literal["spawn", "despawn", "update", "add_components", "remove_components"]
 
 # type -> (family model, the mutation fields it takes besides world_id)
-MUTATIONS: dict[str, tuple[type[Operation], frozenset[str]]] = {
+MUTATIONS: dict[str, tuple[type[Spawn | Despawn | Update | AddComponents | RemoveComponents], frozenset[str]]] = {
     "spawn": (Spawn, frozenset({"components"})),
     "despawn": (Despawn, frozenset({"entity_id"})),
     "update": (Update, frozenset({"entity_id", "components"})),

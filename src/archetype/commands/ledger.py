@@ -20,7 +20,6 @@ import json
 from collections.abc import Sequence
 from typing import Any, cast
 
-from archetype.canonical import canonical_json, load_json
 from archetype.commands import ledger_sql as q
 from archetype.commands import migrations
 from archetype.commands.errors import (
@@ -37,8 +36,8 @@ from archetype.commands.errors import (
 )
 from archetype.commands.identity import command_digest
 from archetype.commands.ledger_rows import (
-    Admitted,
     AdmissionRow,
+    Admitted,
     CommandRow,
     Destroyed,
     EntityWrite,
@@ -260,14 +259,14 @@ class Ledger:
                         raise CommandConflictError(f"command {command_id!r} was admitted with different content")
                     continue
                 reservation = reserved.get(command_id)
-                if row["operation"] == "spawn_reserved":
-                    if reservation != (row["reserved_entity_id"], row["request_digest"]):
-                        raise ReservationNotOwnedError(
-                            f"command {command_id!r} does not own a reservation of entity "
-                            f"{row['reserved_entity_id']} for this spawn request"
-                        )
-                elif reservation is not None:
-                    raise CommandConflictError(f"command {command_id!r} is bound to a spawn reservation")
+                if row["operation"] == "spawn_reserved" and reservation is None:
+                    raise ReservationNotOwnedError(
+                        f"command {command_id!r} owns no spawn reservation (of entity {row['reserved_entity_id']})"
+                    )
+                if reservation is not None and reservation != (row["reserved_entity_id"], row["request_digest"]):
+                    raise CommandConflictError(
+                        f"command {command_id!r} is bound to a spawn reservation that this command does not fulfil"
+                    )
                 fresh.append(row)
             self._charge_quota(world_id, fresh, quota)
             now = self._clock.now_ms()
@@ -300,12 +299,6 @@ class Ledger:
             raise InvalidCommandError(f"admission row has unknown {sorted(unknown)} / missing {sorted(missing)} fields")
         if command["origin"] not in ORIGINS:
             raise InvalidCommandError(f"origin must be one of {ORIGINS}")
-        try:
-            canonical = canonical_json(load_json(command["payload"]))
-        except ValueError as exc:  # not JSON, or JSON without a canonical form
-            raise InvalidCommandError(f"command {command['command_id']!r}: payload: {exc}") from None
-        if canonical != command["payload"]:
-            raise InvalidCommandError(f"command {command['command_id']!r}: the payload is not in canonical JSON form")
         row: dict[str, Any] = {**command, "world_id": world_id, "scope": scope_of(command["principal"])}
         row["digest"] = command_digest(row)
         return row
@@ -366,7 +359,7 @@ class Ledger:
                 sequences = json.dumps([r["sequence"] for r in taken])
                 self._port.execute(q.LEASE_COMMANDS, (owner, session, expires, now, world_id, sequences))
             for leased in taken:
-                leased.update(status="LEASED", lease_owner=owner, lease_expires_at=expires, updated_at=now)
+                leased.update({"status": "LEASED", "lease_owner": owner, "lease_expires_at": expires, "updated_at": now})
             return taken
 
         return self._port.transaction(run)
@@ -529,8 +522,8 @@ class Ledger:
             columns = {field: [values[i] for i in order] for field, values in columns.items()}
         return columns
 
-    def _outbox_page(self, statement: str, world_id: str, after_seq: int, limit: int) -> list[tuple]:
-        def run() -> list[tuple]:
+    def _outbox_page(self, statement: str, world_id: str, after_seq: int, limit: int) -> list[tuple[Any, ...]]:
+        def run() -> list[tuple[Any, ...]]:
             after = max(after_seq, self._world(world_id)["projected_seq"])
             return self._port.execute(statement, (world_id, after, limit))
 

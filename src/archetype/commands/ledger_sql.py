@@ -64,16 +64,18 @@ HELD_IN_ORDER = """SELECT sequence, command_id FROM commands
 IS_HELD = """SELECT count(*) FROM commands
     WHERE world_id = ? AND sequence = ? AND status = 'LEASED' AND lease_owner = ? AND lease_session = ?"""
 # A tick's settlements: one JSON array [sequence, outcome, error] per command. Every settlement is
-# an attempt; a failure that spends the budget dead-letters.
-SETTLE = """UPDATE commands SET
+# an attempt; a failure that spends the budget dead-letters. The settlements are MATERIALIZED so
+# the join is driven from them into the primary key: left to itself SQLite scans the world's
+# commands and the JSON array for each, quadratic (10,000 settlements: 100 s instead of 50 ms).
+SETTLE = """WITH s AS MATERIALIZED (SELECT json_extract(value, '$[0]') AS sequence, json_extract(value, '$[1]') AS outcome,
+        json_extract(value, '$[2]') AS error FROM json_each(?3))
+    UPDATE commands SET
         status = CASE s.outcome WHEN 'applied' THEN 'APPLIED' WHEN 'rejected' THEN 'REJECTED'
             ELSE CASE WHEN commands.attempts + 1 >= commands.max_attempts THEN 'DEAD_LETTER' ELSE 'RETRYABLE' END END,
         attempts = commands.attempts + 1,
-        applied_tick = CASE s.outcome WHEN 'applied' THEN CAST(? AS INTEGER) END,
-        last_error = s.error, lease_owner = NULL, lease_session = NULL, lease_expires_at = NULL, updated_at = ?
-    FROM (SELECT json_extract(value, '$[0]') AS sequence, json_extract(value, '$[1]') AS outcome,
-            json_extract(value, '$[2]') AS error FROM json_each(?)) AS s
-    WHERE commands.world_id = ? AND commands.sequence = s.sequence"""
+        applied_tick = CASE s.outcome WHEN 'applied' THEN CAST(?1 AS INTEGER) END,
+        last_error = s.error, lease_owner = NULL, lease_session = NULL, lease_expires_at = NULL, updated_at = ?2
+    FROM s WHERE commands.world_id = ?4 AND commands.sequence = s.sequence"""
 # What a session still holds after its tick settled: the drain's unprocessed tail, given back free.
 RELEASE_SESSION = """UPDATE commands SET status = CASE WHEN attempts > 0 THEN 'RETRYABLE' ELSE 'PENDING' END,
         lease_owner = NULL, lease_session = NULL, lease_expires_at = NULL, updated_at = ?

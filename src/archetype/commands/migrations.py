@@ -156,6 +156,9 @@ V2_EXACTLY_ONCE = Migration(2, "principal-scoped ids, runner sessions, crash gua
     "CREATE UNIQUE INDEX commands_by_id ON commands (world_id, scope, command_id)",
     """CREATE INDEX commands_due ON commands (world_id, scheduled_tick, priority, sequence)
         WHERE status IN ('PENDING', 'LEASED', 'RETRYABLE')""",
+    # what a runner session holds, found without scanning the world's settled commands
+    """CREATE INDEX commands_leased ON commands (world_id, lease_owner, lease_session)
+        WHERE status = 'LEASED'""",
     "CREATE TABLE spawn_reservations_v1 AS SELECT * FROM spawn_reservations",
     "DROP TABLE spawn_reservations",
     """CREATE TABLE spawn_reservations (

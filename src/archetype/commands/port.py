@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 T = TypeVar("T")
 
 
 class SqlPort(Protocol):
-    def execute(self, sql: str, params: Sequence[object] = ()) -> list[tuple]:
+    def execute(self, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
         """Run one statement; return every row as a tuple (integers as int)."""
 
     def transaction(self, fn: Callable[[], T]) -> T:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import inspect
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,11 +52,12 @@ class NonCanonicalCommandError(InvalidCommandError, NonCanonicalValueError):
 
 
 def _is_async(fn: Any) -> bool:
-    call = getattr(fn, "__call__", None)  # an object with an async __call__
+    # an object with an async __call__: the method itself is inspected, so callable() would not do
+    call = getattr(fn, "__call__", None)  # noqa: B004
     return any(inspect.iscoroutinefunction(f) or inspect.isasyncgenfunction(f) for f in (fn, call) if f is not None)
 
 
-def _synchronous(materialize: Callable[[Any, Any], None]) -> Callable[[Any, Any], None]:
+def _synchronous(materialize: Callable[[Any, Any], object]) -> Callable[[Any, Any], object]:
     """`materialize`, refusing an awaitable result with TypeError (a permanent failure: REJECTED).
 
     A materializer runs inside the world's tick with its lock held; nothing awaits its result, so
@@ -65,7 +66,7 @@ def _synchronous(materialize: Callable[[Any, Any], None]) -> Callable[[Any, Any]
         return materialize
 
     @functools.wraps(materialize)
-    def checked(world: Any, op: Any) -> None:
+    def checked(world: Any, op: Any) -> object:
         result = materialize(world, op)
         if inspect.isawaitable(result):
             close = getattr(result, "close", None)
@@ -92,7 +93,7 @@ class DurableOperation:
     """
 
     decode: Callable[[dict[str, Any]], BaseModel]
-    materialize: Callable[[Any, Any], None]
+    materialize: Callable[[Any, Any], object]  # what it returns, the tick ignores
 
     def __post_init__(self) -> None:
         for role in ("decode", "materialize"):
@@ -241,7 +242,7 @@ def operation_name(model: type[BaseModel]) -> str:
 
 class OperationRegistry:
     def __init__(self) -> None:
-        self._by_model: dict[type[BaseModel], OperationSpec] = {}
+        self._by_model: dict[type[object], OperationSpec] = {}  # resolve() looks up any object's type
         self._by_name: dict[str, OperationSpec] = {}
 
     def register(self, spec: OperationSpec) -> OperationSpec:
@@ -279,7 +280,7 @@ class OperationRegistry:
             raise UnregisteredOperationError(f"no operation named {name!r} is registered")
         return spec
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[OperationSpec]:
         return iter(self._by_name.values())
 
     def __contains__(self, model: object) -> bool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from enum import Enum
 from typing import Any
 
@@ -29,7 +29,8 @@ COMMAND_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
 
 
 
-class CommandStatus(str, Enum):
+# not StrEnum: str() and f-strings of a StrEnum give the bare value; these give "CommandStatus.PENDING"
+class CommandStatus(str, Enum):  # noqa: UP042
     PENDING = "PENDING"
     LEASED = "LEASED"
     RETRYABLE = "RETRYABLE"
@@ -93,7 +94,7 @@ class CommandSummary(BaseModel):
     updated_at: int
 
     @classmethod
-    def summary_fields(cls, row: dict[str, Any]) -> dict[str, Any]:
+    def summary_fields(cls, row: Mapping[str, Any]) -> dict[str, Any]:
         return {name: row[name] for name in CommandSummary.model_fields}
 
 
@@ -151,6 +152,7 @@ class CommandScheduler:
         spec = self.registry.resolve(item.op)
         spec.require_durable()
         command_id = checked_command_id(item.command_id)
+        assert spec.world_key is not None  # register() refuses a durable operation without one
         world_id = spec.world_key(item.op)
         principal = actor.principal if actor else None
         reserved = item.op if isinstance(item.op, SpawnReserved) else None
@@ -188,6 +190,8 @@ class CommandScheduler:
         worlds = {world_id for world_id, _ in prepared}
         if len(worlds) != 1:
             raise InvalidCommandError(f"a batch cannot span worlds (it names {sorted(worlds)})")
+        if len({row["command_id"] for _, row in prepared}) != len(prepared):
+            raise InvalidCommandError("a batch names the same command id twice")
         (world_id,) = worlds
         results = await self.authority.admit(world_id, [row for _, row in prepared], self.quota if actor else None)
         return [CommandIdentity(world_id=world_id, **r) for r in results]
@@ -227,11 +231,13 @@ class CommandScheduler:
             world_id, self.owner, session, world.writer_epoch, tick, self.lease_limit, self.lease_ms
         )
         await world.ensure_entity_ids(sum(1 for r in rows if r["operation"] == Spawn.model_fields["operation"].default))
-        guarded = False
+        guarded = False  # the guard must name the command running now, or nothing
         for row in rows:
-            if row["suspect"]:
-                await self.authority.guard(world_id, self.owner, session, world.writer_epoch, row["sequence"])
-                guarded = True
+            if row["suspect"] or guarded:
+                guarded = row["suspect"]
+                await self.authority.guard(
+                    world_id, self.owner, session, world.writer_epoch, row["sequence"] if guarded else None
+                )
             outcome, error = self._run(world, row)
             world.coordinator.settle(row["sequence"], row["command_id"], outcome, error)
             if outcome == "failed" and row["attempts"] + 1 < row["max_attempts"]:
@@ -243,7 +249,8 @@ class CommandScheduler:
         """Verify and materialize one command in its own state layer; classify what it raised."""
         try:
             spec, op = self._verify(world.world_id, row)
-            world.atomically(lambda: spec.durable.materialize(world, op))
+            durable = spec.require_durable()  # _verify() already did: this only narrows the type
+            world.atomically(lambda: durable.materialize(world, op))
         except (LookupError, TypeError, ValueError) as exc:
             return "rejected", f"{type(exc).__name__}: {exc}"
         except Exception as exc:
@@ -263,6 +270,7 @@ class CommandScheduler:
         if command_digest(dict(row)) != row["digest"]:
             raise InvalidCommandError("stored digest does not match the row's identity-bearing fields")
         op = spec.decode_exact(row["payload"])
+        assert spec.world_key is not None  # decode_exact() required it durable, and register() a key then
         if spec.world_key(op) != world_id:
             raise InvalidCommandError("payload names another world")
         if isinstance(op, SpawnReserved) and op.entity_id != row["reserved_entity_id"]:
@@ -314,6 +322,8 @@ class LedgerPublisher:
         manifest = prepared.manifest
         session = self.scheduler.session(manifest.world_id)
         try:
+            # The manifest's JSON and the encoded writes are ManifestRow and list[EntityWrite], types
+            # world/commit.py cannot name (ledger_rows imports it): hence the two ignores.
             await self.authority.publish(
                 manifest.world_id, self.scheduler.owner, session, manifest.model_dump(mode="json"),  # type: ignore[arg-type]
                 list(prepared.writes),  # type: ignore[arg-type]

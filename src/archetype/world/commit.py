@@ -18,8 +18,7 @@ from pydantic import BaseModel, ConfigDict
 
 from archetype.canonical import canonical_json, digest
 from archetype.world.components import ComponentValue
-from archetype.world.state import Layer
-
+from archetype.world.state import Components, Layer
 
 # What a tick did with each command it leased and materialized, in ledger order. "failed" is a
 # retryable failure: the ledger makes it RETRYABLE, or DEAD_LETTER once the budget is spent.
@@ -78,16 +77,30 @@ class TickOutcomeUnknownError(RuntimeError):
     code = "tick_outcome_unknown"
 
 
-def encode_writes(layer: Layer) -> tuple[dict[str, Any], ...]:
+# entity id -> (the components an encoding was made of, that encoding): a layer's entries are
+# replaced, never mutated, so an unchanged entry (`is`) still has the same encoding
+Encodings = dict[int, tuple["Components | None", "str | None"]]
+
+
+def encode_writes(layer: Layer, encodings: Encodings | None = None) -> tuple[dict[str, Any], ...]:
     """The write-set as the ledger stores it, by entity id: each entity's component values as one
-    canonical JSON text, or None when it was despawned. The commit token is a digest of exactly this."""
+    canonical JSON text, or None when it was despawned. The commit token is a digest of exactly this.
+
+    `encodings` remembers what was encoded, so an entity encoded when its command ran (to check
+    its values) is not encoded again when the tick is prepared."""
     writes = []
     for entity_id in sorted(layer):
         components = layer[entity_id]
-        text = None
-        if components is not None:
-            values = [ComponentValue.from_component(components[key]) for key in sorted(components)]
-            text = canonical_json([value.model_dump(mode="json") for value in values])
+        known = encodings.get(entity_id) if encodings is not None else None
+        if known is not None and known[0] is components:
+            text = known[1]
+        else:
+            text = None
+            if components is not None:
+                values = [ComponentValue.from_component(components[key]) for key in sorted(components)]
+                text = canonical_json([value.model_dump(mode="json") for value in values])
+            if encodings is not None:
+                encodings[entity_id] = (components, text)
         writes.append({"entity_id": entity_id, "components": text})
     return tuple(writes)
 
@@ -116,8 +129,8 @@ class CommitCoordinator:
     def settlements(self) -> tuple[Settlement, ...]:
         return tuple(self._settlements)
 
-    def prepare(self, tick: int, writer_epoch: int, layer: Layer) -> PreparedTick:
-        writes = encode_writes(layer)
+    def prepare(self, tick: int, writer_epoch: int, layer: Layer, encodings: Encodings | None = None) -> PreparedTick:
+        writes = encode_writes(layer, encodings)
         body = {
             "world_id": self.world_id,
             "tick": tick,

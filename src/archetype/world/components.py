@@ -18,10 +18,11 @@ with it, materialization builds with it).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
-from pydantic_core import PydanticCustomError
+from pydantic_core import ErrorDetails, PydanticCustomError
 
 from archetype.canonical import NonCanonicalValueError, check_canonical, digest, path_step
 
@@ -51,7 +52,7 @@ def non_canonical(exc: NonCanonicalValueError) -> PydanticCustomError:
     return PydanticCustomError(NON_CANONICAL_ERROR, "{path}: {reason}", {"path": exc.path, "reason": exc.reason})
 
 
-def non_canonical_refusal(errors: list[Any], *, root: str = "$", skip: int = 0) -> NonCanonicalValueError | None:
+def non_canonical_refusal(errors: Sequence[ErrorDetails], *, root: str = "$", skip: int = 0) -> NonCanonicalValueError | None:
     """The first `non_canonical_value` error among pydantic `errors`, as a NonCanonicalValueError
     whose path runs from `root` through the error's location (less its first `skip` steps) into
     the refused value; None when there is none."""
@@ -161,7 +162,9 @@ class _AffineWireModel(BaseModel):
 
     @property
     def affinity(self) -> type[Component] | None:
-        return self.__pydantic_private__.get("_affinity")  # (pydantic's private-attribute lookup is slow)
+        # The dict itself, as pydantic's private-attribute lookup is slow; typed Optional, it is never
+        # None on a model that declares private attributes.
+        return self.__pydantic_private__.get("_affinity")  # type: ignore[union-attr]
 
     @property
     def key(self) -> str:
@@ -173,7 +176,7 @@ class _AffineWireModel(BaseModel):
         return self.affinity or resolve_component_class(self.name, self.fingerprint)
 
     def _bind(self, cls: type[Component]) -> None:
-        self.__pydantic_private__["_affinity"] = cls
+        self.__pydantic_private__["_affinity"] = cls  # type: ignore[index]  # never None here: see `affinity`
 
 
 def type_key(cls: type[Component]) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypedDict
 
 from archetype.commands.dispatcher import HandlerContext
 from archetype.commands.errors import OperationUnavailableError
@@ -118,8 +118,20 @@ def _durable(model: type[Operation], mutate: Callable[[AsyncWorld, Any], Any]) -
     return DurableOperation(decode=model.model_validate, materialize=mutate)
 
 
+class _MutationSpec(TypedDict):
+    """What the portable mutations' registrations share."""
+
+    permission: Role
+    quota_scope: str
+    untrusted: bool
+    world_key: Callable[[Any], str]
+    summarize: Callable[[Any], str]
+
+
 def world_family_specs() -> list[OperationSpec]:
-    mutation = dict(permission=Role.player, quota_scope="commands", untrusted=True, world_key=_world_id, summarize=_summary)
+    mutation = _MutationSpec(
+        permission=Role.player, quota_scope="commands", untrusted=True, world_key=_world_id, summarize=_summary
+    )
     return [
         OperationSpec(Spawn, _direct(_spawn), durable=_durable(Spawn, _spawn), **mutation),
         OperationSpec(

@@ -39,11 +39,11 @@ class Operation(BaseModel):
         return self
 
 
-def _entity_id() -> object:
+def _entity_id() -> Any:
     return Field(ge=1, le=MAX_SAFE_INTEGER, strict=True)
 
 
-def _world_id() -> object:
+def _world_id() -> Any:
     return Field(pattern=WORLD_ID_PATTERN)
 
 

@@ -17,6 +17,7 @@ from archetype.canonical import MAX_SAFE_INTEGER
 from archetype.world.commit import (
     CommitCoordinator,
     CommittedTickReceipt,
+    Encodings,
     InMemoryPublisher,
     TickPublisher,
     encode_writes,
@@ -109,6 +110,7 @@ class AsyncWorld:
         self._id_source = id_source or CounterIdSource(max((e for e, _ in self.state.items()), default=0) + 1)
         self._ids = range(0)
         self._processors: list[_ProcessorEntry] = []
+        self._encodings: Encodings = {}  # entities encoded (validated) since the last prepared tick
         self._hooks: dict[type, list[Hook]] = {kind: [] for kind in HOOK_KINDS}
 
     # -- configuration --
@@ -219,7 +221,7 @@ class AsyncWorld:
         try:
             result = fn()
             if validate:
-                encode_writes(self.state.top)
+                encode_writes(self.state.top, self._encodings)
         except BaseException:
             self.state.drop()
             raise
@@ -260,12 +262,14 @@ class AsyncWorld:
             await self.materializer(self, tick)
             self.atomically(lambda: self._run_systems(tick), validate=False)
             write_set = self.state.write_set()
-            self.coordinator.prepare(tick, self.writer_epoch, write_set)
+            self.coordinator.prepare(tick, self.writer_epoch, write_set, self._encodings)
         except BaseException:
             self.state.unwind(base)
             self.coordinator.clear()
             self._ids = ids
             raise
+        finally:
+            self._encodings.clear()
         self.state.seal(write_set)
 
     def _run_systems(self, tick: int) -> None:
@@ -281,10 +285,10 @@ class AsyncWorld:
                 for entity_id in members
             )
             for entity_id in matching:
-                components = self.state.get(entity_id)
-                if components is None or not processor.keys <= components.keys():
+                current = self.state.get(entity_id)
+                if current is None or not processor.keys <= current.keys():
                     continue  # an earlier processor despawned it or removed a component this tick
-                processor.fn(self, tick, entity_id, tuple(components[k] for k in processor.order))
+                processor.fn(self, tick, entity_id, tuple(current[k] for k in processor.order))
 
 
 def _by_key(components: Iterable[Component]) -> Components:
