@@ -311,15 +311,14 @@ class Ledger:
                 answers.append((sub.command_id, existing.sequence))
                 continue
             reservation = world.reservations.get(key)
-            if sub.mutation.operation == "spawn_reserved":
-                # "admits a SpawnReserved only when its command id owns, in its own principal's
-                # scope, a reservation of exactly that entity id for exactly that request"
-                if exact(reservation) != exact((sub.mutation.entity_id, sub.request)):
-                    # AMBIGUITY: the page names CommandConflictError for a row that does not fulfil
-                    # its reservation; the code raises ReservationNotOwnedError. Compared as one.
-                    raise ModelError("reservation_not_owned")
-            elif reservation is not None:
-                raise ModelError("conflict")  # "admits nothing else under a command id bound to a reservation"
+            if reservation is None:
+                if sub.mutation.operation == "spawn_reserved":
+                    # "admits a SpawnReserved only when its command id owns ... a reservation"
+                    raise ModelError("reservation_not_owned")  # "when the command id holds no reservation at all"
+            elif sub.mutation.operation != "spawn_reserved" or exact(reservation) != exact((sub.mutation.entity_id, sub.request)):
+                # "of exactly that entity id for exactly that request; and it admits nothing else
+                # under a command id that is bound to a reservation (CommandConflictError)"
+                raise ModelError("conflict")
             fresh.append(sub)
             answers.append((sub.command_id, None))
         now = self.now()
@@ -580,12 +579,22 @@ class Runner:
                 loaded.ids = range(first, first + size)
             writes: dict[int, dict[str, dict] | None] = {}
             settlements: list[Settlement] = []
-            guarded = False
+            # "the guard always names the command running now or nothing"
+            # AMBIGUITY: "cleared before the first non-suspect command after a suspect and after
+            # the drain": the model clears it only when it names something (no second clear).
+            guarding: int | None = None
+
+            def guard(sequence: int | None) -> None:
+                faults.call("guard", lambda: ledger.guard(world_id, self.owner, session, loaded.writer_epoch, sequence),
+                            sequence)  # fmt: skip
+
             for row, suspect in rows:
                 if suspect:  # "first names it in the guard (its own small transaction)"
-                    faults.call("guard", lambda: ledger.guard(world_id, self.owner, session, loaded.writer_epoch, row.sequence),
-                                row.sequence)  # fmt: skip
-                    guarded = True
+                    guard(row.sequence)
+                    guarding = row.sequence
+                elif guarding is not None:
+                    guard(None)
+                    guarding = None
                 try:
                     done = self._materialize(row, loaded, writes, plans)
                 except ModelCrash:
@@ -594,8 +603,8 @@ class Runner:
                 settlements.append(Settlement(row.sequence, row.sub.command_id, done.outcome, done.error))
                 if done.outcome == "failed" and row.attempts + 1 < row.sub.options.max_attempts:
                     break  # RETRYABLE: the drain stops; the leased tail is given back uncharged
-            if guarded:  # "clears the guard after the drain"
-                faults.call("guard", lambda: ledger.guard(world_id, self.owner, session, loaded.writer_epoch, None))
+            if guarding is not None:  # "and after the drain"
+                guard(None)
         except BaseException:
             loaded.ids = ids_before
             raise

@@ -1,7 +1,8 @@
 """Divergences the reference model turned up: each is a minimal reproduction of a sentence of
-docs/ledger.md that the code does not keep. These tests FAIL until the code (or the page) is
-changed; they are deliberately not xfail, so a fix shows up as a pass. test_stateful.py avoids
-the inputs that trigger them while they are open (its KNOWN_DEFECTS), so it keeps finding new ones.
+docs/ledger.md the code did not keep. Such a test fails until the code (or the page) is fixed and
+is never marked xfail; test_stateful.py's KNOWN_DEFECTS keeps the state machine going meanwhile.
+The three here were fixed in b37e754 (a fourth, a poison command's crash count, in 48218bc, and is
+held by tests/conformance/test_attempts.py): they stay as regression tests.
 """
 
 from __future__ import annotations
@@ -39,10 +40,10 @@ async def test_a_crash_in_an_unguarded_command_does_not_charge_the_suspect_befor
     was not being materialized at that moment under the guard, and the innocent commands of its
     ticks never dead-letter".
 
-    The guard names a suspect before it runs and is cleared only after the drain, so when a later,
-    non-suspect command of the same drain kills the runner, the guard still names the suspect
-    that ran fine, and the next lease charges it: here an innocent command with a budget of one
-    attempt dead-letters, while the command that killed the runner is applied later.
+    Before b37e754 the guard named a suspect before it ran and was cleared only after the drain,
+    so when a later, non-suspect command of the same drain killed the runner, the guard still
+    named the suspect that ran fine and the next lease charged it: here an innocent command with a
+    budget of one attempt dead-lettered, while the command that killed the runner applied later.
     """
     down = {"publish": 1}
 
@@ -62,12 +63,12 @@ async def test_a_crash_in_an_unguarded_command_does_not_charge_the_suspect_befor
     assert await step(rt, w) == "crashed"  # innocent ran fine under the guard, then killer (not suspect) killed it
     await step(rt, w)
     rows = {r["command_id"]: r for r in await authority.history(w)}
-    assert rows["innocent"]["status"] == "APPLIED", rows["innocent"]  # it dead-letters: charged for killer's crash
+    assert rows["innocent"]["status"] == "APPLIED", rows["innocent"]  # before b37e754: DEAD_LETTER, charged for killer's crash
 
 
 async def test_a_batch_naming_one_id_twice_is_refused_before_any_ledger_call(authority):
     """docs/ledger.md, Admission: "CommandScheduler.admit validates everything first (... no id
-    twice in a batch), then makes one ledger call". The scheduler leaves that check to the ledger:
+    twice in a batch), then makes one ledger call". Before b37e754 the scheduler left that check to the ledger:
     the refusal costs a ledger call, and with the connection down the caller gets a connection
     error instead of InvalidCommandError."""
     seam = AuthoritySeam(authority)
@@ -76,14 +77,14 @@ async def test_a_batch_naming_one_id_twice_is_refused_before_any_ledger_call(aut
     item = DeferredItem(op=Spawn(world_id=w, components=[Health(hp=1)]), options=DurableOptions(tick=0), command_id="k")
     with pytest.raises(InvalidCommandError):
         await rt.dispatcher.defer_batch([item, item])
-    assert [method for method, _ in seam.calls] == ["create_world"]  # the code also called "admit"
+    assert [method for method, _ in seam.calls] == ["create_world"]  # before b37e754 the code also called "admit"
 
 
 async def test_a_spawn_reserved_that_does_not_fulfil_its_reservation_is_a_conflict(authority):
     """docs/ledger.md, Admission: the ledger "raises CommandConflictError for an id with other
-    content or an id bound to a spawn reservation that this row does not fulfil". The code raises
-    ReservationNotOwnedError, which is not a CommandConflictError (either the page or the class
-    hierarchy should change; the reference model accepts both until then)."""
+    content or an id bound to a spawn reservation that this row does not fulfil". Before b37e754
+    the code raised ReservationNotOwnedError, which is not a CommandConflictError (the page now
+    keeps ReservationNotOwnedError for a command id that holds no reservation at all)."""
     down = {"admit": 1}
 
     def lose_admission(method, arguments):

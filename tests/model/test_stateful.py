@@ -111,13 +111,10 @@ STEPS = int(os.environ.get("ARCHETYPE_MODEL_STEPS", "40"))
 
 
 # Divergences found and reproduced in test_found_defects.py. While one is open, the machine
-# expects what the code does there (else every run would stop at it and hide anything new);
-# remove the entry when its defect test passes, and the machine holds the code to the page again.
-KNOWN_DEFECTS = {
-    # the scheduler leaves "no id twice in a batch" to the ledger, so the refusal costs a ledger
-    # call (and a lost connection answers a fault instead of InvalidCommandError)
-    "duplicate-ids-reach-the-ledger",
-}
+# expects what the code does there (test for the name where the model decides that case), else
+# every run would stop at it and hide anything new; remove the entry with the fix. Open: none (the
+# four found so far were fixed in 48218bc and b37e754).
+KNOWN_DEFECTS: set[str] = set()
 
 
 class InjectedFault(ConnectionResetError):
@@ -181,7 +178,6 @@ def kind_of(exc: BaseException) -> str:
 # Kinds the comparison treats as one, each for a reason documented in README.md.
 SAME = {
     "stale": "lost_writer", "lease_lost": "lost_writer", "closing": "lost_writer",  # all drop the world
-    "conflict": "refused", "reservation_not_owned": "refused",  # docs and code name the class differently
 }
 
 
@@ -371,13 +367,7 @@ class LedgerMachine(RuleBasedStateMachine):
 
         def model() -> Any:
             if len({s.command_id for s in batch}) != len(batch):
-                if "duplicate-ids-reach-the-ledger" not in KNOWN_DEFECTS:
-                    raise ModelError("invalid")  # validated before the one ledger call
-
-                def refuse() -> None:  # what the code does while the defect is open
-                    raise ModelError("invalid")
-
-                return self.faults.call("admit", refuse)
+                raise ModelError("invalid")  # validated before the one ledger call
             return self.faults.call("admit", lambda: self.model.admit(world_id, batch))
 
         who = actor(principal)
