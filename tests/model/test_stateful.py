@@ -278,7 +278,7 @@ class LedgerMachine(RuleBasedStateMachine):
     async def _real(self, coroutine: Any) -> tuple[str, Any]:
         try:
             return "ok", await coroutine
-        except BaseException as exc:  # noqa: BLE001 - SystemExit & co. are outcomes here
+        except BaseException as exc:  # SystemExit & co. are outcomes here
             return "error", kind_of(exc)
 
     def both(self, model_call: Any, real_coroutine: Any) -> Any:
@@ -294,7 +294,8 @@ class LedgerMachine(RuleBasedStateMachine):
         actual = self.run(self._real(real_coroutine))
         Stats.saw(f"{self._current}:{actual[1] if actual[0] == 'error' else 'ok'}")
         made = [(m, CALL_DETAIL.get(m, lambda a: None)(a)) for m, a in self.seam.calls[real_calls:] if m in TRACKED_CALLS]
-        assert made == self.faults.calls[model_calls:], f"ledger calls differ:\n authority {made}\n model     {self.faults.calls[model_calls:]}"
+        predicted = self.faults.calls[model_calls:]
+        assert made == predicted, f"ledger calls differ:\n authority {made}\n model     {predicted}"
         if expected[0] == "error" or actual[0] == "error":
             assert (expected[0], same(str(expected[1]))) == (actual[0], same(str(actual[1]))), (
                 f"outcome differs: model {expected}, authority {actual}"
