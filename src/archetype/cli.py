@@ -1,20 +1,49 @@
-"""The `archetype` command line (CPython only). Each subcommand lives beside what it drives."""
+"""The `archetype` command line (CPython only). Each subcommand lives beside what it drives.
+
+Settings come from flags, `ARCHETYPE_*` environment variables and a config file
+(archetype.settings); a configuration mistake is one line on stderr and exit code 2.
+"""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import functools
+import sys
+from importlib.metadata import version
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 
 from archetype.audit.cli import audit
+from archetype.settings import CONFIG_ENV, ClientSettings, ConfigurationError, ServeSettings, use_config
+
+STATUSES = ["PENDING", "LEASED", "RETRYABLE", "APPLIED", "REJECTED", "DEAD_LETTER", "CANCELLED"]
+JSON = click.option("--json", "as_json", is_flag=True, help="JSON instead of a table (lists: one object per line).")
 
 
-@click.group()
-def main() -> None:
+class ConfigurationProblem(click.ClickException):
+    exit_code = 2
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"error: {self.message}", file=file or sys.stderr)
+
+
+class Archetype(click.Group):
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except ConfigurationError as exc:
+            raise ConfigurationProblem(str(exc)) from None
+
+
+@click.group(cls=Archetype, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(version("archetype"), "--version", "-V", prog_name="archetype")
+@click.option("--config", "config", type=click.Path(dir_okay=False, path_type=Path), envvar=CONFIG_ENV, default=None,
+              help=f"Settings file ([client] and [serve] tables; default ./archetype.toml if present; env {CONFIG_ENV}).")  # fmt: skip
+def main(config: Path | None) -> None:
     """Durable world commands: run, inspect and benchmark tick-based worlds."""
+    use_config(config)
 
 
 @main.command()
@@ -28,84 +57,147 @@ def demo(data: Path | None, ticks: int) -> None:
     asyncio.run(run_demo(data, ticks))
 
 
-SERVER = [
-    click.option("--url", envvar="ARCHETYPE_URL", default="http://127.0.0.1:8787", show_default=True,
-                 help="Server URL (env ARCHETYPE_URL)."),
-    click.option("--token", envvar="ARCHETYPE_TOKEN", required=True, help="Bearer token (env ARCHETYPE_TOKEN)."),
-]  # fmt: skip
+def client_options(fn: Any) -> Any:
+    """--url and --token; the command gets `settings: ClientSettings` in their place."""
 
+    @functools.wraps(fn)
+    def with_settings(url: str | None, token: str | None, **kwargs: Any) -> Any:
+        return fn(settings=ClientSettings.load(url=url, token=token), **kwargs)
 
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def _server_options(fn: F) -> F:
-    for option in reversed(SERVER):
-        fn = option(fn)
-    return fn
+    with_settings = click.option("--token", default=None, help="Bearer token (env ARCHETYPE_TOKEN).")(with_settings)
+    return click.option("--url", default=None, help="Server URL (env ARCHETYPE_URL; default http://127.0.0.1:8787).")(with_settings)
 
 
 @main.command()
-@click.option("--data", type=click.Path(path_type=Path), default=Path("archetype-data"), show_default=True,
-              help="Storage directory of the local catalog.")
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
-@click.option("--port", type=click.IntRange(0, 65535), default=8787, show_default=True, help="Port (0: any free port).")
-@click.option("--tokens", "tokens_file", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+@click.option("--data", type=click.Path(path_type=Path), default=None,
+              help="Storage directory of the local catalog (default archetype-data).")
+@click.option("--host", default=None, help="Address to listen on (default 127.0.0.1).")
+@click.option("--port", type=int, default=None, help="Port (default 8787; 0: any free port).")
+@click.option("--tokens", "tokens_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="JSON token table {token: {principal, roles}} (default: $ARCHETYPE_TOKENS, else one printed admin token).")
-@click.option("--tick-rate", type=click.FloatRange(0.1, 1000), default=10.0, show_default=True, help="Ticks per second.")
-@click.option("--quota", type=click.IntRange(1), default=None,
-              help="Commands per actor, world and target tick (default: the API default, 1000).")
+@click.option("--tick-rate", type=float, default=None, help="Ticks per second (default 10).")
+@click.option("--quota", type=int, default=None, help="Commands per actor, world and target tick (default 1000).")
 @click.option("--module", "modules", multiple=True, help="Import this module (components; optional setup(runtime)).")
-@click.option("--synchronous", type=click.Choice(["FULL", "NORMAL"]), default="FULL", show_default=True,
-              help="SQLite durability of the catalog.")
+@click.option("--synchronous", default=None, help="SQLite durability of the catalog: FULL (default) or NORMAL.")
 @click.option("--runner-id", default=None,
               help="This runner's stable identity in the catalog (default: serve@<hostname>). A restarted runner "
                    "with the same id recovers its own leases at once; two live runners never share one.")
-@click.option("--log-level", default="warning", show_default=True, help="uvicorn log level.")  # fmt: skip
-def serve(**options: Any) -> None:
-    """Serve the HTTP API over the local catalog and step every active world."""
-    from archetype.server import RunnerBusyError, ServeConfig, serve
+@click.option("--log-level", default=None, help="Log level: critical, error, warning (default), info, debug.")
+@click.option("--log-format", default=None, help="text (default) or json: one JSON object per log line, one per request.")
+@click.option("--body-timeout", type=float, default=None, help="Seconds a request's head, then its body, may take to arrive (default 20).")
+@click.option("--metrics-worlds", type=int, default=None,
+              help="Worlds with their own series in /metrics (default 50; the rest are summed as world='_other').")  # fmt: skip
+def serve(**flags: Any) -> None:
+    """Serve the HTTP API, the dashboard and /metrics over the local catalog, and step every active world."""
+    from archetype.server import serve as run
 
-    options["modules"] = tuple(options["modules"])
-    try:
-        asyncio.run(serve(ServeConfig(**{name: value for name, value in options.items() if value is not None})))
-    except RunnerBusyError as exc:
-        raise click.UsageError(str(exc)) from None
+    flags["modules"] = tuple(flags["modules"]) or None
+    asyncio.run(run(ServeSettings.load(**flags)))
 
 
 @main.command()
-@_server_options
+@client_options
 @click.argument("world_id")
 @click.argument("command", default="-")
 @click.option("--idempotency-key", default=None, help="Becomes the command id; resubmitting it is a replay.")
-def submit(url: str, token: str, world_id: str, command: str, idempotency_key: str | None) -> None:
+def submit(settings: ClientSettings, world_id: str, command: str, idempotency_key: str | None) -> None:
     """Submit one command (a SubmitCommandRequest as JSON, or - for stdin) to a world."""
     from archetype.client import submit as run
 
-    # click 8.5 deprecated get_text_stream (now a module __getattr__, typed `object`; removed in click 9)
-    body = click.get_text_stream("stdin").read() if command == "-" else command  # type: ignore[operator]
-    run(url, token, world_id, body, idempotency_key)
+    run(settings, world_id, sys.stdin.read() if command == "-" else command, idempotency_key)
 
 
 @main.command()
-@_server_options
+@client_options
 @click.argument("world_id")
-@click.option("--status", type=click.Choice(["PENDING", "LEASED", "RETRYABLE", "APPLIED", "REJECTED", "DEAD_LETTER",
-              "CANCELLED"]), default=None, help="Only commands in this status.")  # fmt: skip
-def history(url: str, token: str, world_id: str, status: str | None) -> None:
-    """Print a world's command ledger in admission order."""
+@click.option("--status", type=click.Choice(STATUSES), default=None, help="Only commands in this status.")
+@JSON
+def history(settings: ClientSettings, world_id: str, status: str | None, as_json: bool) -> None:
+    """Print a world's command ledger in admission order (your own commands; an operator's: everyone's)."""
     from archetype.client import history as run
 
-    run(url, token, world_id, status)
+    run(settings, world_id, status, as_json)
 
 
 @main.command("dead-letters")
-@_server_options
+@client_options
 @click.argument("world_id")
-def dead_letters(url: str, token: str, world_id: str) -> None:
-    """Print a world's dead-lettered commands with their last error."""
-    from archetype.client import dead_letters as run
+@JSON
+def dead_letters(settings: ClientSettings, world_id: str, as_json: bool) -> None:
+    """Print a world's dead-lettered commands with their last error (redrive is not offered: the ledger has none)."""
+    from archetype.client import history as run
 
-    run(url, token, world_id)
+    run(settings, world_id, "DEAD_LETTER", as_json)
+
+
+@main.group()
+def worlds() -> None:
+    """List, create, show and destroy worlds of a running server."""
+
+
+@worlds.command("list")
+@client_options
+@JSON
+def worlds_list(settings: ClientSettings, as_json: bool) -> None:
+    """Every world with its status, tick head and audit lag (outbox_pending)."""
+    from archetype.client import WORLD_COLUMNS, print_rows, run
+
+    run(settings, lambda client: print_rows(client.worlds(), WORLD_COLUMNS, as_json=as_json))
+
+
+@worlds.command("create")
+@client_options
+@click.argument("name")
+@click.option("--id", "world_id", default=None, help="The world id (default: generated).")
+@JSON
+def worlds_create(settings: ClientSettings, name: str, world_id: str | None, as_json: bool) -> None:
+    """Create a world (admin); an identical retry answers the same world."""
+    from archetype.client import print_record, run
+
+    run(settings, lambda client: print_record(client.create_world(name, world_id), as_json=as_json, title="created"))
+
+
+@worlds.command("show")
+@client_options
+@click.argument("world_id")
+@JSON
+def worlds_show(settings: ClientSettings, world_id: str, as_json: bool) -> None:
+    """One world: status, tick head, timestamps, audit lag."""
+    from archetype.client import print_record, run
+
+    run(settings, lambda client: print_record(client.world(world_id), as_json=as_json, title=f"world {world_id}"))
+
+
+@worlds.command("destroy")
+@client_options
+@click.argument("world_id")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@JSON
+def worlds_destroy(settings: ClientSettings, world_id: str, yes: bool, as_json: bool) -> None:
+    """Destroy a world (admin): admission closes and its open commands become CANCELLED."""
+    from archetype.client import print_record, run
+
+    if not yes:
+        click.confirm(f"destroy world {world_id!r} and cancel its open commands?", abort=True)
+    run(settings, lambda client: print_record(client.destroy_world(world_id), as_json=as_json, title="destroyed"))
+
+
+@main.group()
+def command() -> None:
+    """Inspect one command of a running server."""
+
+
+@command.command("show")
+@client_options
+@click.argument("world_id")
+@click.argument("command_id")
+@click.option("--principal", default=None, help="Another principal's command (operators).")
+@JSON
+def command_show(settings: ClientSettings, world_id: str, command_id: str, principal: str | None, as_json: bool) -> None:
+    """A command's record and its outbox trail (the audit projection's events for it)."""
+    from archetype.client import command_show as run
+
+    run(settings, world_id, command_id, principal, as_json)
 
 
 @main.command()

@@ -1,19 +1,30 @@
-"""The public HTTP routes from the command line: `archetype submit`, `history` and `dead-letters`
-(CPython only: httpx). Each prints what the server answered; an error answer exits 1 with its code."""
+"""The public HTTP routes from the command line: `archetype submit`, `history`, `dead-letters`,
+`worlds ...` and `command show` (CPython only: httpx, rich). Each prints what the server
+answered, as a table or, with `--json`, as JSON (one object per line for lists); an error answer
+exits 1 with its code."""
 
 from __future__ import annotations
 
+import datetime
 import json
-from collections.abc import Iterator
+import sys
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import click
 import httpx
+from rich.console import Console
+from rich.table import Table
 
-from archetype.commands.errors import CommandError
+from archetype.commands.errors import AuditUnavailableError, CommandError
 from archetype.remote import DEFAULT_TIMEOUT_S, raise_for_error
+from archetype.settings import ClientSettings
 
 PAGE = 500
+RECORD_COLUMNS = ["sequence", "command_id", "principal", "operation", "scheduled_tick", "status", "attempts",
+                  "max_attempts", "applied_tick", "last_error"]  # fmt: skip
+WORLD_COLUMNS = ["world_id", "name", "status", "tick_head", "outbox_pending", "created_at"]
+EVENT_COLUMNS = ["event_seq", "occurred_at", "event_type", "status", "tick", "principal"]
 
 
 class ApiClient:
@@ -28,52 +39,117 @@ class ApiClient:
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
         return self._answer(self._http.post(f"/worlds/{world_id}/commands", json=request, headers=headers))
 
-    def history(self, world_id: str, status: str | None = None) -> Iterator[dict[str, Any]]:
+    def _pages(self, path: str, key: str, params: dict[str, Any]) -> Iterator[dict[str, Any]]:
         after = 0
         while True:
-            params: dict[str, Any] = {"after": after, "limit": PAGE, **({"status": status} if status else {})}
-            page = self._answer(self._http.get(f"/worlds/{world_id}/commands", params=params))
-            yield from page["commands"]
+            page = self._answer(self._http.get(path, params={**params, "after": after, "limit": PAGE}))
+            yield from page[key]
             if page["next_after"] is None:
                 return
             after = page["next_after"]
+
+    def history(self, world_id: str, status: str | None = None) -> Iterator[dict[str, Any]]:
+        return self._pages(f"/worlds/{world_id}/commands", "commands", {"status": status} if status else {})
+
+    def worlds(self) -> list[dict[str, Any]]:
+        return self._answer(self._http.get("/worlds"))["worlds"]
+
+    def world(self, world_id: str) -> dict[str, Any]:
+        return self._answer(self._http.get(f"/worlds/{world_id}"))
+
+    def create_world(self, name: str, world_id: str | None) -> dict[str, Any]:
+        return self._answer(self._http.post("/worlds", json={"name": name, "world_id": world_id}))
+
+    def destroy_world(self, world_id: str) -> dict[str, Any]:
+        return self._answer(self._http.delete(f"/worlds/{world_id}"))
+
+    def command(self, world_id: str, command_id: str, principal: str | None) -> dict[str, Any]:
+        params = {"principal": principal} if principal else {}
+        return self._answer(self._http.get(f"/worlds/{world_id}/commands/{command_id}", params=params))
+
+    def trail(self, world_id: str, command_id: str, principal: str | None) -> list[dict[str, Any]]:
+        """The command's audit events (the projection: it may lag the ledger)."""
+        params = {"command_id": command_id, **({"principal": principal} if principal else {})}
+        return list(self._pages(f"/worlds/{world_id}/audit", "events", params))
 
     def close(self) -> None:
         self._http.close()
 
 
-def _run(url: str, token: str, action: Any) -> None:
-    client = ApiClient(url, token)
+def run(settings: ClientSettings, action: Callable[[ApiClient], None]) -> None:
+    client = ApiClient(settings.url, settings.require_token())
     try:
         action(client)
     except CommandError as exc:
         raise click.ClickException(f"{exc.code}: {exc.message}") from exc
     except httpx.HTTPError as exc:
-        raise click.ClickException(f"cannot reach {url}: {exc}") from exc
+        raise click.ClickException(f"cannot reach {settings.url}: {exc}") from exc
     finally:
         client.close()
 
 
-def submit(url: str, token: str, world_id: str, body: str, idempotency_key: str | None) -> None:
+def console() -> Console:
+    # Piped output keeps whole lines (no folding at 80 columns): ids are 32 characters and more.
+    return Console(width=None if sys.stdout.isatty() else 250, highlight=False)
+
+
+def _cell(value: Any, column: str) -> str:
+    if value is None:
+        return "-"
+    if column.endswith("_at") and isinstance(value, int):
+        return datetime.datetime.fromtimestamp(value / 1000, datetime.UTC).isoformat(timespec="milliseconds")
+    return str(value)
+
+
+def print_rows(rows: Iterable[dict[str, Any]], columns: list[str], *, as_json: bool, title: str | None = None) -> None:
+    """A table of `rows`; with `as_json`, one JSON object per row and line."""
+    if as_json:
+        for row in rows:
+            click.echo(json.dumps(row))
+        return
+    table = Table(*columns, title=title, title_justify="left", header_style="bold")
+    for row in rows:
+        table.add_row(*(_cell(row.get(column), column) for column in columns))
+    console().print(table)
+
+
+def print_record(record: dict[str, Any], *, as_json: bool, title: str) -> None:
+    """One object as a two-column table; with `as_json`, as one JSON document."""
+    if as_json:
+        click.echo(json.dumps(record))
+        return
+    table = Table("field", "value", title=title, title_justify="left", header_style="bold", show_header=False)
+    for key, value in record.items():
+        table.add_row(key, json.dumps(value) if isinstance(value, (dict, list)) else _cell(value, key))
+    console().print(table)
+
+
+def submit(settings: ClientSettings, world_id: str, body: str, idempotency_key: str | None) -> None:
     try:
         request = json.loads(body)
     except json.JSONDecodeError as exc:
         raise click.BadParameter(f"not JSON: {exc}", param_hint="COMMAND") from exc
-    _run(url, token, lambda client: click.echo(json.dumps(client.submit(world_id, request, idempotency_key))))
+    run(settings, lambda client: click.echo(json.dumps(client.submit(world_id, request, idempotency_key))))
 
 
-def _print_records(records: Iterator[dict[str, Any]], *, errors: bool) -> None:
-    for r in records:
-        line = (
-            f"#{r['sequence']:<5} {r['command_id']:<24} {r['operation']:<17} tick {r['scheduled_tick']:<6} "
-            f"{r['status']:<11} attempts {r['attempts']}/{r['max_attempts']} applied_tick={r['applied_tick']}"
-        )
-        click.echo(line + (f"  {r['last_error']}" if errors and r["last_error"] else ""))
+def history(settings: ClientSettings, world_id: str, status: str | None, as_json: bool) -> None:
+    run(settings, lambda client: print_rows(client.history(world_id, status), RECORD_COLUMNS, as_json=as_json))
 
 
-def history(url: str, token: str, world_id: str, status: str | None) -> None:
-    _run(url, token, lambda client: _print_records(client.history(world_id, status), errors=True))
+def command_show(settings: ClientSettings, world_id: str, command_id: str, principal: str | None, as_json: bool) -> None:
+    def show(client: ApiClient) -> None:
+        record = client.command(world_id, command_id, principal)
+        try:
+            trail: list[dict[str, Any]] | None = client.trail(world_id, command_id, principal or record["principal"])
+        except AuditUnavailableError:
+            trail = None  # a server without an audit projection (the Worker): the record alone
+        if as_json:
+            click.echo(json.dumps({**record, "trail": trail}))
+            return
+        print_record(record, as_json=False, title=f"command {command_id} of world {world_id}")
+        if trail is None:
+            click.echo("trail: this server has no audit projection")
+        else:
+            print_rows(trail, EVENT_COLUMNS, as_json=False, title="outbox trail (audit projection; may lag the ledger)")
 
-
-def dead_letters(url: str, token: str, world_id: str) -> None:
-    _run(url, token, lambda client: _print_records(client.history(world_id, "DEAD_LETTER"), errors=True))
+    run(settings, show)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import functools
 import importlib
 import json
 import logging
@@ -20,17 +21,25 @@ import secrets
 import signal
 import socket
 import sys
+import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
+import h11
 import uvicorn
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from archetype.api import DEFAULT_QUOTA, create_app
-from archetype.api.auth import TOKENS_ENV, TokenTable
+from archetype.api import create_app
+from archetype.api.auth import TOKENS_ENV, TokenTable, TokenTableError
 from archetype.audit import AuditLog
 from archetype.commands.errors import CommandError
+from archetype.dashboard import mount_dashboard
+from archetype.docs_ui import mount_docs
+from archetype.metrics import Metrics, ObservedAuthority, configure_logging, mount_metrics
 from archetype.runtime import Runtime
+from archetype.settings import ConfigurationError, ServeSettings
 from archetype.world.operations import DestroyWorld, Step
 from local_catalog import open_local_authority
 
@@ -39,21 +48,7 @@ log = logging.getLogger("archetype.serve")
 RUNNER_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@:-]{0,127}")
 
 
-@dataclass(frozen=True)
-class ServeConfig:
-    data: Path
-    host: str = "127.0.0.1"
-    port: int = 8787
-    tokens_file: Path | None = None
-    tick_rate: float = 10.0
-    quota: int | None = DEFAULT_QUOTA
-    modules: tuple[str, ...] = field(default_factory=tuple)
-    synchronous: str = "FULL"
-    log_level: str = "warning"
-    runner_id: str | None = None
-
-
-class RunnerBusyError(RuntimeError):
+class RunnerBusyError(ConfigurationError):
     """Another live process already runs with this runner id on this data directory."""
 
 
@@ -68,7 +63,7 @@ def runner_identity(data: Path, runner_id: str | None) -> Iterator[str]:
     """
     runner_id = runner_id or f"serve@{socket.gethostname()}"
     if not RUNNER_ID_PATTERN.fullmatch(runner_id):
-        raise ValueError(f"runner id {runner_id!r} must match {RUNNER_ID_PATTERN.pattern}")
+        raise ConfigurationError(f"--runner-id {runner_id!r} must match {RUNNER_ID_PATTERN.pattern}")
     folder = data / "runners"
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / f"{runner_id}.lock", "a+") as handle:
@@ -84,6 +79,36 @@ def runner_identity(data: Path, runner_id: str | None) -> Iterator[str]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+class HeadDeadline(H11Protocol):
+    """uvicorn's HTTP/1.1 protocol, except that a connection whose request head (request line and
+    headers) is not complete `head_timeout_s` after it opened, or after its previous answer, is
+    closed. uvicorn has no such limit: a client trickling its headers would hold a connection
+    forever. (A slow body is the app's to refuse: 408 `request_timeout`, archetype.api.limits.)"""
+
+    def __init__(self, *args: Any, head_timeout_s: float, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.head_timeout_s = head_timeout_s
+        self._waiting: object = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._await_head()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._await_head()
+
+    def _await_head(self) -> None:
+        self._waiting = waiting = object()  # a timer only acts on the wait that armed it
+        self.loop.call_later(self.head_timeout_s, self._head_late, waiting)
+
+    def _head_late(self, waiting: object) -> None:
+        if waiting is not self._waiting:
+            return
+        if self.conn.their_state is h11.IDLE and not self.transport.is_closing():  # IDLE: no complete head yet
+            self.transport.close()
+
+
 class _Server(uvicorn.Server):
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
@@ -91,32 +116,69 @@ class _Server(uvicorn.Server):
         yield
 
 
-def load_tokens(tokens_file: Path | None) -> TokenTable:
-    """The token table from `--tokens`, else `$ARCHETYPE_TOKENS`, else one fresh admin token (printed)."""
-    if tokens_file is not None:
-        return TokenTable.from_json(tokens_file.read_text())
-    if os.environ.get(TOKENS_ENV):
-        return TokenTable.from_json(os.environ[TOKENS_ENV])
+def load_tokens(tokens_file: Path | None) -> tuple[TokenTable, str | None]:
+    """The token table from `--tokens`, else `$ARCHETYPE_TOKENS`, else one fresh admin token
+    (returned too: `serve` prints it once every setting has passed its checks)."""
+    try:
+        if tokens_file is not None:
+            return TokenTable.from_json(tokens_file.read_text()), None
+        if os.environ.get(TOKENS_ENV):
+            return TokenTable.from_json(os.environ[TOKENS_ENV]), None
+    except OSError as exc:
+        raise ConfigurationError(f"--tokens {tokens_file}: {exc.strerror}; give the path of a JSON token table") from None
+    except TokenTableError as exc:
+        raise ConfigurationError(f"{tokens_file or '$' + TOKENS_ENV}: {exc}") from None
     token = secrets.token_urlsafe(24)
-    print(f"no token table given; admin token for this run: {token}", file=sys.stderr, flush=True)
-    return TokenTable({token: {"principal": "admin", "roles": ["admin"]}})
+    return TokenTable({token: {"principal": "admin", "roles": ["admin"]}}), token
 
 
-def load_modules(runtime: Runtime, modules: tuple[str, ...]) -> None:
-    """Import the modules defining the worlds' components; a module's `setup(runtime)` may add processors."""
-    for name in modules:
-        module = importlib.import_module(name)
+def import_modules(names: tuple[str, ...]) -> list[ModuleType]:
+    """Import the modules defining the worlds' components, from the working directory too (as
+    `python -m` would: the console script's own directory is what Python puts first)."""
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    modules = []
+    for name in names:
+        try:
+            modules.append(importlib.import_module(name))
+        except ModuleNotFoundError as exc:
+            raise ConfigurationError(
+                f"--module {name}: cannot import {exc.name!r}; run from the directory that holds it, or add that "
+                f"directory to PYTHONPATH"
+            ) from None
+        except Exception as exc:  # the module's own code failed: say which and why, no traceback
+            raise ConfigurationError(f"--module {name}: importing it raised {type(exc).__name__}: {exc}") from None
+    return modules
+
+
+def set_up_modules(runtime: Runtime, modules: list[ModuleType]) -> None:
+    """A module's `setup(runtime)` may add processors."""
+    for module in modules:
         setup = getattr(module, "setup", None)
         if callable(setup):
             setup(runtime)
 
 
-async def step_active_worlds(runtime: Runtime, stop: asyncio.Event) -> None:
+def listen(host: str, port: int) -> socket.socket:
+    """The listening socket, bound before anything is created on disk, so a busy port changes nothing."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise ConfigurationError(f"cannot listen on {host}:{port}: {exc.strerror}; stop what uses it, or pick another --port") from None
+    sock.set_inheritable(True)
+    return sock
+
+
+async def step_active_worlds(runtime: Runtime, stop: asyncio.Event, metrics: Metrics) -> None:
     try:
         worlds = await runtime.authority.list_worlds()
     except Exception:
         log.exception("could not list the worlds; trying again next tick")
         return
+    metrics.observe_worlds(worlds)
     for world in worlds:
         if stop.is_set():
             return
@@ -124,12 +186,15 @@ async def step_active_worlds(runtime: Runtime, stop: asyncio.Event) -> None:
             await finish_destroy(runtime, world["world_id"])
         if world["status"] != "ACTIVE":
             continue
+        started, ok = time.perf_counter(), False
         try:
             await runtime.dispatcher.apply(Step(world_id=world["world_id"]))
+            ok = True
         except CommandError as exc:  # fenced, closing or destroyed meanwhile: the host reloads it next tick
             log.warning("world %s not stepped: %s: %s", world["world_id"], exc.code, exc.message)
         except Exception:
             log.exception("world %s failed its tick; it is retried next tick", world["world_id"])
+        metrics.observe_tick(world["world_id"], time.perf_counter() - started, ok)
 
 
 async def finish_destroy(runtime: Runtime, world_id: str) -> None:
@@ -139,36 +204,52 @@ async def finish_destroy(runtime: Runtime, world_id: str) -> None:
         log.exception("could not finish destroying world %s; trying again next tick", world_id)
 
 
-async def run_worlds(runtime: Runtime, stop: asyncio.Event, tick_rate: float) -> None:
+async def run_worlds(runtime: Runtime, stop: asyncio.Event, tick_rate: float, metrics: Metrics) -> None:
     loop = asyncio.get_running_loop()
     interval = 1.0 / tick_rate
     while not stop.is_set():
         started = loop.time()
-        await step_active_worlds(runtime, stop)
+        await step_active_worlds(runtime, stop, metrics)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), timeout=max(0.0, interval - (loop.time() - started)))
 
 
-async def serve(config: ServeConfig) -> None:
-    config.data.mkdir(parents=True, exist_ok=True)
-    with runner_identity(config.data, config.runner_id) as runner_id:
-        await _serve(config, runner_id)
+async def serve(config: ServeSettings) -> None:
+    """Check every setting before anything is created (tokens, modules, the port), then serve."""
+    configure_logging(config.log_level, config.log_format)
+    tokens, generated = load_tokens(config.tokens_file)
+    modules = import_modules(config.modules)
+    sock = listen(config.host, config.port)
+    try:
+        config.data.mkdir(parents=True, exist_ok=True)
+        with runner_identity(config.data, config.runner_id) as runner_id:
+            if generated:
+                print(f"no token table given; admin token for this run: {generated}", file=sys.stderr, flush=True)
+            await _serve(config, runner_id, tokens, modules, sock)
+    finally:
+        sock.close()
 
 
-async def _serve(config: ServeConfig, runner_id: str) -> None:
-    tokens = load_tokens(config.tokens_file)
-    authority = open_local_authority(config.data, synchronous=config.synchronous)
+async def _serve(config: ServeSettings, runner_id: str, tokens: TokenTable, modules: list[ModuleType], sock: socket.socket) -> None:
+    metrics = Metrics(config.metrics_worlds)
+    authority = ObservedAuthority(open_local_authority(config.data, synchronous=config.synchronous), metrics)
     runtime = Runtime(authority, owner=runner_id, audit=AuditLog.open_local(config.data, authority))
-    load_modules(runtime, config.modules)
+    set_up_modules(runtime, modules)
     app = create_app(authority, registry=runtime.registry, tokens=tokens, quota=config.quota, worlds=runtime.worlds,
-                     audit=runtime.audit)  # fmt: skip
-    server = _Server(uvicorn.Config(app, host=config.host, port=config.port, log_level=config.log_level, lifespan="off"))
+                     audit=runtime.audit, body_timeout_s=config.body_timeout)  # fmt: skip
+    mount_docs(app)
+    mount_dashboard(app)
+    mount_metrics(app, metrics, log_requests=config.log_format == "json")
+    # JSON logs: uvicorn's loggers propagate to our formatter, and our access line replaces its own
+    json_logs: dict[str, Any] = {"log_config": None, "access_log": False} if config.log_format == "json" else {}
+    protocol: Any = functools.partial(HeadDeadline, head_timeout_s=config.body_timeout)  # uvicorn calls it like the class
+    server = _Server(uvicorn.Config(app, http=protocol, log_level=config.log_level, lifespan="off", **json_logs))
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    serving = asyncio.create_task(server.serve())
+    serving = asyncio.create_task(server.serve(sockets=[sock]))
     while not server.started and not serving.done():
         await asyncio.sleep(0.01)
     if serving.done():
@@ -177,7 +258,7 @@ async def _serve(config: ServeConfig, runner_id: str) -> None:
     host, port = server.servers[0].sockets[0].getsockname()[:2]
     print(json.dumps({"serving": f"http://{host}:{port}", "data": str(config.data)}), flush=True)
 
-    runner = asyncio.create_task(run_worlds(runtime, stop, config.tick_rate))
+    runner = asyncio.create_task(run_worlds(runtime, stop, config.tick_rate, metrics))
     projector = asyncio.create_task(runtime.audit.run_forever(stop))
     await stop.wait()
     app.state.admission.close()

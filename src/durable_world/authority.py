@@ -2,35 +2,53 @@
 
 Runs in the Worker (Pyodide). The namespace binding maps a world id to its object with
 `idFromName`, so a world's ledger lives in exactly one object, wherever it is called from.
+Listing worlds goes through the world directory (durable_world.directory).
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from archetype.commands.authority import Authority
-from archetype.commands.errors import InvalidCommandError, OperationUnavailableError, UnregisteredOperationError
+from archetype.commands.errors import InvalidCommandError, UnregisteredOperationError, WorldNotFoundError
 from archetype.commands.ledger import LEDGER_METHODS
+from archetype.commands.ledger_rows import WorldRow
+from durable_world.directory import DIRECTORY
 from durable_world.envelope import unwrap
 from durable_world.ffi import to_py
-
-# No object sees every world, and a namespace cannot be enumerated from inside a Worker.
-UNROUTABLE = frozenset({"list_worlds"})
 
 
 class DurableObjectAuthority(Authority):
     def __init__(self, namespace: Any) -> None:
         self._namespace = namespace
 
+    def _stub(self, name: str) -> Any:
+        return self._namespace.get(self._namespace.idFromName(name))
+
     async def rpc(self, method: str, args: dict[str, Any]) -> Any:
         if method not in LEDGER_METHODS:
             raise UnregisteredOperationError(f"{method!r} is not a ledger method")
-        if method in UNROUTABLE:
-            raise OperationUnavailableError(
-                f"{method} is not available on the Durable Object authority: each world lives in its own "
-                "object and the namespace cannot be listed; keep a directory of world ids on the client side"
-            )
+        if method == "list_worlds":
+            return await self._listed_worlds()
         if not isinstance(args.get("world_id"), str):
             raise InvalidCommandError(f"{method} needs the world_id that names its Durable Object")
-        stub = self._namespace.get(self._namespace.idFromName(args["world_id"]))
-        return unwrap(to_py(await getattr(stub, method)(args)))
+        if method == "create_world":  # listed before it exists: the directory never misses a world
+            unwrap(to_py(await self._stub(DIRECTORY).directory_register({"world_id": args["world_id"]})))
+        return unwrap(to_py(await getattr(self._stub(args["world_id"]), method)(args)))
+
+    async def _listed_worlds(self) -> list[WorldRow]:
+        """Every world the directory names, each row from the world's own object (in world id order)."""
+        rows: list[WorldRow] = []
+        after = ""
+        while ids := unwrap(to_py(await self._stub(DIRECTORY).directory_world_ids({"after": after}))):
+            rows.extend(row for row in await asyncio.gather(*map(self._world_row, ids)) if row is not None)
+            after = ids[-1]
+        return rows
+
+    async def _world_row(self, world_id: str) -> WorldRow | None:
+        try:
+            row: WorldRow = unwrap(to_py(await self._stub(world_id).world_info({"world_id": world_id})))
+        except WorldNotFoundError:  # registered, but its creation failed
+            return None
+        return row

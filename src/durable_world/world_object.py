@@ -15,6 +15,7 @@ from archetype.commands.errors import CommandError, InvalidCommandError
 from archetype.commands.ledger import LEDGER_METHODS, Ledger
 from archetype.commands.port import Clock, SystemClock
 from durable_world.delivery import deliver_outbox
+from durable_world.directory import WorldDirectory
 from durable_world.envelope import failure, success
 from durable_world.ffi import number_or_none, to_py
 from durable_world.port import DurableObjectSqlPort
@@ -74,6 +75,27 @@ class WorldObject(DurableObject):  # type: ignore[misc]  # `workers` exists only
     async def _arm_alarm(self, delay_ms: int) -> None:
         if number_or_none(await self.ctx.storage.getAlarm()) is None:
             await self.ctx.storage.setAlarm(self.clock.now_ms() + delay_ms)
+
+    # -- the directory object's RPC (durable_world.directory; only the object named DIRECTORY gets these) --
+    async def directory_register(self, args: Any = None) -> dict[str, Any]:
+        """Note a world id in the directory."""
+        world_id = (to_py(args) or {}).get("world_id") if args is not None else None
+        if not isinstance(world_id, str):
+            return failure(InvalidCommandError("directory_register takes {world_id}"))
+        self._directory().register(world_id, self.clock.now_ms())
+        return success(None)
+
+    async def directory_world_ids(self, args: Any = None) -> dict[str, Any]:
+        """One page of the directory's world ids, in order, after `after`."""
+        after = (to_py(args) or {}).get("after", "") if args is not None else ""
+        if not isinstance(after, str):
+            return failure(InvalidCommandError("directory_world_ids takes {after}"))
+        return success(self._directory().world_ids(after))
+
+    def _directory(self) -> WorldDirectory:
+        if not hasattr(self, "_world_directory"):
+            self._world_directory = WorldDirectory(DurableObjectSqlPort(self.ctx.storage))
+        return self._world_directory
 
     def _queue(self) -> Any:
         return getattr(self.env, QUEUE_BINDING, None)

@@ -31,6 +31,8 @@ ENTRY = "worker.entry"
 LOCK = ROOT / "requirements-pyodide.lock"
 WHEELS = ROOT / ".pyodide-wheels"
 VENDOR = ROOT / "python_modules"
+ASSETS = ROOT / "build" / "assets"
+DASHBOARD = SRC / "archetype" / "dashboard" / "static"
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)")
 _HASH = re.compile(r"--hash=sha256:([0-9a-f]{64})")
 
@@ -164,8 +166,19 @@ def stage(out: Path) -> list[Path]:
     return copied
 
 
+def stage_assets(out: Path = ASSETS) -> int:
+    """The dashboard's static files, served beside the Worker by Workers static assets at /dashboard/
+    (wrangler.toml [assets]); the same files `archetype serve` mounts there. Returns the file count."""
+    if out.exists():
+        shutil.rmtree(out)
+    shutil.copytree(DASHBOARD, out / "dashboard")
+    return sum(1 for path in out.rglob("*") if path.is_file())
+
+
 if __name__ == "__main__":
     destination = Path(sys.argv[1] if len(sys.argv) > 1 else "build/worker")
     staged = stage(destination)
     files = vendor()
-    print(f"staged {len(staged)} modules of {ENTRY} into {destination} and {files} package files into {VENDOR}")
+    assets = stage_assets()
+    print(f"staged {len(staged)} modules of {ENTRY} into {destination}, {files} package files into {VENDOR} "
+          f"and {assets} dashboard files into {ASSETS}")  # fmt: skip

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from archetype.api.auth import TokenTable
+from archetype.api.auth import TokenTable, TokenTableError
 from archetype.commands import ActorCtx, Role
 from tests.api.conftest import ADMIN, NOBODY, PLAYER, VIEWER, auth
 
@@ -56,6 +56,26 @@ async def test_roles_are_ranked(client, world):
 
 def test_token_table_from_json():
     table = TokenTable.from_json('{"s3cret": {"principal": "alice", "roles": ["player", "viewer"]}}')
-    assert table.authenticate("Bearer s3cret") == ActorCtx(principal="alice", roles=frozenset({Role.player, Role.viewer}))
-    with pytest.raises(ValueError, match="unknown role"):
-        TokenTable.from_json('{"t": {"principal": "a", "roles": ["god"]}}')
+    assert table.authenticate("s3cret") == ActorCtx(principal="alice", roles=frozenset({Role.player, Role.viewer}))
+
+
+
+@pytest.mark.parametrize(
+    "text,says",
+    [
+        ('{"t": {"roles": ["admin"]}}', "entry 1 principal: Field required"),
+        ('{"t": {"principal": "a", "roles": "admin"}}', "entry 1 roles: Input should be a valid list"),
+        ('{"t": {"principal": "a", "roles": ["god"]}}', "entry 1 roles[0]: Input should be 'viewer', 'player', 'operator' or 'admin'"),
+        ('{"t": {"principal": "a", "role": ["admin"]}}', "entry 1 role: Extra inputs are not permitted"),
+        ('{"ok": {"principal": "a"}, "s3cret": 5}', "entry 2: Input should be a valid dictionary"),
+        ('{"two words": {"principal": "a"}}', "entry 1's token: String should match pattern"),
+        ('["t"]', "a JSON object"),
+        ("{nope", "not JSON"),
+    ],
+)
+def test_a_bad_token_table_is_one_line_naming_the_entry_never_the_token(text, says):
+    with pytest.raises(TokenTableError) as refused:
+        TokenTable.from_json(text)
+    message = str(refused.value)
+    assert says in message and "\n" not in message, message
+    assert "s3cret" not in message and "two words" not in message

@@ -12,6 +12,7 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from schemathesis import checks
 from starlette.testclient import TestClient
 
 from archetype.api import create_app
@@ -59,23 +60,29 @@ CASES = [
 ]
 
 
-def send(client: TestClient, case) -> tuple[int, bytes]:
+# What the published schema promises of every answer: a status it lists for the operation, the
+# content type and body schema it lists for that status (error codes included: they are enums).
+CONFORMANCE = [checks.not_a_server_error, checks.status_code_conformance, checks.content_type_conformance,
+               checks.response_schema_conformance]  # fmt: skip
+
+
+def send(client: TestClient, case):
     kwargs = case.as_transport_kwargs(base_url="http://testserver", headers=ADMIN)
     body = {"json": kwargs["json"]} if "json" in kwargs else {"content": kwargs.get("data")}
-    response = client.request(kwargs["method"], kwargs["url"], headers=kwargs["headers"], params=kwargs["params"], **body)
-    return response.status_code, response.content
+    return client.request(kwargs["method"], kwargs["url"], headers=kwargs["headers"], params=kwargs["params"], **body)
 
 
 @pytest.mark.parametrize("operation,mode", CASES)
 @PROPERTY_SETTINGS
 @given(data=st.data())
-def test_no_5xx_and_refusals_persist_nothing(edge, operation, mode, data):
+def test_answers_match_the_published_schema_and_refusals_persist_nothing(edge, operation, mode, data):
     _, client, snapshot = edge
     existing = {"world_id": "w1"} if "{world_id}" in operation.path and data.draw(st.booleans()) else None
     case = data.draw(operation.as_strategy(mode, path_parameters=existing))
     before = snapshot()
-    status, body = send(client, case)
-    assert_refusal_is_clean(status, body, before, snapshot())
+    response = send(client, case)
+    case.validate_response(response, checks=CONFORMANCE)
+    assert_refusal_is_clean(response.status_code, response.content, before, snapshot())
 
 
 json_values = st.recursive(

@@ -164,9 +164,6 @@ async def test_health_and_openapi(client, app):
     schema = (await client.get("/openapi.json")).json()
     assert {"/worlds", "/worlds/{world_id}", "/worlds/{world_id}/commands", "/worlds/{world_id}/commands:batch",
             "/worlds/{world_id}/commands/{command_id}", "/worlds/{world_id}/ledger/{method}"} <= set(schema["paths"])  # fmt: skip
-    submit = schema["components"]["schemas"]["SubmitCommandRequest"]
-    assert submit["additionalProperties"] is False
-    assert submit["properties"]["type"]["enum"] == ["spawn", "despawn", "update", "add_components", "remove_components"]
 
     app.state.admission.close()
     closed = await client.post("/worlds", json={"name": "late"}, headers=ADMIN)

@@ -129,7 +129,7 @@ async def run_scenario(authority, clock: ManualClock) -> None:
 
 async def snapshot(authority) -> str:
     """Everything the parity suite compares, as one canonical text."""
-    state = {}
+    state: dict = {"listed": await authority.list_worlds()}
     for world_id in WORLDS:
         state[world_id] = {
             "info": await authority.world_info(world_id=world_id),

@@ -87,7 +87,7 @@ async def test_trusted_spawn_reserved_needs_a_reservation_it_owns(rt, world_id, 
 
     request = rt.scheduler.spawn_request_digest(ship(world_id), at(0), None)
     entity = await authority.reserve_spawn(world_id, "mine", None, request, 0)
-    with pytest.raises(ReservationNotOwnedError):  # its own reservation, for another request
+    with pytest.raises(CommandConflictError):  # its own reservation, for another request
         await rt.dispatcher.defer(SpawnReserved(world_id=world_id, entity_id=entity, components=[Health(hp=2)]),
                                   at(0), command_id="mine")  # fmt: skip
     owned = SpawnReserved(world_id=world_id, entity_id=entity, components=[Health(hp=1)])

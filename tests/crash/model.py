@@ -5,19 +5,25 @@ restart (fixed command ids) and the test can tell exactly which commands must be
 Entity targets of later commands are named by the spawn command that reserved them; the feeder
 resolves them from the reservations, which replays return unchanged.
 
-Dead frequencies are kept rare: each retryable failure stops that tick's drain, and every kill
-charges an attempt to the commands leased at that moment, so a large backlog dead-letters most
-of itself by takeover (a path the run still exercises plenty).
+Dead frequencies are kept rare: each retryable failure stops that tick's drain.
+
+`Poison` is the component of tests/crash/test_guarantees.py's poison command: materializing it
+kills the runner process (SIGKILL, uncatchable, like a segfault) while the flag file named by
+$CRASH_POISON_FLAG exists.
 """
 
 from __future__ import annotations
 
+import os
 import random
+import signal
+from pathlib import Path
 from typing import Any
 
-from pydantic import field_validator
+from pydantic import ValidationInfo, field_validator
 
 from archetype.world import Component
+from archetype.world.components import admission_context
 
 WORLD_ID = "crash-world"
 FLAKY_FREQUENCIES = range(1000, 2000)  # the service fails once per runner process, then answers
@@ -49,6 +55,21 @@ class Beacon(Component):
         if Outage.active and (value in DEAD_FREQUENCIES or (value in FLAKY_FREQUENCIES and value not in Outage.failed_once)):
             Outage.failed_once.add(value)
             raise ConnectionError(f"calibration service unavailable for {value}")
+        return value
+
+
+POISON_FLAG_ENV = "CRASH_POISON_FLAG"
+
+
+class Poison(Component):
+    label: str
+
+    @field_validator("label")
+    @classmethod
+    def _kill_the_runner(cls, value: str, info: ValidationInfo) -> str:
+        flag = os.environ.get(POISON_FLAG_ENV)
+        if info.context != admission_context() and flag and Path(flag).exists():
+            os.kill(os.getpid(), signal.SIGKILL)
         return value
 
 
@@ -122,7 +143,7 @@ def plan_command_ids(plan: list[dict[str, Any]]) -> set[str]:
     return ids
 
 
-COMPONENT_TYPES: dict[str, type[Component]] = {"Tag": Tag, "Marker": Marker, "Beacon": Beacon}
+COMPONENT_TYPES: dict[str, type[Component]] = {"Tag": Tag, "Marker": Marker, "Beacon": Beacon, "Poison": Poison}
 
 
 def build_component(spec: dict[str, Any]) -> Component:

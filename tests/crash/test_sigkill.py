@@ -1,7 +1,9 @@
 """Crash test with real processes: SIGKILL the runner (and sometimes the feeder) at random points.
 
-A runner process steps the world in a loop while a feeder process streams durable commands in
-(single defers, durable spawns, batches; outcomes applied, rejected, retried and dead-lettered).
+A runner process (a stable owner, as `archetype serve --runner-id`: a restart takes its leases back
+at once, never waiting for them to expire) steps the world in a loop while a feeder process streams
+durable commands in (single defers, durable spawns, batches; outcomes applied, rejected, retried and
+dead-lettered).
 The test kills them at random points, at least MIN_KILLS times, restarting each. Then a last
 runner drains the world and the ledger is checked: every admitted command is terminal exactly
 once and applied at most once, the published world state equals a replay of the APPLIED commands
@@ -16,9 +18,6 @@ import asyncio
 import json
 import os
 import random
-import signal
-import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -31,56 +30,19 @@ from archetype.world import AsyncWorld, Spawn, SpawnReserved
 from archetype.world.operations import operation_components
 from local_catalog import open_local_authority
 from tests.conformance.helpers import applied as applied_ids
+from tests.crash.harness import READY, Proc
 from tests.crash.model import WORLD_ID, feed_plan, plan_command_ids
 
-ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.crash
+
 MIN_KILLS = 30
 ITEMS = 800
 PACE_S = 0.03
-LEASE_MS = 400
+LEASE_MS = 30_000  # longer than the whole kill phase: the runner's stable owner takes its leases back at once
 KILL_PHASE_S = 180
 DRAIN_S = 60
-READY_S = 30
 PAGE = 1000
-READY = object()  # stands for the process's ready-file path in its arguments
 TERMINAL_EVENTS = {"APPLIED": "applied", "REJECTED": "rejected", "DEAD_LETTER": "dead_lettered", "CANCELLED": "cancelled"}
-
-
-class Proc:
-    """One run of a crash-test process, its output kept in a log file for failure reports."""
-
-    def __init__(self, tmp: Path, module: str, *args: object) -> None:
-        self.name = f"{module}-{time.monotonic_ns()}"
-        self.log = tmp / f"{self.name}.log"
-        self.ready = tmp / f"{self.name}.ready"
-        argv = [sys.executable, "-m", f"tests.crash.{module}", *(str(self.ready) if a is READY else a for a in args)]
-        with self.log.open("wb") as log:
-            self.popen = subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-
-    def alive(self) -> bool:
-        return self.popen.poll() is None
-
-    def kill(self) -> None:
-        self.popen.send_signal(signal.SIGKILL)
-        self.popen.wait(timeout=10)
-
-    def wait_ready(self) -> None:
-        deadline = time.monotonic() + READY_S
-        while not self.ready.exists():
-            self.expect_alive()
-            assert time.monotonic() < deadline, f"{self.name} did not start within {READY_S}s"
-            time.sleep(0.01)
-
-    def expect_alive(self) -> None:
-        assert self.alive(), f"{self.name} exited by itself with {self.popen.returncode}:\n{self.log.read_text()[-4000:]}"
-
-    def expect_clean_exit(self, timeout: float) -> None:
-        try:
-            code = self.popen.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            raise AssertionError(f"{self.name} did not finish within {timeout}s:\n{self.log.read_text()[-4000:]}") from None
-        assert code == 0, f"{self.name} failed with {code}:\n{self.log.read_text()[-4000:]}"
 
 
 @pytest.mark.timeout(KILL_PHASE_S + DRAIN_S + 60)

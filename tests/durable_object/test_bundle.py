@@ -138,3 +138,13 @@ def test_edge_dev_says_in_one_line_when_the_pyodide_bundle_is_unreachable():
     lines = run.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("edge-dev: wrangler dev cannot start a Python Worker here")
     assert "Pyodide bundle" in lines[0] and "Connection refused" in lines[0]
+
+
+def test_the_dashboard_is_staged_as_static_assets_beside_the_worker(dry_run):
+    config = tomllib.loads((ROOT / "wrangler.toml").read_text())
+    assets = ROOT / config["assets"]["directory"] / "dashboard"
+    served = ROOT / "src" / "archetype" / "dashboard" / "static"
+    assert sorted(p.name for p in assets.iterdir()) == sorted(p.name for p in served.iterdir())  # serve's own files
+    assert all((assets / p.name).read_bytes() == p.read_bytes() for p in served.iterdir())
+    _, stdout = dry_run
+    assert "dashboard" not in {p.name for p in dry_run[0].rglob("*")}  # assets travel apart from the Worker's modules

@@ -8,9 +8,9 @@ from archetype.commands import (
     CommandConflictError,
     CommandStatus,
     DurableOptions,
-    OperationUnavailableError,
     StaleWriterError,
     UnregisteredOperationError,
+    WorldExistsError,
     WorldNotFoundError,
 )
 from archetype.commands.ledger import LEDGER_METHODS
@@ -19,6 +19,7 @@ from archetype.runtime import Runtime
 from archetype.world import CreateWorld, QueryComponents, Spawn, Step
 from durable_world import DurableObjectAuthority
 from durable_world.delivery import MAX_BATCH_BYTES, MAX_BATCH_MESSAGES, queue_batches
+from durable_world.directory import DIRECTORY
 from durable_world.world_object import DELIVERY_DELAY_MS, RETRY_DELAY_MS
 from local_catalog import open_local_authority
 from tests.component_modules.alpha import Position
@@ -104,9 +105,12 @@ async def ledger_script(authority, clock):
     await call("acknowledge_outbox", world_id=WORLD, up_to_seq=999)  # invalid_command
     await call("watermark", world_id=WORLD)
     await call("read_outbox", world_id=WORLD)
+    await call("create_world", world_id="w-other", name="other")
+    await call("list_worlds")
     await call("destroy", world_id=WORLD)
     await call("admit", world_id=WORLD, commands=[command("c-late")])  # world_closing
     await call("world_info", world_id=WORLD)
+    await call("list_worlds")
     return transcript
 
 
@@ -142,7 +146,7 @@ async def test_every_ledger_method_answers_like_the_local_authority(tmp_path, au
 
     assert remote == expected
     called = {method for method, _ in remote}
-    assert called == set(LEDGER_METHODS) - {"list_worlds"}
+    assert called == set(LEDGER_METHODS)
     codes = {r["code"] for _, r in remote if isinstance(r, dict) and "raised" in r}
     assert codes == {"world_exists", "world_not_found", "command_conflict", "quota_exceeded", "stale_writer",
                      "lease_lost", "invalid_command", "world_closing", "reservation_not_owned"}  # fmt: skip
@@ -155,14 +159,39 @@ async def test_the_worker_over_http_answers_like_the_local_authority(tmp_path):
         assert await ledger_script(authority, clock) == expected
 
 
-async def test_the_object_answers_list_worlds_but_the_authority_cannot(namespace, authority):
-    await authority.create_world(world_id=WORLD, name="durable")
-    reply = await namespace.getByName(WORLD).list_worlds({})
-    assert reply["ok"] and [w["world_id"] for w in reply["result"]] == [WORLD]
-    with pytest.raises(OperationUnavailableError, match="list_worlds"):
-        await authority.list_worlds()
+async def test_worlds_are_listed_through_the_directory_from_their_own_objects(namespace, authority, clock):
+    for world_id in ("w-b", "w-a", "w-c"):
+        await authority.create_world(world_id, world_id.upper())
+    await authority.destroy("w-c")
+    clock.advance(5)
+    await Runtime(authority, owner="r").dispatcher.apply(Step(world_id="w-a"))
+    listed = await authority.list_worlds()
+    assert [(w["world_id"], w["status"], w["tick_head"]) for w in listed] == [
+        ("w-a", "ACTIVE", 0), ("w-b", "ACTIVE", -1), ("w-c", "DESTROYED", -1)
+    ]  # fmt: skip
+    assert listed == [await authority.world_info(w["world_id"]) for w in listed]  # each row is its object's own
     with pytest.raises(UnregisteredOperationError):
         await authority.rpc("drop_tables", {"world_id": WORLD})
+
+
+async def test_a_world_whose_creation_failed_is_registered_but_never_listed(namespace, authority):
+    await authority.create_world("w-1", "first")
+    with pytest.raises(WorldExistsError):
+        await authority.create_world("w-1", "another name")
+    stub = namespace.getByName(DIRECTORY)
+    assert (await stub.directory_register({"world_id": "w-ghost"}))["ok"]  # as if its creation then failed
+    assert [w["world_id"] for w in await authority.list_worlds()] == ["w-1"]
+    assert (await stub.directory_world_ids({"after": ""}))["result"] == ["w-1", "w-ghost"]
+    assert (await stub.directory_register({"world": 1}))["error"]["code"] == "invalid_command"
+
+
+async def test_the_directory_pages_past_its_limit(namespace, authority, monkeypatch):
+    from durable_world import directory
+
+    monkeypatch.setattr(directory, "LIST_LIMIT", 2)
+    for index in range(5):
+        await authority.create_world(f"w-{index}", "paged")
+    assert [w["world_id"] for w in await authority.list_worlds()] == [f"w-{i}" for i in range(5)]
 
 
 async def test_domain_errors_come_back_as_coded_results(namespace):

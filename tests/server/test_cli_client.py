@@ -1,4 +1,4 @@
-"""`archetype submit`, `history` and `dead-letters` against the app on real loopback HTTP."""
+"""`archetype submit`, `history`, `dead-letters`, `worlds ...` and `command show` against the app on real loopback HTTP."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.timeout(60)
 
 
 def run(served, *args: str, token: str = "t-player"):
-    return CliRunner().invoke(main, [args[0], "--url", served.url, "--token", token, *args[1:]])
+    return CliRunner().invoke(main, [*args, "--url", served.url, "--token", token])
 
 
 async def test_submit_history_and_dead_letters(served):
@@ -48,7 +48,70 @@ async def test_submit_history_and_dead_letters(served):
     assert "probe" not in run(served, "history", world_id, token="t-viewer").output  # not the viewer's
     letters = run(served, "dead-letters", world_id, token="t-operator")
     assert letters.exit_code == 0 and "calibration offline" in letters.output
-    applied = run(served, "history", world_id, "--status", "APPLIED", token="t-operator")
+    applied = run(served, "history", world_id, "--status", "APPLIED", "--json", token="t-operator")
     assert applied.exit_code == 0 and applied.output == ""
+    (letter,) = map(json.loads, run(served, "dead-letters", world_id, "--json", token="t-operator").output.splitlines())
+    assert (letter["command_id"], letter["status"], letter["attempts"]) == ("probe", "DEAD_LETTER", 3)
     missing = run(served, "history", "nowhere", token="t-viewer")
     assert missing.exit_code == 1 and "world_not_found" in missing.output
+
+
+async def test_worlds_and_command_show(served):
+    created = run(served, "worlds", "create", "arena", "--id", "a1", "--json", token="t-admin")
+    assert created.exit_code == 0 and json.loads(created.output)["world_id"] == "a1"
+    assert run(served, "worlds", "create", "x", token="t-player").exit_code == 1  # permission_denied
+    listed = run(served, "worlds", "list", "--json", token="t-viewer")
+    assert [w["world_id"] for w in map(json.loads, listed.output.splitlines())] == ["a1"]
+    table = run(served, "worlds", "list", token="t-viewer").output
+    assert "a1" in table and "arena" in table and "ACTIVE" in table and "outbox_pending" in table
+
+    long_id = "k" * 40  # one line per row however long the ids are
+    body = json.dumps({"type": "despawn", "tick": 10**6, "entity_id": 1})
+    assert run(served, "submit", "a1", body, "--idempotency-key", long_id).exit_code == 0
+    history = run(served, "history", "a1").output
+    assert [line for line in history.splitlines() if long_id in line][0].count("PENDING") == 1
+
+    shown = run(served, "command", "show", "a1", long_id, "--json")
+    record = json.loads(shown.output)
+    assert (record["command_id"], record["status"], record["trail"]) == (long_id, "PENDING", None)  # no audit here
+    as_table = run(served, "command", "show", "a1", long_id).output
+    assert "PENDING" in as_table and "no audit projection" in as_table
+    hidden = run(served, "command", "show", "a1", long_id, token="t-player2")
+    assert hidden.exit_code == 1 and "command_not_found" in hidden.output
+    seen = run(served, "command", "show", "a1", long_id, "--principal", "pat", "--json", token="t-operator")
+    assert json.loads(seen.output)["principal"] == "pat"
+
+    world = json.loads(run(served, "worlds", "show", "a1", "--json", token="t-viewer").output)
+    assert (world["status"], world["tick_head"]) == ("ACTIVE", -1)
+    destroyed = run(served, "worlds", "destroy", "a1", "--yes", "--json", token="t-admin")
+    assert json.loads(destroyed.output) == {"world_id": "a1", "cancelled": 1}
+    assert json.loads(run(served, "worlds", "show", "a1", "--json", token="t-viewer").output)["status"] == "DESTROYED"
+    missing = run(served, "worlds", "show", "nowhere", token="t-viewer")
+    assert missing.exit_code == 1 and "world_not_found" in missing.output
+
+
+def test_settings_come_from_the_environment_and_a_config_file(served, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "archetype.toml").write_text(f'[client]\nurl = "{served.url}"\ntoken = "t-viewer"\n')
+    assert CliRunner().invoke(main, ["worlds", "list", "--json"]).exit_code == 0  # url and token from ./archetype.toml
+    monkeypatch.setenv("ARCHETYPE_TOKEN", "wrong")  # the environment beats the file
+    assert "unauthenticated" in CliRunner().invoke(main, ["worlds", "list"]).output
+    assert CliRunner().invoke(main, ["worlds", "list", "--token", "t-viewer"]).exit_code == 0  # a flag beats both
+    (tmp_path / "archetype.toml").write_text('[client]\nurl = "http://127.0.0.1:1"\ntokn = "typo"\n')
+    typo = CliRunner().invoke(main, ["worlds", "list"])
+    assert typo.exit_code == 2 and typo.output.strip().splitlines() == [
+        "error: unknown setting 'tokn' in [client] of archetype.toml; the settings are url, token"
+    ]
+
+
+def test_a_missing_config_file_is_one_line_and_exit_2(tmp_path):
+    done = CliRunner().invoke(main, ["--config", str(tmp_path / "nope.toml"), "worlds", "list"])
+    expected = f"error: --config {tmp_path / 'nope.toml'}: no such file; give the path of a TOML settings file"
+    assert done.exit_code == 2 and done.output.strip() == expected
+
+
+def test_no_token_is_one_line_and_exit_2(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("ARCHETYPE_TOKEN", raising=False)
+    done = CliRunner().invoke(main, ["history", "w1"])
+    assert done.exit_code == 2 and len(done.output.strip().splitlines()) == 1 and "pass --token" in done.output

@@ -14,9 +14,9 @@ from typing import Annotated, Any
 from fastapi import Body, Depends, FastAPI, Header, Path, Query, Request
 from fastapi.responses import JSONResponse
 
-from archetype.api.auth import TokenTable, require
+from archetype.api.auth import Bearer, TokenTable, require
 from archetype.api.errors import CommandNotFoundError, InvalidRequestError, ShuttingDownError, install_error_handlers
-from archetype.api.limits import DEFAULT_MAX_BODY_BYTES, BodyLimit
+from archetype.api.limits import DEFAULT_BODY_TIMEOUT_S, DEFAULT_MAX_BODY_BYTES, BodyLimit
 from archetype.api.models import (
     MAX_BATCH,
     AuditPage,
@@ -27,17 +27,34 @@ from archetype.api.models import (
     DestroyedWorld,
     Health,
     HistoryPage,
+    StateView,
     SubmitBatchRequest,
+    SubmitCommand,
+    WorldList,
     WorldView,
+)
+from archetype.api.openapi import (
+    CREATE_WORLD,
+    DESTROY_WORLD,
+    LEDGER,
+    READ_AUDIT,
+    READ_COMMAND,
+    SUBMITTING,
+    WORLD_PATH,
+    error_responses,
 )
 from archetype.api.runner_protocol import ADMISSION_METHODS, LEDGER_ROUTE_ROLES, ledger_arguments
 from archetype.canonical import MAX_SAFE_INTEGER
 from archetype.commands.audit_history import GetAuditHistory
 from archetype.commands.authority import Authority
 from archetype.commands.dispatcher import CommandDispatcher
-from archetype.commands.errors import CommandError, PermissionDeniedError, UnregisteredOperationError
+from archetype.commands.errors import (
+    CommandError,
+    PermissionDeniedError,
+    UnregisteredOperationError,
+)
 from archetype.commands.families import default_registry
-from archetype.commands.http_translator import SubmitCommandRequest, translate
+from archetype.commands.http_translator import translate
 from archetype.commands.options import ActorCtx, Role
 from archetype.commands.registry import OperationRegistry
 from archetype.commands.scheduler import COMMAND_ID_PATTERN, CommandScheduler, CommandStatus
@@ -95,9 +112,9 @@ def _admitting(request: Request) -> None:
     request.app.state.admission.check()
 
 
-def _ledger_actor(method: str, request: Request) -> ActorCtx:
+def _ledger_actor(method: str, request: Request, credentials: Bearer) -> ActorCtx:
     role = LEDGER_ROUTE_ROLES.get(method)
-    actor = require(role or Role.operator)(request)
+    actor = require(role or Role.operator)(request, credentials)
     if role is None:
         raise UnregisteredOperationError(f"{method!r} is not a runner-protocol method")
     if method in ADMISSION_METHODS:
@@ -112,6 +129,7 @@ def create_app(
     tokens: TokenTable | Mapping[str, Any] | None = None,
     quota: int | None = DEFAULT_QUOTA,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S,
     worlds: Any = None,
     audit: Any = None,
 ) -> FastAPI:
@@ -122,38 +140,58 @@ def create_app(
     scheduler = CommandScheduler(registry, authority, quota=quota)
     dispatcher = CommandDispatcher(registry, scheduler, worlds or EdgeWorlds(), origin="gateway", audit=audit)
 
-    app = FastAPI(title="archetype", version="1", summary="Durable world commands over HTTP")
+    # No trailing-slash redirects: the framework builds them from the request's Host header, which
+    # the client controls (`GET /worlds/w1/` with `Host: evil.example` would send it there).
+    # No docs pages here: FastAPI's load Swagger UI from a CDN; `archetype serve` mounts local ones (archetype.docs_ui).
+    app = FastAPI(title="archetype", version="1", summary="Durable world commands over HTTP", redirect_slashes=False,
+                  docs_url=None, redoc_url=None)  # fmt: skip
     app.state.tokens = tokens if isinstance(tokens, TokenTable) else TokenTable(tokens or {})
     app.state.admission = AdmissionGate()
     install_error_handlers(app)
-    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+    app.add_middleware(BodyLimit, max_bytes=max_body_bytes, body_timeout_s=body_timeout_s)
 
     viewer, player, admin = (Depends(require(role)) for role in (Role.viewer, Role.player, Role.admin))
     admitting = Depends(_admitting)
 
-    @app.get("/health", response_model=Health)
+    @app.get("/health", response_model=Health, responses=error_responses((ShuttingDownError,), authenticated=False))
     async def health() -> Health:
         app.state.admission.check()
         return Health(status="ok")
 
     # -- worlds --
-    @app.post("/worlds", status_code=201, response_model=WorldView)
+    @app.post("/worlds", status_code=201, response_model=WorldView, responses=error_responses(CREATE_WORLD))
     async def create_world(body: CreateWorldRequest, actor: ActorCtx = admin, _: None = admitting) -> WorldView:
         world_id = await dispatcher.apply_as(actor, CreateWorld(name=body.name, world_id=body.world_id))
         return WorldView.of(await authority.world_info(world_id))
 
-    @app.get("/worlds/{world_id}", response_model=WorldView)
+    @app.get("/worlds", response_model=WorldList, responses=error_responses())
+    async def list_worlds(actor: ActorCtx = viewer) -> WorldList:
+        """Every world of the authority (at the edge, through its world directory)."""
+        return WorldList(worlds=[WorldView.of(info) for info in await authority.list_worlds()])
+
+    @app.get("/worlds/{world_id}", response_model=WorldView, responses=error_responses(WORLD_PATH))
     async def inspect_world(world_id: WorldIdPath, actor: ActorCtx = viewer) -> WorldView:
         return WorldView.of(await authority.world_info(world_id))
 
-    @app.delete("/worlds/{world_id}", response_model=DestroyedWorld)
+    @app.get("/worlds/{world_id}/state", response_model=StateView, responses=error_responses(WORLD_PATH))
+    async def world_state(
+        world_id: WorldIdPath,
+        actor: ActorCtx = viewer,
+        after: Annotated[int, Query(ge=0, le=MAX_SAFE_INTEGER, description="entity id to continue after")] = 0,
+        limit: Annotated[int, Query(ge=1, le=MAX_BATCH)] = 100,
+    ) -> StateView:
+        """The world's published entities and their components (world state is shared: docs/ledger.md, isolation)."""
+        return StateView.of(await authority.load_state(world_id, after, limit), limit)
+
+    @app.delete("/worlds/{world_id}", response_model=DestroyedWorld, responses=error_responses(DESTROY_WORLD))
     async def destroy_world(world_id: WorldIdPath, actor: ActorCtx = admin, _: None = admitting) -> DestroyedWorld:
         cancelled = await dispatcher.apply_as(actor, DestroyWorld(world_id=world_id))
         return DestroyedWorld(world_id=world_id, cancelled=cancelled)
 
     # -- commands --
-    @app.post("/worlds/{world_id}/commands", status_code=202, response_model=CommandAccepted)
-    async def submit(world_id: WorldIdPath, body: SubmitCommandRequest, actor: ActorCtx = player, _: None = admitting,
+    @app.post("/worlds/{world_id}/commands", status_code=202, response_model=CommandAccepted,
+              responses=error_responses(WORLD_PATH, SUBMITTING))
+    async def submit(world_id: WorldIdPath, body: SubmitCommand, actor: ActorCtx = player, _: None = admitting,
                      idempotency_key: IdempotencyKey = None) -> CommandAccepted:  # fmt: skip
         item = translate(world_id, body, idempotency_key=idempotency_key)
         if type(item.op) is Spawn:
@@ -161,7 +199,8 @@ def create_app(
             return CommandAccepted.of(admission.command, admission.entity_id)
         return CommandAccepted.of(await dispatcher.defer_as(actor, item.op, item.options, command_id=item.command_id))
 
-    @app.post("/worlds/{world_id}/commands:batch", status_code=202, response_model=BatchAccepted)
+    @app.post("/worlds/{world_id}/commands:batch", status_code=202, response_model=BatchAccepted,
+              responses=error_responses(WORLD_PATH, SUBMITTING))
     async def submit_batch(world_id: WorldIdPath, body: SubmitBatchRequest, actor: ActorCtx = player,
                            _: None = admitting, idempotency_key: IdempotencyKey = None) -> BatchAccepted:  # fmt: skip
         """All or nothing. Without their own `command_id`, items are keyed `<Idempotency-Key>.<index>`;
@@ -174,7 +213,7 @@ def create_app(
         identities = await dispatcher.defer_batch_as(actor, items)
         return BatchAccepted(commands=[CommandAccepted.of(identity) for identity in identities])
 
-    @app.get("/worlds/{world_id}/commands/{command_id}", response_model=CommandView)
+    @app.get("/worlds/{world_id}/commands/{command_id}", response_model=CommandView, responses=error_responses(READ_COMMAND))
     async def command_status(world_id: WorldIdPath, command_id: CommandIdPath, actor: ActorCtx = viewer,
                              principal: PrincipalQuery = None, trusted: TrustedQuery = False) -> CommandView:  # fmt: skip
         """The caller's own command with this id; an operator may name another principal's (or the trusted scope)."""
@@ -184,7 +223,7 @@ def create_app(
             raise CommandNotFoundError(f"world {world_id!r} has no command {command_id!r} of this principal")
         return CommandView.of(row)
 
-    @app.get("/worlds/{world_id}/commands", response_model=HistoryPage)
+    @app.get("/worlds/{world_id}/commands", response_model=HistoryPage, responses=error_responses(WORLD_PATH))
     async def history(
         world_id: WorldIdPath,
         actor: ActorCtx = viewer,
@@ -201,7 +240,7 @@ def create_app(
         commands = [CommandView.of(row) for row in rows]
         return HistoryPage(commands=commands, next_after=commands[-1].sequence if len(commands) == limit else None)
 
-    @app.get("/worlds/{world_id}/audit", response_model=AuditPage)
+    @app.get("/worlds/{world_id}/audit", response_model=AuditPage, responses=error_responses(READ_AUDIT))
     async def audit_history(
         world_id: WorldIdPath,
         actor: ActorCtx = viewer,
@@ -229,12 +268,12 @@ def create_app(
             # well-typed arguments whose values the ledger cannot use: bad input, not a server fault
             raise InvalidRequestError(f"{method} cannot use these arguments: {type(exc).__name__}: {exc}") from exc
 
-    @app.post("/worlds/{world_id}/ledger/{method}")
+    @app.post("/worlds/{world_id}/ledger/{method}", responses=error_responses(LEDGER))
     async def world_ledger(world_id: WorldIdPath, method: str, arguments: LedgerArguments,
                            actor: ActorCtx = Depends(_ledger_actor)) -> JSONResponse:  # fmt: skip
         return await call_ledger(method, world_id, arguments)
 
-    @app.post("/ledger/{method}")
+    @app.post("/ledger/{method}", responses=error_responses(LEDGER))
     async def ledger(method: str, arguments: LedgerArguments, actor: ActorCtx = Depends(_ledger_actor)) -> JSONResponse:
         return await call_ledger(method, None, arguments)
 

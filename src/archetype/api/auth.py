@@ -5,53 +5,100 @@ kept, so a lookup neither stores nor compares the secrets themselves. The table 
 dict, a JSON file or the `ARCHETYPE_TOKENS` environment value (a secret, in the Worker):
 
     {"<token>": {"principal": "alice", "roles": ["player"]}, ...}
+
+It is validated by the pydantic models below; a mistake is one `TokenTableError` line naming the
+entry by its position (never by its token, a secret) and what to fix.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from fastapi import Request
+from fastapi import Request, Security
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from archetype.api.errors import UnauthenticatedError
 from archetype.commands.errors import PermissionDeniedError
 from archetype.commands.options import ActorCtx, Role
 
 TOKENS_ENV = "ARCHETYPE_TOKENS"
+RoleName = Literal[tuple(Role.__members__)]  # type: ignore[valid-type]
+
+# Declares the scheme in the OpenAPI document (Swagger UI's Authorize button) and reads the token;
+# auto_error=False so that a missing or non-bearer header is our 401 `unauthenticated`.
+BEARER = HTTPBearer(auto_error=False, description="a token of the server's token table")
+Bearer = Annotated[HTTPAuthorizationCredentials | None, Security(BEARER)]
+
+
+class TokenEntry(BaseModel):
+    """One actor of the token table."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    principal: str = Field(min_length=1, max_length=200)
+    roles: list[RoleName] = Field(default_factory=list, description="role names, e.g. [\"player\"]")  # type: ignore[valid-type]
+
+    def actor(self) -> ActorCtx:
+        return ActorCtx(principal=self.principal, roles=frozenset(Role[name] for name in self.roles))
+
+
+TokenKey = Annotated[str, Field(min_length=1, pattern=r"^\S+$")]
+_TABLE = TypeAdapter(dict[TokenKey, TokenEntry])
+
+
+class TokenTableError(ValueError):
+    """A token table that does not validate, said in one line."""
+
+
+def _one_line(exc: ValidationError, tokens: list[str]) -> str:
+    problems = []
+    for error in exc.errors(include_url=False):
+        loc = list(error["loc"])
+        where = "the table"
+        if loc and isinstance(loc[0], str) and loc[0] in tokens:  # name the entry by position: its key is a secret
+            where = f"entry {tokens.index(str(loc.pop(0))) + 1}"
+            where += "'s token" if loc[:1] == ["[key]"] else ""
+        field = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in loc if part != "[key]")[1:]
+        problems.append(f"{where}{' ' + field if field else ''}: {error['msg']}")
+    more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+    return f'token table: {problems[0]}{more}; an entry is "<token>": {{"principal": "alice", "roles": ["player"]}}'
+
+
+def validate_tokens(data: Any) -> dict[str, ActorCtx]:
+    """The actors of a parsed token table; TokenTableError says what is wrong."""
+    tokens = [key for key in data if isinstance(key, str)] if isinstance(data, Mapping) else []
+    try:
+        entries = _TABLE.validate_python(data)
+    except ValidationError as exc:
+        raise TokenTableError(_one_line(exc, tokens)) from None
+    return {token: entry.actor() for token, entry in entries.items()}
 
 
 def _digest(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
 
-def actor_from_json(entry: Mapping[str, Any]) -> ActorCtx:
-    """`{"principal": ..., "roles": ["player", ...]}` -> ActorCtx; role names are Role member names."""
-    unknown = [r for r in entry.get("roles", ()) if r not in Role.__members__]
-    if unknown:
-        raise ValueError(f"unknown role(s) {unknown}; roles are {list(Role.__members__)}")
-    return ActorCtx(principal=entry["principal"], roles=frozenset(Role[r] for r in entry.get("roles", ())))
-
-
 class TokenTable:
     def __init__(self, tokens: Mapping[str, ActorCtx | Mapping[str, Any]]) -> None:
-        self._actors = {
-            _digest(token): actor if isinstance(actor, ActorCtx) else actor_from_json(actor)
-            for token, actor in tokens.items()
-        }
+        given = {token: actor for token, actor in tokens.items() if isinstance(actor, ActorCtx)}
+        parsed = validate_tokens({token: entry for token, entry in tokens.items() if token not in given})
+        self._actors = {_digest(token): actor for token, actor in {**given, **parsed}.items()}
 
     @classmethod
     def from_json(cls, text: str) -> TokenTable:
-        data = json.loads(text)
+        try:
+            data = TypeAdapter(Any).validate_json(text)
+        except ValidationError as exc:
+            raise TokenTableError(f"token table: not JSON ({exc.errors(include_url=False)[0]['msg']})") from None
         if not isinstance(data, dict):
-            raise ValueError("a token table is a JSON object of token -> {principal, roles}")
+            raise TokenTableError("token table: a JSON object of \"<token>\": {\"principal\", \"roles\"} is expected")
         return cls(data)
 
-    def authenticate(self, authorization: str | None) -> ActorCtx:
-        scheme, _, token = (authorization or "").partition(" ")
-        if scheme.lower() != "bearer" or not token.strip():
+    def authenticate(self, token: str | None) -> ActorCtx:
+        if not token or not token.strip():
             raise UnauthenticatedError("send `Authorization: Bearer <token>`")
         actor = self._actors.get(_digest(token.strip()))
         if actor is None:
@@ -59,11 +106,11 @@ class TokenTable:
         return actor
 
 
-def require(role: Role) -> Callable[[Request], ActorCtx]:
+def require(role: Role) -> Callable[..., ActorCtx]:
     """A route dependency: authenticate, then deny a missing role before the route touches a world."""
 
-    def dependency(request: Request) -> ActorCtx:
-        actor = request.app.state.tokens.authenticate(request.headers.get("authorization"))
+    def dependency(request: Request, credentials: Bearer) -> ActorCtx:
+        actor = request.app.state.tokens.authenticate(credentials.credentials if credentials else None)
         if not actor.has(role):
             raise PermissionDeniedError(f"this route needs the {role.name} role")
         return actor

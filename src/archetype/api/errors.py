@@ -37,6 +37,14 @@ class InvalidRequestError(CommandError):
     code, http_status = "invalid_request", 422
 
 
+class DuplicateHeaderError(CommandError):
+    code, http_status = "duplicate_header", 400
+
+
+class RequestTimeoutError(CommandError):
+    code, http_status = "request_timeout", 408
+
+
 class UnsupportedCommandTypeError(InvalidRequestError):
     code = UNSUPPORTED_TYPE_ERROR
 
@@ -65,7 +73,9 @@ class InternalError(CommandError):
     code, http_status = "internal_error", 500
 
 
-_BY_HTTP_STATUS = {404: RouteNotFoundError, 405: MethodNotAllowedError, 413: PayloadTooLargeError}
+# The framework's own refusals: 400 is FastAPI failing to decode a body as JSON (bytes that are
+# not UTF-8, say), which the strict parser in front lets through to the route as "not JSON".
+_BY_HTTP_STATUS = {400: InvalidJsonError, 404: RouteNotFoundError, 405: MethodNotAllowedError, 413: PayloadTooLargeError}
 
 
 def _printable(text: str) -> str:
@@ -73,8 +83,9 @@ def _printable(text: str) -> str:
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
-def error_response(error: CommandError) -> JSONResponse:
-    headers = {"WWW-Authenticate": "Bearer"} if error.http_status == 401 else None
+def error_response(error: CommandError, headers: dict[str, str] | None = None) -> JSONResponse:
+    if error.http_status == 401:
+        headers = {**(headers or {}), "WWW-Authenticate": "Bearer"}
     body = {key: _printable(str(value)) for key, value in error.to_json().items()}
     return JSONResponse(body, status_code=error.http_status, headers=headers)
 

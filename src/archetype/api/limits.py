@@ -1,8 +1,15 @@
-"""Request-body limits in front of the application: size first, then strict JSON.
+"""Request limits in front of the application: single-valued headers, then the body's size and
+read time, then strict JSON.
+
+A header that names one thing (`Authorization`, `Idempotency-Key`, `Content-Type`) sent twice is
+ambiguous: frameworks silently take one of them (the first, here), so a proxy and the app could
+act on different values. Such a request is refused with 400 `duplicate_header`.
 
 The body is read (up to the limit) before the application sees it, whether or not the client
 declared a Content-Length, so no route ever parses more than `max_bytes`: oversized bodies are
-refused with 413.
+refused with 413. The whole body must arrive within `body_timeout_s` of the request's headers;
+a client trickling it (or never sending it) is answered 408 `request_timeout` with
+`Connection: close`, so the server drops the connection instead of holding it open forever.
 
 A body the routes would parse as JSON (a JSON content type, or none) is then checked by the one
 strict parser, `archetype.canonical.parse_json`, before any route sees it: Python's `json`, which
@@ -14,14 +21,23 @@ text that is not JSON at all is left to the route (400 `invalid_json`).
 
 from __future__ import annotations
 
+import asyncio
 from email.message import Message
 from typing import Any
 
-from archetype.api.errors import InvalidRequestError, PayloadTooLargeError, error_response
+from archetype.api.errors import (
+    DuplicateHeaderError,
+    InvalidRequestError,
+    PayloadTooLargeError,
+    RequestTimeoutError,
+    error_response,
+)
 from archetype.canonical import MAX_DEPTH, NonCanonicalValueError, parse_json
 from archetype.commands.registry import NonCanonicalCommandError
 
 DEFAULT_MAX_BODY_BYTES = 1 << 20
+DEFAULT_BODY_TIMEOUT_S = 20.0
+SINGLE_VALUED_HEADERS = (b"authorization", b"idempotency-key", b"content-type")
 MAX_BODY_DEPTH = MAX_DEPTH
 """The deepest nesting a JSON request body may have (component data has its own, smaller limit)."""
 
@@ -49,13 +65,20 @@ def strict_json_refusal(body: bytes) -> NonCanonicalCommandError | None:
 
 
 class BodyLimit:
-    def __init__(self, app: Any, max_bytes: int = DEFAULT_MAX_BODY_BYTES) -> None:
+    def __init__(self, app: Any, max_bytes: int = DEFAULT_MAX_BODY_BYTES, body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.body_timeout_s = body_timeout_s
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
+            return
+        names = [name for name, _ in scope.get("headers") or ()]
+        repeated = next((name for name in SINGLE_VALUED_HEADERS if names.count(name) > 1), None)
+        if repeated is not None:
+            error = DuplicateHeaderError(f"the {repeated.decode()} header was sent more than once; send it once")
+            await error_response(error)(scope, receive, send)
             return
         headers = dict(scope.get("headers") or ())
         declared = headers.get(b"content-length")
@@ -64,29 +87,41 @@ class BodyLimit:
                 await error_response(InvalidRequestError("Content-Length is not a number"))(scope, receive, send)
                 return
             if int(declared) > self.max_bytes:
-                await self._too_large(scope, receive, send)
+                await error_response(self._too_large())(scope, receive, send)
                 return
+        try:
+            body = await asyncio.wait_for(self._read_body(receive), self.body_timeout_s)
+        except TimeoutError:
+            late = RequestTimeoutError(f"the request body did not arrive within {self.body_timeout_s:g} s")
+            await error_response(late, headers={"Connection": "close"})(scope, receive, send)
+            return
+        except PayloadTooLargeError as error:
+            await error_response(error)(scope, receive, send)
+            return
+        if body is None:
+            return  # the client went away before sending its body
+        if body and parsed_as_json(headers.get(b"content-type")):
+            refusal = strict_json_refusal(body)
+            if refusal is not None:
+                await error_response(refusal)(scope, receive, send)
+                return
+        await self.app(scope, _replay(body, receive), send)
+
+    async def _read_body(self, receive: Any) -> bytes | None:
+        """The whole body; None when the client went away before sending it."""
         body = bytearray()
         while True:
             message = await receive()
             if message["type"] != "http.request":
-                return  # the client went away before sending its body
+                return None
             body += message.get("body", b"")
             if len(body) > self.max_bytes:
-                await self._too_large(scope, receive, send)
-                return
+                raise self._too_large()
             if not message.get("more_body", False):
-                break
-        if body and parsed_as_json(headers.get(b"content-type")):
-            refusal = strict_json_refusal(bytes(body))
-            if refusal is not None:
-                await error_response(refusal)(scope, receive, send)
-                return
-        await self.app(scope, _replay(bytes(body), receive), send)
+                return bytes(body)
 
-    async def _too_large(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        error = PayloadTooLargeError(f"request bodies are limited to {self.max_bytes} bytes")
-        await error_response(error)(scope, receive, send)
+    def _too_large(self) -> PayloadTooLargeError:
+        return PayloadTooLargeError(f"request bodies are limited to {self.max_bytes} bytes")
 
 
 def _replay(body: bytes, receive: Any) -> Any:

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, GetJsonSchemaHandler, TypeAdapter, create_model
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema
 
 from archetype.canonical import parse_json
 from archetype.commands.audit_history import AuditEvent
-from archetype.commands.http_translator import SubmitCommandRequest
+from archetype.commands.http_translator import MUTATION_FIELDS, MUTATIONS, SubmitCommandRequest
 from archetype.commands.scheduler import CommandIdentity, CommandSummary
+from archetype.world.components import ComponentValue
 from archetype.world.operations import CreateWorld
 
 MAX_BATCH = 1000
@@ -30,10 +33,35 @@ class WorldView(BaseModel):
     tick_head: int
     created_at: int
     updated_at: int
+    outbox_pending: int = Field(description="outbox events the audit projection has not acknowledged yet: its lag, in events")
 
     @classmethod
     def of(cls, info: Mapping[str, Any]) -> WorldView:
-        return cls(**{name: info[name] for name in cls.model_fields})
+        pending = info["next_event_seq"] - 1 - info["projected_seq"]
+        return cls(**{name: info[name] for name in cls.model_fields if name != "outbox_pending"}, outbox_pending=pending)
+
+
+class WorldList(BaseModel):
+    worlds: list[WorldView]
+
+
+class EntityView(BaseModel):
+    entity_id: int
+    components: list[ComponentValue]
+
+
+class StateView(BaseModel):
+    """A world's published state at `tick_head`, one page of entities in id order."""
+
+    tick_head: int
+    entities: list[EntityView]
+    next_after: int | None = Field(description="pass as `after` for the next page; null when this page is the last")
+
+    @classmethod
+    def of(cls, page: Mapping[str, Any], limit: int) -> StateView:
+        entities = [EntityView(entity_id=row["entity_id"], components=parse_json(row["components"])) for row in page["entities"]]
+        next_after = entities[-1].entity_id if len(entities) == limit else None
+        return cls(tick_head=page["tick_head"], entities=entities, next_after=next_after)
 
 
 class DestroyedWorld(BaseModel):
@@ -41,10 +69,40 @@ class DestroyedWorld(BaseModel):
     cancelled: int
 
 
+def _command_variant(type_name: str) -> type[BaseModel]:
+    """The published shape of one `type`: the shared fields as SubmitCommandRequest declares them,
+    and the mutation's own fields, required, as its family model declares them."""
+    model, fields = MUTATIONS[type_name]
+    shared = [name for name in SubmitCommandRequest.model_fields if name != "type" and name not in MUTATION_FIELDS]
+    return create_model(  # type: ignore[call-overload]  # field definitions built from models: typed Any
+        f"{model.__name__}Command",
+        __config__=ConfigDict(extra="forbid"),
+        __doc__=f"`type: {type_name}`: a durable `{model.__name__}` ({', '.join(sorted(fields))}).",
+        type=(Literal[type_name], ...),
+        **{name: (SubmitCommandRequest.model_fields[name].annotation, SubmitCommandRequest.model_fields[name]) for name in shared},
+        **{name: (model.model_fields[name].annotation, model.model_fields[name]) for name in sorted(fields)},
+    )
+
+
+# Built at import time from the five variants, so only a runtime Union (not `X | Y`) can spell it.
+_VARIANTS: Any = Union[tuple(_command_variant(type_name) for type_name in MUTATIONS)]  # noqa: UP007
+_PUBLISHED_COMMAND: TypeAdapter[Any] = TypeAdapter(Annotated[_VARIANTS, Field(discriminator="type")])
+
+
+class SubmitCommand(SubmitCommandRequest):
+    """SubmitCommandRequest as the routes take it, published as what it accepts: a union
+    discriminated by `type`, so each type's required fields show (validation stays
+    SubmitCommandRequest's, with its `unsupported_command_type` for any other spelling)."""
+
+    @classmethod
+    def __get_pydantic_json_schema__(cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+        return handler(_PUBLISHED_COMMAND.core_schema)
+
+
 class SubmitBatchRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    commands: list[SubmitCommandRequest] = Field(min_length=1, max_length=MAX_BATCH)
+    commands: list[SubmitCommand] = Field(min_length=1, max_length=MAX_BATCH)
 
 
 class CommandAccepted(BaseModel):

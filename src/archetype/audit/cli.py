@@ -42,9 +42,14 @@ def project(data: Path, batch_size: int) -> None:
 
     async def work(rt: Runtime) -> None:
         rt.audit.batch_size = batch_size
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
         pending = sum(lag["pending"] for lag in await rt.audit.lag())
-        with click.progressbar(length=pending, label="projecting", show_pos=True) as bar:
-            appended = await rt.audit.project_once(progress=bar.update)
+        columns = (TextColumn("projecting"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+        with Progress(*columns, console=Console(stderr=True), transient=True) as progress:
+            task = progress.add_task("projecting", total=pending)
+            appended = await rt.audit.project_once(progress=lambda n: progress.advance(task, n))
         click.echo(f"appended {sum(appended.values())} events from {len(appended)} world(s)")
 
     asyncio.run(_with_runtime(data, work))
@@ -52,12 +57,13 @@ def project(data: Path, batch_size: int) -> None:
 
 @audit.command()
 @DATA
-def lag(data: Path) -> None:
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+def lag(data: Path, as_json: bool) -> None:
     """Print, per world, the committed and projected outbox sequence and what is pending."""
+    from archetype.client import print_rows
 
     async def work(rt: Runtime) -> None:
-        for row in await rt.audit.lag():
-            click.echo(f"{row['world_id']}\tcommitted {row['committed_seq']}\tprojected {row['projected_seq']}\tpending {row['pending']}")
+        print_rows(await rt.audit.lag(), ["world_id", "committed_seq", "projected_seq", "pending"], as_json=as_json)
 
     asyncio.run(_with_runtime(data, work))
 

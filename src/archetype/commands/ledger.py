@@ -291,14 +291,14 @@ class Ledger:
                         raise CommandConflictError(f"command {command_id!r} was admitted with different content")
                     continue
                 reservation = reserved.get(command_id)
-                if row["operation"] == "spawn_reserved":
-                    if reservation != (row["reserved_entity_id"], row["request_digest"]):
-                        raise ReservationNotOwnedError(
-                            f"command {command_id!r} does not own a reservation of entity "
-                            f"{row['reserved_entity_id']} for this spawn request"
-                        )
-                elif reservation is not None:
-                    raise CommandConflictError(f"command {command_id!r} is bound to a spawn reservation")
+                if row["operation"] == "spawn_reserved" and reservation is None:
+                    raise ReservationNotOwnedError(
+                        f"command {command_id!r} owns no spawn reservation (of entity {row['reserved_entity_id']})"
+                    )
+                if reservation is not None and reservation != (row["reserved_entity_id"], row["request_digest"]):
+                    raise CommandConflictError(
+                        f"command {command_id!r} is bound to a spawn reservation that this command does not fulfil"
+                    )
                 fresh.append(row)
             self._charge_quota(world_id, fresh, quota)
             now = self._clock.now_ms()

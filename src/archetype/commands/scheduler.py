@@ -190,6 +190,8 @@ class CommandScheduler:
         worlds = {world_id for world_id, _ in prepared}
         if len(worlds) != 1:
             raise InvalidCommandError(f"a batch cannot span worlds (it names {sorted(worlds)})")
+        if len({row["command_id"] for _, row in prepared}) != len(prepared):
+            raise InvalidCommandError("a batch names the same command id twice")
         (world_id,) = worlds
         results = await self.authority.admit(world_id, [row for _, row in prepared], self.quota if actor else None)
         return [CommandIdentity(world_id=world_id, **r) for r in results]
@@ -229,11 +231,13 @@ class CommandScheduler:
             world_id, self.owner, session, world.writer_epoch, tick, self.lease_limit, self.lease_ms
         )
         await world.ensure_entity_ids(sum(1 for r in rows if r["operation"] == Spawn.model_fields["operation"].default))
-        guarded = False
+        guarded = False  # the guard must name the command running now, or nothing
         for row in rows:
-            if row["suspect"]:
-                await self.authority.guard(world_id, self.owner, session, world.writer_epoch, row["sequence"])
-                guarded = True
+            if row["suspect"] or guarded:
+                guarded = row["suspect"]
+                await self.authority.guard(
+                    world_id, self.owner, session, world.writer_epoch, row["sequence"] if guarded else None
+                )
             outcome, error = self._run(world, row)
             world.coordinator.settle(row["sequence"], row["command_id"], outcome, error)
             if outcome == "failed" and row["attempts"] + 1 < row["max_attempts"]:

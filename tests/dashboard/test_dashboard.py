@@ -1,0 +1,94 @@
+"""The dashboard in a real headless Chromium against a real `archetype serve`: sign in, worlds with
+status, health and tick rate, commands filtered by status, one command's record and outbox trail,
+the live entities (table and plot); and the API docs, offline. Each step keeps a screenshot."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.dashboard.conftest import shot
+
+pytestmark = pytest.mark.timeout(120)
+TIMEOUT_MS = 15_000
+
+
+def sign_in(page, url: str, token: str) -> None:
+    page.goto(f"{url}/dashboard/")
+    page.fill("#token", token)
+    page.click("#login button")
+
+
+def test_worlds_commands_a_command_and_the_entities(page, served):
+    sign_in(page, served, "t-operator")
+    worlds = page.get_by_test_id("worlds")
+    row = worlds.locator("tr", has_text="d1")
+    expect(row).to_contain_text("arena", timeout=TIMEOUT_MS)
+    expect(row).to_contain_text("ACTIVE")
+    expect(row.locator("td").nth(3)).to_have_text("ok", timeout=TIMEOUT_MS)  # health: ticking
+    expect(row.locator("td").nth(5)).to_have_text(re.compile(r"^[1-9]\d*\.\d$"), timeout=TIMEOUT_MS)  # ticks/s, ~20
+    shot(page, "1-worlds")
+
+    row.get_by_role("link", name="d1").click()
+    commands = page.get_by_test_id("commands")
+    expect(commands.locator("tbody tr")).to_have_count(4, timeout=TIMEOUT_MS)  # an operator sees every principal's
+    page.get_by_test_id("status-filter").select_option("REJECTED")
+    expect(commands.locator("tbody tr")).to_have_count(1, timeout=TIMEOUT_MS)
+    expect(commands).to_contain_text("ghost")
+    expect(commands).to_contain_text("entity 999")
+    shot(page, "2-world-rejected-commands")
+
+    entities = page.get_by_test_id("entities")
+    expect(entities.locator("tbody tr")).to_have_count(3)
+    expect(entities).to_contain_text("Position")
+    expect(page.get_by_test_id("plot").locator("circle")).to_have_count(3)  # Position.x against Position.y
+    expect(page.get_by_test_id("plot-x")).to_have_value("Position.x")
+    before = page.get_by_test_id("entities").inner_text()
+    expect(page.get_by_test_id("entities")).not_to_have_text(before, timeout=TIMEOUT_MS)  # live: the ships move
+    shot(page, "3-world-entities")
+
+    commands.get_by_role("link", name="ghost").click()
+    record = page.get_by_test_id("record")
+    expect(record).to_contain_text("REJECTED", timeout=TIMEOUT_MS)
+    expect(record).to_contain_text("pat")
+    expect(page.get_by_test_id("payload")).to_contain_text('"entity_id": 999')
+    trail = page.get_by_test_id("trail")
+    expect(trail.locator("tbody tr")).to_have_count(2, timeout=TIMEOUT_MS)  # once the projector has run
+    expect(trail).to_contain_text("admitted")
+    expect(trail).to_contain_text("rejected")
+    shot(page, "4-command")
+    assert page.problems == []
+
+
+def test_a_player_sees_only_its_own_and_a_bad_token_signs_out(page, served):
+    sign_in(page, served, "t-player2")
+    page.get_by_test_id("worlds").get_by_role("link", name="d1").click()
+    expect(page.get_by_test_id("entities").locator("tbody tr")).to_have_count(3, timeout=TIMEOUT_MS)  # state is shared
+    expect(page.get_by_test_id("commands").locator("tbody tr")).to_have_count(0)  # commands are not
+    shot(page, "5-another-player")
+
+    page.evaluate("sessionStorage.setItem('archetype-token', 'wrong')")
+    page.reload()
+    expect(page.locator("#login")).to_be_visible(timeout=TIMEOUT_MS)
+    expect(page.locator("#login-error")).to_contain_text("unauthenticated")
+    shot(page, "6-bad-token")
+
+
+def test_the_api_docs_render_offline_with_the_bearer_scheme(page, served):
+    page.goto(f"{served}/docs")
+    expect(page.locator(".opblock-summary-path", has_text="/worlds/{world_id}/commands").first).to_be_visible(timeout=TIMEOUT_MS)
+    expect(page.get_by_role("button", name=re.compile("Authorize"))).to_be_visible()
+    page.get_by_role("button", name=re.compile("Authorize")).click()
+    expect(page.get_by_text("HTTPBearer  (http, Bearer)")).to_be_visible()
+    shot(page, "7-swagger-ui")
+    assert page.problems == []
+
+
+def test_the_dashboard_redirect_is_relative(served):
+    import httpx
+
+    for path in ("/", "/dashboard"):
+        response = httpx.get(f"{served}{path}", headers={"Host": "evil.example"}, follow_redirects=False)
+        assert (response.status_code, response.headers["location"]) == (307, "/dashboard/")

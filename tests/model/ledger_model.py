@@ -1,0 +1,657 @@
+"""A reference model of the command ledger and of a runner's tick, written from docs/ledger.md.
+
+Plain dicts and lists, no SQL, no import from `archetype.commands.ledger*` or the scheduler: the
+point is a second, independent reading of the documented rules, so a stateful test can drive it
+next to a real authority and fail on any difference. Section names below follow docs/ledger.md;
+read the two side by side.
+
+What the model decides from its inputs, not from the code under test:
+- which outcome a materialization has (the flaky Probe's planned failures, and the six mutations'
+  effect on entity state, which decides `rejected` for a missing entity or component);
+- every status, attempt, lease, guard, settlement, manifest, entity and outbox event.
+
+What it cannot know and therefore takes as input or leaves to the test to map:
+- the start of each world's counters (read once from the freshly created world);
+- runner session ids and commit tokens (opaque: the model invents its own, the test keeps a
+  one-to-one mapping to the real ones);
+- error texts (the model only says whether there is one, and for a Probe failure which message it
+  must contain).
+
+Where the documents leave a choice open, the model picks the reading written next to it in a
+comment starting with "AMBIGUITY", and tests/model/README.md lists them.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from dataclasses import dataclass, field
+from typing import Any
+
+OPEN = ("PENDING", "LEASED", "RETRYABLE")
+TERMINAL = ("APPLIED", "REJECTED", "DEAD_LETTER", "CANCELLED")
+# Outbox: the event type follows from the status a transition leaves the command in.
+EVENT_TYPE = {
+    "PENDING": "admitted",
+    "APPLIED": "applied",
+    "REJECTED": "rejected",
+    "RETRYABLE": "retry_scheduled",
+    "DEAD_LETTER": "dead_lettered",
+    "CANCELLED": "cancelled",
+}
+ANY_TEXT = ""  # an error the model knows exists but whose wording it does not predict
+ID_BLOCK = 1024  # "a running world takes blocks of AsyncWorld.ID_BLOCK (1024)"
+
+
+class ModelError(Exception):
+    """A refusal the rules prescribe. `kind` names it (not_found, closing, stale, lease_lost,
+    conflict, reservation_not_owned, invalid, fault, unknown); the state is unchanged unless the
+    refusal is a lost answer (then the transaction did happen)."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__(kind)
+        self.kind = kind
+
+
+class ModelCrash(BaseException):
+    """A process-fatal BaseException raised by a materializer: propagates, writes nothing."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name
+
+
+# -- operations: the six portable mutations, as plain values --------------------------------
+# A component value is (name, data) with data a tuple of (field, value) pairs (hashable, so that
+# identical content compares equal: the model's stand-in for the digest).
+Comp = tuple[str, tuple[tuple[str, Any], ...]]
+
+
+@dataclass(frozen=True)
+class Mutation:
+    operation: str  # spawn | spawn_reserved | despawn | update | add_components | remove_components
+    entity_id: int | None = None
+    components: tuple[Comp, ...] = ()
+    types: tuple[str, ...] = ()  # component names, for remove_components
+
+    def probe_label(self) -> str | None:
+        for name, data in self.components:
+            if name == "Probe":
+                return dict(data)["label"]
+        return None
+
+
+@dataclass(frozen=True)
+class Options:
+    tick: int
+    priority: int = 0
+    max_attempts: int = 3
+
+
+@dataclass(frozen=True)
+class Submission:
+    """One command as a caller submits it (what `DeferredItem` + the caller's principal say)."""
+
+    command_id: str
+    mutation: Mutation
+    options: Options
+    principal: str | None
+    # for spawn_reserved: the spawn request it fulfils ("spawn payload, options, principal")
+    request: tuple | None = None
+
+    @property
+    def scope(self) -> str:
+        return self.principal or ""  # trusted callers share the scope ''
+
+    def identity(self, world_id: str) -> tuple:
+        """The digest's fields: command id, schema version, world, scheduled tick, priority,
+        attempt budget, operation, payload and principal (origin, timestamps, state are not)."""
+        o = self.options
+        return (self.command_id, world_id, o.tick, o.priority, o.max_attempts, exact(self.mutation), self.principal)
+
+
+def exact(value: Any) -> Any:
+    """A value with its floats spelled out: 0.0 == -0.0 in Python, but not in canonical JSON,
+    and identity is decided on the canonical form ("floats keep their identity")."""
+    if isinstance(value, float):
+        return ("float", repr(value))
+    if isinstance(value, tuple):
+        return tuple(exact(v) for v in value)
+    if isinstance(value, Mutation):
+        return (value.operation, value.entity_id, exact(value.components), value.types)
+    return value
+
+
+def spawn_request(components: tuple[Comp, ...], options: Options, principal: str | None) -> tuple:
+    """What a spawn reservation is bound to: the spawn payload, its options and its principal."""
+    return (components, options, principal)
+
+
+# -- ledger rows -----------------------------------------------------------------------------
+@dataclass
+class Command:
+    sub: Submission
+    world_id: str
+    sequence: int
+    created_at: int
+    status: str = "PENDING"
+    attempts: int = 0
+    lease_owner: str | None = None
+    lease_session: str | None = None
+    lease_expires_at: int | None = None
+    applied_tick: int | None = None
+    last_error: str | None = None
+    updated_at: int = 0
+
+    @property
+    def order(self) -> tuple[int, int, int]:
+        """Lease order: (scheduled_tick, priority, sequence); lower priority values first."""
+        return (self.sub.options.tick, self.sub.options.priority, self.sequence)
+
+    @property
+    def reserved_entity_id(self) -> int | None:
+        return self.sub.mutation.entity_id if self.sub.mutation.operation == "spawn_reserved" else None
+
+    def clear_lease(self) -> None:
+        self.lease_owner = self.lease_session = self.lease_expires_at = None
+
+
+@dataclass
+class Event:
+    event_seq: int
+    command_id: str
+    event_type: str
+    status: str
+    operation: str
+    tick: int
+    principal: str | None
+    occurred_at: int
+    attempts: int
+    max_attempts: int
+    error: str | None
+
+
+@dataclass
+class Settlement:
+    sequence: int
+    command_id: str
+    outcome: str  # applied | rejected | failed
+    error: str | None
+
+
+@dataclass
+class Manifest:
+    token: int  # opaque: the test maps it to the real commit token
+    tick: int
+    writer_epoch: int
+    settlements: list[Settlement]
+    writes: dict[int, dict[str, dict] | None]  # entity id -> components (name -> data), None: despawned
+
+    @property
+    def written_entity_ids(self) -> list[int]:
+        return sorted(self.writes)
+
+
+@dataclass
+class World:
+    world_id: str
+    name: str
+    created_at: int
+    next_entity_id: int
+    next_sequence: int
+    status: str = "ACTIVE"
+    tick_head: int = -1
+    writer_epoch: int = 0
+    next_event_seq: int = 1  # "the per-world event sequence starting at 1"
+    projected_seq: int = 0
+    guard: tuple[int, str] | None = None  # (sequence, session)
+    commands: dict[int, Command] = field(default_factory=dict)  # by sequence
+    keys: dict[tuple[str, str], int] = field(default_factory=dict)  # (scope, command id) -> sequence
+    reservations: dict[tuple[str, str], tuple[int, tuple]] = field(default_factory=dict)  # -> (entity, request)
+    entities: dict[int, dict[str, dict]] = field(default_factory=dict)  # as of the tick head
+    manifests: list[Manifest] = field(default_factory=list)
+    outbox: list[Event] = field(default_factory=list)  # not yet acknowledged
+
+    def command(self, scope: str, command_id: str) -> Command | None:
+        sequence = self.keys.get((scope, command_id))
+        return None if sequence is None else self.commands[sequence]
+
+
+class Ledger:
+    """docs/ledger.md, one method per ledger operation; each is one transaction (destroy: a short
+    series): it either raises ModelError and changes nothing, or does everything."""
+
+    def __init__(self, clock: Any) -> None:
+        self.clock = clock  # the ManualClock the real authority reads, so timestamps match
+        self.worlds: dict[str, World] = {}
+
+    def now(self) -> int:
+        return self.clock.now_ms()
+
+    # -- worlds --
+    def create_world(self, world_id: str, name: str, *, first_entity_id: int, first_sequence: int) -> World:
+        world = World(world_id, name, self.now(), next_entity_id=first_entity_id, next_sequence=first_sequence)
+        self.worlds[world_id] = world
+        return world
+
+    def world(self, world_id: str) -> World:
+        if world_id not in self.worlds:
+            raise ModelError("not_found")
+        return self.worlds[world_id]
+
+    def active(self, world_id: str) -> World:
+        world = self.world(world_id)
+        if world.status != "ACTIVE":
+            raise ModelError("closing")  # "from here every admission fails with WorldClosingError"
+        return world
+
+    def writer(self, world_id: str, writer_epoch: int) -> World:
+        # AMBIGUITY: a closing world *and* a stale epoch: which error? Both make the runtime drop
+        # the world; the model says closing, and the test compares them as one class.
+        world = self.active(world_id)
+        if writer_epoch != world.writer_epoch:
+            raise ModelError("stale")  # "lease, guard and publish from an older epoch fail closed"
+        return world
+
+    def acquire_writer(self, world_id: str) -> int:
+        # AMBIGUITY: the page does not say acquire_writer refuses a closed world; the model
+        # assumes it does (a runner cannot load a destroyed world).
+        world = self.active(world_id)
+        world.writer_epoch += 1
+        return world.writer_epoch
+
+    def reserve_entity_ids(self, world_id: str, count: int) -> int:
+        world = self.active(world_id)
+        first = world.next_entity_id
+        world.next_entity_id += count  # "only moves forward"
+        return first
+
+    def _event(self, world: World, command: Command) -> None:
+        """One outbox event, typed by the status the command is now in."""
+        # AMBIGUITY: the page does not define an event's `tick`; the model uses the applied tick
+        # of an applied command and the scheduled tick otherwise.
+        tick = command.applied_tick if command.applied_tick is not None else command.sub.options.tick
+        world.outbox.append(Event(
+            event_seq=world.next_event_seq, command_id=command.sub.command_id,
+            event_type=EVENT_TYPE[command.status], status=command.status, operation=command.sub.mutation.operation,
+            tick=tick, principal=command.sub.principal, occurred_at=self.now(), attempts=command.attempts,
+            max_attempts=command.sub.options.max_attempts, error=command.last_error,
+        ))  # fmt: skip
+        world.next_event_seq += 1
+
+    # -- spawn reservations --
+    def reserve_spawn(self, world_id: str, scope: str, command_id: str, request: tuple) -> int:
+        world = self.world(world_id)
+        key = (scope, command_id)
+        if key in world.reservations:
+            entity_id, bound = world.reservations[key]
+            if exact(bound) != exact(request):
+                raise ModelError("conflict")  # "a different request under that command id conflicts"
+            return entity_id  # "a retry of the same request, from any process, gets the same id back"
+        if key in world.keys:
+            raise ModelError("conflict")  # the command id already names another command
+        world = self.active(world_id)
+        entity_id = world.next_entity_id
+        world.next_entity_id += 1
+        world.reservations[key] = (entity_id, request)
+        return entity_id
+
+    # -- admission --
+    def admit(self, world_id: str, batch: list[Submission]) -> list[tuple[int, bool]]:
+        """(sequence, replayed) per submission; all or nothing."""
+        world = self.active(world_id)
+        answers: list[tuple[str, int | None]] = []
+        fresh: list[Submission] = []
+        for sub in batch:
+            key = (sub.scope, sub.command_id)
+            existing = world.command(*key)
+            if existing is not None:
+                if existing.sub.identity(world_id) != sub.identity(world_id):
+                    raise ModelError("conflict")  # same id, other content: the whole batch rolls back
+                answers.append((sub.command_id, existing.sequence))
+                continue
+            reservation = world.reservations.get(key)
+            if reservation is None:
+                if sub.mutation.operation == "spawn_reserved":
+                    # "admits a SpawnReserved only when its command id owns ... a reservation"
+                    raise ModelError("reservation_not_owned")  # "when the command id holds no reservation at all"
+            elif sub.mutation.operation != "spawn_reserved" or exact(reservation) != exact((sub.mutation.entity_id, sub.request)):
+                # "of exactly that entity id for exactly that request; and it admits nothing else
+                # under a command id that is bound to a reservation (CommandConflictError)"
+                raise ModelError("conflict")
+            fresh.append(sub)
+            answers.append((sub.command_id, None))
+        now = self.now()
+        sequences = {}
+        for sub in fresh:
+            command = Command(sub, world_id, world.next_sequence, created_at=now, updated_at=now)
+            world.next_sequence += 1
+            world.commands[command.sequence] = command
+            world.keys[(sub.scope, sub.command_id)] = command.sequence
+            sequences[sub.command_id] = command.sequence
+            self._event(world, command)
+        return [(seq, True) if seq is not None else (sequences[cid], False) for cid, seq in answers]
+
+    # -- ordering and leasing --
+    def lease(self, world_id: str, owner: str, session: str, writer_epoch: int, tick: int,
+              lease_ms: int) -> list[tuple[Command, bool]]:  # fmt: skip
+        """(a snapshot of each leased row, suspect) in lease order."""
+        world = self.writer(world_id, writer_epoch)
+        now = self.now()
+        charged = None
+        if world.guard is not None and world.guard[1] != session:
+            # "that session died while materializing the guarded command": charged before leasing
+            charged = self._charge_crash(world, world.guard[0])
+        due = sorted((c for c in world.commands.values() if c.status in OPEN and c.sub.options.tick <= tick),
+                     key=lambda c: c.order)  # fmt: skip
+        taken: list[tuple[Command, bool]] = []
+        for command in due:
+            suspect = command.sequence == charged  # "the charged command stays suspect (so it is guarded again)"
+            if command.status == "LEASED" and (command.lease_owner, command.lease_session) != (owner, session):
+                # AMBIGUITY: "expired" at exactly lease_expires_at: the model says a lease is good
+                # for lease_ms, i.e. expired once now >= expiry.
+                if command.lease_owner != owner and now < command.lease_expires_at:
+                    break  # another owner's live lease: stop, order is never skipped
+                suspect = True  # a dead session's (same owner restarted, or expired): taken over
+            taken.append((command, suspect))
+        for command, _ in taken:
+            command.status, command.lease_owner, command.lease_session = "LEASED", owner, session
+            command.lease_expires_at, command.updated_at = now + lease_ms, now
+        return [(copy.copy(command), suspect) for command, suspect in taken]
+
+    def _charge_crash(self, world: World, sequence: int) -> int | None:
+        """Charge the guarded command one attempt; answer its sequence when it was charged."""
+        world.guard = None
+        command = world.commands.get(sequence)
+        # AMBIGUITY: the page does not say what a guard naming a command that is no longer leased
+        # does; the model charges only a command still LEASED (one "a dead session left leased").
+        if command is None or command.status != "LEASED":
+            return None
+        command.attempts += 1
+        command.status = "DEAD_LETTER" if command.attempts >= command.sub.options.max_attempts else "RETRYABLE"
+        command.last_error = ANY_TEXT
+        command.clear_lease()
+        command.updated_at = self.now()
+        self._event(world, command)
+        return sequence
+
+    def guard(self, world_id: str, owner: str, session: str, writer_epoch: int, sequence: int | None) -> None:
+        world = self.writer(world_id, writer_epoch)
+        if sequence is not None:
+            command = world.commands.get(sequence)
+            if command is None or command.status != "LEASED" or (command.lease_owner, command.lease_session) != (owner, session):
+                raise ModelError("lease_lost")
+        world.guard = None if sequence is None else (sequence, session)
+
+    # -- publication --
+    def publish(self, world_id: str, owner: str, session: str, manifest: Manifest) -> bool:
+        """True when written now, False when this very manifest was published before (lost answer)."""
+        world = self.world(world_id)
+        if any(m.token == manifest.token for m in world.manifests):
+            return False  # "recognised by its commit token: the ledger answers already published"
+        world = self.writer(world_id, manifest.writer_epoch)
+        if manifest.tick != world.tick_head + 1:
+            raise ModelError("stale")
+        for s in manifest.settlements:
+            command = world.commands.get(s.sequence)
+            if command is None or command.status != "LEASED" or (command.lease_owner, command.lease_session) != (owner, session):
+                raise ModelError("lease_lost")
+        orders = [world.commands[s.sequence].order for s in manifest.settlements]
+        if orders != sorted(orders) or len(set(orders)) != len(orders):
+            raise ModelError("invalid")
+        now = self.now()
+        world.manifests.append(manifest)
+        for entity_id, components in manifest.writes.items():
+            if components is None:
+                world.entities.pop(entity_id, None)
+            else:
+                world.entities[entity_id] = copy.deepcopy(components)
+        for s in manifest.settlements:  # in manifest order, each one attempt, each with its event
+            command = world.commands[s.sequence]
+            command.attempts += 1
+            if s.outcome == "applied":
+                command.status = "APPLIED"
+            elif s.outcome == "rejected":
+                command.status = "REJECTED"
+            else:  # failed: "a failed settlement ... that brings attempts to max_attempts dead-letters"
+                command.status = "DEAD_LETTER" if command.attempts >= command.sub.options.max_attempts else "RETRYABLE"
+            # AMBIGUITY: the page does not say whether applied_tick/last_error keep older values;
+            # the model keeps only the latest settlement's (an applied retry has no last error).
+            command.applied_tick = manifest.tick if s.outcome == "applied" else None
+            command.last_error = s.error
+            command.clear_lease()
+            command.updated_at = now
+            self._event(world, command)
+        for command in world.commands.values():  # the release of whatever the session still holds
+            if command.status == "LEASED" and (command.lease_owner, command.lease_session) == (owner, session):
+                command.status = "RETRYABLE" if command.attempts > 0 else "PENDING"  # no event: bookkeeping
+                command.clear_lease()
+                command.updated_at = now
+        world.guard = None
+        world.tick_head = manifest.tick
+        return True
+
+    # -- destroy --
+    def destroy(self, world_id: str) -> int:
+        world = self.world(world_id)
+        if world.status == "ACTIVE":
+            world.status = "CLOSING"
+        if world.status == "DESTROYED":
+            return 0
+        cancelled = 0
+        # AMBIGUITY: the order of the cancellation events is not stated; the model uses sequence order.
+        for sequence in sorted(world.commands):
+            command = world.commands[sequence]
+            if command.status in OPEN:
+                command.status, command.last_error, command.updated_at = "CANCELLED", ANY_TEXT, self.now()
+                command.clear_lease()
+                self._event(world, command)
+                cancelled += 1
+        world.status = "DESTROYED"
+        return cancelled
+
+    # -- outbox --
+    def acknowledge_outbox(self, world_id: str, up_to_seq: int) -> None:
+        world = self.world(world_id)
+        world.projected_seq = max(world.projected_seq, up_to_seq)  # never backwards
+        world.outbox = [e for e in world.outbox if e.event_seq > world.projected_seq]
+
+
+# -- a runner: what AsyncWorld.step + CommandScheduler.materialize do, at the level of outcomes --
+@dataclass
+class LoadedWorld:
+    """A world as one runtime holds it: the published state it loaded plus what it published."""
+
+    writer_epoch: int
+    tick: int  # the last tick this runtime knows published
+    entities: dict[int, dict[str, dict]]
+    ids: range = range(0)  # the entity ids of its current block still unused
+    prepared: Manifest | None = None
+
+
+@dataclass
+class Materialized:
+    outcome: str
+    error: str | None
+
+
+class Faults:
+    """The Authority seam as the model sees it: the calls made through it, in order (the page
+    names them: one ledger call per admission, a lease, a guard per suspect and one after the
+    drain, a publish), and the faults armed on them: method -> modes still to inject, one per call
+    ('before': the call fails and nothing happened; 'after': it happened, the answer is lost)."""
+
+    def __init__(self) -> None:
+        self.armed: dict[str, list[str]] = {}
+        self.calls: list[tuple[str, Any]] = []  # (method, the argument worth comparing)
+
+    def arm(self, method: str, mode: str) -> None:
+        self.armed.setdefault(method, []).append(mode)
+
+    def call(self, method: str, run: Any, detail: Any = None) -> Any:
+        """Carry out one authority call the way the seam would."""
+        self.calls.append((method, detail))
+        modes = self.armed.get(method)
+        mode = modes.pop(0) if modes else None
+        if mode == "before":
+            raise ModelError("fault")
+        result = run()
+        if mode == "after":
+            raise ModelError("fault")
+        return result
+
+
+class Runner:
+    """One runner process: a stable owner, a session per world per incarnation, its loaded worlds."""
+
+    _sessions = itertools.count(1)
+    _tokens = itertools.count(1)
+
+    def __init__(self, owner: str, lease_ms: int) -> None:
+        self.owner = owner
+        self.lease_ms = lease_ms
+        self.sessions: dict[str, str] = {}
+        self.loaded: dict[str, LoadedWorld] = {}
+
+    def session(self, world_id: str) -> str:
+        if world_id not in self.sessions:
+            self.sessions[world_id] = f"session-{next(self._sessions)}"
+        return self.sessions[world_id]
+
+    def drop(self, world_id: str) -> None:
+        self.loaded.pop(world_id, None)
+
+    def load(self, ledger: Ledger, world_id: str, faults: Faults) -> LoadedWorld:
+        """Loading a world acquires its writer (fencing earlier ones) and reads its published state."""
+        if world_id not in self.loaded:
+            epoch = faults.call("acquire_writer", lambda: ledger.acquire_writer(world_id))
+            world = ledger.worlds[world_id]
+            self.loaded[world_id] = LoadedWorld(epoch, world.tick_head, copy.deepcopy(world.entities))
+        return self.loaded[world_id]
+
+    def step(self, ledger: Ledger, world_id: str, faults: Faults, plans: dict[str, list]) -> int:
+        """One `Step`: the number of commands applied, or ModelError/ModelCrash."""
+        loaded = self.load(ledger, world_id, faults)  # a closed world: ModelError('closing'), nothing loaded
+        try:
+            if loaded.prepared is None:
+                self._prepare(ledger, world_id, loaded, faults, plans)
+            manifest = loaded.prepared
+            assert manifest is not None
+            try:
+                faults.call("publish", lambda: ledger.publish(world_id, self.owner, self.session(world_id), manifest))
+            except ModelError as error:
+                if error.kind == "fault":
+                    # no answer: the world keeps the prepared tick, stepping again settles it
+                    raise ModelError("unknown") from None
+                raise
+        except ModelError as error:
+            if error.kind in ("stale", "lease_lost", "closing"):
+                self.drop(world_id)  # a typed refusal is definitive: the next use loads afresh
+            raise
+        for entity_id, components in manifest.writes.items():
+            if components is None:
+                loaded.entities.pop(entity_id, None)
+            else:
+                loaded.entities[entity_id] = copy.deepcopy(components)
+        loaded.tick, loaded.prepared = manifest.tick, None
+        return sum(1 for s in manifest.settlements if s.outcome == "applied")
+
+    def _prepare(self, ledger: Ledger, world_id: str, loaded: LoadedWorld, faults: Faults,
+                 plans: dict[str, list]) -> None:  # fmt: skip
+        """Run the tick up to its prepared manifest. Anything failing on the way discards it
+        whole: its writes, its settlements and the entity ids it took (back to the world's block;
+        a block reserved meanwhile is lost to the world, the ledger counter never goes back)."""
+        ids_before = loaded.ids
+        tick, session = loaded.tick + 1, self.session(world_id)
+        try:
+            # AMBIGUITY: the page does not say when a running world takes its id block; the model
+            # takes one at the start of a tick when the world has none left, and a larger one
+            # after the lease when the due spawns would not fit.
+            if not loaded.ids:
+                first = faults.call("reserve_entity_ids", lambda: ledger.reserve_entity_ids(world_id, ID_BLOCK), ID_BLOCK)
+                loaded.ids = range(first, first + ID_BLOCK)
+            rows = faults.call("lease", lambda: ledger.lease(
+                world_id, self.owner, session, loaded.writer_epoch, tick, self.lease_ms))  # fmt: skip
+            spawns = sum(1 for row, _ in rows if row.sub.mutation.operation == "spawn")
+            if len(loaded.ids) < spawns:
+                size = max(spawns, ID_BLOCK)
+                first = faults.call("reserve_entity_ids", lambda: ledger.reserve_entity_ids(world_id, size), size)
+                loaded.ids = range(first, first + size)
+            writes: dict[int, dict[str, dict] | None] = {}
+            settlements: list[Settlement] = []
+            # "the guard always names the command running now or nothing"
+            # AMBIGUITY: "cleared before the first non-suspect command after a suspect and after
+            # the drain": the model clears it only when it names something (no second clear).
+            guarding: int | None = None
+
+            def guard(sequence: int | None) -> None:
+                faults.call("guard", lambda: ledger.guard(world_id, self.owner, session, loaded.writer_epoch, sequence),
+                            sequence)  # fmt: skip
+
+            for row, suspect in rows:
+                if suspect:  # "first names it in the guard (its own small transaction)"
+                    guard(row.sequence)
+                    guarding = row.sequence
+                elif guarding is not None:
+                    guard(None)
+                    guarding = None
+                try:
+                    done = self._materialize(row, loaded, writes, plans)
+                except ModelCrash:
+                    self.sessions.pop(world_id, None)  # "ends its session for that world"
+                    raise
+                settlements.append(Settlement(row.sequence, row.sub.command_id, done.outcome, done.error))
+                if done.outcome == "failed" and row.attempts + 1 < row.sub.options.max_attempts:
+                    break  # RETRYABLE: the drain stops; the leased tail is given back uncharged
+            if guarding is not None:  # "and after the drain"
+                guard(None)
+        except BaseException:
+            loaded.ids = ids_before
+            raise
+        loaded.prepared = Manifest(next(self._tokens), tick, loaded.writer_epoch, settlements, writes)
+
+    def _materialize(self, row: Command, loaded: LoadedWorld, writes: dict, plans: dict[str, list]) -> Materialized:
+        """One command in its own layer: it lands whole (applied) or not at all."""
+        m = row.sub.mutation
+        label = m.probe_label()
+        if label is not None and plans.get(label):
+            kind, text = plans[label].pop(0)  # the Probe raises while its value is built
+            if kind == "reject":  # LookupError, TypeError, ValueError
+                return Materialized("rejected", text)
+            if kind == "fail":  # any other Exception
+                return Materialized("failed", text)
+            raise ModelCrash(text)  # a BaseException: propagates untouched
+
+        def current(entity_id: int) -> dict[str, dict] | None:
+            return writes[entity_id] if entity_id in writes else loaded.entities.get(entity_id)
+
+        components = {name: dict(data) for name, data in m.components}
+        if m.operation in ("spawn", "spawn_reserved"):
+            if m.operation == "spawn":
+                entity_id, loaded.ids = loaded.ids[0], loaded.ids[1:]
+            else:
+                entity_id = m.entity_id
+                if current(entity_id) is not None:
+                    return Materialized("rejected", ANY_TEXT)  # already exists
+            writes[entity_id] = components
+            return Materialized("applied", None)
+        existing = current(m.entity_id)
+        if existing is None:
+            return Materialized("rejected", ANY_TEXT)  # no such entity
+        # AMBIGUITY: the docs do not spell out the mutations' preconditions; the model uses the
+        # plain reading: update and remove need every named component present, add needs none.
+        if m.operation == "despawn":
+            writes[m.entity_id] = None
+        elif m.operation == "update":
+            if not set(components) <= set(existing):
+                return Materialized("rejected", ANY_TEXT)
+            writes[m.entity_id] = {**existing, **components}
+        elif m.operation == "add_components":
+            if set(components) & set(existing):
+                return Materialized("rejected", ANY_TEXT)
+            writes[m.entity_id] = {**existing, **components}
+        elif m.operation == "remove_components":
+            if not set(m.types) <= set(existing):
+                return Materialized("rejected", ANY_TEXT)
+            writes[m.entity_id] = {k: v for k, v in existing.items() if k not in m.types}
+        return Materialized("applied", None)
