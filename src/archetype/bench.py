@@ -131,7 +131,7 @@ class RawLedger:
             )
             self.conn.executemany(
                 "UPDATE commands SET status = 'LEASED', lease_owner = 'raw', lease_expires_at = ?, "
-                "attempts = attempts + 1, updated_at = ? WHERE world_id = ? AND command_id = ?",
+                "attempts = attempts + 1, updated_at = ? WHERE world_id = ? AND scope = '' AND command_id = ?",
                 [(now + 30_000, now, RAW_WORLD, cid) for cid in due],
             )
 
@@ -152,7 +152,7 @@ class RawLedger:
             )
             self.conn.executemany(
                 "UPDATE commands SET status = 'APPLIED', applied_tick = ?, lease_owner = NULL, lease_expires_at = NULL, "
-                "updated_at = ? WHERE world_id = ? AND command_id = ?",
+                "updated_at = ? WHERE world_id = ? AND scope = '' AND command_id = ?",
                 [(tick, now, RAW_WORLD, cid) for cid in due],
             )
             self._events(due, "applied", "APPLIED", tick, now)

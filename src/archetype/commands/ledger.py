@@ -281,8 +281,9 @@ class Ledger:
 
         def run() -> list[Admitted]:
             world = self._active_world(world_id)
-            existing = {r[0]: (r[1], r[2]) for r in self._port.execute(q.FIND_COMMANDS, (ids_json, world_id, scope))}
-            reserved = {r[0]: (r[1], r[2]) for r in self._port.execute(q.FIND_RESERVATIONS, (ids_json, world_id, scope))}
+            found = self._port.execute(q.FIND_ADMITTED, (ids_json, world_id, scope, world_id, scope))
+            existing = {r[0]: (r[1], r[2]) for r in found if r[1] is not None}
+            reserved = {r[0]: (r[3], r[4]) for r in found if r[3] is not None}
             fresh = []
             for row in rows:
                 command_id = row["command_id"]

@@ -48,8 +48,11 @@ INSERT_COMMANDS = f"""INSERT INTO commands (world_id, {", ".join(INSERTED_COMMAN
     FROM json_each(?) AS j"""
 GET_COMMAND = f"SELECT {COMMAND_COLUMNS} FROM commands WHERE world_id = ? AND scope = ? AND command_id = ?"
 GET_COMMAND_BY_SEQUENCE = f"SELECT {COMMAND_COLUMNS} FROM commands WHERE world_id = ? AND sequence = ?"
-FIND_COMMANDS = """SELECT c.command_id, c.digest, c.sequence FROM json_each(?) AS j
-    CROSS JOIN commands AS c ON c.world_id = ? AND c.scope = ? AND c.command_id = j.value"""
+# Admission's one look-up per command id of a batch: the command already admitted under it (a
+# replay or a conflict) and the spawn reservation it holds, each NULL when there is none.
+FIND_ADMITTED = """SELECT j.value, c.digest, c.sequence, r.entity_id, r.request_digest FROM json_each(?) AS j
+    LEFT JOIN commands AS c ON c.world_id = ? AND c.scope = ? AND c.command_id = j.value
+    LEFT JOIN spawn_reservations AS r ON r.world_id = ? AND r.scope = ? AND r.command_id = j.value"""
 DUE_COMMANDS = f"""SELECT {COMMAND_COLUMNS}, lease_session FROM commands
     WHERE world_id = ? AND status IN {OPEN_STATUSES} AND scheduled_tick <= ?
     ORDER BY scheduled_tick, priority, sequence LIMIT ?"""
@@ -99,8 +102,6 @@ GET_RESERVATION = """SELECT entity_id, request_digest FROM spawn_reservations
     WHERE world_id = ? AND scope = ? AND command_id = ?"""
 INSERT_RESERVATION = """INSERT INTO spawn_reservations (world_id, scope, command_id, entity_id, request_digest, created_at)
     VALUES (?, ?, ?, ?, ?, ?)"""
-FIND_RESERVATIONS = """SELECT r.command_id, r.entity_id, r.request_digest FROM json_each(?) AS j
-    CROSS JOIN spawn_reservations AS r ON r.world_id = ? AND r.scope = ? AND r.command_id = j.value"""
 
 # -- ticks and entity state --
 GET_TICK_BY_TOKEN = "SELECT tick FROM ticks WHERE world_id = ? AND commit_token = ?"

@@ -18,15 +18,13 @@ with it, materialization builds with it).
 
 from __future__ import annotations
 
-import json
-import json.encoder
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 from pydantic_core import ErrorDetails, PydanticCustomError
 
-from archetype.canonical import NonCanonicalValueError, check_canonical, digest, path_step
+from archetype.canonical import NonCanonicalValueError, canonical_text, check_canonical, digest, path_step
 
 COMPONENT_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
 FINGERPRINT_PATTERN = r"^[0-9a-f]{64}$"
@@ -140,24 +138,6 @@ def component_data(component: Component) -> dict[str, Any]:
     return data
 
 
-# json.dumps(sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False), built
-# once: this runs for every component a tick changes, and JSONEncoder.encode builds its C encoder
-# anew on every call. No circular-reference markers: the data is checked canonical first, which
-# bounds its depth, so it has no cycle. (CPython and Pyodide have the C encoder; else json's own.)
-_C_MAKE_ENCODER = getattr(json.encoder, "c_make_encoder", None)
-_C_ENCODER = (
-    None if _C_MAKE_ENCODER is None
-    else _C_MAKE_ENCODER(None, None, json.encoder.encode_basestring_ascii, None, ":", ",", True, False, False)
-)
-_PY_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
-
-
-def _canonical_layout(data: Any) -> str:
-    if _C_ENCODER is not None:
-        return "".join(_C_ENCODER(data, 0))
-    return _PY_ENCODER.encode(data)
-
-
 _FLOATS_ONLY: dict[type[Component], bool] = {}
 
 
@@ -183,10 +163,10 @@ def component_text(component: Component) -> str:
         try:
             data = component.model_dump(mode="json")
             if all(type(value) is float for value in data.values()):
-                return '{"data":' + _canonical_layout(data) + cls.__component_wire_suffix__
+                return '{"data":' + canonical_text(data) + cls.__component_wire_suffix__
         except ValueError:
             pass  # a non-finite float: component_data below says so, with its path
-    return '{"data":' + _canonical_layout(component_data(component)) + cls.__component_wire_suffix__
+    return '{"data":' + canonical_text(component_data(component)) + cls.__component_wire_suffix__
 
 
 def resolve_component_class(name: str, fingerprint: str) -> type[Component]:
