@@ -120,8 +120,9 @@ class OperationSpec:
     durable: DurableOperation | None = None
     version: int = 1
 
-    @property
+    @functools.cached_property
     def name(self) -> str:
+        # read on every admission and materialization; the model's discriminator never changes
         return operation_name(self.model)
 
     def require_durable(self) -> DurableOperation:
