@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict
 from archetype.canonical import digest
 from archetype.commands.authority import Authority
 from archetype.commands.errors import CommandError, InvalidCommandError
+from archetype.commands.failures import Permanent, Retryable
 from archetype.commands.identity import command_digest
 from archetype.commands.ledger_rows import AdmissionRow, CommandRow, LeasedRow
 from archetype.commands.options import ActorCtx, DurableOptions
@@ -242,15 +243,21 @@ class CommandScheduler:
             world.coordinator.settle(row["sequence"], row["command_id"], outcome, error)
             if outcome == "failed" and row["attempts"] + 1 < row["max_attempts"]:
                 break  # RETRYABLE: stop the drain; publication gives the unprocessed tail back uncharged
+            # a permanent failure dead-letters and the drain continues, like a spent budget
         if guarded:
             await self.authority.guard(world_id, self.owner, session, world.writer_epoch, None)
 
     def _run(self, world: Any, row: LeasedRow) -> tuple[Outcome, str | None]:
-        """Verify and materialize one command in its own state layer; classify what it raised."""
+        """Verify and materialize one command in its own state layer; classify what it raised (the
+        command's own verdict, Retryable or Permanent, before the exception-type rule)."""
         try:
             spec, op = self._verify(world.world_id, row)
             durable = spec.require_durable()  # _verify() already did: this only narrows the type
             world.atomically(lambda: durable.materialize(world, op))
+        except Retryable as exc:
+            return "failed", f"{type(exc).__name__}: {exc}"
+        except Permanent as exc:
+            return "permanent", f"{type(exc).__name__}: {exc}"
         except (LookupError, TypeError, ValueError) as exc:
             return "rejected", f"{type(exc).__name__}: {exc}"
         except Exception as exc:
