@@ -14,9 +14,9 @@ They are classes to raise (or to subclass), in the spirit of River's JobSnooze /
 from __future__ import annotations
 
 
-class Retryable(Exception):  # noqa: N818  (a verdict, not an "Error": it names what to do)
+class Retryable(Exception):
     """Raise from a command's materializer: retry this command while its attempt budget lasts."""
 
 
-class Permanent(Exception):  # noqa: N818
+class Permanent(Exception):
     """Raise from a command's materializer: dead-letter this command now; retrying cannot help."""

@@ -45,6 +45,13 @@ class CommandStatus(str, Enum):  # noqa: UP042
         return self not in (CommandStatus.PENDING, CommandStatus.LEASED, CommandStatus.RETRYABLE)
 
 
+class WorldHealth(str, Enum):  # noqa: UP042  (as CommandStatus)
+    """ACTIVE, or STALLED: a tick failed before it was prepared and none has published since."""
+
+    ACTIVE = "ACTIVE"
+    STALLED = "STALLED"
+
+
 class DeferredItem(BaseModel):
     """One command of a batch: the operation, its options and (optionally) its idempotency key."""
 
@@ -91,6 +98,7 @@ class CommandSummary(BaseModel):
     principal: str | None
     origin: str
     reserved_entity_id: int | None
+    redriven_from: int | None = None  # the sequence of the dead letter this command redrives
     created_at: int
     updated_at: int
 
