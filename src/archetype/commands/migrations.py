@@ -196,7 +196,7 @@ V2_EXACTLY_ONCE = Migration(2, "principal-scoped ids, runner sessions, crash gua
 # - A command may be the redrive of a dead-lettered one (`redriven_from`: that command's
 #   sequence); at most one command redrives a given dead letter.
 V3_HEALTH_AND_REDRIVE = Migration(3, "world health, dead-letter redrive", (
-    "ALTER TABLE worlds ADD COLUMN health TEXT NOT NULL DEFAULT 'ACTIVE' CHECK (health IN ('ACTIVE', 'STALLED'))",
+    "ALTER TABLE worlds ADD COLUMN health TEXT NOT NULL DEFAULT 'ACTIVE'",  # ACTIVE | STALLED, written only by the ledger
     "ALTER TABLE worlds ADD COLUMN failed_attempts INTEGER NOT NULL DEFAULT 0",
     "ALTER TABLE worlds ADD COLUMN health_error TEXT",
     "ALTER TABLE worlds ADD COLUMN stalled_since INTEGER",
