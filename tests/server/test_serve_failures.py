@@ -44,6 +44,7 @@ def test_a_failing_processor_is_reported_backed_off_and_shut_down_cleanly(tmp_pa
             # backoff doubling from 0.1 s: a handful of attempts, not one per tick of the tick rate
             attempts = world["health"]["failed_attempts"]
             assert 2 <= attempts <= 8 < TICK_RATE * stalled_for, attempts
+            assert "archetype_worlds_stalled 1.0" in http.get("/metrics", headers=viewer).text
             record = http.get("/worlds/hot/commands/core", headers={"Authorization": "Bearer t-player"}).json()
             assert (record["status"], record["attempts"]) == ("PENDING", 0)  # innocent: neither charged nor held
 
