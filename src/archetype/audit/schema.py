@@ -32,7 +32,7 @@ SCHEMA = Schema(
     NestedField(3, "event_seq", LongType(), required=True, doc="per-world outbox sequence"),
     NestedField(4, "command_id", StringType(), required=True),
     NestedField(5, "event_type", StringType(), required=True,
-                doc="admitted|redriven|applied|rejected|retry_scheduled|dead_lettered|cancelled|world_stalled|world_recovered"),  # fmt: skip
+                doc="admitted|applied|rejected|retry_scheduled|dead_lettered|cancelled"),  # fmt: skip
     NestedField(6, "status", StringType(), required=True, doc="the command's status after the event"),
     NestedField(7, "operation", StringType(), required=True),
     NestedField(8, "tick", LongType(), required=False, doc="applied tick, else scheduled tick"),
