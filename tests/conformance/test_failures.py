@@ -176,6 +176,8 @@ async def test_a_redrive_refuses_what_is_not_a_dead_letter_and_changes_nothing(r
         await authority.redrive(world_id, "mine")
     with pytest.raises(CommandConflictError):  # the new id is taken in that scope
         await authority.redrive(world_id, "d", new_command_id="open")
+    with pytest.raises(InvalidCommandError):  # not a command id
+        await authority.redrive(world_id, "d", new_command_id="not an id")
     assert len(await outbox(authority, world_id)) == events
     mine = await authority.redrive(world_id, "mine", scope="p1")
     assert (await authority.command(world_id, mine["command_id"], "p1"))["principal"] == "p1"

@@ -37,7 +37,7 @@ from archetype.commands.errors import (
     WorldExistsError,
     WorldNotFoundError,
 )
-from archetype.commands.identity import command_digest
+from archetype.commands.identity import COMMAND_ID_PATTERN, command_digest
 from archetype.commands.ledger_rows import (
     AdmissionRow,
     Admitted,
@@ -516,6 +516,8 @@ class Ledger:
         `RedriveConflictError`.
         """
         new_id = new_command_id if new_command_id is not None else f"{command_id[:120]}.redrive"
+        if not COMMAND_ID_PATTERN.fullmatch(new_id):
+            raise InvalidCommandError(f"command id {new_id!r} must match {COMMAND_ID_PATTERN.pattern}")
 
         def run() -> Redriven:
             world = self._active_world(world_id)

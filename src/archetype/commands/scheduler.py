@@ -7,7 +7,6 @@ over operation names.
 
 from __future__ import annotations
 
-import re
 import uuid
 from collections.abc import Callable, Mapping
 from enum import Enum
@@ -19,14 +18,13 @@ from archetype.canonical import digest
 from archetype.commands.authority import Authority
 from archetype.commands.errors import CommandError, InvalidCommandError
 from archetype.commands.failures import Permanent, Retryable
-from archetype.commands.identity import command_digest
+from archetype.commands.identity import COMMAND_ID_PATTERN, command_digest
 from archetype.commands.ledger_rows import AdmissionRow, CommandRow, LeasedRow
 from archetype.commands.options import ActorCtx, DurableOptions
 from archetype.commands.registry import OperationRegistry, OperationSpec
 from archetype.world.commit import Outcome, PreparedTick, TickOutcomeUnknownError
 from archetype.world.operations import Spawn, SpawnReserved
 
-COMMAND_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
 
 
 
