@@ -26,8 +26,6 @@ from archetype.world.commit import Outcome, PreparedTick, TickOutcomeUnknownErro
 from archetype.world.operations import Spawn, SpawnReserved
 
 
-
-
 # not StrEnum: str() and f-strings of a StrEnum give the bare value; these give "CommandStatus.PENDING"
 class CommandStatus(str, Enum):  # noqa: UP042
     PENDING = "PENDING"
