@@ -58,9 +58,10 @@ from archetype.commands.errors import (
 )
 from archetype.commands.families import default_registry
 from archetype.commands.http_translator import translate
+from archetype.commands.identity import COMMAND_ID_PATTERN
 from archetype.commands.options import ActorCtx, Role
 from archetype.commands.registry import OperationRegistry
-from archetype.commands.scheduler import COMMAND_ID_PATTERN, CommandScheduler, CommandStatus
+from archetype.commands.scheduler import CommandScheduler, CommandStatus
 from archetype.world.operations import WORLD_ID_PATTERN, CreateWorld, DestroyWorld, Spawn
 
 # Commands one principal may have admitted for one target tick of one world (ledger-enforced).
