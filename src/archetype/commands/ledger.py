@@ -70,7 +70,7 @@ WORLD_EVENTS = ("world_stalled", "world_recovered")
 # exactly these, and `Authority` (authority.py) has one typed method for each.
 LEDGER_METHODS = (
     "create_world", "world_info", "list_worlds", "acquire_writer", "load_state", "reserve_entity_ids",
-    "reserve_spawn", "admit", "lease", "guard", "publish", "record_tick_failure", "release", "destroy", "redrive",
+    "reserve_spawn", "admit", "lease", "guard", "publish", "record_tick_failure", "release", "redrive", "destroy",
     "command", "history",
     "manifests", "read_outbox", "read_outbox_columns", "acknowledge_outbox", "watermark",
 )  # fmt: skip
