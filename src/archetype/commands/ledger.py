@@ -7,8 +7,12 @@ Object exposes it over RPC unchanged. The state machine and its rules are in doc
     PENDING --lease--> LEASED --publish: applied--> APPLIED
        ^                 |  \\--publish: rejected--> REJECTED
        |                 |   \\--publish: failed, or a crash charged, budget left--> RETRYABLE --lease--> LEASED
-       +--publish: tail--+    \\--publish: failed, or a crash charged, budget spent--> DEAD_LETTER
+       +--publish: tail--+    \\--publish: failed, or a crash charged, budget spent; permanent--> DEAD_LETTER
     any open status --destroy--> CANCELLED
+    DEAD_LETTER (left as it is) --redrive--> a new command, PENDING
+
+A world row also carries its health (ACTIVE, or STALLED while its ticks fail before they are
+prepared: `record_tick_failure`; the next `publish` recovers it).
 
 Every named transition appends its outbox event in the same transaction. Settlements are only
 ever written by the transaction that publishes their tick.
