@@ -334,8 +334,9 @@ class LedgerMachine(RuleBasedStateMachine):
             comps.append(("Position", (("x", data.draw(st.sampled_from(FLOATS))), ("y", data.draw(st.sampled_from(FLOATS))))))
         if probe:
             # retryable failures weigh three times as much: they drive retries, dead letters and
-            # released tails, the paths with the most rules
-            failures = PROBE_FAILURES + tuple(f for f in PROBE_FAILURES if f[0] == "fail") * 2
+            # released tails, the paths with the most rules; permanent ones too: the dead letters
+            # that redrives need
+            failures = PROBE_FAILURES + tuple(f for f in PROBE_FAILURES if f[0] in ("fail", "permanent")) * 2
             plan = data.draw(st.lists(st.sampled_from(failures), max_size=3))
             if data.draw(st.integers(0, 4)) == 0:  # a poison pill: kills its runner 2-4 times running
                 plan = [data.draw(st.sampled_from([f for f in PROBE_FAILURES if f[0] == "base"]))] * data.draw(st.integers(2, 4))
@@ -580,15 +581,25 @@ class LedgerMachine(RuleBasedStateMachine):
         self.faults.arm(method, mode)
         self.armed.setdefault(method, []).append(mode)
 
+    def _dead_letters(self) -> list[tuple[str, Any]]:
+        return [(w, c) for w, c in self._commands() if c.status == "DEAD_LETTER"]
+
+    @precondition(lambda self: self._dead_letters())
+    @rule(data=st.data())
+    def redrive_dead_letter(self, data: Any) -> None:
+        """An operator redrives a dead letter (perhaps one already redriven)."""
+        self.redrive_one(data, self._dead_letters())
+
     @precondition(lambda self: self._commands())
     @rule(data=st.data())
     def redrive(self, data: Any) -> None:
-        """An operator redrives a command, mostly a dead letter (or one that is not, or is already
-        redriven), under one of a few keys: a new linked command, a replay, or a refusal."""
+        """An operator redrives any command: mostly a refusal (not a dead letter)."""
+        self.redrive_one(data, self._commands())
+
+    def redrive_one(self, data: Any, candidates: list[tuple[str, Any]]) -> None:
+        """Under one of a few keys: a new linked command, a replay, or a refusal."""
         self._count("redrive")
-        commands = self._commands()
-        dead = [(w, c) for w, c in commands if c.status == "DEAD_LETTER"]
-        world_id, command = data.draw(st.sampled_from(dead if dead and data.draw(st.integers(0, 3)) else commands))
+        world_id, command = data.draw(st.sampled_from(candidates))
         scope, command_id = command.sub.scope, command.sub.command_id
         key = data.draw(st.sampled_from((None, "r1", "r2", *COMMAND_IDS[:1])))
         new_id = key or f"{command_id}.redrive"
