@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from json.encoder import encode_basestring_ascii
 from typing import Any
 
 from archetype.canonical import MAX_SAFE_INTEGER, digest, sha256_hex
+
+# A command id (an idempotency key), in full; the scheduler and the ledger's redrive refuse others.
+COMMAND_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
 
 IDENTITY_FIELDS = (
     "command_id",

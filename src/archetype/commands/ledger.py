@@ -7,8 +7,12 @@ Object exposes it over RPC unchanged. The state machine and its rules are in doc
     PENDING --lease--> LEASED --publish: applied--> APPLIED
        ^                 |  \\--publish: rejected--> REJECTED
        |                 |   \\--publish: failed, or a crash charged, budget left--> RETRYABLE --lease--> LEASED
-       +--publish: tail--+    \\--publish: failed, or a crash charged, budget spent--> DEAD_LETTER
+       +--publish: tail--+    \\--publish: failed, or a crash charged, budget spent; permanent--> DEAD_LETTER
     any open status --destroy--> CANCELLED
+    DEAD_LETTER (left as it is) --redrive--> a new command, PENDING
+
+A world row also carries its health (ACTIVE, or STALLED while its ticks fail before they are
+prepared: `record_tick_failure`; the next `publish` recovers it).
 
 Every named transition appends its outbox event in the same transaction. Settlements are only
 ever written by the transaction that publishes their tick.
@@ -25,17 +29,20 @@ from archetype.commands import ledger_sql as q
 from archetype.commands import migrations
 from archetype.commands.errors import (
     CommandConflictError,
+    CommandNotFoundError,
     InvalidCommandError,
     LeaseLostError,
     LedgerSchemaError,
+    NotDeadLetteredError,
     QuotaExceededError,
+    RedriveConflictError,
     ReservationNotOwnedError,
     StaleWriterError,
     WorldClosingError,
     WorldExistsError,
     WorldNotFoundError,
 )
-from archetype.commands.identity import command_digest
+from archetype.commands.identity import COMMAND_ID_PATTERN, command_digest
 from archetype.commands.ledger_rows import (
     AdmissionRow,
     Admitted,
@@ -45,6 +52,7 @@ from archetype.commands.ledger_rows import (
     ManifestRow,
     OutboxEvent,
     Published,
+    Redriven,
     StatePage,
     StateWrite,
     Watermark,
@@ -65,12 +73,14 @@ CRASH_ERROR = "its runner stopped while materializing it (crash guard)"
 STATE_CHUNK_LIMIT = 2_000_000 - 4_096
 # `[[<first entity id>,` opens every chunk (docs/storage.md); the ledger reads no more of it at publish.
 _CHUNK_HEAD = re.compile(r"\[\[([1-9][0-9]{0,15}),")
+WORLD_EVENTS = ("world_stalled", "world_recovered")
 
 # Public operations, in the order docs/ledger.md describes them. The Durable Object exposes
 # exactly these, and `Authority` (authority.py) has one typed method for each.
 LEDGER_METHODS = (
     "create_world", "world_info", "list_worlds", "acquire_writer", "load_state", "reserve_entity_ids",
-    "reserve_spawn", "admit", "lease", "guard", "publish", "destroy", "command", "history",
+    "reserve_spawn", "admit", "lease", "guard", "publish", "record_tick_failure", "release", "redrive", "destroy",
+    "command", "history",
     "manifests", "read_outbox", "read_outbox_columns", "acknowledge_outbox", "watermark",
 )  # fmt: skip
 
@@ -145,6 +155,12 @@ class Ledger:
     def _write_events(self, world_id: str, first: int, sequences_json: str, now: int) -> None:
         """Events numbered from `first`; the caller takes those sequence numbers from the world row."""
         self._port.execute(q.APPEND_EVENTS, (first, first, now, sequences_json, world_id))
+
+    def _world_event(self, world_id: str, event_type: str, tick: int, attempts: int, error: str | None,
+                     since: int | None, now: int) -> None:  # fmt: skip
+        """A world's own outbox event, typed by its health now (a health transition, never a command's)."""
+        self._port.execute(q.APPEND_WORLD_EVENT, (event_type, tick, now, attempts, error, since, world_id))
+        self._port.execute(q.TAKE_EVENT_SEQS, (1, world_id))
 
     def _command_at(self, world_id: str, sequence: int) -> CommandRow | None:
         rows = self._port.execute(q.GET_COMMAND_BY_SEQUENCE, (world_id, sequence))
@@ -454,6 +470,10 @@ class Ledger:
             self._port.execute(q.RELEASE_SESSION, (now, world_id, owner, session))
             self._port.execute(q.SET_GUARD, (None, None, world_id))
             self._port.execute(q.SET_TICK_HEAD, (tick, now, world_id))
+            if world["health"] == "STALLED":
+                self._port.execute(q.CLEAR_HEALTH, (world_id,))
+                self._world_event(world_id, "world_recovered", tick, world["failed_attempts"], world["health_error"],
+                                  world["stalled_since"], now)  # fmt: skip
             return {"tick": tick, "published": True}
 
         return self._port.transaction(run)
@@ -497,6 +517,104 @@ class Ledger:
             raise LeaseLostError(f"{len(listed) - len(held)} of the tick's commands are no longer leased by this session")
         if held != listed:
             raise InvalidCommandError("the manifest lists its commands out of (scheduled_tick, priority, sequence) order")
+
+    # -- health --
+    def record_tick_failure(self, world_id: str, owner: str, session: str, writer_epoch: int, tick: int, error: str,
+                            release: bool = True) -> WorldRow:  # fmt: skip
+        """Record that the writer's tick `tick` failed before it was prepared (a hook or processor
+        raised, the authority did not answer): one more failed attempt, the error, and the first
+        failure since the last published tick stalls the world (ACTIVE -> STALLED, with its
+        `world_stalled` event). The next published tick makes it ACTIVE again (`world_recovered`).
+
+        With `release`, what the session holds is given back uncharged in the same transaction, so
+        a stalled world holds no lease; a writer keeping a prepared tick passes False (its
+        republication needs them). No command is charged: the tick, not a command, failed.
+        """
+        if len(error) > ERROR_TEXT_LIMIT:
+            raise InvalidCommandError(f"a tick failure's error is limited to {ERROR_TEXT_LIMIT} characters")
+
+        def run() -> WorldRow:
+            world = self._writer(world_id, writer_epoch)
+            now = self._clock.now_ms()
+            self._port.execute(q.RECORD_TICK_FAILURE, (error, now, now, world_id))
+            if release:
+                self._release(world_id, owner, session, now)
+            if world["health"] == "ACTIVE":
+                self._world_event(world_id, "world_stalled", tick, world["failed_attempts"] + 1, error, now, now)
+            return self._world(world_id)
+
+        return self._port.transaction(run)
+
+    def release(self, world_id: str, owner: str, session: str, writer_epoch: int) -> int:
+        """Give back everything this session holds, uncharged (a runner shutting down cleanly):
+        PENDING, or RETRYABLE if it was ever attempted. Bookkeeping: no event. Answers how many."""
+
+        def run() -> int:
+            self._writer(world_id, writer_epoch)
+            return self._release(world_id, owner, session, self._clock.now_ms())
+
+        return self._port.transaction(run)
+
+    def _release(self, world_id: str, owner: str, session: str, now: int) -> int:
+        held = self._port.execute(q.COUNT_HELD, (world_id, owner, session))[0][0]
+        self._port.execute(q.RELEASE_SESSION, (now, world_id, owner, session))
+        world = self._world(world_id)
+        if world["guard_session"] == session:
+            self._port.execute(q.SET_GUARD, (None, None, world_id))
+        return cast(int, held)
+
+    # -- redrive --
+    def redrive(self, world_id: str, command_id: str, scope: str = "", new_command_id: str | None = None) -> Redriven:
+        """A new command redriving the dead letter `command_id` of `scope`: the same operation,
+        payload, principal, priority and attempt budget, none of it spent, due at the next tick,
+        linked by `redriven_from`, with its own `redriven` event. The dead record stays as it is.
+
+        A dead letter is redriven once: the same `new_command_id` again (default
+        `<command_id>.redrive`) answers the same command, `replayed`; another one is
+        `RedriveConflictError`.
+        """
+        new_id = new_command_id if new_command_id is not None else f"{command_id[:120]}.redrive"
+        if not COMMAND_ID_PATTERN.fullmatch(new_id):
+            raise InvalidCommandError(f"command id {new_id!r} must match {COMMAND_ID_PATTERN.pattern}")
+
+        def run() -> Redriven:
+            world = self._active_world(world_id)
+            rows = self._port.execute(q.GET_COMMAND, (world_id, scope, command_id))
+            if not rows:
+                raise CommandNotFoundError(f"world {world_id!r} has no command {command_id!r} in this scope")
+            dead = cast(CommandRow, _row(COMMAND_FIELDS, rows[0]))
+            if dead["status"] != "DEAD_LETTER":
+                raise NotDeadLetteredError(f"command {command_id!r} is {dead['status']}; only a DEAD_LETTER is redriven")
+            earlier = self._port.execute(q.GET_REDRIVE, (world_id, dead["sequence"]))
+            if earlier:
+                redrive = cast(CommandRow, _row(COMMAND_FIELDS, earlier[0]))
+                if redrive["command_id"] != new_id:
+                    raise RedriveConflictError(
+                        f"command {command_id!r} was already redriven as {redrive['command_id']!r}"
+                    )
+                return self._redriven(redrive, replayed=True)
+            if self._port.execute(q.GET_COMMAND, (world_id, scope, new_id)) or self._port.execute(
+                q.GET_RESERVATION, (world_id, scope, new_id)
+            ):
+                raise CommandConflictError(f"command id {new_id!r} is already taken in this scope")
+            sequence, tick = world["next_sequence"], max(dead["scheduled_tick"], world["tick_head"] + 1)
+            identity = {**dead, "command_id": new_id, "scheduled_tick": tick}
+            now = self._clock.now_ms()
+            self._port.execute(q.TAKE_ADMISSION_SEQS, (1, 0, world_id))
+            self._port.execute(q.INSERT_REDRIVE, (sequence, new_id, tick, command_digest(identity), now, now, world_id,
+                                                  dead["sequence"]))  # fmt: skip
+            self._append_events(world_id, [sequence], now)
+            created = self._command_at(world_id, sequence)
+            assert created is not None
+            return self._redriven(created, replayed=False)
+
+        return self._port.transaction(run)
+
+    @staticmethod
+    def _redriven(row: CommandRow, *, replayed: bool) -> Redriven:
+        assert row["redriven_from"] is not None
+        return {"command_id": row["command_id"], "sequence": row["sequence"], "replayed": replayed,
+                "digest": row["digest"], "redriven_from": row["redriven_from"]}  # fmt: skip
 
     # -- destroy --
     def destroy(self, world_id: str) -> Destroyed:

@@ -15,7 +15,8 @@ OPEN_STATUSES = "('PENDING', 'LEASED', 'RETRYABLE')"
 # -- worlds --
 WORLD_COLUMNS = (
     "world_id, name, status, tick_head, next_entity_id, writer_epoch, next_sequence, "
-    "next_event_seq, projected_seq, guard_sequence, guard_session, created_at, updated_at"
+    "next_event_seq, projected_seq, guard_sequence, guard_session, health, failed_attempts, health_error, "
+    "stalled_since, created_at, updated_at"
 )
 GET_WORLD = f"SELECT {WORLD_COLUMNS} FROM worlds WHERE world_id = ?"
 LIST_WORLDS = f"SELECT {WORLD_COLUMNS} FROM worlds ORDER BY world_id"
@@ -29,12 +30,19 @@ TAKE_EVENT_SEQS = "UPDATE worlds SET next_event_seq = next_event_seq + ? WHERE w
 SET_TICK_HEAD = "UPDATE worlds SET tick_head = ?, updated_at = ? WHERE world_id = ?"
 SET_PROJECTED_SEQ = "UPDATE worlds SET projected_seq = ? WHERE world_id = ? AND projected_seq < ?"
 SET_GUARD = "UPDATE worlds SET guard_sequence = ?, guard_session = ? WHERE world_id = ?"
+# A tick failed before it was prepared: one more failed attempt; the first one stalls the world.
+RECORD_TICK_FAILURE = """UPDATE worlds SET failed_attempts = failed_attempts + 1, health_error = ?,
+        stalled_since = coalesce(stalled_since, CAST(? AS INTEGER)), health = 'STALLED', updated_at = ?
+    WHERE world_id = ?"""
+# A published tick: the world makes progress again.
+CLEAR_HEALTH = """UPDATE worlds SET health = 'ACTIVE', failed_attempts = 0, health_error = NULL, stalled_since = NULL
+    WHERE world_id = ?"""
 
 # -- commands --
 COMMAND_COLUMNS = (
     "command_id, sequence, schema_version, world_id, scheduled_tick, priority, operation, payload, digest, "
     "principal, origin, max_attempts, attempts, reserved_entity_id, status, lease_owner, lease_expires_at, "
-    "applied_tick, last_error, created_at, updated_at"
+    "applied_tick, last_error, redriven_from, created_at, updated_at"
 )
 # Each inserted command is a JSON array of these fields, in this order: reading an array element
 # by position is markedly cheaper for SQLite than looking a key up in an object.
@@ -67,13 +75,14 @@ HELD_IN_ORDER = """SELECT sequence, command_id FROM commands
 IS_HELD = """SELECT count(*) FROM commands
     WHERE world_id = ? AND sequence = ? AND status = 'LEASED' AND lease_owner = ? AND lease_session = ?"""
 # A tick's settlements: one JSON array [sequence, outcome, error] per command. Every settlement is
-# an attempt; a failure that spends the budget dead-letters. The settlements are MATERIALIZED so
-# the join is driven from them into the primary key: left to itself SQLite scans the world's
+# an attempt; a failure that spends the budget dead-letters, and a permanent failure at once. The
+# settlements are MATERIALIZED so the join is driven from them into the primary key: left to itself SQLite scans the world's
 # commands and the JSON array for each, quadratic (10,000 settlements: 100 s instead of 50 ms).
 SETTLE = """WITH s AS MATERIALIZED (SELECT json_extract(value, '$[0]') AS sequence, json_extract(value, '$[1]') AS outcome,
         json_extract(value, '$[2]') AS error FROM json_each(?3))
     UPDATE commands SET
         status = CASE s.outcome WHEN 'applied' THEN 'APPLIED' WHEN 'rejected' THEN 'REJECTED'
+            WHEN 'permanent' THEN 'DEAD_LETTER'
             ELSE CASE WHEN commands.attempts + 1 >= commands.max_attempts THEN 'DEAD_LETTER' ELSE 'RETRYABLE' END END,
         attempts = commands.attempts + 1,
         applied_tick = CASE s.outcome WHEN 'applied' THEN CAST(?1 AS INTEGER) END,
@@ -83,6 +92,8 @@ SETTLE = """WITH s AS MATERIALIZED (SELECT json_extract(value, '$[0]') AS sequen
 RELEASE_SESSION = """UPDATE commands SET status = CASE WHEN attempts > 0 THEN 'RETRYABLE' ELSE 'PENDING' END,
         lease_owner = NULL, lease_session = NULL, lease_expires_at = NULL, updated_at = ?
     WHERE world_id = ? AND status = 'LEASED' AND lease_owner = ? AND lease_session = ?"""
+COUNT_HELD = """SELECT count(*) FROM commands
+    WHERE world_id = ? AND status = 'LEASED' AND lease_owner = ? AND lease_session = ?"""
 # The crash guard names a command whose runner died while materializing it: one attempt charged.
 CHARGE_CRASH = """UPDATE commands SET attempts = attempts + 1,
         status = CASE WHEN attempts + 1 >= max_attempts THEN 'DEAD_LETTER' ELSE 'RETRYABLE' END,
@@ -91,6 +102,14 @@ CHARGE_CRASH = """UPDATE commands SET attempts = attempts + 1,
 CANCEL_COMMANDS = """UPDATE commands SET status = 'CANCELLED', last_error = ?, lease_owner = NULL, lease_session = NULL,
         lease_expires_at = NULL, updated_at = ?
     WHERE world_id = ? AND sequence IN (SELECT value FROM json_each(?))"""
+# Its redrive: a fresh command in the dead letter's scope, due at `tick`, with a fresh budget.
+INSERT_REDRIVE = """INSERT INTO commands (world_id, sequence, scope, command_id, schema_version, scheduled_tick, priority,
+        operation, payload, digest, principal, origin, max_attempts, reserved_entity_id, status, redriven_from,
+        created_at, updated_at)
+    SELECT world_id, ?, scope, ?, schema_version, ?, priority, operation, payload, ?, principal, origin, max_attempts,
+        reserved_entity_id, 'PENDING', sequence, ?, ?
+    FROM commands WHERE world_id = ? AND sequence = ?"""
+GET_REDRIVE = f"SELECT {COMMAND_COLUMNS} FROM commands WHERE world_id = ? AND redriven_from = ?"
 OPEN_SEQUENCES = f"""SELECT sequence FROM commands WHERE world_id = ? AND status IN {OPEN_STATUSES}
     ORDER BY sequence LIMIT ?"""
 HISTORY = f"""SELECT {COMMAND_COLUMNS} FROM commands
@@ -124,7 +143,8 @@ LIST_STATE_DELTAS = "SELECT body FROM state_deltas WHERE world_id = ? ORDER BY t
 APPEND_EVENTS = """INSERT INTO outbox (world_id, event_seq, event_id, command_id, event_type, status, operation, tick,
         principal, origin, occurred_at, payload)
     SELECT c.world_id, CAST(? AS INTEGER) + j.key, c.world_id || '/' || (CAST(? AS INTEGER) + j.key), c.command_id,
-        CASE c.status WHEN 'PENDING' THEN 'admitted' WHEN 'APPLIED' THEN 'applied' WHEN 'REJECTED' THEN 'rejected'
+        CASE c.status WHEN 'PENDING' THEN CASE WHEN c.redriven_from IS NULL THEN 'admitted' ELSE 'redriven' END
+            WHEN 'APPLIED' THEN 'applied' WHEN 'REJECTED' THEN 'rejected'
             WHEN 'RETRYABLE' THEN 'retry_scheduled' WHEN 'DEAD_LETTER' THEN 'dead_lettered'
             WHEN 'CANCELLED' THEN 'cancelled' END,
         c.status, c.operation, coalesce(c.applied_tick, c.scheduled_tick), c.principal, c.origin, ?,
@@ -134,6 +154,13 @@ OUTBOX_COLUMNS = (
     "event_id, world_id, event_seq, command_id, event_type, status, operation, tick, principal, origin, "
     "occurred_at, payload"
 )
+# A world's own event (health): no command; `tick` is the tick that failed or published.
+APPEND_WORLD_EVENT = """INSERT INTO outbox (world_id, event_seq, event_id, command_id, event_type, status, operation, tick,
+        principal, origin, occurred_at, payload)
+    SELECT world_id, next_event_seq, world_id || '/' || next_event_seq, '', ?, health, 'tick', CAST(? AS INTEGER),
+        NULL, 'local', ?, json_object('attempts', CAST(? AS INTEGER), 'max_attempts', NULL, 'error', ?,
+            'since', CAST(? AS INTEGER))
+    FROM worlds WHERE world_id = ?"""
 READ_OUTBOX = f"SELECT {OUTBOX_COLUMNS} FROM outbox WHERE world_id = ? AND event_seq > ? ORDER BY event_seq LIMIT ?"
 # The same page as one row of JSON arrays, one per column: no Python tuple per event.
 READ_OUTBOX_COLUMNS = (

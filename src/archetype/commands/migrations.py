@@ -212,7 +212,22 @@ V3_STATE_CHUNKS = Migration(3, "world state as snapshot and delta chunks", (
     "DROP TABLE entities",
 ))  # fmt: skip
 
-MIGRATIONS = (V1_SCHEMA, V2_EXACTLY_ONCE, V3_STATE_CHUNKS)
+
+# Version 4: failures you can see and steer (docs/ledger.md, "World health" and "Redrive").
+# - A world row carries its health: ACTIVE, or STALLED since a tick failed before it was prepared,
+#   with the failed attempts and the last error, so every authority reports it identically.
+# - A command may be the redrive of a dead-lettered one (`redriven_from`: that command's
+#   sequence); at most one command redrives a given dead letter.
+V4_HEALTH_AND_REDRIVE = Migration(4, "world health, dead-letter redrive", (
+    "ALTER TABLE worlds ADD COLUMN health TEXT NOT NULL DEFAULT 'ACTIVE'",  # ACTIVE | STALLED, written only by the ledger
+    "ALTER TABLE worlds ADD COLUMN failed_attempts INTEGER NOT NULL DEFAULT 0",
+    "ALTER TABLE worlds ADD COLUMN health_error TEXT",
+    "ALTER TABLE worlds ADD COLUMN stalled_since INTEGER",
+    "ALTER TABLE commands ADD COLUMN redriven_from INTEGER",
+    "CREATE UNIQUE INDEX commands_redrives ON commands (world_id, redriven_from) WHERE redriven_from IS NOT NULL",
+))  # fmt: skip
+
+MIGRATIONS = (V1_SCHEMA, V2_EXACTLY_ONCE, V3_STATE_CHUNKS, V4_HEALTH_AND_REDRIVE)
 SCHEMA_VERSION = MIGRATIONS[-1].version
 
 HAS_META = "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'"

@@ -1,6 +1,6 @@
 """The commit coordinator: stages a tick's settlements and publishes its manifest.
 
-Every outcome of a durable command (applied, rejected, failed) is *staged* here while the tick
+Every outcome of a durable command (applied, rejected, failed, permanent) is *staged* here while the tick
 runs. It becomes the command's status only in the transaction that publishes the tick (manifest
 + entity write-set + settlements + tick head), which is the publisher's job (the command ledger,
 or an in-memory publisher for a bare world): no settlement is ever decided against state that is
@@ -23,8 +23,9 @@ from archetype.world.components import Component, component_text
 from archetype.world.state import Components, Layer
 
 # What a tick did with each command it leased and materialized, in ledger order. "failed" is a
-# retryable failure: the ledger makes it RETRYABLE, or DEAD_LETTER once the budget is spent.
-Outcome = Literal["applied", "rejected", "failed"]
+# retryable failure: the ledger makes it RETRYABLE, or DEAD_LETTER once the budget is spent;
+# "permanent" (the command raised `Permanent`) is DEAD_LETTER at once.
+Outcome = Literal["applied", "rejected", "failed", "permanent"]
 OUTCOMES: tuple[Outcome, ...] = get_args(Outcome)
 ERROR_TEXT_LIMIT = 500
 
