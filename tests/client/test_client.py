@@ -15,8 +15,8 @@ from archetype.client import RetryPolicy, WaitTimeoutError
 from archetype.commands import SubmitCommandRequest
 from archetype.commands.errors import PermissionDeniedError, QuotaExceededError, WorldNotFoundError
 from archetype.commands.scheduler import CommandStatus
-from local_catalog import open_local_authority
 from archetype.world import ComponentValue
+from local_catalog import open_local_authority
 from tests.client.proxy import Fault, FaultyProxy, canned
 from tests.component_modules.alpha import Position, Velocity
 from tests.server.test_serve import start_server
