@@ -58,6 +58,10 @@ class RetryPolicy:
     max_backoff_s: float = 5.0
     max_retry_after_s: float = 60.0
 
+    def __post_init__(self) -> None:
+        if self.attempts < 1:
+            raise ValueError(f"a retry policy makes at least one attempt, not {self.attempts}")
+
     def backoff(self, retry: int) -> float:
         return min(self.max_backoff_s, self.backoff_s * 2**retry) * random.uniform(0.5, 1.0)
 
