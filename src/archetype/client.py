@@ -135,7 +135,10 @@ class _Calls:
                 code = response.json().get("code")
             except ValueError:
                 code = None  # a proxy's page, not the server's answer: worth another try
-            return None if code in PERMANENT_5XX else self.retry.backoff(retry)
+            if code in PERMANENT_5XX:
+                return None
+            after = _retry_after(response)  # a 503 may say when to come back; longer than allowed: back off as usual
+            return after if after is not None and after <= self.retry.max_retry_after_s else self.retry.backoff(retry)
         return None
 
     def send(self, request: _Request) -> Call[Any]:

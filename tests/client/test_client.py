@@ -5,6 +5,7 @@ retried, errors are typed by code, wait() settles, reads leave the server's runn
 from __future__ import annotations
 
 import json
+import time
 
 import httpx
 import pytest
@@ -87,6 +88,16 @@ def test_5xx_and_429_with_retry_after_are_retried(proxy):
     with Client(proxy.url, token="t-player", retry=FAST) as client:
         accepted = client.submit("arena", spawn(tick=2), idempotency_key="after-503")
     assert not accepted.replayed and posted_keys(proxy) == ["after-503"] * 3
+
+
+def test_a_retry_after_is_waited_instead_of_the_backoff(proxy):
+    shutting = canned(503, json.dumps({"code": "shutting_down", "message": "restarting"}), Retry_After="0")
+    limited = canned(429, json.dumps({"code": "rate_limited", "message": "slow down"}), Retry_After="0")
+    proxy.faults += [Fault("/worlds", shutting), Fault("/worlds", limited)]
+    started = time.monotonic()
+    with Client(proxy.url, token="t-viewer", retry=RetryPolicy(backoff_s=30, max_backoff_s=30)) as client:
+        assert [w.world_id for w in client.worlds()] == ["arena"]
+    assert time.monotonic() - started < 10 and len(proxy.seen) == 3
 
 
 def test_retries_stop_at_the_budget_with_the_typed_error(proxy):
