@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from archetype.audit.cli import audit
+from archetype.settings import CONFIG_ENV, ClientSettings, ConfigurationError, ServeSettings, use_config
 
 if TYPE_CHECKING:
     from archetype.client import Client
-from archetype.settings import CONFIG_ENV, ClientSettings, ConfigurationError, ServeSettings, use_config
 
 STATUSES = ["PENDING", "LEASED", "RETRYABLE", "APPLIED", "REJECTED", "DEAD_LETTER", "CANCELLED"]
 JSON = click.option("--json", "as_json", is_flag=True, help="JSON instead of a table (lists: one object per line).")
