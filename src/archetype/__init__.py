@@ -2,14 +2,12 @@
 
 `archetype.world` and `archetype.commands` run under Pyodide too (stdlib + pydantic only);
 `Runtime` (the CPython composition root) and `Client` / `AsyncClient` (the HTTP client, httpx)
-are imported lazily so the Worker never loads them.
+are imported lazily so the Worker never loads them (not even under `TYPE_CHECKING`: the Worker's
+bundle is this package's static import closure, src/worker/stage.py). Type checkers see them from
+`archetype.runtime` and `archetype.client`.
 """
 
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:  # type checkers see the real classes; at run time they load on first use
-    from archetype.client import AsyncClient, Client
-    from archetype.runtime import Runtime
+from typing import Any
 
 __all__ = ["AsyncClient", "Client", "Runtime"]
 _LAZY = {"Runtime": "archetype.runtime", "Client": "archetype.client", "AsyncClient": "archetype.client"}
