@@ -60,7 +60,7 @@ def project(data: Path, batch_size: int) -> None:
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
 def lag(data: Path, as_json: bool) -> None:
     """Print, per world, the committed and projected outbox sequence and what is pending."""
-    from archetype.client import print_rows
+    from archetype.client_cli import print_rows
 
     async def work(rt: Runtime) -> None:
         print_rows(await rt.audit.lag(), ["world_id", "committed_seq", "projected_seq", "pending"], as_json=as_json)
