@@ -16,6 +16,7 @@ from archetype.commands.errors import (
     StaleWriterError,
     UnregisteredOperationError,
     WorldClosingError,
+    WorldEdgeHostedError,
     WorldExistsError,
     WorldNotFoundError,
 )
@@ -64,6 +65,7 @@ __all__ = [
     "SubmitCommandRequest",
     "UnregisteredOperationError",
     "WorldClosingError",
+    "WorldEdgeHostedError",
     "WorldExistsError",
     "WorldNotFoundError",
     "default_registry",
