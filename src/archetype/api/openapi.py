@@ -36,6 +36,7 @@ from archetype.commands.errors import (
     StaleWriterError,
     UnregisteredOperationError,
     WorldClosingError,
+    WorldEdgeHostedError,
     WorldExistsError,
     WorldNotFoundError,
 )
@@ -57,7 +58,7 @@ SUBMITTING: Errors = (*JSON_BODY, *ADMITTING, UnsupportedCommandTypeError, Idemp
 LEDGER: Errors = (*JSON_BODY, ShuttingDownError, UnregisteredOperationError, NotDurableError, InvalidCommandError,
                   OperationUnavailableError, CommandConflictError, ReservationNotOwnedError, WorldNotFoundError,
                   WorldExistsError, WorldClosingError, StaleWriterError, LeaseLostError, QuotaExceededError,
-                  RouteNotFoundError)  # fmt: skip
+                  WorldEdgeHostedError, RouteNotFoundError)  # fmt: skip
 CREATE_WORLD: Errors = (*JSON_BODY, ShuttingDownError, InvalidCommandError, WorldExistsError, WorldClosingError)
 DESTROY_WORLD: Errors = (*WORLD_PATH, ShuttingDownError, WorldClosingError)
 READ_COMMAND: Errors = (*WORLD_PATH, CommandNotFoundError)

@@ -506,8 +506,8 @@ class Ledger:
 
         def run() -> int | None:
             self._world(world_id)
-            value = self._port.execute(q.NEXT_DUE_TICK, (world_id,))[0][0]
-            return None if value is None else int(value)
+            rows = self._port.execute(q.NEXT_DUE_TICK, (world_id,))
+            return int(rows[0][0]) if rows else None
 
         return self._port.transaction(run)
 

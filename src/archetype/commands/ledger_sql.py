@@ -53,8 +53,9 @@ FIND_COMMANDS = """SELECT c.command_id, c.digest, c.sequence FROM json_each(?) A
 DUE_COMMANDS = f"""SELECT {COMMAND_COLUMNS}, lease_session FROM commands
     WHERE world_id = ? AND status IN {OPEN_STATUSES} AND scheduled_tick <= ?
     ORDER BY scheduled_tick, priority, sequence LIMIT ?"""
-# The commands_due index answers this from its first entry: no scan of the world's commands.
-NEXT_DUE_TICK = f"""SELECT min(scheduled_tick) FROM commands WHERE world_id = ? AND status IN {OPEN_STATUSES}"""
+# The first entry of the commands_due index, in its own order: one row read, however many are open.
+NEXT_DUE_TICK = f"""SELECT scheduled_tick FROM commands WHERE world_id = ? AND status IN {OPEN_STATUSES}
+    ORDER BY scheduled_tick LIMIT 1"""
 LEASE_COMMANDS = """UPDATE commands SET status = 'LEASED', lease_owner = ?, lease_session = ?, lease_expires_at = ?,
         updated_at = ?
     WHERE world_id = ? AND sequence IN (SELECT value FROM json_each(?))"""
