@@ -5,21 +5,24 @@ and an edge-hosted world matches a `serve`-hosted one byte for byte."""
 
 from __future__ import annotations
 
-import asyncio
 import types
 
 import pytest
 
-from archetype.canonical import canonical_json
 from archetype.commands import DurableOptions, WorldEdgeHostedError
 from archetype.commands.port import ManualClock
-from archetype.metrics import Metrics
 from archetype.runtime import Runtime
-from archetype.server import set_up_modules, step_active_worlds
-from archetype.world import CreateWorld, Despawn, Spawn, Update
+from archetype.server import set_up_modules
+from archetype.world import CreateWorld, Despawn
 from durable_world import DurableObjectAuthority
 from durable_world.edge import TICK_INTERVAL_MS, next_tick_at
-from tests.component_modules.alpha import Position, Velocity
+from tests.durable_object.edge_scenario import (
+    PARITY_WORLD,
+    hosted_snapshot,
+    scripted,
+    serve_hosted_snapshot,
+    spawn_mover,
+)
 from tests.server import game
 from tests.support.durable_object_standin import FakeQueue, world_namespace
 
@@ -56,11 +59,6 @@ def namespace(tmp_path, clock, queue):
 def admitter(namespace):
     """Admission only (the Worker's path): a runtime over the Durable Object authority that never steps."""
     return Runtime(DurableObjectAuthority(namespace), owner="gateway")
-
-
-async def spawn_mover(rt, world_id, command_id, tick=0, x=0.0):
-    op = Spawn(world_id=world_id, components=[Position(x=x, y=0), Velocity(dx=1, dy=2)])
-    return (await rt.dispatcher.defer_spawn(op, DurableOptions(tick=tick), command_id=command_id)).entity_id
 
 
 async def positions(authority, world_id):
@@ -178,49 +176,15 @@ async def test_a_remote_runner_is_refused_an_edge_hosted_world_and_the_edge_leav
     assert (await authority.world_info("w-runner"))["tick_head"] == 0
 
 
-async def scripted(rt, world_id, step, clock):
-    """The same admissions and ticks, whoever hosts the world."""
-    await rt.dispatcher.apply(CreateWorld(name="parity", world_id=world_id))
-    first = await spawn_mover(rt, world_id, "spawn-a")
-    await spawn_mover(rt, world_id, "spawn-b", tick=1, x=10.0)
-    await rt.dispatcher.defer(Despawn(world_id=world_id, entity_id=999), DurableOptions(tick=1), command_id="ghost")
-    for _ in range(2):
-        clock.advance(TICK_INTERVAL_MS)
-        await step()
-    update = Update(world_id=world_id, entity_id=first, components=[Velocity(dx=-1, dy=0)])
-    await rt.dispatcher.defer(update, DurableOptions(tick=2), command_id="turn")
-    for _ in range(2):
-        clock.advance(TICK_INTERVAL_MS)
-        await step()
-
-
-async def hosted_snapshot(authority, world_id, delivered=()):
-    """Manifests, the outbox stream (what the audit queue was sent, then what is still unsent) and state."""
-    return canonical_json({
-        "manifests": await authority.manifests(world_id, limit=1000),
-        "outbox": [*delivered, *await authority.read_outbox(world_id, limit=1000)],
-        "state": await authority.load_state(world_id),
-    })  # fmt: skip
-
-
 async def test_an_edge_hosted_world_matches_a_serve_hosted_one_byte_for_byte(tmp_path):
-    world_id = "edge-parity"
-    serve_clock = ManualClock()
-    serve = await Runtime.open_local(tmp_path / "serve", clock=serve_clock, audit=None, owner="serve@host")
-    set_up_modules(serve, [game])  # what `archetype serve --module tests.server.game` does
-    metrics, stop = Metrics(), asyncio.Event()
-    await scripted(serve, world_id, lambda: step_active_worlds(serve, stop, metrics), serve_clock)
-    served = await hosted_snapshot(serve.authority, world_id)
-    await serve.close()
-
-    edge_clock = ManualClock()
-    queue = FakeQueue()
-    ns = world_namespace(tmp_path / "objects", edge_clock, queue=queue, modules=(game,))
+    served = await serve_hosted_snapshot(tmp_path / "serve")
+    clock, queue = ManualClock(), FakeQueue()
+    ns = world_namespace(tmp_path / "objects", clock, queue=queue, modules=(game,))
     try:
         edge = Runtime(DurableObjectAuthority(ns), owner="gateway")
-        await scripted(edge, world_id, lambda: ns.run_alarm(world_id), edge_clock)
-        assert (await edge.authority.world_info(world_id))["tick_head"] == 3
+        await scripted(edge, PARITY_WORLD, lambda: ns.run_alarm(PARITY_WORLD), clock)
+        assert (await edge.authority.world_info(PARITY_WORLD))["tick_head"] == 3
         assert queue.messages  # the alarms delivered the audit stream
-        assert await hosted_snapshot(edge.authority, world_id, queue.messages) == served
+        assert await hosted_snapshot(edge.authority, PARITY_WORLD, queue.messages) == served
     finally:
         ns.close()

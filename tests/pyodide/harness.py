@@ -226,7 +226,10 @@ def fail_queue(count: int = 1) -> None:
     current.queue.failNext(count)
 
 
-async def run_alarm(world_id: str) -> bool:
+async def run_alarm(world_id: str, now_ms: int | None = None) -> bool:
+    """Fire the object's alarm (at `now_ms` on the objects' clock, when given)."""
+    if now_ms is not None:
+        current.clock.now = now_ms
     return bool(await current.namespace.runAlarm(world_id))
 
 
