@@ -13,9 +13,10 @@ from archetype.commands import DurableOptions, WorldEdgeHostedError
 from archetype.commands.port import ManualClock
 from archetype.runtime import Runtime
 from archetype.server import set_up_modules
-from archetype.world import CreateWorld, Despawn
+from archetype.world import CreateWorld, Despawn, Spawn
 from durable_world import DurableObjectAuthority
 from durable_world.edge import TICK_INTERVAL_MS, next_tick_at
+from tests.component_modules.alpha import Position
 from tests.durable_object.edge_scenario import (
     PARITY_WORLD,
     hosted_snapshot,
@@ -156,6 +157,32 @@ async def test_a_crash_between_publish_and_re_arm_runs_the_next_tick_not_the_sam
     manifests = await admitter.authority.manifests(EDGE)
     assert [(m["tick"], settled(m)) for m in manifests] == [(0, ["spawn-1"]), (1, [])]
     assert '"x":2.0' in (await positions(admitter.authority, EDGE))[mover]  # moved on ticks 0 and 1, no more
+
+
+async def test_a_failing_tick_is_retried_at_the_next_interval(tmp_path, clock, queue):
+    failures = ["the processor's bug"]
+
+    def flaky(world, tick, entity_id, components):
+        if failures:
+            raise RuntimeError(failures.pop())
+
+    hooked = types.ModuleType("flaky_game")
+    hooked.edge_hosted = lambda world_id: True  # type: ignore[attr-defined]
+    hooked.setup = lambda rt: rt.worlds.on_load.append(lambda w: w.add_processor(flaky, Position))  # type: ignore[attr-defined]
+    ns = namespace_of(tmp_path, clock, queue, hooked)
+    try:
+        rt = Runtime(DurableObjectAuthority(ns), owner="gateway")
+        world = await rt.dispatcher.apply(CreateWorld(name="flaky", world_id="w-flaky"))
+        await rt.dispatcher.defer_spawn(Spawn(world_id=world, components=[Position(x=0, y=0)]), DurableOptions(tick=0),
+                                        command_id="s-1")  # fmt: skip
+        assert await ns.run_alarm(world)  # the processor raises: the tick is discarded whole ...
+        assert (await rt.authority.world_info(world))["tick_head"] == -1
+        assert ns.alarm_time(world) == clock.now_ms() + TICK_INTERVAL_MS  # ... and the alarm re-armed, not spent
+        assert await ns.run_alarm(world)
+        assert (await rt.authority.world_info(world))["tick_head"] == 0
+        assert (await rt.scheduler.command(world, "s-1")).status == "APPLIED"
+    finally:
+        ns.close()
 
 
 async def test_a_remote_runner_is_refused_an_edge_hosted_world_and_the_edge_leaves_runner_worlds(namespace, admitter):

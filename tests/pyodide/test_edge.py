@@ -42,6 +42,14 @@ def test_an_edge_hosted_world_steps_itself_through_several_alarms(pyodide):
         assert position["data"] == {"x": 3.0, "y": 6.0}  # moved on ticks 0, 1 and 2
         events = [(m["command_id"], m["event_type"]) for m in pyodide.call(f"{CONTROL}:queue_messages")]
         assert events == [("s-1", "admitted"), ("s-1", "applied")]  # audit delivery shared the alarms
+        assert all("principal" in m for m in pyodide.call(f"{CONTROL}:queue_messages"))  # null fields kept
+        # evicted, the object reloads the world from its ledger and goes on with the next tick
+        pyodide.call(f"{CONTROL}:evict", world_id="edge-py")
+        assert pyodide.call(f"{CONTROL}:run_alarm", world_id="edge-py") is True
+        (entity,) = worker.get("/worlds/edge-py/state", headers=ADMIN).json()["entities"]
+        assert next(c for c in entity["components"] if c["name"] == "Position")["data"] == {"x": 4.0, "y": 8.0}
+        assert [m["tick"] for m in worker.post("/worlds/edge-py/ledger/manifests", json={}, headers=ADMIN).json()] == [
+            0, 1, 2, 3]  # fmt: skip
         # a remote runner is refused the writer of the world its object steps
         refused = worker.post("/worlds/edge-py/ledger/acquire_writer", json={}, headers=ADMIN)
         assert (refused.status_code, refused.json()["code"]) == (409, "world_edge_hosted")
