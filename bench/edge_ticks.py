@@ -2,14 +2,14 @@
 tick and the audit delivery), idle, with 1 command and with 100 commands per tick.
 
 Runs the real `WorldObject` on the Durable Object stand-in (tests/support) with the module hook's
-game module (a processor moving every entity). The baseline, measured in the same run, is the same
-world RUNNER-HOSTED: a CPython runner steps it through the object's RPC, then the object's alarm
-delivers the audit events. Admission is not counted (it costs the same either way).
+game module (a processor moving every entity), summing every SQL cursor's `rowsWritten`, with the
+object's SQL on the stand-in's engine and on the real Durable Object SQL engine (workerd,
+tests/support/workerd), whose count includes the index rows Cloudflare bills. The baseline,
+measured in the same run, is the same world RUNNER-HOSTED: a CPython runner steps it through the
+object's RPC, then the object's alarm delivers the audit events. Admission is not counted (it
+costs the same either way).
 
-    .venv/bin/python bench/edge_ticks.py [--ticks 5]
-
-Caveat (see the stand-in's docstring): rowsWritten counts table rows, not the index rows
-Cloudflare also bills.
+    .venv/bin/python bench/edge_ticks.py [--ticks 5] [--engine standin|workerd|both]
 """
 
 from __future__ import annotations
@@ -30,15 +30,32 @@ from durable_world import DurableObjectAuthority
 from tests.component_modules.alpha import Position, Velocity
 from tests.server import game
 from tests.support.durable_object_standin import world_namespace
+from tests.support.workerd.engine import workerd_sql_engines
 
 LOADS = (0, 1, 100)
 
 
-async def measure(world_id: str, commands: int, ticks: int) -> float:
+class RowsWritten:
+    """Sums the `rowsWritten` of every cursor the object's SQL answers."""
+
+    def __init__(self, sql) -> None:
+        self.total = 0
+        exec_ = sql.exec
+
+        def metered(query, *bindings):
+            cursor = exec_(query, *bindings)
+            self.total += int(cursor.rowsWritten)
+            return cursor
+
+        sql.exec = metered
+
+
+async def measure(world_id: str, commands: int, ticks: int, engine: str) -> float:
     """Rows written per tick, averaged over `ticks` steady-state ticks."""
     with tempfile.TemporaryDirectory() as directory:
         clock = ManualClock()
-        namespace = world_namespace(Path(directory), clock, modules=(game,))
+        sql_engine = workerd_sql_engines() if engine == "workerd" else None
+        namespace = world_namespace(Path(directory), clock, modules=(game,), sql_engine=sql_engine)
         authority = DurableObjectAuthority(namespace)
         admitter = Runtime(authority, owner="gateway", origin="gateway")
         runner = Runtime(authority, owner="bench-runner")
@@ -52,7 +69,7 @@ async def measure(world_id: str, commands: int, ticks: int) -> float:
             await namespace.run_alarm(world_id)  # edge: the tick and the delivery; runner: the delivery
 
         await tick()  # load the world once: steady state from here
-        sql = namespace.storage(world_id).sql
+        meter = RowsWritten(namespace.storage(world_id).sql)
         written = 0
         for n in range(1, ticks + 1):
             if commands:
@@ -63,9 +80,9 @@ async def measure(world_id: str, commands: int, ticks: int) -> float:
                 ]  # fmt: skip
                 await admitter.dispatcher.defer_batch(items)
             clock.advance(1_000)
-            before = sql.rows_written
+            before = meter.total
             await tick()
-            written += sql.rows_written - before
+            written += meter.total - before
         head = (await authority.world_info(world_id))["tick_head"]
         assert head == ticks, f"tick head {head}, expected {ticks}"
         namespace.close()
@@ -75,12 +92,16 @@ async def measure(world_id: str, commands: int, ticks: int) -> float:
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ticks", type=int, default=5)
+    parser.add_argument("--engine", choices=("standin", "workerd", "both"), default="both")
     args = parser.parse_args()
-    print(f"{'commands/tick':>13} {'edge-hosted rows written/tick':>30} {'runner-hosted (baseline)':>25} {'ratio':>6}")
-    for commands in LOADS:
-        edge = await measure("edge-bench", commands, args.ticks)
-        runner = await measure("w-bench", commands, args.ticks)
-        print(f"{commands:>13} {edge:>30.1f} {runner:>25.1f} {edge / runner:>6.2f}")
+    engines = ("standin", "workerd") if args.engine == "both" else (args.engine,)
+    print(f"{'engine':<8} {'commands/tick':>13} {'edge-hosted rows written/tick':>30} {'runner-hosted (baseline)':>25} "
+          f"{'ratio':>6}")  # fmt: skip
+    for engine in engines:
+        for commands in LOADS:
+            edge = await measure("edge-bench", commands, args.ticks, engine)
+            runner = await measure("w-bench", commands, args.ticks, engine)
+            print(f"{engine:<8} {commands:>13} {edge:>30.1f} {runner:>25.1f} {edge / runner:>6.2f}")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """Edge-hosted worlds: the real WorldObject, in the stand-in runtime, steps its world from its
 alarm with the runner's WorldHost and CommandScheduler; idle worlds set no alarm; a repeated or
 crashed alarm never repeats a tick; a remote runner is refused the writer of an edge-hosted world;
-and an edge-hosted world matches a `serve`-hosted one byte for byte."""
+and an edge-hosted world matches a `serve`-hosted one byte for byte, on the stand-in's SQL engine
+and on the real Durable Object SQL engine."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from tests.durable_object.edge_scenario import (
 )
 from tests.server import game
 from tests.support.durable_object_standin import FakeQueue, world_namespace
+from tests.support.workerd.engine import workerd_sql_engines
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -203,10 +205,13 @@ async def test_a_remote_runner_is_refused_an_edge_hosted_world_and_the_edge_leav
     assert (await authority.world_info("w-runner"))["tick_head"] == 0
 
 
-async def test_an_edge_hosted_world_matches_a_serve_hosted_one_byte_for_byte(tmp_path):
+@pytest.mark.parametrize("engine", ["standin", "workerd"])
+async def test_an_edge_hosted_world_matches_a_serve_hosted_one_byte_for_byte(tmp_path, engine):
+    """On the stand-in's SQL engine and on the real Durable Object SQL engine (workerd)."""
     served = await serve_hosted_snapshot(tmp_path / "serve")
     clock, queue = ManualClock(), FakeQueue()
-    ns = world_namespace(tmp_path / "objects", clock, queue=queue, modules=(game,))
+    sql_engine = workerd_sql_engines() if engine == "workerd" else None
+    ns = world_namespace(tmp_path / "objects", clock, queue=queue, modules=(game,), sql_engine=sql_engine)
     try:
         edge = Runtime(DurableObjectAuthority(ns), owner="gateway")
         await scripted(edge, PARITY_WORLD, lambda: ns.run_alarm(PARITY_WORLD), clock)
