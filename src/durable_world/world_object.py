@@ -43,13 +43,11 @@ QUEUE_BINDING = "AUDIT_QUEUE"
 # Calls whose transaction may append outbox events (admission, a crash charged on lease,
 # publication, cancellation on destroy).
 EVENT_WRITERS = frozenset({"admit", "lease", "publish", "destroy"})
+# Admissions and creation may give an edge-hosted world work to do: they re-arm its tick.
+TICK_WAKERS = frozenset({"create_world", "admit"})
 # A short delay lets a burst of admissions share one batch; a failed send is retried after a pause.
 DELIVERY_DELAY_MS = 1_000
 RETRY_DELAY_MS = 10_000
-
-
-# Admissions and creation may give an edge-hosted world work to do: they re-arm its tick.
-TICK_WAKERS = frozenset({"create_world", "admit"})
 
 
 class WorldObject(DurableObject):  # type: ignore[misc]  # `workers` exists only on workerd: Any here
@@ -99,6 +97,7 @@ class WorldObject(DurableObject):  # type: ignore[misc]  # `workers` exists only
             await self._arm_alarm(DELIVERY_DELAY_MS)
 
     async def _arm_alarm(self, delay_ms: int) -> None:
+        """Arm the alarm `delay_ms` from now unless one is set (a pending retry keeps its pause)."""
         if number_or_none(await self.ctx.storage.getAlarm()) is None:
             await self.ctx.storage.setAlarm(self.clock.now_ms() + delay_ms)
 
