@@ -223,6 +223,10 @@ class World:
         sequence = self.keys.get((scope, command_id))
         return None if sequence is None else self.commands[sequence]
 
+    def next_due_tick(self) -> int | None:
+        """docs/ledger.md "Ordering and leasing": the lowest scheduled tick of an open command."""
+        return min((c.sub.options.tick for c in self.commands.values() if c.status in OPEN), default=None)
+
 
 class Ledger:
     """docs/ledger.md, one method per ledger operation; each is one transaction (destroy: a short

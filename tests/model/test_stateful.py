@@ -10,7 +10,7 @@ Each rule's outcome and the ledger calls it made must agree. After every rule th
 observable ledger of each world it touched is compared: each command row, the manifests (order
 included), the published entity state (exact canonical text), the outbox (every field, timestamps
 included: model and authority read the same ManualClock), the world row; every tenth rule also
-the watermark and each principal's scope; and a few invariants are checked on the authority's
+the watermark, the next due tick and each principal's scope; and a few invariants are checked on the authority's
 answers alone (no double application, settlements in ledger order, contiguous events, APPLIED
 only through a published manifest).
 
@@ -753,12 +753,14 @@ class LedgerMachine(RuleBasedStateMachine):
         check_invariants(world_id, info, rows, manifests, outbox)
 
     def compare_views(self, world_id: str) -> None:
-        """The watermark, and isolation: each principal's scope holds exactly its own commands."""
+        """The watermark, the next due tick, and isolation: each principal's scope holds exactly its own commands."""
         authority, world = self.ctx.authority, self.model.worlds[world_id]
         mark = self.run(authority.watermark(world_id))
         committed = world.next_event_seq - 1
         assert (mark["committed_seq"], mark["projected_seq"], mark["pending"]) == (
             committed, world.projected_seq, committed - world.projected_seq)
+        due = self.run(authority.next_due_tick(world_id))
+        assert due == world.next_due_tick(), f"next due tick {due}, model {world.next_due_tick()}"
         for principal in PRINCIPALS:
             scope = principal or ""
             rows = self.run(authority.history(world_id, limit=10_000, scope=scope))

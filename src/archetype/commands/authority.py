@@ -136,6 +136,9 @@ class Authority(ABC):
     async def watermark(self, world_id: str) -> Watermark:
         return await self.rpc("watermark", {"world_id": world_id})
 
+    async def next_due_tick(self, world_id: str) -> int | None:
+        return await self.rpc("next_due_tick", {"world_id": world_id})
+
 
 class InProcessAuthority(Authority):
     def __init__(self, ledger: Ledger, close: Callable[[], None] | None = None) -> None:

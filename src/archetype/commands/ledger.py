@@ -81,7 +81,7 @@ LEDGER_METHODS = (
     "create_world", "world_info", "list_worlds", "acquire_writer", "load_state", "reserve_entity_ids",
     "reserve_spawn", "admit", "lease", "guard", "publish", "record_tick_failure", "release", "redrive", "destroy",
     "command", "history",
-    "manifests", "read_outbox", "read_outbox_columns", "acknowledge_outbox", "watermark",
+    "manifests", "read_outbox", "read_outbox_columns", "acknowledge_outbox", "watermark", "next_due_tick",
 )  # fmt: skip
 
 
@@ -669,6 +669,17 @@ class Ledger:
             self._world(world_id)
             rows = self._port.execute(q.HISTORY, (world_id, after_sequence, status, status, scope, scope, limit))
             return [cast(CommandRow, _row(COMMAND_FIELDS, r)) for r in rows]
+
+        return self._port.transaction(run)
+
+    def next_due_tick(self, world_id: str) -> int | None:
+        """The lowest scheduled tick among the world's open commands (PENDING, LEASED, RETRYABLE);
+        None when none is open. What a host asks to decide whether an idle world needs a tick."""
+
+        def run() -> int | None:
+            self._world(world_id)
+            rows = self._port.execute(q.NEXT_DUE_TICK, (world_id,))
+            return int(rows[0][0]) if rows else None
 
         return self._port.transaction(run)
 

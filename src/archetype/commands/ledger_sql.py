@@ -64,6 +64,9 @@ FIND_ADMITTED = """SELECT j.value, c.digest, c.sequence, r.entity_id, r.request_
 DUE_COMMANDS = f"""SELECT {COMMAND_COLUMNS}, lease_session FROM commands
     WHERE world_id = ? AND status IN {OPEN_STATUSES} AND scheduled_tick <= ?
     ORDER BY scheduled_tick, priority, sequence LIMIT ?"""
+# The first entry of the commands_due index, in its own order: one row read, however many are open.
+NEXT_DUE_TICK = f"""SELECT scheduled_tick FROM commands WHERE world_id = ? AND status IN {OPEN_STATUSES}
+    ORDER BY scheduled_tick LIMIT 1"""
 LEASE_COMMANDS = """UPDATE commands SET status = 'LEASED', lease_owner = ?, lease_session = ?, lease_expires_at = ?,
         updated_at = ?
     WHERE world_id = ? AND sequence IN (SELECT value FROM json_each(?))"""

@@ -141,6 +141,12 @@ class AsyncWorld:
             raise ValueError(f"{kind!r} is not a hook kind; use one of PreTick, PostTick, OnSpawn, OnDestroy")
         self._hooks[kind].append(fn)
 
+    @property
+    def has_systems(self) -> bool:
+        """Whether something changes the world every tick even when no command is due (a processor
+        or a PreTick hook): what a host asks before letting an idle world stop ticking."""
+        return bool(self._processors or self._hooks[PreTick])
+
     def _fire(self, event: Any) -> None:
         for fn in self._hooks[type(event)]:
             fn(self, event)
