@@ -44,6 +44,7 @@ from archetype.commands.ledger_rows import (
     LeasedRow,
     ManifestRow,
     OutboxEvent,
+    Pruned,
     Published,
     StatePage,
     Watermark,
@@ -60,13 +61,17 @@ ORIGINS = ("local", "gateway")
 # Destroy cancels open commands in transactions of this many, so no transaction grows with the world.
 CANCEL_BATCH = 1_000
 CRASH_ERROR = "its runner stopped while materializing it (crash guard)"
+# Retention defaults (docs/ledger.md, "Retention"): what `archetype serve` and `catalog prune` use.
+DEFAULT_KEEP_TICKS = 1_000
+DEFAULT_IDEMPOTENCY_WINDOW_MS = 86_400_000  # 24 hours
+PRUNE_LIMIT = 1_000
 
 # Public operations, in the order docs/ledger.md describes them. The Durable Object exposes
 # exactly these, and `Authority` (authority.py) has one typed method for each.
 LEDGER_METHODS = (
     "create_world", "world_info", "list_worlds", "acquire_writer", "load_state", "reserve_entity_ids",
     "reserve_spawn", "admit", "lease", "guard", "publish", "destroy", "command", "history",
-    "manifests", "read_outbox", "read_outbox_columns", "acknowledge_outbox", "watermark",
+    "manifests", "read_outbox", "read_outbox_columns", "acknowledge_outbox", "watermark", "prune",
 )  # fmt: skip
 
 
@@ -554,3 +559,42 @@ class Ledger:
             "projected_seq": world["projected_seq"],
             "pending": committed - world["projected_seq"],
         }
+
+    # -- retention --
+    def prune(self, world_id: str, keep_ticks: int = DEFAULT_KEEP_TICKS,
+              idempotency_window_ms: int = DEFAULT_IDEMPOTENCY_WINDOW_MS, limit: int = PRUNE_LIMIT) -> Pruned:  # fmt: skip
+        """Remove what no guarantee needs any more (docs/ledger.md, "Retention"), at most `limit`
+        rows of each kind, oldest first; `done` is False while more is left.
+
+        - tick manifests (and quota counters) of ticks older than the newest `keep_ticks`: the
+          tick head's manifest always stays, so a publish whose answer was lost is still
+          recognised by its commit token;
+        - APPLIED, REJECTED and CANCELLED commands settled at least `idempotency_window_ms` ago
+          whose every outbox event is acknowledged (their trail is in the audit table); after
+          that their command id may be used again. Open commands and dead letters stay;
+        - spawn reservations older than the window whose command is gone or never came.
+        """
+        if keep_ticks < 1:
+            raise InvalidCommandError("keep_ticks must be at least 1: the tick head's manifest is always kept")
+        if idempotency_window_ms < 0:
+            raise InvalidCommandError("idempotency_window_ms cannot be negative")
+        if not 1 <= limit <= 100_000:
+            raise InvalidCommandError(f"cannot prune {limit} rows at a time (1..100000)")
+
+        def run() -> Pruned:
+            world = self._world(world_id)
+            oldest_tick = world["tick_head"] - keep_ticks
+            horizon = self._clock.now_ms() - idempotency_window_ms
+            (oldest_pending,) = self._port.execute(q.OLDEST_PENDING_EVENT, (world_id,))[0]
+            if oldest_pending is not None:
+                horizon = min(horizon, oldest_pending - 1)
+            ticks = len(self._port.execute(q.PRUNE_TICKS, (world_id, oldest_tick, limit)))
+            commands = len(self._port.execute(q.PRUNE_COMMANDS, (world_id, horizon, limit)))
+            # after the commands, so the reservations of the commands just pruned go too
+            reservations = len(self._port.execute(q.PRUNE_RESERVATIONS, (world_id, horizon, limit)))
+            quota_rows = len(self._port.execute(q.PRUNE_QUOTA_USAGE, (world_id, oldest_tick, limit)))
+            done = max(ticks, commands, reservations, quota_rows) < limit
+            return {"world_id": world_id, "ticks": ticks, "commands": commands, "reservations": reservations,
+                    "quota_rows": quota_rows, "done": done}  # fmt: skip
+
+        return self._port.transaction(run)

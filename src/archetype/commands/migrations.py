@@ -190,7 +190,15 @@ V2_EXACTLY_ONCE = Migration(2, "principal-scoped ids, runner sessions, crash gua
             'commit_token', json_extract(manifest, '$.commit_token'))""",
 ))  # fmt: skip
 
-MIGRATIONS = (V1_SCHEMA, V2_EXACTLY_ONCE)
+# Version 3: retention (docs/ledger.md, "Retention"). `prune` finds the settled commands past the
+# idempotency window through this index, without scanning a busy world's retained commands.
+# DEAD_LETTER is left out: dead letters wait for an operator and are never pruned.
+V3_RETENTION = Migration(3, "an index of prunable settled commands", (
+    """CREATE INDEX commands_settled ON commands (world_id, updated_at, sequence)
+        WHERE status IN ('APPLIED', 'REJECTED', 'CANCELLED')""",
+))  # fmt: skip
+
+MIGRATIONS = (V1_SCHEMA, V2_EXACTLY_ONCE, V3_RETENTION)
 SCHEMA_VERSION = MIGRATIONS[-1].version
 
 HAS_META = "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'"
