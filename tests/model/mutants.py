@@ -76,6 +76,25 @@ MUTANTS = {
         "if False:",
         "a republished manifest is not recognised by its commit token",
     ),
+    # retention
+    "prune-ignores-outbox": (
+        LEDGER,
+        "horizon = min(horizon, oldest_pending - 1)",
+        "horizon = min(horizon, oldest_pending + 10**9)",
+        "prune removes settled commands whose events are not acknowledged",
+    ),
+    "prune-takes-the-head": (
+        LEDGER,
+        'oldest_tick = world["tick_head"] - keep_ticks',
+        'oldest_tick = world["tick_head"] - keep_ticks + 1',
+        "prune removes one manifest too many (the head's, with keep_ticks=1)",
+    ),
+    "prune-takes-dead-letters": (
+        SQL,
+        "PRUNABLE_STATUSES = \"('APPLIED', 'REJECTED', 'CANCELLED')\"",
+        "PRUNABLE_STATUSES = \"('APPLIED', 'REJECTED', 'CANCELLED', 'DEAD_LETTER')\"",
+        "prune removes dead letters",
+    ),
 }
 
 IGNORE = shutil.ignore_patterns(".git", ".venv", "node_modules", "__pycache__", ".pytest_cache", ".hypothesis", "data")
