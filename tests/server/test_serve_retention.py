@@ -18,7 +18,7 @@ from archetype.audit import AuditLog
 from archetype.commands import GetAuditHistory
 from archetype.world import ComponentValue
 from tests.component_modules.alpha import Position
-from tests.server.test_serve import ROOT, WAIT_S, start_server, wait_for
+from tests.server.test_serve import ROOT, WAIT_S, start_server
 
 pytestmark = pytest.mark.timeout(120)
 ADMIN = {"Authorization": "Bearer t-admin"}
