@@ -467,11 +467,11 @@ class Ledger:
         # "manifests of ticks older than the newest keep_ticks"
         old_ticks = [m for m in world.manifests if m.tick <= world.tick_head - keep_ticks][:limit]
         world.manifests = [m for m in world.manifests if m not in old_ticks]
-        # "settled at least the window ago, every event acknowledged": an unacknowledged event at
-        # or before a command's settlement time may be its own, so the horizon stays before it
+        # "settled at least the window ago, every event acknowledged": the horizon stays before
+        # the first unacknowledged event, which may be the command's own
         horizon = self.now() - window_ms
         if world.outbox:
-            horizon = min(horizon, min(e.occurred_at for e in world.outbox) - 1)
+            horizon = min(horizon, world.outbox[0].occurred_at - 1)
         prunable = [c for c in world.commands.values() if c.status in ("APPLIED", "REJECTED", "CANCELLED")
                     and c.updated_at <= horizon]  # fmt: skip
         # AMBIGUITY: the page says "oldest first" without a tie rule; the model breaks ties by sequence

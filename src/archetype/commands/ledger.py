@@ -585,9 +585,9 @@ class Ledger:
             world = self._world(world_id)
             oldest_tick = world["tick_head"] - keep_ticks
             horizon = self._clock.now_ms() - idempotency_window_ms
-            (oldest_pending,) = self._port.execute(q.OLDEST_PENDING_EVENT, (world_id,))[0]
-            if oldest_pending is not None:
-                horizon = min(horizon, oldest_pending - 1)
+            pending = self._port.execute(q.FIRST_PENDING_EVENT, (world_id, world["projected_seq"]))
+            if pending:
+                horizon = min(horizon, pending[0][0] - 1)
             ticks = len(self._port.execute(q.PRUNE_TICKS, (world_id, oldest_tick, limit)))
             commands = len(self._port.execute(q.PRUNE_COMMANDS, (world_id, horizon, limit)))
             # after the commands, so the reservations of the commands just pruned go too

@@ -191,11 +191,14 @@ V2_EXACTLY_ONCE = Migration(2, "principal-scoped ids, runner sessions, crash gua
 ))  # fmt: skip
 
 # Version 3: retention (docs/ledger.md, "Retention"). `prune` finds the settled commands past the
-# idempotency window through this index, without scanning a busy world's retained commands.
-# DEAD_LETTER is left out: dead letters wait for an operator and are never pruned.
-V3_RETENTION = Migration(3, "an index of prunable settled commands", (
+# idempotency window, the quota counters of old ticks and the lapsed reservations through these
+# indexes, without reading a busy world's retained rows. DEAD_LETTER is left out of the first:
+# dead letters wait for an operator and are never pruned.
+V3_RETENTION = Migration(3, "indexes of what retention prunes: settled commands, quota counters, reservations", (
     """CREATE INDEX commands_settled ON commands (world_id, updated_at, sequence)
         WHERE status IN ('APPLIED', 'REJECTED', 'CANCELLED')""",
+    "CREATE INDEX quota_usage_by_tick ON quota_usage (world_id, scheduled_tick, principal)",
+    "CREATE INDEX spawn_reservations_by_time ON spawn_reservations (world_id, created_at, scope, command_id)",
 ))  # fmt: skip
 
 MIGRATIONS = (V1_SCHEMA, V2_EXACTLY_ONCE, V3_RETENTION)
