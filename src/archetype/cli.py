@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from archetype.audit.cli import audit
+from archetype.catalog_cli import catalog
 from archetype.settings import CONFIG_ENV, ClientSettings, ConfigurationError, ServeSettings, use_config
 
 if TYPE_CHECKING:
@@ -90,6 +91,10 @@ def client_options(fn: Any) -> Any:
 @click.option("--body-timeout", type=float, default=None, help="Seconds a request's head, then its body, may take to arrive (default 20).")
 @click.option("--metrics-worlds", type=int, default=None,
               help="Worlds with their own series in /metrics (default 50; the rest are summed as world='_other').")  # fmt: skip
+@click.option("--keep-ticks", type=int, default=None, help="Tick manifests kept per world (default 1000; docs/ledger.md, Retention).")
+@click.option("--idempotency-window", type=float, default=None,
+              help="Seconds a settled command id keeps replaying before it is pruned and may be reused (default 86400).")
+@click.option("--prune-interval", type=float, default=None, help="Seconds between retention runs (default 60).")
 def serve(**flags: Any) -> None:
     """Serve the HTTP API, the dashboard and /metrics over the local catalog, and step every active world."""
     from archetype.server import serve as run
@@ -253,6 +258,7 @@ def bench(small: int, large: int, single: int, batches: int, repeat: int, data: 
 
 
 main.add_command(audit)
+main.add_command(catalog)
 
 if __name__ == "__main__":
     main()

@@ -644,6 +644,21 @@ class LedgerMachine(RuleBasedStateMachine):
             mark = self.run(self.ctx.authority.acknowledge_outbox(world_id, up_to))
             assert (mark["projected_seq"], mark["committed_seq"]) == (world.projected_seq, world.next_event_seq - 1)
 
+    @rule(index=st.integers(0, 1), keep_ticks=st.integers(0, 3), window_ms=st.sampled_from((0, 1_000, 60_000)),
+          limit=st.integers(1, 4))  # fmt: skip
+    def prune(self, index: int, keep_ticks: int, window_ms: int, limit: int) -> None:
+        """Retention: old manifests, settled commands past the window (their events acknowledged)
+        and lapsed reservations leave the ledger, a few at a time."""
+        self._count("prune")
+        world_id = self.worlds[index]
+        answers = self.both(lambda: self.model.prune(world_id, keep_ticks, window_ms, limit),
+                            self.seam.prune(world_id, keep_ticks, window_ms, limit))  # fmt: skip
+        if answers is not None:
+            expected, real = answers
+            assert (real["ticks"], real["commands"], real["reservations"], real["quota_rows"]) == expected
+            assert real["done"] == (max(expected) < limit)
+            Stats.saw("prune:removed" if any(expected) else "prune:nothing")
+
     # -- the comparison, after every rule --
     def compare_events(self, world_id: str, real: list[dict], expected: list) -> None:
         assert len(real) == len(expected), f"{world_id}: {len(real)} outbox events, model {len(expected)}"
@@ -775,11 +790,14 @@ class LedgerMachine(RuleBasedStateMachine):
 def check_invariants(world_id: str, info: dict, rows: list[dict], manifests: list[dict], outbox: list[dict]) -> None:
     """What must hold of any authority's answers, whatever the model says."""
     by_sequence = {r["sequence"]: r for r in rows}
-    assert [m["tick"] for m in manifests] == list(range(info["tick_head"] + 1)), "a tick without its manifest"
+    # retention keeps the newest manifests, always the tick head's: a contiguous run ending there
+    first = manifests[0]["tick"] if manifests else info["tick_head"] + 1
+    assert [m["tick"] for m in manifests] == list(range(first, info["tick_head"] + 1)), "a tick without its manifest"
+    assert manifests or info["tick_head"] == -1, "the tick head's manifest was pruned"
     settled: dict[int, list[tuple[int, str]]] = {}
     for m in manifests:
         order = [(by_sequence[s["sequence"]]["scheduled_tick"], by_sequence[s["sequence"]]["priority"], s["sequence"])
-                 for s in m["settlements"]]  # fmt: skip
+                 for s in m["settlements"] if s["sequence"] in by_sequence]  # a pruned command is not there  # fmt: skip
         assert order == sorted(order) and len(set(order)) == len(order), f"tick {m['tick']}: settlements out of order"
         for s in m["settlements"]:
             earlier = settled.setdefault(s["sequence"], [])
@@ -789,7 +807,7 @@ def check_invariants(world_id: str, info: dict, rows: list[dict], manifests: lis
         history = settled.get(r["sequence"], [])
         applied = [tick for tick, outcome in history if outcome == "applied"]
         assert len(applied) <= 1, f"#{r['sequence']} applied twice"
-        if r["status"] == "APPLIED":
+        if r["status"] == "APPLIED" and r["applied_tick"] >= first:  # its manifest is retained
             assert applied == [r["applied_tick"]], f"#{r['sequence']} APPLIED without its published manifest"
         assert len(history) <= r["attempts"] <= r["max_attempts"], f"#{r['sequence']}: attempts {r['attempts']}"
         if r["status"] in TERMINAL:

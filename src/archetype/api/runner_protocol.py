@@ -45,6 +45,7 @@ LEDGER_ROUTE_ROLES: dict[str, Role] = {
     "acknowledge_outbox": Role.operator,
     "watermark": Role.operator,
     "next_due_tick": Role.operator,
+    "prune": Role.operator,
 }
 ADMISSION_METHODS = frozenset({"create_world", "reserve_spawn", "admit"})
 
