@@ -30,7 +30,7 @@ async def test_the_tick_head_manifest_stays_and_a_lost_publish_answer_is_still_r
     await authority.prune(world_id=world_id, keep_ticks=1)
     (head,) = await manifests(authority, world_id)
     # the runner whose answer was lost republishes the very same manifest: recognised, not replayed
-    again = await authority.publish(world_id=world_id, owner="anyone", session="any", manifest=head, writes=[])
+    again = await authority.publish(world_id=world_id, owner="anyone", session="any", manifest=head, writes={"snapshot": False, "chunks": []})
     assert again == {"tick": 4, "published": False}
     assert await step(rt, world_id) == 0  # and the world goes on from its head
     assert [m["tick"] for m in await manifests(authority, world_id)] == [4, 5]
