@@ -68,10 +68,10 @@ class WorldHost:
     def drop(self, world_id: str) -> None:
         self._worlds.pop(world_id, None)
 
-    async def step(self, world_id: str) -> CommittedTickReceipt:
+    async def step(self, world_id: str, tick: int | None = None) -> CommittedTickReceipt:
         world = await self.get(world_id)
         try:
-            return await world.step()
+            return await world.step(tick)
         except LOST_WRITER:
             self.drop(world_id)
             raise

@@ -120,6 +120,12 @@ class AsyncWorld:
         order = tuple(type_key(t) for t in component_types)
         self._processors.append(_ProcessorEntry(name or fn.__name__, fn, frozenset(order), order))
 
+    @property
+    def has_systems(self) -> bool:
+        """Whether a tick does anything without commands: a world without processors or hooks is
+        idle between its commands, and its runner does not step it (docs/ledger.md, idle worlds)."""
+        return bool(self._processors) or any(self._hooks.values())
+
     def add_hook(self, kind: type, fn: Hook) -> None:
         if kind not in self._hooks:
             raise ValueError(f"{kind!r} is not a hook kind; use one of PreTick, PostTick, OnSpawn, OnDestroy")
@@ -229,13 +235,16 @@ class AsyncWorld:
         return result
 
     # -- the tick --
-    async def step(self) -> CommittedTickReceipt:
+    async def step(self, tick: int | None = None) -> CommittedTickReceipt:
+        """Run and publish the next tick, or `tick` when later: the ticks between are empty and
+        coalesced, never run or published (an idle world's clock moved on; docs/ledger.md). A tick
+        already prepared is published as it is, whatever `tick` says."""
         async with self.lock:
-            tick = self.tick + 1
             if self.coordinator.prepared is None:
-                await self._prepare(tick)
+                await self._prepare(max(self.tick + 1, tick or 0))
             prepared = self.coordinator.prepared
             assert prepared is not None
+            tick = prepared.manifest.tick
             await self.publisher.publish(prepared)
             self.state.commit_sealed()
             self.tick = tick
