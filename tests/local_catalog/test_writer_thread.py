@@ -11,7 +11,7 @@ from archetype.commands.port import ManualClock
 from archetype.runtime import Runtime
 from archetype.commands import DurableOptions
 from archetype.world import CreateWorld, Spawn
-from local_catalog import CATALOG_FILE, open_local_authority
+from local_catalog import CATALOG_FILE, SqliteSqlPort, open_local_authority
 from tests.component_modules.alpha import Health
 
 ADMISSIONS = 64
@@ -94,3 +94,21 @@ async def test_one_bad_call_in_a_group_rolls_back_alone(tmp_path):
     assert isinstance(results[1], InvalidCommandError) and type(results[2]).__name__ == "WorldExistsError"
     assert [w["world_id"] for w in await authority.list_worlds()] == ["a", "w"]
     await authority.close()
+
+
+def test_a_call_that_wrote_before_it_raised_leaves_nothing_of_its_own(tmp_path):
+    port = SqliteSqlPort(tmp_path / "g.db")
+    port.execute("CREATE TABLE t (v INTEGER)")
+
+    def writes(v: int, fail: bool = False):
+        def call() -> int:
+            port.execute("INSERT INTO t VALUES (?)", (v,))
+            if fail:
+                raise ValueError(v)
+            return v
+
+        return call
+
+    results = port.group([writes(1), writes(2, fail=True), writes(3)])
+    assert results[0] == 1 and isinstance(results[1], ValueError) and results[2] == 3
+    assert port.execute("SELECT v FROM t ORDER BY v") == [(1,), (3,)]
