@@ -6,10 +6,10 @@ import asyncio
 import sqlite3
 import time
 
+from archetype.commands import DurableOptions
 from archetype.commands.errors import CommandConflictError, InvalidCommandError
 from archetype.commands.port import ManualClock
 from archetype.runtime import Runtime
-from archetype.commands import DurableOptions
 from archetype.world import CreateWorld, Spawn
 from local_catalog import CATALOG_FILE, SqliteSqlPort, open_local_authority
 from tests.component_modules.alpha import Health
