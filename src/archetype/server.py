@@ -169,7 +169,9 @@ def set_up_modules(runtime: Runtime, modules: list[ModuleType]) -> None:
 
 def listen(host: str, port: int) -> socket.socket:
     """The listening socket, bound before anything is created on disk, so a busy port changes nothing."""
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    # IPPROTO_TCP named, not left 0: asyncio turns Nagle off only on sockets that say they are TCP,
+    # and with Nagle on every keep-alive answer after the first waited ~40 ms for a delayed ACK.
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
