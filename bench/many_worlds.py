@@ -302,7 +302,8 @@ def report(args: argparse.Namespace, alone: dict[str, float], many: dict[str, ob
         f"| RSS per 1,000 worlds (idle, never loaded / after the busy phase) | | "
         f"{many['rss_per_1000_kib']:,.0f} / {many['rss_loaded_per_1000_kib']:,.0f} KiB | | |",
         f"| world creation at 0 / {args.worlds:,} existing | | {created_0:,.0f} / {created_n:,.0f} worlds/s "
-        f"({created_n / created_0:.2f}x) | >= 500/s, unchanged | {verdict(min(created_0, created_n) >= 500 and created_n / created_0 >= 0.8)} |",
+        f"({created_n / created_0:.2f}x) | >= 500/s, unchanged | "
+        f"{verdict(min(created_0, created_n) >= 500 and created_n / created_0 >= 0.8)} |",
         *(f"| HTTP admission, {a['in_flight']} in flight | {'(baseline)' if a['in_flight'] == 1 else ''} | "
           f"{a['per_s']:,.0f} commands/s ({a['per_s'] / one:.1f}x), p50 {a['p50_ms']:.1f} ms, p99 {a['p99_ms']:.1f} ms | "
           f"{'>= 1,500/s, p99 <= 50 ms, >= 3x' if a['in_flight'] == 32 else ''} | "

@@ -234,6 +234,7 @@ class WorldRunner:
         except Exception:
             log.exception("could not list the worlds; trying again at the next sweep")
             return
+        unseen = []
         for world in worlds:
             if stop.is_set():
                 return
@@ -241,8 +242,14 @@ class WorldRunner:
                 await finish_destroy(self.runtime, world["world_id"])
             elif world["status"] == "ACTIVE" and self._loads_systems and world["world_id"] not in self.clocks:
                 self.tick_of(world["world_id"], world["tick_head"])
-                with contextlib.suppress(Exception):  # a world that cannot load now is retried when it is due
-                    await self.runtime.worlds.get(world["world_id"])
+                unseen.append(world["world_id"])
+        await asyncio.gather(*(self._see(world_id) for world_id in unseen))
+
+    async def _see(self, world_id: str) -> None:
+        """Load a world to learn whether the modules give it systems (concurrently: loads share commits)."""
+        async with self._slots:
+            with contextlib.suppress(Exception):  # a world that cannot load now is retried when it is due
+                await self.runtime.worlds.get(world_id)
 
     async def run_pass(self, stop: asyncio.Event) -> None:
         try:

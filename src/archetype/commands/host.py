@@ -28,14 +28,14 @@ class WorldHost:
         self.authority = authority
         self.scheduler = scheduler
         self._worlds: dict[str, AsyncWorld] = {}
-        self._loading = asyncio.Lock()
+        self._loading: dict[str, asyncio.Lock] = {}  # per world: one load at a time, worlds in parallel
         self.on_load: list[Callable[[AsyncWorld], None]] = []
 
     async def get(self, world_id: str) -> AsyncWorld:
         world = self._worlds.get(world_id)
         if world is not None:
             return world
-        async with self._loading:
+        async with self._loading.setdefault(world_id, asyncio.Lock()):
             if world_id not in self._worlds:
                 self._worlds[world_id] = await self._load(world_id)
             return self._worlds[world_id]
