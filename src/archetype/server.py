@@ -311,6 +311,7 @@ async def serve(config: ServeSettings) -> None:
 async def _serve(config: ServeSettings, runner_id: str, tokens: TokenTable, modules: list[ModuleType], sock: socket.socket) -> None:
     metrics = Metrics(config.metrics_worlds)
     catalog = open_local_authority(config.data, synchronous=config.synchronous)
+    assert isinstance(catalog, WriterThreadAuthority)  # serve runs on CPython, which has threads
     authority = ObservedAuthority(catalog, metrics)
     runtime = Runtime(authority, owner=runner_id, audit=AuditLog.open_local(config.data, authority))
     set_up_modules(runtime, modules)

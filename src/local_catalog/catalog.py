@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
+from archetype.commands.authority import InProcessAuthority
 from archetype.commands.ledger import Ledger
 from archetype.commands.port import Clock, SystemClock
 from local_catalog.port import SqliteSqlPort
@@ -12,8 +14,11 @@ from local_catalog.writer import WriterThreadAuthority
 CATALOG_FILE = "catalog.sqlite3"
 
 
-def open_local_authority(directory: str | Path, *, clock: Clock | None = None, synchronous: str = "FULL") -> WriterThreadAuthority:
+def open_local_authority(directory: str | Path, *, clock: Clock | None = None, synchronous: str = "FULL") -> InProcessAuthority:
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     port = SqliteSqlPort(directory / CATALOG_FILE, synchronous=synchronous)
-    return WriterThreadAuthority(Ledger(port, clock or SystemClock()), port)
+    ledger = Ledger(port, clock or SystemClock())
+    if sys.platform == "emscripten":  # Pyodide has no threads: its ledger calls run in-process, on the loop
+        return InProcessAuthority(ledger, close=port.close)
+    return WriterThreadAuthority(ledger, port)
