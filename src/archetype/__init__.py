@@ -6,7 +6,9 @@
 
 from typing import Any
 
-__all__ = ["Runtime"]
+from archetype.commands.failures import Permanent, Retryable
+
+__all__ = ["Permanent", "Retryable", "Runtime"]
 
 
 def __getattr__(name: str) -> Any:

@@ -119,15 +119,45 @@ def history(settings: ClientSettings, world_id: str, status: str | None, as_json
     run(settings, world_id, status, as_json)
 
 
-@main.command("dead-letters")
+class ListByDefault(click.Group):
+    """A group whose first subcommand is implied: `dead-letters W` is `dead-letters list W`."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and args[0] not in ctx.help_option_names:
+            args = ["list", *args]
+        return super().parse_args(ctx, args)
+
+
+@main.group("dead-letters", cls=ListByDefault)
+def dead_letters() -> None:
+    """A world's dead-lettered commands: list them (the default), redrive one."""
+
+
+@dead_letters.command("list")
 @client_options
 @click.argument("world_id")
 @JSON
-def dead_letters(settings: ClientSettings, world_id: str, as_json: bool) -> None:
-    """Print a world's dead-lettered commands with their last error (redrive is not offered: the ledger has none)."""
+def dead_letters_list(settings: ClientSettings, world_id: str, as_json: bool) -> None:
+    """Print a world's dead-lettered commands with their last error."""
     from archetype.client import history as run
 
     run(settings, world_id, "DEAD_LETTER", as_json)
+
+
+@dead_letters.command("redrive")
+@client_options
+@click.argument("world_id")
+@click.argument("command_id")
+@click.option("--principal", default=None, help="Whose dead letter (default: your own).")
+@click.option("--trusted", is_flag=True, help="A dead letter of the trusted (in-process) scope.")
+@click.option("--idempotency-key", default=None, help="The new command's id (default <command_id>.redrive); a retry replays.")
+@JSON
+def dead_letters_redrive(settings: ClientSettings, world_id: str, command_id: str, principal: str | None, trusted: bool,
+                         idempotency_key: str | None, as_json: bool) -> None:  # fmt: skip
+    """Redrive a dead letter (operator): a new command, same operation, a fresh attempt budget, due next tick."""
+    from archetype.client import redrive as run
+
+    run(settings, world_id, command_id, principal, trusted, idempotency_key, as_json)
 
 
 @main.group()

@@ -23,7 +23,7 @@ from archetype.settings import ClientSettings
 PAGE = 500
 RECORD_COLUMNS = ["sequence", "command_id", "principal", "operation", "scheduled_tick", "status", "attempts",
                   "max_attempts", "applied_tick", "last_error"]  # fmt: skip
-WORLD_COLUMNS = ["world_id", "name", "status", "tick_head", "outbox_pending", "created_at"]
+WORLD_COLUMNS = ["world_id", "name", "status", "health", "tick_head", "outbox_pending", "created_at"]
 EVENT_COLUMNS = ["event_seq", "occurred_at", "event_type", "status", "tick", "principal"]
 
 
@@ -72,6 +72,15 @@ class ApiClient:
         params = {"command_id": command_id, **({"principal": principal} if principal else {})}
         return list(self._pages(f"/worlds/{world_id}/audit", "events", params))
 
+    def redrive(self, world_id: str, command_id: str, principal: str | None, trusted: bool,
+                idempotency_key: str | None) -> dict[str, Any]:  # fmt: skip
+        params: dict[str, Any] = {"principal": principal} if principal else {}
+        if trusted:
+            params["trusted"] = "true"
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+        path = f"/worlds/{world_id}/dead-letters/{command_id}/redrive"
+        return self._answer(self._http.post(path, params=params, headers=headers))
+
     def close(self) -> None:
         self._http.close()
 
@@ -96,6 +105,10 @@ def console() -> Console:
 def _cell(value: Any, column: str) -> str:
     if value is None:
         return "-"
+    if column == "health" and isinstance(value, dict):
+        if value["status"] == "ACTIVE":
+            return "ACTIVE"
+        return f"STALLED since {_cell(value['since'], 'since_at')}: {value['failed_attempts']} failed attempts, {value['last_error']}"
     if column.endswith("_at") and isinstance(value, int):
         return datetime.datetime.fromtimestamp(value / 1000, datetime.UTC).isoformat(timespec="milliseconds")
     return str(value)
@@ -120,7 +133,7 @@ def print_record(record: dict[str, Any], *, as_json: bool, title: str) -> None:
         return
     table = Table("field", "value", title=title, title_justify="left", header_style="bold", show_header=False)
     for key, value in record.items():
-        table.add_row(key, json.dumps(value) if isinstance(value, (dict, list)) else _cell(value, key))
+        table.add_row(key, json.dumps(value) if isinstance(value, (dict, list)) and key != "health" else _cell(value, key))
     console().print(table)
 
 
@@ -134,6 +147,15 @@ def submit(settings: ClientSettings, world_id: str, body: str, idempotency_key: 
 
 def history(settings: ClientSettings, world_id: str, status: str | None, as_json: bool) -> None:
     run(settings, lambda client: print_rows(client.history(world_id, status), RECORD_COLUMNS, as_json=as_json))
+
+
+def redrive(settings: ClientSettings, world_id: str, command_id: str, principal: str | None, trusted: bool,
+            idempotency_key: str | None, as_json: bool) -> None:  # fmt: skip
+    def send(client: ApiClient) -> None:
+        answer = client.redrive(world_id, command_id, principal, trusted, idempotency_key)
+        print_record(answer, as_json=as_json, title=f"redrive of {command_id}")
+
+    run(settings, send)
 
 
 def command_show(settings: ClientSettings, world_id: str, command_id: str, principal: str | None, as_json: bool) -> None:

@@ -18,7 +18,7 @@ from starlette.testclient import TestClient
 from archetype.api import create_app
 from archetype.api.runner_protocol import ARGUMENTS, LEDGER_ROUTE_ROLES, WORLD_SCOPED
 from archetype.audit import AuditLog
-from archetype.commands.ledger_rows import AdmissionRow, EntityWrite, ManifestRow
+from archetype.commands.ledger_rows import AdmissionRow, ManifestRow, StateWrite
 from local_catalog import open_local_authority
 from tests.api.conftest import ADMIN, PLAYER, TOKENS, persisted
 
@@ -114,7 +114,7 @@ BY_ANNOTATION = {
     # the exact wire shapes, well-typed most of the time so that calls get past validation
     "list[AdmissionRow]": st.lists(st.from_type(AdmissionRow) | dicts, max_size=3),
     "ManifestRow": st.from_type(ManifestRow) | dicts,
-    "list[EntityWrite]": st.lists(st.from_type(EntityWrite) | dicts, max_size=3),
+    "StateWrite": st.from_type(StateWrite) | dicts,
 }  # fmt: skip
 
 

@@ -76,6 +76,24 @@ MUTANTS = {
         "if False:",
         "a republished manifest is not recognised by its commit token",
     ),
+    "recovery-keeps-failures": (
+        SQL,
+        "UPDATE worlds SET health = 'ACTIVE', failed_attempts = 0,",
+        "UPDATE worlds SET health = 'ACTIVE', failed_attempts = failed_attempts,",
+        "a published tick recovers the world but keeps its failed-attempt count",
+    ),
+    "redrive-event-untyped": (
+        SQL,
+        "CASE WHEN c.redriven_from IS NULL THEN 'admitted' ELSE 'redriven' END",
+        "'admitted'",
+        "a redrive's first event is `admitted`, not `redriven`",
+    ),
+    "permanent-is-retried": (
+        SQL,
+        "WHEN 'permanent' THEN 'DEAD_LETTER'",
+        "WHEN 'permanent' THEN 'RETRYABLE'",
+        "a Permanent failure is retried instead of dead-lettered",
+    ),
 }
 
 IGNORE = shutil.ignore_patterns(".git", ".venv", "node_modules", "__pycache__", ".pytest_cache", ".hypothesis", "data")

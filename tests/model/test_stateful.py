@@ -38,11 +38,16 @@ from archetype.canonical import canonical_json
 from archetype.commands import (
     ActorCtx,
     CommandConflictError,
+    CommandNotFoundError,
     DeferredItem,
     DurableOptions,
     InvalidCommandError,
     LeaseLostError,
+    NotDeadLetteredError,
+    Permanent,
+    RedriveConflictError,
     ReservationNotOwnedError,
+    Retryable,
     Role,
     StaleWriterError,
     WorldClosingError,
@@ -90,13 +95,21 @@ MISSING_ENTITY = 999_999  # never handed out in an example: commands naming it a
 CLASSES = {"Health": Health, "Position": Position, "Probe": Probe}
 FLOATS = (0.0, -0.0, 2.0, 1.5)  # -0.0 and 2.0 must survive as published text
 # The ledger calls whose order is compared (the ones the page names), and what of their arguments.
-TRACKED_CALLS = ("admit", "reserve_spawn", "lease", "guard", "publish", "destroy", "acquire_writer", "reserve_entity_ids")
-CALL_DETAIL = {"guard": lambda a: a["sequence"], "reserve_entity_ids": lambda a: a["count"]}
+TRACKED_CALLS = ("admit", "reserve_spawn", "lease", "guard", "publish", "destroy", "acquire_writer", "reserve_entity_ids",
+                 "record_tick_failure", "redrive")  # fmt: skip
+CALL_DETAIL = {"guard": lambda a: a["sequence"], "reserve_entity_ids": lambda a: a["count"],
+               "record_tick_failure": lambda a: a["release"]}  # fmt: skip
 FAULT_METHODS = ("admit", "reserve_spawn", "lease", "guard", "publish", "destroy")
-# what a probe can be told to raise: the policy's three classes
+
+
+class RetryableLookup(Retryable, LookupError):
+    """A command's own verdict beats the exception-type rule: retried, not rejected."""
+
+
+# what a probe can be told to raise: the policy's three classes, and the command's own verdicts
 PROBE_FAILURES = (
     ("reject", ValueError), ("reject", LookupError), ("reject", TypeError),
-    ("fail", ConnectionError), ("fail", RuntimeError),
+    ("fail", ConnectionError), ("fail", RuntimeError), ("fail", RetryableLookup), ("permanent", Permanent),
     ("base", SystemExit), ("base", KeyboardInterrupt), ("base", asyncio.CancelledError),
 )  # fmt: skip
 
@@ -166,7 +179,8 @@ def kind_of(exc: BaseException) -> str:
         (InjectedFault, "fault"), (TickOutcomeUnknownError, "unknown"), (StaleWriterError, "stale"),
         (LeaseLostError, "lease_lost"), (WorldClosingError, "closing"), (WorldNotFoundError, "not_found"),
         (CommandConflictError, "conflict"), (ReservationNotOwnedError, "reservation_not_owned"),
-        (InvalidCommandError, "invalid"),
+        (CommandNotFoundError, "command_not_found"), (NotDeadLetteredError, "not_dead_lettered"),
+        (RedriveConflictError, "already_redriven"), (InvalidCommandError, "invalid"),
     ):  # fmt: skip
         if isinstance(exc, cls):
             return kind
@@ -320,8 +334,9 @@ class LedgerMachine(RuleBasedStateMachine):
             comps.append(("Position", (("x", data.draw(st.sampled_from(FLOATS))), ("y", data.draw(st.sampled_from(FLOATS))))))
         if probe:
             # retryable failures weigh three times as much: they drive retries, dead letters and
-            # released tails, the paths with the most rules
-            failures = PROBE_FAILURES + tuple(f for f in PROBE_FAILURES if f[0] == "fail") * 2
+            # released tails, the paths with the most rules; permanent ones too: the dead letters
+            # that redrives need
+            failures = PROBE_FAILURES + tuple(f for f in PROBE_FAILURES if f[0] in ("fail", "permanent")) * 2
             plan = data.draw(st.lists(st.sampled_from(failures), max_size=3))
             if data.draw(st.integers(0, 4)) == 0:  # a poison pill: kills its runner 2-4 times running
                 plan = [data.draw(st.sampled_from([f for f in PROBE_FAILURES if f[0] == "base"]))] * data.draw(st.integers(2, 4))
@@ -578,6 +593,39 @@ class LedgerMachine(RuleBasedStateMachine):
         self.faults.arm(method, mode)
         self.armed.setdefault(method, []).append(mode)
 
+    def _dead_letters(self) -> list[tuple[str, Any]]:
+        return [(w, c) for w, c in self._commands() if c.status == "DEAD_LETTER"]
+
+    @precondition(lambda self: self._dead_letters())
+    @rule(data=st.data())
+    def redrive_dead_letter(self, data: Any) -> None:
+        """An operator redrives a dead letter (perhaps one already redriven)."""
+        self.redrive_one(data, self._dead_letters())
+
+    @precondition(lambda self: self._commands())
+    @rule(data=st.data())
+    def redrive(self, data: Any) -> None:
+        """An operator redrives any command: mostly a refusal (not a dead letter)."""
+        self.redrive_one(data, self._commands())
+
+    def redrive_one(self, data: Any, candidates: list[tuple[str, Any]]) -> None:
+        """Under one of a few keys: a new linked command, a replay, or a refusal."""
+        self._count("redrive")
+        world_id, command = data.draw(st.sampled_from(candidates))
+        scope, command_id = command.sub.scope, command.sub.command_id
+        key = data.draw(st.sampled_from((None, "r1", "r2", *COMMAND_IDS[:1])))
+        new_id = key or f"{command_id}.redrive"
+
+        def model() -> tuple:
+            return self.faults.call("redrive", lambda: self.model.redrive(world_id, scope, command_id, new_id))
+
+        answers = self.both(model, self.seam.redrive(world_id, command_id, scope, key))
+        if answers is not None:
+            expected, real = answers
+            assert (real["sequence"], real["replayed"], real["redriven_from"]) == expected
+            sub = self.model.worlds[world_id].commands[real["sequence"]].sub
+            self._digest(world_id, sub, real["digest"])
+
     # Destroy ends the doomed world for the rest of the example: only in its second half.
     @precondition(lambda self: Stats.steps - self.first_step >= STEPS // 2)
     @rule(owner=st.sampled_from(OWNERS))
@@ -625,6 +673,7 @@ class LedgerMachine(RuleBasedStateMachine):
             got = {k: r[k] for k in want}
             assert got == want, f"outbox event differs:\n authority {got}\n model     {want}"
             assert (payload["attempts"], payload["max_attempts"]) == (e.attempts, e.max_attempts), (r, e)
+            assert payload.get("since") == e.since, (r, e)
             assert error_matches(payload["error"], e.error), (r, e)
 
     def _map(self, table: dict, mine: Any, theirs: Any, what: str) -> None:
@@ -664,8 +713,10 @@ class LedgerMachine(RuleBasedStateMachine):
             "next_sequence": world.next_sequence, "next_event_seq": world.next_event_seq,
             "projected_seq": world.projected_seq, "created_at": world.created_at,
             "guard_sequence": world.guard[0] if world.guard else None,
+            "health": world.health, "failed_attempts": world.failed_attempts, "stalled_since": world.stalled_since,
         }  # fmt: skip
         got = {k: info[k] for k in want}
+        assert error_matches(info["health_error"], world.health_error), (info["health_error"], world.health_error)
         assert got == want, f"world row differs:\n authority {got}\n model     {want}"
         self._map(self.sessions, world.guard[1] if world.guard else None, info["guard_session"], "guard session")
 
@@ -680,7 +731,7 @@ class LedgerMachine(RuleBasedStateMachine):
                 "operation": sub.mutation.operation, "principal": sub.principal, "origin": "local",
                 "reserved_entity_id": c.reserved_entity_id, "status": c.status, "attempts": c.attempts,
                 "lease_owner": c.lease_owner, "lease_expires_at": c.lease_expires_at, "applied_tick": c.applied_tick,
-                "created_at": c.created_at, "updated_at": c.updated_at,
+                "created_at": c.created_at, "updated_at": c.updated_at, "redriven_from": c.redriven_from,
                 "payload": canonical_json(real_op(world_id, sub.mutation).model_dump(mode="json")),
             }  # fmt: skip
             got = {k: r[k] for k in want}

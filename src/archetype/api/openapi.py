@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Any
 
 from archetype.api.errors import (
-    CommandNotFoundError,
     DuplicateHeaderError,
     InvalidJsonError,
     InvalidRequestError,
@@ -26,12 +25,15 @@ from archetype.commands.errors import (
     AuditUnavailableError,
     CommandConflictError,
     CommandError,
+    CommandNotFoundError,
     InvalidCommandError,
     LeaseLostError,
+    NotDeadLetteredError,
     NotDurableError,
     OperationUnavailableError,
     PermissionDeniedError,
     QuotaExceededError,
+    RedriveConflictError,
     ReservationNotOwnedError,
     StaleWriterError,
     UnregisteredOperationError,
@@ -57,11 +59,13 @@ SUBMITTING: Errors = (*JSON_BODY, *ADMITTING, UnsupportedCommandTypeError, Idemp
 LEDGER: Errors = (*JSON_BODY, ShuttingDownError, UnregisteredOperationError, NotDurableError, InvalidCommandError,
                   OperationUnavailableError, CommandConflictError, ReservationNotOwnedError, WorldNotFoundError,
                   WorldExistsError, WorldClosingError, StaleWriterError, LeaseLostError, QuotaExceededError,
-                  RouteNotFoundError)  # fmt: skip
+                  RouteNotFoundError, CommandNotFoundError, NotDeadLetteredError, RedriveConflictError)  # fmt: skip
 CREATE_WORLD: Errors = (*JSON_BODY, ShuttingDownError, InvalidCommandError, WorldExistsError, WorldClosingError)
 DESTROY_WORLD: Errors = (*WORLD_PATH, ShuttingDownError, WorldClosingError)
 READ_COMMAND: Errors = (*WORLD_PATH, CommandNotFoundError)
 READ_AUDIT: Errors = (*WORLD_PATH, AuditUnavailableError)
+REDRIVE: Errors = (*WORLD_PATH, *ADMITTING, CommandNotFoundError, NotDeadLetteredError, RedriveConflictError,
+                   CommandConflictError)  # fmt: skip
 
 
 def error_responses(*groups: Errors, authenticated: bool = True) -> dict[int | str, dict[str, Any]]:

@@ -6,12 +6,15 @@ from archetype.commands.errors import (
     AuditUnavailableError,
     CommandConflictError,
     CommandError,
+    CommandNotFoundError,
     InvalidCommandError,
     LeaseLostError,
+    NotDeadLetteredError,
     NotDurableError,
     OperationUnavailableError,
     PermissionDeniedError,
     QuotaExceededError,
+    RedriveConflictError,
     ReservationNotOwnedError,
     StaleWriterError,
     UnregisteredOperationError,
@@ -19,6 +22,7 @@ from archetype.commands.errors import (
     WorldExistsError,
     WorldNotFoundError,
 )
+from archetype.commands.failures import Permanent, Retryable
 from archetype.commands.families import default_registry
 from archetype.commands.http_translator import SubmitCommandRequest
 from archetype.commands.options import ActorCtx, DurableOptions, Role
@@ -30,6 +34,7 @@ from archetype.commands.scheduler import (
     CommandStatus,
     DeferredItem,
     SpawnAdmission,
+    WorldHealth,
 )
 
 __all__ = [
@@ -39,6 +44,7 @@ __all__ = [
     "CommandConflictError",
     "CommandDispatcher",
     "CommandError",
+    "CommandNotFoundError",
     "CommandIdentity",
     "CommandRecord",
     "CommandScheduler",
@@ -51,13 +57,17 @@ __all__ = [
     "InvalidCommandError",
     "LeaseLostError",
     "NonCanonicalCommandError",
+    "NotDeadLetteredError",
     "NotDurableError",
     "OperationRegistry",
     "OperationSpec",
     "OperationUnavailableError",
+    "Permanent",
     "PermissionDeniedError",
     "QuotaExceededError",
+    "RedriveConflictError",
     "ReservationNotOwnedError",
+    "Retryable",
     "Role",
     "SpawnAdmission",
     "StaleWriterError",
@@ -65,6 +75,7 @@ __all__ = [
     "UnregisteredOperationError",
     "WorldClosingError",
     "WorldExistsError",
+    "WorldHealth",
     "WorldNotFoundError",
     "default_registry",
 ]

@@ -20,12 +20,13 @@ from archetype.commands.ledger_rows import (
     Admitted,
     CommandRow,
     Destroyed,
-    EntityWrite,
     LeasedRow,
     ManifestRow,
     OutboxEvent,
     Published,
+    Redriven,
     StatePage,
+    StateWrite,
     Watermark,
     WorldRow,
 )
@@ -86,10 +87,25 @@ class Authority(ABC):
         })  # fmt: skip
 
     async def publish(self, world_id: str, owner: str, session: str, manifest: ManifestRow,
-                      writes: list[EntityWrite]) -> Published:  # fmt: skip
+                      writes: StateWrite) -> Published:  # fmt: skip
         return await self.rpc("publish", {
             "world_id": world_id, "owner": owner, "session": session, "manifest": manifest, "writes": writes,
         })  # fmt: skip
+
+    async def record_tick_failure(self, world_id: str, owner: str, session: str, writer_epoch: int, tick: int,
+                                  error: str, release: bool = True) -> WorldRow:  # fmt: skip
+        return await self.rpc("record_tick_failure", {
+            "world_id": world_id, "owner": owner, "session": session, "writer_epoch": writer_epoch, "tick": tick,
+            "error": error, "release": release,
+        })  # fmt: skip
+
+    async def release(self, world_id: str, owner: str, session: str, writer_epoch: int) -> int:
+        return await self.rpc("release", {"world_id": world_id, "owner": owner, "session": session,
+                                          "writer_epoch": writer_epoch})  # fmt: skip
+
+    async def redrive(self, world_id: str, command_id: str, scope: str = "", new_command_id: str | None = None) -> Redriven:
+        return await self.rpc("redrive", {"world_id": world_id, "command_id": command_id, "scope": scope,
+                                          "new_command_id": new_command_id})  # fmt: skip
 
     async def destroy(self, world_id: str) -> Destroyed:
         return await self.rpc("destroy", {"world_id": world_id})

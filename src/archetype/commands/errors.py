@@ -48,6 +48,22 @@ class ReservationNotOwnedError(CommandError):
     code, http_status = "reservation_not_owned", 409
 
 
+class CommandNotFoundError(CommandError):
+    code, http_status = "command_not_found", 404
+
+
+class NotDeadLetteredError(CommandError):
+    """Only a DEAD_LETTER command is redriven."""
+
+    code, http_status = "not_dead_lettered", 409
+
+
+class RedriveConflictError(CommandError):
+    """The dead letter was already redriven, under another command id."""
+
+    code, http_status = "already_redriven", 409
+
+
 class WorldNotFoundError(CommandError):
     code, http_status = "world_not_found", 404
 

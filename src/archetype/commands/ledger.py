@@ -7,8 +7,12 @@ Object exposes it over RPC unchanged. The state machine and its rules are in doc
     PENDING --lease--> LEASED --publish: applied--> APPLIED
        ^                 |  \\--publish: rejected--> REJECTED
        |                 |   \\--publish: failed, or a crash charged, budget left--> RETRYABLE --lease--> LEASED
-       +--publish: tail--+    \\--publish: failed, or a crash charged, budget spent--> DEAD_LETTER
+       +--publish: tail--+    \\--publish: failed, or a crash charged, budget spent; permanent--> DEAD_LETTER
     any open status --destroy--> CANCELLED
+    DEAD_LETTER (left as it is) --redrive--> a new command, PENDING
+
+A world row also carries its health (ACTIVE, or STALLED while its ticks fail before they are
+prepared: `record_tick_failure`; the next `publish` recovers it).
 
 Every named transition appends its outbox event in the same transaction. Settlements are only
 ever written by the transaction that publishes their tick.
@@ -17,6 +21,7 @@ ever written by the transaction that publishes their tick.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from typing import Any, cast
 
@@ -24,28 +29,32 @@ from archetype.commands import ledger_sql as q
 from archetype.commands import migrations
 from archetype.commands.errors import (
     CommandConflictError,
+    CommandNotFoundError,
     InvalidCommandError,
     LeaseLostError,
     LedgerSchemaError,
+    NotDeadLetteredError,
     QuotaExceededError,
+    RedriveConflictError,
     ReservationNotOwnedError,
     StaleWriterError,
     WorldClosingError,
     WorldExistsError,
     WorldNotFoundError,
 )
-from archetype.commands.identity import command_digest
+from archetype.commands.identity import COMMAND_ID_PATTERN, command_digest
 from archetype.commands.ledger_rows import (
     AdmissionRow,
     Admitted,
     CommandRow,
     Destroyed,
-    EntityWrite,
     LeasedRow,
     ManifestRow,
     OutboxEvent,
     Published,
+    Redriven,
     StatePage,
+    StateWrite,
     Watermark,
     WorldRow,
 )
@@ -60,18 +69,30 @@ ORIGINS = ("local", "gateway")
 # Destroy cancels open commands in transactions of this many, so no transaction grows with the world.
 CANCEL_BATCH = 1_000
 CRASH_ERROR = "its runner stopped while materializing it (crash guard)"
+# A state chunk is one row: within the Durable Object's 2 MB row limit with room for its key.
+STATE_CHUNK_LIMIT = 2_000_000 - 4_096
+# `[[<first entity id>,` opens every chunk (docs/storage.md); the ledger reads no more of it at publish.
+_CHUNK_HEAD = re.compile(r"\[\[([1-9][0-9]{0,15}),")
+WORLD_EVENTS = ("world_stalled", "world_recovered")
 
 # Public operations, in the order docs/ledger.md describes them. The Durable Object exposes
 # exactly these, and `Authority` (authority.py) has one typed method for each.
 LEDGER_METHODS = (
     "create_world", "world_info", "list_worlds", "acquire_writer", "load_state", "reserve_entity_ids",
-    "reserve_spawn", "admit", "lease", "guard", "publish", "destroy", "command", "history",
+    "reserve_spawn", "admit", "lease", "guard", "publish", "record_tick_failure", "release", "redrive", "destroy",
+    "command", "history",
     "manifests", "read_outbox", "read_outbox_columns", "acknowledge_outbox", "watermark",
 )  # fmt: skip
 
 
 def _row(fields: Sequence[str], values: Sequence[Any]) -> dict[str, Any]:
     return dict(zip(fields, values, strict=True))
+
+
+def _state_text(components: Any) -> str:
+    """One entity's components, parsed from a chunk, in the layout they were sent in (the
+    canonical layout: compact, ASCII, keys as parsed, which is sorted)."""
+    return json.dumps(components, separators=(",", ":"), ensure_ascii=True)
 
 
 def scope_of(principal: str | None) -> str:
@@ -135,6 +156,12 @@ class Ledger:
         """Events numbered from `first`; the caller takes those sequence numbers from the world row."""
         self._port.execute(q.APPEND_EVENTS, (first, first, now, sequences_json, world_id))
 
+    def _world_event(self, world_id: str, event_type: str, tick: int, attempts: int, error: str | None,
+                     since: int | None, now: int) -> None:  # fmt: skip
+        """A world's own outbox event, typed by its health now (a health transition, never a command's)."""
+        self._port.execute(q.APPEND_WORLD_EVENT, (event_type, tick, now, attempts, error, since, world_id))
+        self._port.execute(q.TAKE_EVENT_SEQS, (1, world_id))
+
     def _command_at(self, world_id: str, sequence: int) -> CommandRow | None:
         rows = self._port.execute(q.GET_COMMAND_BY_SEQUENCE, (world_id, sequence))
         return cast(CommandRow, _row(COMMAND_FIELDS, rows[0])) if rows else None
@@ -173,17 +200,38 @@ class Ledger:
         return self._port.transaction(run)
 
     def load_state(self, world_id: str, after_entity_id: int = 0, limit: int = 10_000) -> StatePage:
-        """The world's published state at its tick head, one page of entities at a time. Each
-        entity's components are the canonical JSON text it was published as (never re-encoded
-        here, so floats such as -0.0 and 2.0 keep their identity across any transport)."""
+        """The world's published state at its tick head, one page of entities at a time: the
+        `limit` lowest entity ids above `after_entity_id`. Each entity's components are the
+        canonical JSON text it was published as: chunks are parsed and each entity's part written
+        back in the same layout, which gives the very bytes that were sent (docs/storage.md), so
+        floats such as -0.0 and 2.0 keep their identity across any transport."""
 
         def run() -> StatePage:
             world = self._world(world_id)
-            rows = self._port.execute(q.LIST_ENTITIES, (world_id, after_entity_id, limit))
+            overlay: dict[int, str | None] = {}  # the deltas since the snapshot, later ticks winning
+            for (body,) in self._port.execute(q.LIST_STATE_DELTAS, (world_id,)):
+                for entity_id, components in json.loads(body):
+                    if entity_id > after_entity_id:
+                        overlay[entity_id] = None if components is None else _state_text(components)
+            page: list[tuple[int, str]] = []
+            floor = self._port.execute(q.STATE_CHUNK_FLOOR, (world_id, after_entity_id))[0][0]
+            cursor, horizon = (-1 if floor is None else floor - 1), None
+            while len(page) < limit:
+                rows = self._port.execute(q.NEXT_STATE_CHUNK, (world_id, cursor))
+                if not rows:
+                    horizon = None  # the snapshot is read to its end: every overlaid entity counts
+                    break
+                cursor, body = rows[0]
+                entries = json.loads(body)
+                page += [(e, _state_text(c)) for e, c in entries if e > after_entity_id and e not in overlay]
+                horizon = entries[-1][0]
+            # an overlaid entity beyond the last snapshot entity read may not be among the lowest ids
+            page += [(e, t) for e, t in overlay.items() if t is not None and (horizon is None or e <= horizon)]
+            page.sort()
             return {
                 "tick_head": world["tick_head"],
                 "writer_epoch": world["writer_epoch"],
-                "entities": [{"entity_id": r[0], "components": r[1]} for r in rows],
+                "entities": [{"entity_id": e, "components": t} for e, t in page[:limit]],
             }
 
         return self._port.transaction(run)
@@ -249,8 +297,9 @@ class Ledger:
 
         def run() -> list[Admitted]:
             world = self._active_world(world_id)
-            existing = {r[0]: (r[1], r[2]) for r in self._port.execute(q.FIND_COMMANDS, (ids_json, world_id, scope))}
-            reserved = {r[0]: (r[1], r[2]) for r in self._port.execute(q.FIND_RESERVATIONS, (ids_json, world_id, scope))}
+            found = self._port.execute(q.FIND_ADMITTED, (ids_json, world_id, scope, world_id, scope))
+            existing = {r[0]: (r[1], r[2]) for r in found if r[1] is not None}
+            reserved = {r[0]: (r[3], r[4]) for r in found if r[3] is not None}
             fresh = []
             for row in rows:
                 command_id = row["command_id"]
@@ -392,10 +441,11 @@ class Ledger:
 
     # -- publication --
     def publish(self, world_id: str, owner: str, session: str, manifest: ManifestRow,
-                writes: list[EntityWrite]) -> Published:  # fmt: skip
-        """Publish one tick: manifest, entity write-set, every settlement of the tick with its
-        outbox event (in the manifest's order), the release of what the session still holds, and
-        the tick head.
+                writes: StateWrite) -> Published:  # fmt: skip
+        """Publish one tick: manifest, state write (a snapshot replacing the world's state, or a
+        delta overlaying it: one row per chunk), every settlement of the tick with its outbox
+        event (in the manifest's order), the release of what the session still holds, and the
+        tick head.
 
         A manifest whose commit token is already stored was published before (its answer was
         lost): it is recognised and not replayed.
@@ -412,9 +462,7 @@ class Ledger:
             self._check_settlements(world_id, owner, session, settlements)
             now = self._clock.now_ms()
             self._port.execute(q.INSERT_TICK, (world_id, tick, token, json.dumps(manifest, sort_keys=True), now))
-            encoded = json.dumps(writes)
-            self._port.execute(q.UPSERT_ENTITIES, (world_id, tick, encoded))
-            self._port.execute(q.DELETE_ENTITIES, (world_id, encoded))
+            self._write_state(world_id, tick, writes)
             if settlements:
                 settled = [[s["sequence"], s["outcome"], s["error"]] for s in settlements]
                 self._port.execute(q.SETTLE, (tick, now, json.dumps(settled), world_id))
@@ -422,9 +470,35 @@ class Ledger:
             self._port.execute(q.RELEASE_SESSION, (now, world_id, owner, session))
             self._port.execute(q.SET_GUARD, (None, None, world_id))
             self._port.execute(q.SET_TICK_HEAD, (tick, now, world_id))
+            if world["health"] == "STALLED":
+                self._port.execute(q.CLEAR_HEALTH, (world_id,))
+                self._world_event(world_id, "world_recovered", tick, world["failed_attempts"], world["health_error"],
+                                  world["stalled_since"], now)  # fmt: skip
             return {"tick": tick, "published": True}
 
         return self._port.transaction(run)
+
+    def _write_state(self, world_id: str, tick: int, writes: StateWrite) -> None:
+        chunks = writes["chunks"]
+        firsts = []
+        for chunk in chunks:
+            head = _CHUNK_HEAD.match(chunk)
+            if head is None or not chunk.endswith("]]") or len(chunk) > STATE_CHUNK_LIMIT:
+                raise InvalidCommandError(
+                    f"a state chunk is a JSON array of [entity_id, components] entries of at most "
+                    f"{STATE_CHUNK_LIMIT:,} characters"
+                )
+            firsts.append(int(head.group(1)))
+        if not writes["snapshot"]:
+            for part, chunk in enumerate(chunks):
+                self._port.execute(q.INSERT_STATE_DELTA, (world_id, tick, part, chunk))
+            return
+        if firsts != sorted(set(firsts)):
+            raise InvalidCommandError("a snapshot's chunks cover ascending entity ranges")
+        self._port.execute(q.CLEAR_STATE_DELTAS, (world_id,))
+        self._port.execute(q.CLEAR_STATE_CHUNKS, (world_id,))
+        for first, chunk in zip(firsts, chunks, strict=True):
+            self._port.execute(q.INSERT_STATE_CHUNK, (world_id, first, chunk))
 
     def _check_settlements(self, world_id: str, owner: str, session: str, settlements: list[Any]) -> None:
         """Every settled command is held by this session, named rightly, settled once, with a known
@@ -443,6 +517,104 @@ class Ledger:
             raise LeaseLostError(f"{len(listed) - len(held)} of the tick's commands are no longer leased by this session")
         if held != listed:
             raise InvalidCommandError("the manifest lists its commands out of (scheduled_tick, priority, sequence) order")
+
+    # -- health --
+    def record_tick_failure(self, world_id: str, owner: str, session: str, writer_epoch: int, tick: int, error: str,
+                            release: bool = True) -> WorldRow:  # fmt: skip
+        """Record that the writer's tick `tick` failed before it was prepared (a hook or processor
+        raised, the authority did not answer): one more failed attempt, the error, and the first
+        failure since the last published tick stalls the world (ACTIVE -> STALLED, with its
+        `world_stalled` event). The next published tick makes it ACTIVE again (`world_recovered`).
+
+        With `release`, what the session holds is given back uncharged in the same transaction, so
+        a stalled world holds no lease; a writer keeping a prepared tick passes False (its
+        republication needs them). No command is charged: the tick, not a command, failed.
+        """
+        if len(error) > ERROR_TEXT_LIMIT:
+            raise InvalidCommandError(f"a tick failure's error is limited to {ERROR_TEXT_LIMIT} characters")
+
+        def run() -> WorldRow:
+            world = self._writer(world_id, writer_epoch)
+            now = self._clock.now_ms()
+            self._port.execute(q.RECORD_TICK_FAILURE, (error, now, now, world_id))
+            if release:
+                self._release(world_id, owner, session, now)
+            if world["health"] == "ACTIVE":
+                self._world_event(world_id, "world_stalled", tick, world["failed_attempts"] + 1, error, now, now)
+            return self._world(world_id)
+
+        return self._port.transaction(run)
+
+    def release(self, world_id: str, owner: str, session: str, writer_epoch: int) -> int:
+        """Give back everything this session holds, uncharged (a runner shutting down cleanly):
+        PENDING, or RETRYABLE if it was ever attempted. Bookkeeping: no event. Answers how many."""
+
+        def run() -> int:
+            self._writer(world_id, writer_epoch)
+            return self._release(world_id, owner, session, self._clock.now_ms())
+
+        return self._port.transaction(run)
+
+    def _release(self, world_id: str, owner: str, session: str, now: int) -> int:
+        held = self._port.execute(q.COUNT_HELD, (world_id, owner, session))[0][0]
+        self._port.execute(q.RELEASE_SESSION, (now, world_id, owner, session))
+        world = self._world(world_id)
+        if world["guard_session"] == session:
+            self._port.execute(q.SET_GUARD, (None, None, world_id))
+        return cast(int, held)
+
+    # -- redrive --
+    def redrive(self, world_id: str, command_id: str, scope: str = "", new_command_id: str | None = None) -> Redriven:
+        """A new command redriving the dead letter `command_id` of `scope`: the same operation,
+        payload, principal, priority and attempt budget, none of it spent, due at the next tick,
+        linked by `redriven_from`, with its own `redriven` event. The dead record stays as it is.
+
+        A dead letter is redriven once: the same `new_command_id` again (default
+        `<command_id>.redrive`) answers the same command, `replayed`; another one is
+        `RedriveConflictError`.
+        """
+        new_id = new_command_id if new_command_id is not None else f"{command_id[:120]}.redrive"
+        if not COMMAND_ID_PATTERN.fullmatch(new_id):
+            raise InvalidCommandError(f"command id {new_id!r} must match {COMMAND_ID_PATTERN.pattern}")
+
+        def run() -> Redriven:
+            world = self._active_world(world_id)
+            rows = self._port.execute(q.GET_COMMAND, (world_id, scope, command_id))
+            if not rows:
+                raise CommandNotFoundError(f"world {world_id!r} has no command {command_id!r} in this scope")
+            dead = cast(CommandRow, _row(COMMAND_FIELDS, rows[0]))
+            if dead["status"] != "DEAD_LETTER":
+                raise NotDeadLetteredError(f"command {command_id!r} is {dead['status']}; only a DEAD_LETTER is redriven")
+            earlier = self._port.execute(q.GET_REDRIVE, (world_id, dead["sequence"]))
+            if earlier:
+                redrive = cast(CommandRow, _row(COMMAND_FIELDS, earlier[0]))
+                if redrive["command_id"] != new_id:
+                    raise RedriveConflictError(
+                        f"command {command_id!r} was already redriven as {redrive['command_id']!r}"
+                    )
+                return self._redriven(redrive, replayed=True)
+            if self._port.execute(q.GET_COMMAND, (world_id, scope, new_id)) or self._port.execute(
+                q.GET_RESERVATION, (world_id, scope, new_id)
+            ):
+                raise CommandConflictError(f"command id {new_id!r} is already taken in this scope")
+            sequence, tick = world["next_sequence"], max(dead["scheduled_tick"], world["tick_head"] + 1)
+            identity = {**dead, "command_id": new_id, "scheduled_tick": tick}
+            now = self._clock.now_ms()
+            self._port.execute(q.TAKE_ADMISSION_SEQS, (1, 0, world_id))
+            self._port.execute(q.INSERT_REDRIVE, (sequence, new_id, tick, command_digest(identity), now, now, world_id,
+                                                  dead["sequence"]))  # fmt: skip
+            self._append_events(world_id, [sequence], now)
+            created = self._command_at(world_id, sequence)
+            assert created is not None
+            return self._redriven(created, replayed=False)
+
+        return self._port.transaction(run)
+
+    @staticmethod
+    def _redriven(row: CommandRow, *, replayed: bool) -> Redriven:
+        assert row["redriven_from"] is not None
+        return {"command_id": row["command_id"], "sequence": row["sequence"], "replayed": replayed,
+                "digest": row["digest"], "redriven_from": row["redriven_from"]}  # fmt: skip
 
     # -- destroy --
     def destroy(self, world_id: str) -> Destroyed:

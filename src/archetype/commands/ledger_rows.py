@@ -28,6 +28,10 @@ class WorldRow(TypedDict):
     projected_seq: int
     guard_sequence: int | None
     guard_session: str | None
+    health: str  # ACTIVE | STALLED
+    failed_attempts: int  # ticks failed before they were prepared, since the last published one
+    health_error: str | None
+    stalled_since: int | None  # ms since the epoch
     created_at: int
     updated_at: int
 
@@ -77,6 +81,7 @@ class CommandRow(TypedDict):
     lease_expires_at: int | None
     applied_tick: int | None
     last_error: str | None
+    redriven_from: int | None  # the sequence of the dead-lettered command this one redrives
     created_at: int
     updated_at: int
 
@@ -100,9 +105,13 @@ class StatePage(TypedDict):
 
 
 @with_config(WIRE)
-class EntityWrite(TypedDict):
-    entity_id: int
-    components: str | None  # None: despawned
+class StateWrite(TypedDict):
+    """A tick's state write as its runner sends it (docs/storage.md): chunks of
+    `[[entity_id, components | null], ...]` in entity-id order. A snapshot replaces the world's
+    published state; a delta overlays it (null: despawned)."""
+
+    snapshot: bool
+    chunks: list[str]
 
 
 @with_config(WIRE)
@@ -126,6 +135,16 @@ class ManifestRow(TypedDict):
 class Published(TypedDict):
     tick: int
     published: bool
+
+
+class Redriven(TypedDict):
+    """The command a redrive created (or, replayed, had created) for a dead letter."""
+
+    command_id: str
+    sequence: int
+    replayed: bool
+    digest: str
+    redriven_from: int
 
 
 class Destroyed(TypedDict):

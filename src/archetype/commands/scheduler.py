@@ -7,7 +7,6 @@ over operation names.
 
 from __future__ import annotations
 
-import re
 import uuid
 from collections.abc import Callable, Mapping
 from enum import Enum
@@ -18,15 +17,13 @@ from pydantic import BaseModel, ConfigDict
 from archetype.canonical import digest
 from archetype.commands.authority import Authority
 from archetype.commands.errors import CommandError, InvalidCommandError
-from archetype.commands.identity import command_digest
+from archetype.commands.failures import Permanent, Retryable
+from archetype.commands.identity import COMMAND_ID_PATTERN, command_digest
 from archetype.commands.ledger_rows import AdmissionRow, CommandRow, LeasedRow
 from archetype.commands.options import ActorCtx, DurableOptions
 from archetype.commands.registry import OperationRegistry, OperationSpec
 from archetype.world.commit import Outcome, PreparedTick, TickOutcomeUnknownError
 from archetype.world.operations import Spawn, SpawnReserved
-
-COMMAND_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
-
 
 
 # not StrEnum: str() and f-strings of a StrEnum give the bare value; these give "CommandStatus.PENDING"
@@ -42,6 +39,13 @@ class CommandStatus(str, Enum):  # noqa: UP042
     @property
     def terminal(self) -> bool:
         return self not in (CommandStatus.PENDING, CommandStatus.LEASED, CommandStatus.RETRYABLE)
+
+
+class WorldHealth(str, Enum):  # noqa: UP042  (as CommandStatus)
+    """ACTIVE, or STALLED: a tick failed before it was prepared and none has published since."""
+
+    ACTIVE = "ACTIVE"
+    STALLED = "STALLED"
 
 
 class DeferredItem(BaseModel):
@@ -90,6 +94,7 @@ class CommandSummary(BaseModel):
     principal: str | None
     origin: str
     reserved_entity_id: int | None
+    redriven_from: int | None = None  # the sequence of the dead letter this command redrives
     created_at: int
     updated_at: int
 
@@ -242,15 +247,21 @@ class CommandScheduler:
             world.coordinator.settle(row["sequence"], row["command_id"], outcome, error)
             if outcome == "failed" and row["attempts"] + 1 < row["max_attempts"]:
                 break  # RETRYABLE: stop the drain; publication gives the unprocessed tail back uncharged
+            # a permanent failure dead-letters and the drain continues, like a spent budget
         if guarded:
             await self.authority.guard(world_id, self.owner, session, world.writer_epoch, None)
 
     def _run(self, world: Any, row: LeasedRow) -> tuple[Outcome, str | None]:
-        """Verify and materialize one command in its own state layer; classify what it raised."""
+        """Verify and materialize one command in its own state layer; classify what it raised (the
+        command's own verdict, Retryable or Permanent, before the exception-type rule)."""
         try:
             spec, op = self._verify(world.world_id, row)
             durable = spec.require_durable()  # _verify() already did: this only narrows the type
             world.atomically(lambda: durable.materialize(world, op))
+        except Retryable as exc:
+            return "failed", f"{type(exc).__name__}: {exc}"
+        except Permanent as exc:
+            return "permanent", f"{type(exc).__name__}: {exc}"
         except (LookupError, TypeError, ValueError) as exc:
             return "rejected", f"{type(exc).__name__}: {exc}"
         except Exception as exc:
@@ -322,11 +333,11 @@ class LedgerPublisher:
         manifest = prepared.manifest
         session = self.scheduler.session(manifest.world_id)
         try:
-            # The manifest's JSON and the encoded writes are ManifestRow and list[EntityWrite], types
-            # world/commit.py cannot name (ledger_rows imports it): hence the two ignores.
+            # The manifest's JSON is a ManifestRow, a type world/commit.py cannot name (ledger_rows
+            # imports it): hence the ignore.
             await self.authority.publish(
                 manifest.world_id, self.scheduler.owner, session, manifest.model_dump(mode="json"),  # type: ignore[arg-type]
-                list(prepared.writes),  # type: ignore[arg-type]
+                {"snapshot": prepared.snapshot, "chunks": list(prepared.chunks)},
             )
         except CommandError:
             raise  # the authority answered: a definitive refusal
