@@ -609,7 +609,7 @@ class Runner:
         ModelError/ModelCrash."""
         loaded = self.load(ledger, world_id, faults)  # a closed world: ModelError('closing'), nothing loaded
         try:
-            return self._step(ledger, world_id, loaded, faults, plans)
+            return self._step(ledger, world_id, loaded, faults, plans, skip)
         except ModelError as error:
             if error.kind not in ("stale", "lease_lost", "closing"):
                 self._failed(ledger, world_id, loaded, faults)
@@ -626,7 +626,8 @@ class Runner:
             if error.kind in ("stale", "lease_lost", "closing"):
                 self.drop(world_id)
 
-    def _step(self, ledger: Ledger, world_id: str, loaded: LoadedWorld, faults: Faults, plans: dict[str, list]) -> int:
+    def _step(self, ledger: Ledger, world_id: str, loaded: LoadedWorld, faults: Faults, plans: dict[str, list],
+              skip: int) -> int:  # fmt: skip
         try:
             if loaded.prepared is None:
                 self._prepare(ledger, world_id, loaded, faults, plans, skip)
