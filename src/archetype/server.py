@@ -38,6 +38,7 @@ from archetype.commands.errors import CommandError, WorldClosingError, WorldNotF
 from archetype.dashboard import mount_dashboard
 from archetype.docs_ui import mount_docs
 from archetype.metrics import Metrics, ObservedAuthority, configure_logging, mount_metrics
+from archetype.retention import RetentionPolicy, run_retention
 from archetype.runtime import Runtime
 from archetype.settings import ConfigurationError, ServeSettings
 from archetype.world.operations import DestroyWorld
@@ -341,10 +342,12 @@ async def _serve(config: ServeSettings, runner_id: str, tokens: TokenTable, modu
 
     runner = asyncio.create_task(WorldRunner(runtime, catalog, metrics, config.tick_rate).run(stop))
     projector = asyncio.create_task(runtime.audit.run_forever(stop))
+    retention = asyncio.create_task(run_retention(authority, RetentionPolicy.of(config), stop, config.prune_interval))
     await stop.wait()
     app.state.admission.close()
     await runner
     await projector
+    await retention
     server.should_exit = True
     await serving
     await runtime.close()

@@ -117,6 +117,9 @@ async def ledger_script(authority, clock):
     await call("acknowledge_outbox", world_id=WORLD, up_to_seq=2)
     await call("acknowledge_outbox", world_id=WORLD, up_to_seq=999)  # invalid_command
     await call("watermark", world_id=WORLD)
+    await call("next_due_tick", world_id=WORLD)
+    await call("prune", world_id=WORLD, keep_ticks=0)  # invalid_command
+    await call("prune", world_id=WORLD, keep_ticks=1, idempotency_window_ms=0)
     await call("read_outbox", world_id=WORLD)
     await call("create_world", world_id="w-other", name="other")
     await call("list_worlds")

@@ -215,6 +215,7 @@ class World:
     commands: dict[int, Command] = field(default_factory=dict)  # by sequence
     keys: dict[tuple[str, str], int] = field(default_factory=dict)  # (scope, command id) -> sequence
     reservations: dict[tuple[str, str], tuple[int, tuple]] = field(default_factory=dict)  # -> (entity, request)
+    reserved_at: dict[tuple[str, str], int] = field(default_factory=dict)  # -> when it was reserved
     entities: dict[int, dict[str, dict]] = field(default_factory=dict)  # as of the tick head
     manifests: list[Manifest] = field(default_factory=list)
     outbox: list[Event] = field(default_factory=list)  # not yet acknowledged
@@ -222,6 +223,10 @@ class World:
     def command(self, scope: str, command_id: str) -> Command | None:
         sequence = self.keys.get((scope, command_id))
         return None if sequence is None else self.commands[sequence]
+
+    def next_due_tick(self) -> int | None:
+        """docs/ledger.md "Ordering and leasing": the lowest scheduled tick of an open command."""
+        return min((c.sub.options.tick for c in self.commands.values() if c.status in OPEN), default=None)
 
 
 class Ledger:
@@ -303,6 +308,7 @@ class Ledger:
         entity_id = world.next_entity_id
         world.next_entity_id += 1
         world.reservations[key] = (entity_id, request)
+        world.reserved_at[key] = self.now()
         return entity_id
 
     # -- admission --
@@ -530,6 +536,37 @@ class Ledger:
         world = self.world(world_id)
         world.projected_seq = max(world.projected_seq, up_to_seq)  # never backwards
         world.outbox = [e for e in world.outbox if e.event_seq > world.projected_seq]
+
+    # -- retention --
+    def prune(self, world_id: str, keep_ticks: int, window_ms: int, limit: int) -> tuple[int, int, int, int]:
+        """"Retention": at most `limit` of each, oldest first; (ticks, commands, reservations, quota)."""
+        world = self.world(world_id)
+        if keep_ticks < 1 or window_ms < 0 or not 1 <= limit <= 100_000:
+            raise ModelError("invalid")
+        # "manifests of ticks older than the newest keep_ticks"
+        old_ticks = [m for m in world.manifests if m.tick <= world.tick_head - keep_ticks][:limit]
+        world.manifests = [m for m in world.manifests if m not in old_ticks]
+        # "settled at least the window ago, every event acknowledged": the horizon stays before
+        # the first unacknowledged event, which may be the command's own
+        horizon = self.now() - window_ms
+        if world.outbox:
+            horizon = min(horizon, world.outbox[0].occurred_at - 1)
+        prunable = [c for c in world.commands.values() if c.status in ("APPLIED", "REJECTED", "CANCELLED")
+                    and c.updated_at <= horizon]  # fmt: skip
+        # AMBIGUITY: the page says "oldest first" without a tie rule; the model breaks ties by sequence
+        gone = sorted(prunable, key=lambda c: (c.updated_at, c.sequence))[:limit]
+        for c in gone:
+            del world.commands[c.sequence]
+            del world.keys[(c.sub.scope, c.sub.command_id)]
+        # "a reservation older than the window whose command is gone or never came"
+        # (`reserved_at` is kept beside each reservation by reserve_spawn)
+        lapsed = sorted((at, key) for key, at in world.reserved_at.items()
+                        if at <= horizon and key not in world.keys)[:limit]  # fmt: skip
+        for _, key in lapsed:
+            del world.reservations[key]
+            del world.reserved_at[key]
+        # quota counters are not modelled (the machine admits without a quota): nothing to count
+        return len(old_ticks), len(gone), len(lapsed), 0
 
 
 # -- a runner: what AsyncWorld.step + CommandScheduler.materialize do, at the level of outcomes --

@@ -94,6 +94,19 @@ MUTANTS = {
         "WHEN 'permanent' THEN 'RETRYABLE'",
         "a Permanent failure is retried instead of dead-lettered",
     ),
+    # retention
+    "prune-ignores-outbox": (
+        LEDGER,
+        "horizon = min(horizon, pending[0][0] - 1)",
+        "horizon = min(horizon, pending[0][0] + 10**9)",
+        "prune removes settled commands whose events are not acknowledged",
+    ),
+    "prune-takes-the-head": (
+        LEDGER,
+        'oldest_tick = world["tick_head"] - keep_ticks',
+        'oldest_tick = world["tick_head"] - keep_ticks + 1',
+        "prune removes one manifest too many (the head's, with keep_ticks=1)",
+    ),
 }
 
 IGNORE = shutil.ignore_patterns(".git", ".venv", "node_modules", "__pycache__", ".pytest_cache", ".hypothesis", "data")

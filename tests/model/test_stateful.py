@@ -10,7 +10,7 @@ Each rule's outcome and the ledger calls it made must agree. After every rule th
 observable ledger of each world it touched is compared: each command row, the manifests (order
 included), the published entity state (exact canonical text), the outbox (every field, timestamps
 included: model and authority read the same ManualClock), the world row; every tenth rule also
-the watermark and each principal's scope; and a few invariants are checked on the authority's
+the watermark, the next due tick and each principal's scope; and a few invariants are checked on the authority's
 answers alone (no double application, settlements in ledger order, contiguous events, APPLIED
 only through a published manifest).
 
@@ -656,6 +656,21 @@ class LedgerMachine(RuleBasedStateMachine):
             mark = self.run(self.ctx.authority.acknowledge_outbox(world_id, up_to))
             assert (mark["projected_seq"], mark["committed_seq"]) == (world.projected_seq, world.next_event_seq - 1)
 
+    @rule(index=st.integers(0, 1), keep_ticks=st.integers(0, 3), window_ms=st.sampled_from((0, 1_000, 60_000)),
+          limit=st.integers(1, 4))  # fmt: skip
+    def prune(self, index: int, keep_ticks: int, window_ms: int, limit: int) -> None:
+        """Retention: old manifests, settled commands past the window (their events acknowledged)
+        and lapsed reservations leave the ledger, a few at a time."""
+        self._count("prune")
+        world_id = self.worlds[index]
+        answers = self.both(lambda: self.model.prune(world_id, keep_ticks, window_ms, limit),
+                            self.seam.prune(world_id, keep_ticks, window_ms, limit))  # fmt: skip
+        if answers is not None:
+            expected, real = answers
+            assert (real["ticks"], real["commands"], real["reservations"], real["quota_rows"]) == expected
+            assert real["done"] == (max(expected) < limit)
+            Stats.saw("prune:removed" if any(expected) else "prune:nothing")
+
     # -- the comparison, after every rule --
     def compare_events(self, world_id: str, real: list[dict], expected: list) -> None:
         assert len(real) == len(expected), f"{world_id}: {len(real)} outbox events, model {len(expected)}"
@@ -765,12 +780,14 @@ class LedgerMachine(RuleBasedStateMachine):
         check_invariants(world_id, info, rows, manifests, outbox)
 
     def compare_views(self, world_id: str) -> None:
-        """The watermark, and isolation: each principal's scope holds exactly its own commands."""
+        """The watermark, the next due tick, and isolation: each principal's scope holds exactly its own commands."""
         authority, world = self.ctx.authority, self.model.worlds[world_id]
         mark = self.run(authority.watermark(world_id))
         committed = world.next_event_seq - 1
         assert (mark["committed_seq"], mark["projected_seq"], mark["pending"]) == (
             committed, world.projected_seq, committed - world.projected_seq)
+        due = self.run(authority.next_due_tick(world_id))
+        assert due == world.next_due_tick(), f"next due tick {due}, model {world.next_due_tick()}"
         for principal in PRINCIPALS:
             scope = principal or ""
             rows = self.run(authority.history(world_id, limit=10_000, scope=scope))
@@ -785,12 +802,15 @@ class LedgerMachine(RuleBasedStateMachine):
 def check_invariants(world_id: str, info: dict, rows: list[dict], manifests: list[dict], outbox: list[dict]) -> None:
     """What must hold of any authority's answers, whatever the model says."""
     by_sequence = {r["sequence"]: r for r in rows}
+    # retention keeps the newest manifests, always the tick head's; coalesced empty ticks leave gaps
     ticks = [m["tick"] for m in manifests]
+    first = ticks[0] if ticks else info["tick_head"] + 1
     assert ticks == sorted(set(ticks)) and ticks[-1:] == [info["tick_head"]][: len(ticks)], "ticks out of order"
+    assert manifests or info["tick_head"] == -1, "the tick head's manifest was pruned"
     settled: dict[int, list[tuple[int, str]]] = {}
     for m in manifests:
         order = [(by_sequence[s["sequence"]]["scheduled_tick"], by_sequence[s["sequence"]]["priority"], s["sequence"])
-                 for s in m["settlements"]]  # fmt: skip
+                 for s in m["settlements"] if s["sequence"] in by_sequence]  # a pruned command is not there  # fmt: skip
         assert order == sorted(order) and len(set(order)) == len(order), f"tick {m['tick']}: settlements out of order"
         for s in m["settlements"]:
             earlier = settled.setdefault(s["sequence"], [])
@@ -800,7 +820,7 @@ def check_invariants(world_id: str, info: dict, rows: list[dict], manifests: lis
         history = settled.get(r["sequence"], [])
         applied = [tick for tick, outcome in history if outcome == "applied"]
         assert len(applied) <= 1, f"#{r['sequence']} applied twice"
-        if r["status"] == "APPLIED":
+        if r["status"] == "APPLIED" and r["applied_tick"] >= first:  # its manifest is retained
             assert applied == [r["applied_tick"]], f"#{r['sequence']} APPLIED without its published manifest"
         assert len(history) <= r["attempts"] <= r["max_attempts"], f"#{r['sequence']}: attempts {r['attempts']}"
         if r["status"] in TERMINAL:

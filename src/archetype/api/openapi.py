@@ -38,6 +38,7 @@ from archetype.commands.errors import (
     StaleWriterError,
     UnregisteredOperationError,
     WorldClosingError,
+    WorldEdgeHostedError,
     WorldExistsError,
     WorldNotFoundError,
 )
@@ -59,7 +60,7 @@ SUBMITTING: Errors = (*JSON_BODY, *ADMITTING, UnsupportedCommandTypeError, Idemp
 LEDGER: Errors = (*JSON_BODY, ShuttingDownError, UnregisteredOperationError, NotDurableError, InvalidCommandError,
                   OperationUnavailableError, CommandConflictError, ReservationNotOwnedError, WorldNotFoundError,
                   WorldExistsError, WorldClosingError, StaleWriterError, LeaseLostError, QuotaExceededError,
-                  RouteNotFoundError, CommandNotFoundError, NotDeadLetteredError, RedriveConflictError)  # fmt: skip
+                  WorldEdgeHostedError, RouteNotFoundError, CommandNotFoundError, NotDeadLetteredError, RedriveConflictError)  # fmt: skip
 CREATE_WORLD: Errors = (*JSON_BODY, ShuttingDownError, InvalidCommandError, WorldExistsError, WorldClosingError)
 DESTROY_WORLD: Errors = (*WORLD_PATH, ShuttingDownError, WorldClosingError)
 READ_COMMAND: Errors = (*WORLD_PATH, CommandNotFoundError)

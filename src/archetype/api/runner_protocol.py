@@ -44,6 +44,8 @@ LEDGER_ROUTE_ROLES: dict[str, Role] = {
     "read_outbox_columns": Role.operator,
     "acknowledge_outbox": Role.operator,
     "watermark": Role.operator,
+    "next_due_tick": Role.operator,
+    "prune": Role.operator,
 }
 ADMISSION_METHODS = frozenset({"create_world", "reserve_spawn", "admit"})
 

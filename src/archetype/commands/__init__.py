@@ -19,6 +19,7 @@ from archetype.commands.errors import (
     StaleWriterError,
     UnregisteredOperationError,
     WorldClosingError,
+    WorldEdgeHostedError,
     WorldExistsError,
     WorldNotFoundError,
 )
@@ -74,6 +75,7 @@ __all__ = [
     "SubmitCommandRequest",
     "UnregisteredOperationError",
     "WorldClosingError",
+    "WorldEdgeHostedError",
     "WorldExistsError",
     "WorldHealth",
     "WorldNotFoundError",

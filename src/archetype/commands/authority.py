@@ -14,7 +14,13 @@ from collections.abc import Callable
 from typing import Any
 
 from archetype.commands.errors import UnregisteredOperationError
-from archetype.commands.ledger import LEDGER_METHODS, Ledger
+from archetype.commands.ledger import (
+    DEFAULT_IDEMPOTENCY_WINDOW_MS,
+    DEFAULT_KEEP_TICKS,
+    LEDGER_METHODS,
+    PRUNE_LIMIT,
+    Ledger,
+)
 from archetype.commands.ledger_rows import (
     AdmissionRow,
     Admitted,
@@ -23,6 +29,7 @@ from archetype.commands.ledger_rows import (
     LeasedRow,
     ManifestRow,
     OutboxEvent,
+    Pruned,
     Published,
     Redriven,
     StatePage,
@@ -135,6 +142,17 @@ class Authority(ABC):
 
     async def watermark(self, world_id: str) -> Watermark:
         return await self.rpc("watermark", {"world_id": world_id})
+
+    async def next_due_tick(self, world_id: str) -> int | None:
+        return await self.rpc("next_due_tick", {"world_id": world_id})
+
+    # -- retention --
+    async def prune(self, world_id: str, keep_ticks: int = DEFAULT_KEEP_TICKS,
+                    idempotency_window_ms: int = DEFAULT_IDEMPOTENCY_WINDOW_MS, limit: int = PRUNE_LIMIT) -> Pruned:  # fmt: skip
+        return await self.rpc("prune", {
+            "world_id": world_id, "keep_ticks": keep_ticks, "idempotency_window_ms": idempotency_window_ms,
+            "limit": limit,
+        })  # fmt: skip
 
 
 class InProcessAuthority(Authority):

@@ -84,6 +84,13 @@ class LeaseLostError(CommandError):
     code, http_status = "lease_lost", 409
 
 
+class WorldEdgeHostedError(CommandError):
+    """The world is stepped by its Durable Object's alarm (edge-hosted): a remote runner may not
+    take its writer. Refused before anything changes, so the object's writer epoch stays."""
+
+    code, http_status = "world_edge_hosted", 409
+
+
 class QuotaExceededError(CommandError):
     code, http_status = "quota_exceeded", 429
 

@@ -51,6 +51,7 @@ from archetype.commands.ledger_rows import (
     LeasedRow,
     ManifestRow,
     OutboxEvent,
+    Pruned,
     Published,
     Redriven,
     StatePage,
@@ -74,6 +75,10 @@ STATE_CHUNK_LIMIT = 2_000_000 - 4_096
 # `[[<first entity id>,` opens every chunk (docs/storage.md); the ledger reads no more of it at publish.
 _CHUNK_HEAD = re.compile(r"\[\[([1-9][0-9]{0,15}),")
 WORLD_EVENTS = ("world_stalled", "world_recovered")
+# Retention defaults (docs/ledger.md, "Retention"): what `archetype serve` and `catalog prune` use.
+DEFAULT_KEEP_TICKS = 1_000
+DEFAULT_IDEMPOTENCY_WINDOW_MS = 86_400_000  # 24 hours
+PRUNE_LIMIT = 1_000
 
 # Public operations, in the order docs/ledger.md describes them. The Durable Object exposes
 # exactly these, and `Authority` (authority.py) has one typed method for each.
@@ -81,7 +86,7 @@ LEDGER_METHODS = (
     "create_world", "world_info", "list_worlds", "acquire_writer", "load_state", "reserve_entity_ids",
     "reserve_spawn", "admit", "lease", "guard", "publish", "record_tick_failure", "release", "redrive", "destroy",
     "command", "history",
-    "manifests", "read_outbox", "read_outbox_columns", "acknowledge_outbox", "watermark",
+    "manifests", "read_outbox", "read_outbox_columns", "acknowledge_outbox", "watermark", "next_due_tick", "prune",
 )  # fmt: skip
 
 
@@ -672,6 +677,17 @@ class Ledger:
 
         return self._port.transaction(run)
 
+    def next_due_tick(self, world_id: str) -> int | None:
+        """The lowest scheduled tick among the world's open commands (PENDING, LEASED, RETRYABLE);
+        None when none is open. What a host asks to decide whether an idle world needs a tick."""
+
+        def run() -> int | None:
+            self._world(world_id)
+            rows = self._port.execute(q.NEXT_DUE_TICK, (world_id,))
+            return int(rows[0][0]) if rows else None
+
+        return self._port.transaction(run)
+
     def manifests(self, world_id: str, after_tick: int = -1, limit: int = 100) -> list[ManifestRow]:
         return self._port.transaction(
             lambda: [json.loads(r[0]) for r in self._port.execute(q.LIST_TICKS, (world_id, after_tick, limit))]
@@ -726,3 +742,42 @@ class Ledger:
             "projected_seq": world["projected_seq"],
             "pending": committed - world["projected_seq"],
         }
+
+    # -- retention --
+    def prune(self, world_id: str, keep_ticks: int = DEFAULT_KEEP_TICKS,
+              idempotency_window_ms: int = DEFAULT_IDEMPOTENCY_WINDOW_MS, limit: int = PRUNE_LIMIT) -> Pruned:  # fmt: skip
+        """Remove what no guarantee needs any more (docs/ledger.md, "Retention"), at most `limit`
+        rows of each kind, oldest first; `done` is False while more is left.
+
+        - tick manifests (and quota counters) of ticks older than the newest `keep_ticks`: the
+          tick head's manifest always stays, so a publish whose answer was lost is still
+          recognised by its commit token;
+        - APPLIED, REJECTED and CANCELLED commands settled at least `idempotency_window_ms` ago
+          whose every outbox event is acknowledged (their trail is in the audit table); after
+          that their command id may be used again. Open commands and dead letters stay;
+        - spawn reservations older than the window whose command is gone or never came.
+        """
+        if keep_ticks < 1:
+            raise InvalidCommandError("keep_ticks must be at least 1: the tick head's manifest is always kept")
+        if idempotency_window_ms < 0:
+            raise InvalidCommandError("idempotency_window_ms cannot be negative")
+        if not 1 <= limit <= 100_000:
+            raise InvalidCommandError(f"cannot prune {limit} rows at a time (1..100000)")
+
+        def run() -> Pruned:
+            world = self._world(world_id)
+            oldest_tick = world["tick_head"] - keep_ticks
+            horizon = self._clock.now_ms() - idempotency_window_ms
+            pending = self._port.execute(q.FIRST_PENDING_EVENT, (world_id, world["projected_seq"]))
+            if pending:
+                horizon = min(horizon, pending[0][0] - 1)
+            ticks = len(self._port.execute(q.PRUNE_TICKS, (world_id, oldest_tick, limit)))
+            commands = len(self._port.execute(q.PRUNE_COMMANDS, (world_id, horizon, limit)))
+            # after the commands, so the reservations of the commands just pruned go too
+            reservations = len(self._port.execute(q.PRUNE_RESERVATIONS, (world_id, horizon, limit)))
+            quota_rows = len(self._port.execute(q.PRUNE_QUOTA_USAGE, (world_id, oldest_tick, limit)))
+            done = max(ticks, commands, reservations, quota_rows) < limit
+            return {"world_id": world_id, "ticks": ticks, "commands": commands, "reservations": reservations,
+                    "quota_rows": quota_rows, "done": done}  # fmt: skip
+
+        return self._port.transaction(run)

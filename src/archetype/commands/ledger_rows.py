@@ -171,3 +171,14 @@ class Watermark(TypedDict):
     committed_seq: int
     projected_seq: int
     pending: int
+
+
+class Pruned(TypedDict):
+    """What one `prune` call removed from a world, and whether anything prunable is left."""
+
+    world_id: str
+    ticks: int  # tick manifests older than the kept ticks
+    commands: int  # settled commands past the idempotency window, their events acknowledged
+    reservations: int  # spawn reservations past the window whose command is gone (or never came)
+    quota_rows: int  # quota counters of ticks older than the kept ticks
+    done: bool  # False: a category hit the limit; call again

@@ -69,6 +69,9 @@ FIND_ADMITTED = """SELECT j.value, c.digest, c.sequence, r.entity_id, r.request_
 DUE_COMMANDS = f"""SELECT {COMMAND_COLUMNS}, lease_session FROM commands
     WHERE world_id = ? AND status IN {OPEN_STATUSES} AND scheduled_tick <= ?
     ORDER BY scheduled_tick, priority, sequence LIMIT ?"""
+# The first entry of the commands_due index, in its own order: one row read, however many are open.
+NEXT_DUE_TICK = f"""SELECT scheduled_tick FROM commands WHERE world_id = ? AND status IN {OPEN_STATUSES}
+    ORDER BY scheduled_tick LIMIT 1"""
 LEASE_COMMANDS = """UPDATE commands SET status = 'LEASED', lease_owner = ?, lease_session = ?, lease_expires_at = ?,
         updated_at = ?
     WHERE world_id = ? AND sequence IN (SELECT value FROM json_each(?))"""
@@ -178,3 +181,25 @@ DELETE_OUTBOX_UPTO = "DELETE FROM outbox WHERE world_id = ? AND event_seq <= ?"
 GET_QUOTA_USAGE = "SELECT used FROM quota_usage WHERE world_id = ? AND principal = ? AND scheduled_tick = ?"
 ADD_QUOTA_USAGE = """INSERT INTO quota_usage (world_id, principal, scheduled_tick, used) VALUES (?, ?, ?, ?)
     ON CONFLICT (world_id, principal, scheduled_tick) DO UPDATE SET used = used + excluded.used"""
+
+# -- retention (docs/ledger.md, "Retention"); every statement deletes at most a limit of rows,
+# oldest first, so one prune transaction stays small however far behind it is, and answers one
+# row per row deleted (RETURNING: the ports have no portable changes count) --
+PRUNABLE_STATUSES = "('APPLIED', 'REJECTED', 'CANCELLED')"  # as in the commands_settled index
+# The first unacknowledged event's time: a command settled no earlier than this may still have an
+# event in the outbox, so it is not yet readable from the audit table. (The first by sequence, not
+# the minimum: one row through the key, where a minimum over occurred_at would read the backlog.)
+FIRST_PENDING_EVENT = "SELECT occurred_at FROM outbox WHERE world_id = ? AND event_seq > ? ORDER BY event_seq LIMIT 1"
+PRUNE_TICKS = """DELETE FROM ticks WHERE world_id = ?1 AND tick IN
+    (SELECT tick FROM ticks WHERE world_id = ?1 AND tick <= ?2 ORDER BY tick LIMIT ?3) RETURNING 1"""
+PRUNE_COMMANDS = f"""DELETE FROM commands WHERE world_id = ?1 AND sequence IN
+    (SELECT sequence FROM commands WHERE world_id = ?1 AND status IN {PRUNABLE_STATUSES} AND updated_at <= ?2
+        ORDER BY updated_at, sequence LIMIT ?3) RETURNING 1"""
+# A reservation whose command was pruned, or whose admission never came within the window.
+PRUNE_RESERVATIONS = """DELETE FROM spawn_reservations WHERE rowid IN
+    (SELECT rowid FROM spawn_reservations WHERE world_id = ?1 AND created_at <= ?2
+        AND NOT EXISTS (SELECT 1 FROM commands AS c WHERE c.world_id = spawn_reservations.world_id
+            AND c.scope = spawn_reservations.scope AND c.command_id = spawn_reservations.command_id)
+        ORDER BY created_at, scope, command_id LIMIT ?3) RETURNING 1"""
+PRUNE_QUOTA_USAGE = """DELETE FROM quota_usage WHERE rowid IN
+    (SELECT rowid FROM quota_usage WHERE world_id = ?1 AND scheduled_tick <= ?2 ORDER BY scheduled_tick, principal LIMIT ?3) RETURNING 1"""

@@ -227,7 +227,19 @@ V4_HEALTH_AND_REDRIVE = Migration(4, "world health, dead-letter redrive", (
     "CREATE UNIQUE INDEX commands_redrives ON commands (world_id, redriven_from) WHERE redriven_from IS NOT NULL",
 ))  # fmt: skip
 
-MIGRATIONS = (V1_SCHEMA, V2_EXACTLY_ONCE, V3_STATE_CHUNKS, V4_HEALTH_AND_REDRIVE)
+
+# Version 5: retention (docs/ledger.md, "Retention"). `prune` finds the settled commands past the
+# idempotency window, the quota counters of old ticks and the lapsed reservations through these
+# indexes, without reading a busy world's retained rows. DEAD_LETTER is left out of the first:
+# dead letters wait for an operator and are never pruned.
+V5_RETENTION = Migration(5, "indexes of what retention prunes: settled commands, quota counters, reservations", (
+    """CREATE INDEX commands_settled ON commands (world_id, updated_at, sequence)
+        WHERE status IN ('APPLIED', 'REJECTED', 'CANCELLED')""",
+    "CREATE INDEX quota_usage_by_tick ON quota_usage (world_id, scheduled_tick, principal)",
+    "CREATE INDEX spawn_reservations_by_time ON spawn_reservations (world_id, created_at, scope, command_id)",
+))  # fmt: skip
+
+MIGRATIONS = (V1_SCHEMA, V2_EXACTLY_ONCE, V3_STATE_CHUNKS, V4_HEALTH_AND_REDRIVE, V5_RETENTION)
 SCHEMA_VERSION = MIGRATIONS[-1].version
 
 HAS_META = "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'"

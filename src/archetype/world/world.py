@@ -126,12 +126,6 @@ class AsyncWorld:
         order = tuple(type_key(t) for t in component_types)
         self._processors.append(_ProcessorEntry(name or fn.__name__, fn, frozenset(order), order))
 
-    @property
-    def has_systems(self) -> bool:
-        """Whether a tick does anything without commands: a world without processors or hooks is
-        idle between its commands, and its runner does not step it (docs/ledger.md, idle worlds)."""
-        return bool(self._processors) or any(self._hooks.values())
-
     def add_batch_processor(self, fn: BatchProcessor, *component_types: type[Component], name: str | None = None) -> None:
         """A processor called once per tick with the ids of every entity that has all of
         `component_types` (in id order), in its place among the processors: what a vectorised
@@ -146,6 +140,12 @@ class AsyncWorld:
         if kind not in self._hooks:
             raise ValueError(f"{kind!r} is not a hook kind; use one of PreTick, PostTick, OnSpawn, OnDestroy")
         self._hooks[kind].append(fn)
+
+    @property
+    def has_systems(self) -> bool:
+        """Whether something changes the world every tick even when no command is due (a processor
+        or a PreTick hook): what a host asks before letting an idle world stop ticking."""
+        return bool(self._processors or self._hooks[PreTick])
 
     def _fire(self, event: Any) -> None:
         for fn in self._hooks[type(event)]:
