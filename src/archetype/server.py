@@ -242,7 +242,7 @@ class WorldRunner:
             if world["status"] == "CLOSING":  # a destroy that stopped between its transactions
                 await finish_destroy(self.runtime, world["world_id"])
             elif world["status"] == "ACTIVE" and self._loads_systems and world["world_id"] not in self.clocks:
-                self.tick_of(world["world_id"], world["tick_head"])
+                self.clocks[world["world_id"]] = (world["tick_head"], self.passes)  # the next pass runs head + 1
                 unseen.append(world["world_id"])
         await asyncio.gather(*(self._see(world_id) for world_id in unseen))
 
