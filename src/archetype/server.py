@@ -186,7 +186,7 @@ def listen(host: str, port: int) -> socket.socket:
 class WorldRunner:
     """Steps the worlds that have work, `tick_rate` passes a second; idle worlds cost nothing.
 
-    A world ticks in a pass when it has processors or hooks (`AsyncWorld.has_systems`: stepped
+    A world ticks in a pass when it has processors or PreTick hooks (`AsyncWorld.has_systems`: stepped
     every pass), or when one of its open commands is due. Due-ness comes from the catalog's index
     of open commands (`pending_worlds`), never from a walk over every world. Each world's clock
     runs at one tick per pass from when this runner first saw it, idle or not: a sleeping world
