@@ -127,6 +127,8 @@ class ObservedAuthority(Authority):
         if method == "admit":
             for admitted in result:
                 self.metrics.admissions.labels("replayed" if admitted["replayed"] else "admitted").inc()
+        elif method == "list_worlds":  # the audit projector lists them every round: lag rides along
+            self.metrics.observe_worlds(result)
         elif method == "lease":
             self.metrics.takeovers.inc(sum(1 for row in result if row["suspect"]))
         elif method == "read_outbox_columns":

@@ -14,7 +14,7 @@ from archetype.commands import DurableOptions
 from archetype.commands.port import ManualClock
 from archetype.metrics import Metrics
 from archetype.runtime import Runtime
-from archetype.server import set_up_modules, step_active_worlds
+from archetype.server import WorldRunner, set_up_modules
 from archetype.world import CreateWorld, Despawn, Spawn, Update
 from durable_world.edge import TICK_INTERVAL_MS
 from tests.component_modules.alpha import Position, Velocity
@@ -59,9 +59,17 @@ async def serve_hosted_snapshot(directory: Path, world_id: str = PARITY_WORLD) -
     clock = ManualClock()
     serve = await Runtime.open_local(directory, clock=clock, audit=None, owner="serve@host")
     set_up_modules(serve, [game])
-    metrics, stop = Metrics(), asyncio.Event()
+    stop = asyncio.Event()
+    runner = WorldRunner(serve, serve.authority, Metrics(), tick_rate=1)  # type: ignore[arg-type]
+
+    async def one_pass() -> None:
+        if not runner.passes:  # the first pass comes after a sweep, as in `serve`
+            await runner.sweep(stop)
+        runner.passes += 1
+        await runner.run_pass(stop)
+
     try:
-        await scripted(serve, world_id, lambda: step_active_worlds(serve, stop, metrics), clock)
+        await scripted(serve, world_id, one_pass, clock)
         return await hosted_snapshot(serve.authority, world_id)
     finally:
         await serve.close()

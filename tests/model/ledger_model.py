@@ -405,7 +405,7 @@ class Ledger:
         if any(m.token == manifest.token for m in world.manifests):
             return False  # "recognised by its commit token: the ledger answers already published"
         world = self.writer(world_id, manifest.writer_epoch)
-        if manifest.tick != world.tick_head + 1:
+        if manifest.tick <= world.tick_head:  # "a later tick coalesces the empty ticks between"
             raise ModelError("stale")
         for s in manifest.settlements:
             command = world.commands.get(s.sequence)
@@ -641,11 +641,12 @@ class Runner:
             self.loaded[world_id] = LoadedWorld(epoch, world.tick_head, copy.deepcopy(world.entities))
         return self.loaded[world_id]
 
-    def step(self, ledger: Ledger, world_id: str, faults: Faults, plans: dict[str, list]) -> int:
-        """One `Step`: the number of commands applied, or ModelError/ModelCrash."""
+    def step(self, ledger: Ledger, world_id: str, faults: Faults, plans: dict[str, list], skip: int = 0) -> int:
+        """One `Step` (`skip` empty ticks coalesced before it): the number of commands applied, or
+        ModelError/ModelCrash."""
         loaded = self.load(ledger, world_id, faults)  # a closed world: ModelError('closing'), nothing loaded
         try:
-            return self._step(ledger, world_id, loaded, faults, plans)
+            return self._step(ledger, world_id, loaded, faults, plans, skip)
         except ModelError as error:
             if error.kind not in ("stale", "lease_lost", "closing"):
                 self._failed(ledger, world_id, loaded, faults)
@@ -662,10 +663,11 @@ class Runner:
             if error.kind in ("stale", "lease_lost", "closing"):
                 self.drop(world_id)
 
-    def _step(self, ledger: Ledger, world_id: str, loaded: LoadedWorld, faults: Faults, plans: dict[str, list]) -> int:
+    def _step(self, ledger: Ledger, world_id: str, loaded: LoadedWorld, faults: Faults, plans: dict[str, list],
+              skip: int) -> int:  # fmt: skip
         try:
             if loaded.prepared is None:
-                self._prepare(ledger, world_id, loaded, faults, plans)
+                self._prepare(ledger, world_id, loaded, faults, plans, skip)
             manifest = loaded.prepared
             assert manifest is not None
             try:
@@ -688,12 +690,12 @@ class Runner:
         return sum(1 for s in manifest.settlements if s.outcome == "applied")
 
     def _prepare(self, ledger: Ledger, world_id: str, loaded: LoadedWorld, faults: Faults,
-                 plans: dict[str, list]) -> None:  # fmt: skip
+                 plans: dict[str, list], skip: int) -> None:  # fmt: skip
         """Run the tick up to its prepared manifest. Anything failing on the way discards it
         whole: its writes, its settlements and the entity ids it took (back to the world's block;
         a block reserved meanwhile is lost to the world, the ledger counter never goes back)."""
         ids_before = loaded.ids
-        tick, session = loaded.tick + 1, self.session(world_id)
+        tick, session = loaded.tick + 1 + skip, self.session(world_id)
         try:
             # AMBIGUITY: the page does not say when a running world takes its id block; the model
             # takes one at the start of a tick when the world has none left, and a larger one

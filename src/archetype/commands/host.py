@@ -60,14 +60,14 @@ class WorldHost:
         self._clock = clock
         self._worlds: dict[str, AsyncWorld] = {}
         self._stalls: dict[str, _Stall] = {}
-        self._loading = asyncio.Lock()
+        self._loading: dict[str, asyncio.Lock] = {}  # per world: one load at a time, worlds in parallel
         self.on_load: list[Callable[[AsyncWorld], None]] = []
 
     async def get(self, world_id: str) -> AsyncWorld:
         world = self._worlds.get(world_id)
         if world is not None:
             return world
-        async with self._loading:
+        async with self._loading.setdefault(world_id, asyncio.Lock()):
             if world_id not in self._worlds:
                 self._worlds[world_id] = await self._load(world_id)
             return self._worlds[world_id]
@@ -100,10 +100,10 @@ class WorldHost:
     def drop(self, world_id: str) -> None:
         self._worlds.pop(world_id, None)
 
-    async def step(self, world_id: str) -> CommittedTickReceipt:
+    async def step(self, world_id: str, tick: int | None = None) -> CommittedTickReceipt:
         world = await self.get(world_id)
         try:
-            receipt = await world.step()
+            receipt = await world.step(tick)
         except LOST_WRITER:
             self.drop(world_id)
             raise

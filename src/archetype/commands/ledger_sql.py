@@ -20,6 +20,11 @@ WORLD_COLUMNS = (
 )
 GET_WORLD = f"SELECT {WORLD_COLUMNS} FROM worlds WHERE world_id = ?"
 LIST_WORLDS = f"SELECT {WORLD_COLUMNS} FROM worlds ORDER BY world_id"
+# The catalog's worlds that have an open command (with the earliest scheduled tick among them): a
+# runner's due-time index. It reads the open-commands index only, so idle worlds cost nothing.
+PENDING_WORLDS = f"""SELECT c.world_id, w.status, w.tick_head, min(c.scheduled_tick) FROM commands AS c
+    JOIN worlds AS w ON w.world_id = c.world_id
+    WHERE c.status IN {OPEN_STATUSES} GROUP BY c.world_id"""
 INSERT_WORLD = "INSERT INTO worlds (world_id, name, status, created_at, updated_at) VALUES (?, ?, 'ACTIVE', ?, ?)"
 SET_WORLD_STATUS = "UPDATE worlds SET status = ?, updated_at = ? WHERE world_id = ?"
 BUMP_WRITER_EPOCH = "UPDATE worlds SET writer_epoch = writer_epoch + 1, updated_at = ? WHERE world_id = ?"

@@ -251,13 +251,16 @@ class AsyncWorld:
         return result
 
     # -- the tick --
-    async def step(self) -> CommittedTickReceipt:
+    async def step(self, tick: int | None = None) -> CommittedTickReceipt:
+        """Run and publish the next tick, or `tick` when later: the ticks between are empty and
+        coalesced, never run or published (an idle world's clock moved on; docs/ledger.md). A tick
+        already prepared is published as it is, whatever `tick` says."""
         async with self.lock:
-            tick = self.tick + 1
             if self.coordinator.prepared is None:
-                await self._prepare(tick)
+                await self._prepare(max(self.tick + 1, tick or 0))
             prepared = self.coordinator.prepared
             assert prepared is not None
+            tick = prepared.manifest.tick
             await self.publisher.publish(prepared)
             with _collection_paused():
                 self.state.commit_sealed()
