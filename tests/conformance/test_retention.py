@@ -6,6 +6,7 @@ command whose trail has not reached the audit table."""
 import pytest
 
 from archetype.commands import InvalidCommandError
+from archetype.commands.ledger_rows import StateWrite
 from archetype.world import Despawn, Spawn
 from tests.component_modules.alpha import Health
 from tests.conformance.helpers import at, fail_next, manifests, outbox, probe, statuses, step
@@ -30,7 +31,8 @@ async def test_the_tick_head_manifest_stays_and_a_lost_publish_answer_is_still_r
     await authority.prune(world_id=world_id, keep_ticks=1)
     (head,) = await manifests(authority, world_id)
     # the runner whose answer was lost republishes the very same manifest: recognised, not replayed
-    again = await authority.publish(world_id=world_id, owner="anyone", session="any", manifest=head, writes={"snapshot": False, "chunks": []})
+    nothing: StateWrite = {"snapshot": False, "chunks": []}
+    again = await authority.publish(world_id=world_id, owner="anyone", session="any", manifest=head, writes=nothing)
     assert again == {"tick": 4, "published": False}
     assert await step(rt, world_id) == 0  # and the world goes on from its head
     assert [m["tick"] for m in await manifests(authority, world_id)] == [4, 5]
