@@ -8,8 +8,9 @@ crash. `synchronous="NORMAL"` trades the last transactions before a power loss f
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -35,10 +36,17 @@ class SqliteSqlPort:
     def transaction(self, fn: Callable[[], T]) -> T:
         if self._depth:
             return fn()  # already inside a transaction: it is all one atomic unit
+        with self._immediate():
+            result = fn()
+        return result
+
+    @contextlib.contextmanager
+    def _immediate(self) -> Iterator[None]:
+        """One BEGIN IMMEDIATE .. COMMIT around the body, rolled back when the body or the commit raises."""
         self._conn.execute("BEGIN IMMEDIATE")
         self._depth += 1
         try:
-            result = fn()
+            yield
         except BaseException:
             self._depth -= 1
             self._conn.execute("ROLLBACK")
@@ -50,7 +58,6 @@ class SqliteSqlPort:
             if self._conn.in_transaction:
                 self._conn.execute("ROLLBACK")
             raise
-        return result
 
     def group(self, calls: Sequence[Callable[[], T]]) -> list[T | Exception]:
         """Run several calls as one transaction, one commit (group commit): each call inside its
@@ -62,10 +69,8 @@ class SqliteSqlPort:
                 return [calls[0]()]
             except Exception as exc:
                 return [exc]
-        self._conn.execute("BEGIN IMMEDIATE")
-        self._depth += 1
         results: list[T | Exception] = []
-        try:
+        with self._immediate():
             for call in calls:
                 self._conn.execute("SAVEPOINT call")
                 try:
@@ -74,17 +79,6 @@ class SqliteSqlPort:
                     self._conn.execute("ROLLBACK TO call")
                     results.append(exc)
                 self._conn.execute("RELEASE call")
-        except BaseException:
-            self._depth -= 1
-            self._conn.execute("ROLLBACK")
-            raise
-        self._depth -= 1
-        try:
-            self._conn.execute("COMMIT")
-        except BaseException:
-            if self._conn.in_transaction:
-                self._conn.execute("ROLLBACK")
-            raise
         return results
 
     def close(self) -> None:
