@@ -14,14 +14,16 @@ from archetype.commands import ledger_sql, migrations
 
 GROWING = ("commands", "outbox", "entities", "ticks", "spawn_reservations", "quota_usage")
 # A statement allowed to visit every open command of a world: destroy cancels them all.
-WHOLE_WORLD = {"OPEN_SEQUENCES"}
+# A component migration reads every entity and open command of its world once, as loading the
+# world does anyway.
+WHOLE_WORLD = {"OPEN_SEQUENCES", "ENTITIES_NAMING", "OPEN_COMMANDS_NAMING"}
 
 
 def statements() -> dict[str, str]:
     return {
         name: value
         for name, value in vars(ledger_sql).items()
-        if name.isupper() and isinstance(value, str) and not name.endswith(("_COLUMNS", "_STATUSES"))
+        if name.isupper() and isinstance(value, str) and not name.endswith(("_COLUMNS", "_STATUSES", "_JOIN"))
     }
 
 

@@ -41,6 +41,9 @@ LEDGER_ROUTE_ROLES: dict[str, Role] = {
     "read_outbox_columns": Role.operator,
     "acknowledge_outbox": Role.operator,
     "watermark": Role.operator,
+    "record_components": Role.operator,
+    "components": Role.operator,
+    "migrate_components": Role.operator,
 }
 ADMISSION_METHODS = frozenset({"create_world", "reserve_spawn", "admit"})
 

@@ -19,14 +19,19 @@ from archetype.commands.ledger_rows import (
     AdmissionRow,
     Admitted,
     CommandRow,
+    ComponentMigrationRow,
+    ComponentSchemaRow,
     Destroyed,
     EntityWrite,
     LeasedRow,
     ManifestRow,
+    Migrated,
     OutboxEvent,
+    PayloadRewrite,
     Published,
     StatePage,
     Watermark,
+    WorldComponents,
     WorldRow,
 )
 
@@ -119,6 +124,20 @@ class Authority(ABC):
 
     async def watermark(self, world_id: str) -> Watermark:
         return await self.rpc("watermark", {"world_id": world_id})
+
+    # -- component schemas --
+    async def record_components(self, world_id: str, components: list[ComponentSchemaRow]) -> int:
+        return await self.rpc("record_components", {"world_id": world_id, "components": components})
+
+    async def components(self, world_id: str) -> WorldComponents:
+        return await self.rpc("components", {"world_id": world_id})
+
+    async def migrate_components(self, world_id: str, writer_epoch: int, migration: ComponentMigrationRow,
+                                 entities: list[EntityWrite], commands: list[PayloadRewrite]) -> Migrated:  # fmt: skip
+        return await self.rpc("migrate_components", {
+            "world_id": world_id, "writer_epoch": writer_epoch, "migration": migration, "entities": entities,
+            "commands": commands,
+        })  # fmt: skip
 
 
 class InProcessAuthority(Authority):

@@ -190,7 +190,28 @@ V2_EXACTLY_ONCE = Migration(2, "principal-scoped ids, runner sessions, crash gua
             'commit_token', json_extract(manifest, '$.commit_token'))""",
 ))  # fmt: skip
 
-MIGRATIONS = (V1_SCHEMA, V2_EXACTLY_ONCE)
+V3_COMPONENT_SCHEMAS = Migration(3, "component schemas recorded per world, declared component migrations", (
+    # content-addressed: a fingerprint is the digest of its schema, so a row never changes
+    """CREATE TABLE world_components (
+        world_id TEXT NOT NULL,
+        fingerprint TEXT NOT NULL,
+        name TEXT NOT NULL,
+        schema TEXT NOT NULL,
+        recorded_at INTEGER NOT NULL,
+        PRIMARY KEY (world_id, fingerprint)) WITHOUT ROWID""",
+    """CREATE TABLE component_migrations (
+        world_id TEXT NOT NULL,
+        from_fingerprint TEXT NOT NULL,
+        name TEXT NOT NULL,
+        to_fingerprint TEXT NOT NULL,
+        tick INTEGER NOT NULL,
+        entities INTEGER NOT NULL,
+        commands INTEGER NOT NULL,
+        migrated_at INTEGER NOT NULL,
+        PRIMARY KEY (world_id, from_fingerprint)) WITHOUT ROWID""",
+))  # fmt: skip
+
+MIGRATIONS = (V1_SCHEMA, V2_EXACTLY_ONCE, V3_COMPONENT_SCHEMAS)
 SCHEMA_VERSION = MIGRATIONS[-1].version
 
 HAS_META = "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'"

@@ -9,23 +9,30 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from enum import Enum
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from archetype.canonical import digest
+from archetype.canonical import canonical_json, digest
 from archetype.commands.authority import Authority
-from archetype.commands.errors import CommandError, InvalidCommandError
+from archetype.commands.errors import CommandError, InvalidCommandError, UnsupportedComponentSchemaError
 from archetype.commands.identity import command_digest
-from archetype.commands.ledger_rows import AdmissionRow, CommandRow, LeasedRow
+from archetype.commands.ledger import check_components
+from archetype.commands.ledger_rows import AdmissionRow, CommandRow, ComponentSchemaRow, LeasedRow
 from archetype.commands.options import ActorCtx, DurableOptions
 from archetype.commands.registry import OperationRegistry, OperationSpec
 from archetype.world.commit import Outcome, PreparedTick, TickOutcomeUnknownError
+from archetype.world.component_schema import UnsupportedSchemaError, check_record
+from archetype.world.components import Component, canonical_prefixed_schema, resolve_component_class
 from archetype.world.operations import Spawn, SpawnReserved
 
 COMMAND_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
+# A component identity in canonical JSON (sorted keys put these two side by side in a value or a
+# type reference): found in text without parsing it. A stray match in component data can only
+# name a class that is loaded anyway, whose schema is then recorded early: harmless.
+_IDENTITY = re.compile(r'"fingerprint":"([0-9a-f]{64})","name":"([A-Za-z_][A-Za-z0-9_]{0,127})"')
 
 
 
@@ -135,6 +142,7 @@ class CommandScheduler:
         self.quota = quota
         self._new_session = session_ids
         self._sessions: dict[str, str] = {}
+        self._recorded: set[tuple[str, str]] = set()  # (world id, fingerprint) this process recorded
 
     def session(self, world_id: str) -> str:
         """This incarnation's session for a world's leases."""
@@ -146,6 +154,44 @@ class CommandScheduler:
         """After a process-fatal exception escaped a materializer, the next attempt at this world
         is treated as a restart: what this session holds is recovered like a crashed runner's."""
         self._sessions.pop(world_id, None)
+
+    # -- component schemas --
+    async def record_components(self, world_id: str, classes: Iterable[type[Component]], *, admitting: bool = True) -> None:
+        """Record the schemas of these component classes in the world (once per process and world),
+        so every authority can list them and validate their data at admission.
+
+        A class whose schema the admission validator does not cover cannot be admitted anywhere:
+        while `admitting` that is UnsupportedComponentSchemaError, at publication it is skipped
+        (the world keeps the values; it only cannot list the type)."""
+        fresh = {}
+        for cls in classes:
+            if (world_id, cls.component_fingerprint()) in self._recorded:
+                continue
+            row = schema_row(cls)
+            try:
+                check_record(row["name"], row["fingerprint"], row["schema"])
+            except UnsupportedSchemaError as exc:
+                if admitting:
+                    raise UnsupportedComponentSchemaError(f"component {cls.__qualname__}: {exc}") from None
+                continue
+            fresh[row["fingerprint"]] = row
+        if fresh:
+            await self.authority.record_components(world_id, list(fresh.values()))
+            self._recorded.update((world_id, fingerprint) for fingerprint in fresh)
+
+    async def record_named(self, world_id: str, texts: Iterable[str], *, admitting: bool = True) -> None:
+        """Record the schemas of the loaded classes that canonical JSON `texts` name (payloads, an
+        entity's components). A type no class of this process has is left to whoever has one."""
+        named = {match for text in texts for match in _IDENTITY.findall(text)}
+        classes = []
+        for fingerprint, name in named:
+            if (world_id, fingerprint) in self._recorded:
+                continue
+            try:
+                classes.append(resolve_component_class(name, fingerprint))
+            except LookupError:
+                continue
+        await self.record_components(world_id, classes, admitting=admitting)
 
     # -- admission --
     def _admission_row(self, item: DeferredItem, actor: ActorCtx | None, origin: str) -> tuple[str, AdmissionRow]:
@@ -193,6 +239,7 @@ class CommandScheduler:
         if len({row["command_id"] for _, row in prepared}) != len(prepared):
             raise InvalidCommandError("a batch names the same command id twice")
         (world_id,) = worlds
+        await self.record_named(world_id, [row["payload"] for _, row in prepared])
         results = await self.authority.admit(world_id, [row for _, row in prepared], self.quota if actor else None)
         return [CommandIdentity(world_id=world_id, **r) for r in results]
 
@@ -209,7 +256,8 @@ class CommandScheduler:
         command_id = checked_command_id(command_id)
         principal = actor.principal if actor else None
         checked = SpawnReserved(world_id=op.world_id, entity_id=1, components=op.components)
-        self._admission_row(DeferredItem(op=checked, options=options, command_id=command_id), actor, origin)
+        _, row = self._admission_row(DeferredItem(op=checked, options=options, command_id=command_id), actor, origin)
+        await self._check_components(op.world_id, row)
         entity_id = await self.authority.reserve_spawn(
             op.world_id, command_id, principal, self.spawn_request_digest(op, options, principal), options.tick,
             self.quota if actor else None,
@@ -217,6 +265,15 @@ class CommandScheduler:
         reserved = SpawnReserved(world_id=op.world_id, entity_id=entity_id, components=op.components)
         (identity,) = await self.admit([DeferredItem(op=reserved, options=options, command_id=command_id)], actor, origin)
         return SpawnAdmission(command=identity, entity_id=entity_id)
+
+    async def _check_components(self, world_id: str, row: AdmissionRow) -> None:
+        """The ledger's admission check of components, run before a spawn reserves its entity id:
+        a spawn the ledger would refuse reserves nothing."""
+        await self.record_named(world_id, [row["payload"]])
+        recorded = (await self.authority.components(world_id))["components"]
+        rows = [(c["name"], c["fingerprint"], canonical_json(c["schema"]), c["recorded_at"], c["superseded_by"]) for c in recorded]
+        check_components(world_id, [(f"command {row['command_id']!r}", row["payload"])],
+                         lambda fingerprints: [r for r in rows if r[1] in fingerprints])  # fmt: skip
 
     # -- materialization (AsyncWorld calls this with the world's operation lock held) --
     async def materialize(self, world: Any, tick: int) -> None:
@@ -302,6 +359,11 @@ class CommandScheduler:
         return CommandRecord(**CommandSummary.summary_fields(dict(row)), operation_model=op, problem=problem)
 
 
+def schema_row(cls: type[Component]) -> ComponentSchemaRow:
+    """A component class as a world records it."""
+    return {"name": cls.__name__, "fingerprint": cls.component_fingerprint(), "schema": canonical_prefixed_schema(cls)}
+
+
 def checked_command_id(command_id: str | None) -> str:
     """The caller's idempotency key, or a fresh one; refused unless it matches COMMAND_ID_PATTERN whole."""
     if command_id is None:
@@ -322,6 +384,10 @@ class LedgerPublisher:
         manifest = prepared.manifest
         session = self.scheduler.session(manifest.world_id)
         try:
+            # before the tick, so a published entity's types are always recorded
+            await self.scheduler.record_named(
+                manifest.world_id, [w["components"] for w in prepared.writes if w["components"]], admitting=False
+            )
             # The manifest's JSON and the encoded writes are ManifestRow and list[EntityWrite], types
             # world/commit.py cannot name (ledger_rows imports it): hence the two ignores.
             await self.authority.publish(
