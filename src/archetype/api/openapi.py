@@ -27,14 +27,18 @@ from archetype.commands.errors import (
     CommandConflictError,
     CommandError,
     InvalidCommandError,
+    InvalidComponentDataError,
     LeaseLostError,
+    MigrationConflictError,
     NotDurableError,
     OperationUnavailableError,
     PermissionDeniedError,
     QuotaExceededError,
     ReservationNotOwnedError,
     StaleWriterError,
+    UnknownComponentError,
     UnregisteredOperationError,
+    UnsupportedComponentSchemaError,
     WorldClosingError,
     WorldExistsError,
     WorldNotFoundError,
@@ -48,16 +52,18 @@ Errors = tuple[type[CommandError], ...]
 FRONT_DOOR: Errors = (DuplicateHeaderError, RequestTimeoutError, PayloadTooLargeError, NonCanonicalCommandError,
                       InvalidRequestError)  # fmt: skip
 AUTHENTICATED: Errors = (UnauthenticatedError, PermissionDeniedError)
+# Component values that name a type the world has not recorded, or data that does not fit it.
+COMPONENTS: Errors = (UnknownComponentError, InvalidComponentDataError, UnsupportedComponentSchemaError)
 # A path parameter that decodes to more path segments lands on no route.
 WORLD_PATH: Errors = (RouteNotFoundError, WorldNotFoundError)
 JSON_BODY: Errors = (InvalidJsonError,)
 ADMITTING: Errors = (ShuttingDownError, WorldClosingError)
 SUBMITTING: Errors = (*JSON_BODY, *ADMITTING, UnsupportedCommandTypeError, IdempotencyKeyMismatchError, InvalidCommandError,
-                      CommandConflictError, QuotaExceededError, UnregisteredOperationError)  # fmt: skip
+                      CommandConflictError, QuotaExceededError, UnregisteredOperationError, *COMPONENTS)  # fmt: skip
 LEDGER: Errors = (*JSON_BODY, ShuttingDownError, UnregisteredOperationError, NotDurableError, InvalidCommandError,
                   OperationUnavailableError, CommandConflictError, ReservationNotOwnedError, WorldNotFoundError,
                   WorldExistsError, WorldClosingError, StaleWriterError, LeaseLostError, QuotaExceededError,
-                  RouteNotFoundError)  # fmt: skip
+                  RouteNotFoundError, *COMPONENTS, MigrationConflictError)  # fmt: skip
 CREATE_WORLD: Errors = (*JSON_BODY, ShuttingDownError, InvalidCommandError, WorldExistsError, WorldClosingError)
 DESTROY_WORLD: Errors = (*WORLD_PATH, ShuttingDownError, WorldClosingError)
 READ_COMMAND: Errors = (*WORLD_PATH, CommandNotFoundError)

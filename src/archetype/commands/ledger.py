@@ -20,6 +20,7 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
+from archetype.canonical import canonical_json
 from archetype.commands import ledger_sql as q
 from archetype.commands import migrations
 from archetype.commands.errors import (
@@ -38,7 +39,6 @@ from archetype.commands.errors import (
     WorldExistsError,
     WorldNotFoundError,
 )
-from archetype.canonical import canonical_json
 from archetype.commands.identity import command_digest
 from archetype.commands.ledger_rows import (
     AdmissionRow,

@@ -91,7 +91,7 @@ def _check_node(node: Any, path: str, defs: Mapping[str, Any]) -> None:
             if not kinds or any(kind not in TYPES for kind in kinds):
                 raise UnsupportedSchemaError(where, f"types are among {list(TYPES)}")
         elif keyword == "$ref":
-            if not (isinstance(value, str) and value.startswith(REF_PREFIX) and value[len(REF_PREFIX):] in defs):
+            if not (isinstance(value, str) and value.startswith(REF_PREFIX) and value[len(REF_PREFIX) :] in defs):
                 raise UnsupportedSchemaError(where, f"refers to {REF_PREFIX}<a def of this schema>")
         elif keyword in ("properties",):
             if not isinstance(value, dict):
@@ -143,8 +143,8 @@ def validate_data(schema: Mapping[str, Any], data: Any, path: str = "$") -> None
             raise SchemaMismatchError(path + path_step(key), f"{schema['component']} has no field {key!r}")
         _Validator(schema["defs"]).check(node, value, path + path_step(key), 0)
     for name in schema["required"]:
-        if name[len(prefix):] not in data:
-            raise SchemaMismatchError(path, f"missing required field {name[len(prefix):]!r}")
+        if name[len(prefix) :] not in data:
+            raise SchemaMismatchError(path, f"missing required field {name[len(prefix) :]!r}")
 
 
 def _kind(value: Any) -> str:
@@ -211,7 +211,7 @@ def _type(v: _Validator, kinds: Any, node: Any, value: Any, path: str, chain: in
 
 
 def _ref(v: _Validator, ref: str, node: Any, value: Any, path: str, chain: int) -> None:
-    v.check(v.defs[ref[len(REF_PREFIX):]], value, path, chain + 1)
+    v.check(v.defs[ref[len(REF_PREFIX) :]], value, path, chain + 1)
 
 
 def _any_of(v: _Validator, options: list[Any], node: Any, value: Any, path: str, chain: int) -> None:
@@ -281,23 +281,36 @@ def _prefix_items(v: _Validator, items: list[Any], node: Any, value: Any, path: 
 
 
 def _count(keyword: str) -> Callable[..., None]:
-    kind = {"Items": (list, "items"), "Length": (str, "characters"), "Properties": (dict, "fields")}[keyword[3:]]
+    kinds: dict[str, tuple[type, str]] = {
+        "Items": (list, "items"),
+        "Length": (str, "characters"),
+        "Properties": (dict, "fields"),
+    }
+    kind = kinds[keyword[3:]]
     at_least = keyword.startswith("min")
 
     def check(v: _Validator, bound: int, node: Any, value: Any, path: str, chain: int) -> None:
         if isinstance(value, kind[0]) and (len(value) < bound if at_least else len(value) > bound):
-            raise SchemaMismatchError(path, f"has {len(value)} {kind[1]}, {'at least' if at_least else 'at most'} {bound} allowed")
+            raise SchemaMismatchError(
+                path, f"has {len(value)} {kind[1]}, {'at least' if at_least else 'at most'} {bound} allowed"
+            )
 
     return check
 
 
+def _not_multiple(x: Any, b: Any) -> bool:
+    if isinstance(x, int) and isinstance(b, int):
+        return x % b != 0
+    return not (x / b).is_integer()
+
+
 def _bound(keyword: str) -> Callable[..., None]:
-    fails: dict[str, Callable[[float, float], bool]] = {
+    fails: dict[str, Callable[[Any, Any], bool]] = {
         "minimum": lambda x, b: x < b,
         "maximum": lambda x, b: x > b,
         "exclusiveMinimum": lambda x, b: x <= b,
         "exclusiveMaximum": lambda x, b: x >= b,
-        "multipleOf": lambda x, b: not (x / b).is_integer() if isinstance(x, float) or isinstance(b, float) else x % b != 0,
+        "multipleOf": _not_multiple,
     }
     fail = fails[keyword]
 
@@ -353,7 +366,11 @@ def component_occurrences(value: Any, path: str = "$") -> list[tuple[str, str, s
         where, node = pending.pop()
         if isinstance(node, dict):
             keys = node.keys()
-            if (keys == VALUE_KEYS or keys == REF_KEYS) and isinstance(node["name"], str) and isinstance(node["fingerprint"], str):
+            if (
+                (keys == VALUE_KEYS or keys == REF_KEYS)
+                and isinstance(node["name"], str)
+                and isinstance(node["fingerprint"], str)
+            ):
                 found.append((where, node["name"], node["fingerprint"], node.get("data")))
                 continue
             children = [(where + path_step(key), item) for key, item in node.items()]
