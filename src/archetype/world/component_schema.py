@@ -19,7 +19,7 @@ never a number, and `"1"` is not an integer even though pydantic's lax mode woul
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sized
 from typing import Any
 
 from archetype.canonical import digest, path_step
@@ -281,7 +281,7 @@ def _prefix_items(v: _Validator, items: list[Any], node: Any, value: Any, path: 
 
 
 def _count(keyword: str) -> Callable[..., None]:
-    kinds: dict[str, tuple[type, str]] = {
+    kinds: dict[str, tuple[type[Sized], str]] = {
         "Items": (list, "items"),
         "Length": (str, "characters"),
         "Properties": (dict, "fields"),
