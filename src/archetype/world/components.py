@@ -141,6 +141,11 @@ def resolve_component_class(name: str, fingerprint: str) -> type[Component]:
     return classes[0]
 
 
+def loaded_components() -> dict[tuple[str, str], list[type[Component]]]:
+    """Every loaded component class by wire identity (name, fingerprint), in load order."""
+    return {key: list(classes) for key, classes in _LOADED.items()}
+
+
 class _AffineWireModel(BaseModel):
     """A frozen wire model that may also carry an affinity to one exact component class."""
 
