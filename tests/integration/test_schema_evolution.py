@@ -89,7 +89,9 @@ async def open_migrated(data, old: str) -> tuple:
         return [e["components"] for e in state["entities"]], payloads, listing, events, critters
 
 
-async def test_a_declared_migration_moves_state_and_pending_commands_durably_and_deterministically(old_catalog, tmp_path):
+async def test_a_declared_migration_moves_state_and_pending_commands_durably_and_deterministically(
+    old_catalog, tmp_path
+):
     data, old = old_catalog
     twin = tmp_path / "twin"
     shutil.copytree(data, twin)
@@ -98,7 +100,11 @@ async def test_a_declared_migration_moves_state_and_pending_commands_durably_and
     assert all(old not in text and Critter.component_fingerprint() in text for text in entities)
     assert all(old not in payload for payload in payloads.values())
     (migration,) = listing["migrations"]
-    assert (migration["name"], migration["from_fingerprint"], migration["to_fingerprint"]) == ("Critter", old, Critter.component_fingerprint())
+    assert (migration["name"], migration["from_fingerprint"], migration["to_fingerprint"]) == (
+        "Critter",
+        old,
+        Critter.component_fingerprint(),
+    )
     assert (migration["entities"], migration["commands"], migration["tick"]) == (2, 2, 0)
     assert {c["fingerprint"]: c["superseded_by"] for c in listing["components"]} == {
         old: Critter.component_fingerprint(), Critter.component_fingerprint(): None,
@@ -115,7 +121,11 @@ async def test_a_declared_migration_moves_state_and_pending_commands_durably_and
         history = {r.command_id: r.status for r in await rt.scheduler.history("zoo")}
         assert history == {"later-spawn": "APPLIED", "later-update": "APPLIED"}
         world = await rt.worlds.get("zoo")
-        assert sorted((c.name, c.speed) for _, (c,) in world.query(Critter)) == [("ant", 4.0), ("bee", 7.0), ("cat", 1.0)]
+        assert sorted((c.name, c.speed) for _, (c,) in world.query(Critter)) == [
+            ("ant", 4.0),
+            ("bee", 7.0),
+            ("cat", 1.0),
+        ]
 
 
 async def test_a_migration_that_fails_rewrites_nothing(old_catalog):
