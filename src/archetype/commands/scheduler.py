@@ -25,7 +25,7 @@ from archetype.commands.options import ActorCtx, DurableOptions
 from archetype.commands.registry import OperationRegistry, OperationSpec
 from archetype.world.commit import Outcome, PreparedTick, TickOutcomeUnknownError
 from archetype.world.component_schema import UnsupportedSchemaError, check_record
-from archetype.world.components import Component, canonical_prefixed_schema, resolve_component_class
+from archetype.world.components import DOC_KEYS, Component, canonical_prefixed_schema, resolve_component_class
 from archetype.world.operations import Spawn, SpawnReserved
 
 COMMAND_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
@@ -169,6 +169,9 @@ class CommandScheduler:
                 continue
             row = schema_row(cls)
             try:
+                hidden = DOC_KEYS & set(cls.model_fields)
+                if hidden:  # the fingerprint's step 1 drops such a property from the schema itself
+                    raise UnsupportedSchemaError("$.properties", f"fields named {sorted(hidden)} cannot be fingerprinted")
                 check_record(row["name"], row["fingerprint"], row["schema"])
             except UnsupportedSchemaError as exc:
                 if admitting:
