@@ -65,6 +65,9 @@ class WorldHost:
                 entities[entity_id] = {v.key: v.to_component() for v in values}
             except LookupError:
                 raise self._migration_required(world_id, stored, values) from None
+        # A world idle since it was saved (or since its catalog predates component schemas)
+        # publishes nothing: its types are recorded here, so clients can submit them at once.
+        await self.scheduler.record_named(world_id, stored.values(), admitting=False)
         world = AsyncWorld(
             world_id,
             tick=info["tick_head"],
