@@ -59,9 +59,7 @@ def test_health_and_the_world_lifecycle(worker):
     assert worker.post("/worlds/w-life/commands", json=despawn(), headers=keyed).status_code == 202
     destroyed = worker.delete("/worlds/w-life", headers=auth("t-admin"))
     assert destroyed.status_code == 200 and destroyed.json() == {"world_id": "w-life", "cancelled": 1}
-    late = worker.post(
-        "/worlds/w-life/commands", json=despawn(), headers=auth("t-player", **{"Idempotency-Key": "d-2"})
-    )
+    late = worker.post("/worlds/w-life/commands", json=despawn(), headers=auth("t-player", **{"Idempotency-Key": "d-2"}))
     assert (late.status_code, late.json()["code"]) == (409, "world_closing")
 
 
@@ -77,21 +75,15 @@ def test_commands_are_admitted_replayed_refused_and_listed(worker, world):
     record(worker, world)
     spawn = {"type": "spawn", "tick": 1, "priority": 0, "components": [
         {"name": "Position", "fingerprint": Position.component_fingerprint(), "data": {"x": 1, "y": 2}}]}  # fmt: skip
-    spawned = worker.post(
-        f"/worlds/{world}/commands", json=spawn, headers=auth("t-player", **{"Idempotency-Key": "s-1"})
-    )
+    spawned = worker.post(f"/worlds/{world}/commands", json=spawn, headers=auth("t-player", **{"Idempotency-Key": "s-1"}))
     assert spawned.status_code == 202 and spawned.json()["entity_id"] == 1  # reserved in the object's ledger
 
     batch = {"commands": [despawn(entity_id=20 + i) for i in range(3)]}
-    admitted = worker.post(
-        f"/worlds/{world}/commands:batch", json=batch, headers=auth("t-player", **{"Idempotency-Key": "b"})
-    )
+    admitted = worker.post(f"/worlds/{world}/commands:batch", json=batch, headers=auth("t-player", **{"Idempotency-Key": "b"}))
     assert admitted.status_code == 202
     assert [c["command_id"] for c in admitted.json()["commands"]] == ["b.0", "b.1", "b.2"]
     # all or nothing: a batch whose second item conflicts admits none of them
-    clashing = {
-        "commands": [{**despawn(entity_id=30), "command_id": "fresh"}, {**despawn(entity_id=99), "command_id": "b.1"}]
-    }
+    clashing = {"commands": [{**despawn(entity_id=30), "command_id": "fresh"}, {**despawn(entity_id=99), "command_id": "b.1"}]}
     refused = worker.post(f"/worlds/{world}/commands:batch", json=clashing, headers=auth("t-player"))
     assert (refused.status_code, refused.json()["code"]) == (409, "command_conflict")
     assert worker.get(f"/worlds/{world}/commands/fresh", headers=auth("t-player")).status_code == 404
@@ -161,13 +153,8 @@ def test_errors_keep_their_envelope_and_roles_are_checked_before_worlds(worker, 
         denied = worker.post(f"/worlds/{target}/commands", json=despawn(), headers=auth("t-viewer"))
         assert (denied.status_code, denied.json()["code"]) == (403, "permission_denied")
     missing = worker.get("/worlds/w-nowhere", headers=auth("t-viewer"))
-    assert (missing.status_code, missing.json()) == (
-        404,
-        {"code": "world_not_found", "message": "world 'w-nowhere' does not exist"},
-    )
-    unknown_field = worker.post(
-        f"/worlds/{world}/commands", json={**despawn(), "colour": "red"}, headers=auth("t-player")
-    )
+    assert (missing.status_code, missing.json()) == (404, {"code": "world_not_found", "message": "world 'w-nowhere' does not exist"})
+    unknown_field = worker.post(f"/worlds/{world}/commands", json={**despawn(), "colour": "red"}, headers=auth("t-player"))
     assert (unknown_field.status_code, unknown_field.json()["code"]) == (422, "invalid_request")
     huge = worker.post(f"/worlds/{world}/commands", content=b"{" + b" " * 2_000_000 + b"}",
                        headers=auth("t-player", **{"Content-Type": "application/json"}))  # fmt: skip
