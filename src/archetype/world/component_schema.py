@@ -48,12 +48,26 @@ class UnsupportedSchemaError(ValueError):
         self.path, self.reason = path, reason
 
 
+# A path into data is built only when something is refused: while validating it is a chain of
+# (parent, step) pairs ending in the root's JSONPath string, one tuple per value visited.
+Path = Any
+
+
+def render(path: Path) -> str:
+    """The JSONPath string of a (parent, step) chain."""
+    steps = []
+    while not isinstance(path, str):
+        path, step = path
+        steps.append(path_step(step))
+    return path + "".join(reversed(steps))
+
+
 class SchemaMismatchError(ValueError):
     """Component data that does not fit its recorded schema; `path` is a JSONPath into the data."""
 
-    def __init__(self, path: str, reason: str) -> None:
-        super().__init__(f"{path}: {reason}")
-        self.path, self.reason = path, reason
+    def __init__(self, path: Path, reason: str) -> None:
+        self.path, self.reason = render(path), reason
+        super().__init__(f"{self.path}: {reason}")
 
 
 def check_record(name: str, fingerprint: str, schema: Any) -> None:
@@ -130,7 +144,7 @@ def _check_node(node: Any, path: str, defs: Mapping[str, Any]) -> None:
                 raise UnsupportedSchemaError(where, "is not a regular expression this validator runs") from None
 
 
-def validate_data(schema: Mapping[str, Any], data: Any, path: str = "$") -> None:
+def validate_data(schema: Mapping[str, Any], data: Any, path: Path = "$") -> None:
     """Check component `data` (its field JSON, unprefixed names) against its recorded `schema`;
     SchemaMismatchError names the first value that does not fit."""
     if not isinstance(data, dict):
@@ -140,8 +154,8 @@ def validate_data(schema: Mapping[str, Any], data: Any, path: str = "$") -> None
     for key, value in data.items():
         node = properties.get(prefix + key)
         if node is None:  # components are closed (extra="forbid")
-            raise SchemaMismatchError(path + path_step(key), f"{schema['component']} has no field {key!r}")
-        _Validator(schema["defs"]).check(node, value, path + path_step(key), 0)
+            raise SchemaMismatchError((path, key), f"{schema['component']} has no field {key!r}")
+        _Validator(schema["defs"]).check(node, value, (path, key), 0)
     for name in schema["required"]:
         if name[len(prefix) :] not in data:
             raise SchemaMismatchError(path, f"missing required field {name[len(prefix) :]!r}")
@@ -163,9 +177,20 @@ def _kind(value: Any) -> str:
     return "object"
 
 
+_IS: dict[str, Callable[[Any], bool]] = {
+    # exact types: parsed JSON holds only these, and bool is not int here
+    "string": lambda v: type(v) is str,
+    "integer": lambda v: type(v) is int or (type(v) is float and v.is_integer()),
+    "number": lambda v: type(v) is int or type(v) is float,
+    "boolean": lambda v: type(v) is bool,
+    "null": lambda v: v is None,
+    "array": lambda v: type(v) is list,
+    "object": lambda v: type(v) is dict,
+}
+
+
 def _is_type(value: Any, kind: str) -> bool:
-    found = _kind(value)
-    return found == kind or (kind == "number" and found == "integer")
+    return _IS[kind](value)
 
 
 def json_equal(a: Any, b: Any) -> bool:
@@ -185,7 +210,7 @@ class _Validator:
     def __init__(self, defs: Mapping[str, Any]) -> None:
         self.defs = defs
 
-    def check(self, node: Mapping[str, Any], value: Any, path: str, chain: int) -> None:
+    def check(self, node: Mapping[str, Any], value: Any, path: Path, chain: int) -> None:
         if chain > _MAX_SCHEMA_CHAIN:
             raise SchemaMismatchError(path, "the schema refers to itself without consuming data")
         for keyword, argument in node.items():
@@ -193,62 +218,64 @@ class _Validator:
             if check is not None:
                 check(self, argument, node, value, path, chain)
 
-    def fits(self, node: Mapping[str, Any], value: Any, path: str, chain: int) -> SchemaMismatchError | None:
+    def fits(self, node: Mapping[str, Any], value: Any, path: Path, chain: int) -> SchemaMismatchError | None:
         try:
             self.check(node, value, path, chain + 1)
         except SchemaMismatchError as exc:
             return exc
         return None
 
-    def children(self, node: Mapping[str, Any], value: Any, path: str) -> None:
+    def children(self, node: Mapping[str, Any], value: Any, path: Path) -> None:
         self.check(node, value, path, 0)
 
 
-def _type(v: _Validator, kinds: Any, node: Any, value: Any, path: str, chain: int) -> None:
+def _type(v: _Validator, kinds: Any, node: Any, value: Any, path: Path, chain: int) -> None:
+    if isinstance(kinds, str) and _is_type(value, kinds):
+        return
     kinds = kinds if isinstance(kinds, list) else [kinds]
     if not any(_is_type(value, kind) for kind in kinds):
         raise SchemaMismatchError(path, f"expected {' or '.join(kinds)}, got {_kind(value)}")
 
 
-def _ref(v: _Validator, ref: str, node: Any, value: Any, path: str, chain: int) -> None:
+def _ref(v: _Validator, ref: str, node: Any, value: Any, path: Path, chain: int) -> None:
     v.check(v.defs[ref[len(REF_PREFIX) :]], value, path, chain + 1)
 
 
-def _any_of(v: _Validator, options: list[Any], node: Any, value: Any, path: str, chain: int) -> None:
+def _any_of(v: _Validator, options: list[Any], node: Any, value: Any, path: Path, chain: int) -> None:
     failures = [v.fits(option, value, path, chain) for option in options]
     if all(failures):
         deepest = max((f for f in failures if f is not None), key=lambda f: len(f.path))
-        if deepest.path != path:  # one option got further into the value: its complaint is the useful one
+        if deepest.path != render(path):  # one option got further into the value: its complaint is the useful one
             raise deepest
         raise SchemaMismatchError(path, "fits none of: " + "; ".join(sorted({f.reason for f in failures if f})))
 
 
-def _one_of(v: _Validator, options: list[Any], node: Any, value: Any, path: str, chain: int) -> None:
+def _one_of(v: _Validator, options: list[Any], node: Any, value: Any, path: Path, chain: int) -> None:
     _any_of(v, options, node, value, path, chain)
     if sum(v.fits(option, value, path, chain) is None for option in options) > 1:
         raise SchemaMismatchError(path, "fits more than one of the alternatives")
 
 
-def _all_of(v: _Validator, options: list[Any], node: Any, value: Any, path: str, chain: int) -> None:
+def _all_of(v: _Validator, options: list[Any], node: Any, value: Any, path: Path, chain: int) -> None:
     for option in options:
         v.check(option, value, path, chain + 1)
 
 
-def _properties(v: _Validator, properties: dict[str, Any], node: Any, value: Any, path: str, chain: int) -> None:
+def _properties(v: _Validator, properties: dict[str, Any], node: Any, value: Any, path: Path, chain: int) -> None:
     if isinstance(value, dict):
         for key, child in properties.items():
             if key in value:
-                v.children(child, value[key], path + path_step(key))
+                v.children(child, value[key], (path, key))
 
 
-def _required(v: _Validator, names: list[str], node: Any, value: Any, path: str, chain: int) -> None:
+def _required(v: _Validator, names: list[str], node: Any, value: Any, path: Path, chain: int) -> None:
     if isinstance(value, dict):
         for name in names:
             if name not in value:
                 raise SchemaMismatchError(path, f"missing required field {name!r}")
 
 
-def _additional(v: _Validator, extra: Any, node: Any, value: Any, path: str, chain: int) -> None:
+def _additional(v: _Validator, extra: Any, node: Any, value: Any, path: Path, chain: int) -> None:
     if not isinstance(value, dict):
         return
     declared = node.get("properties", {})
@@ -256,28 +283,28 @@ def _additional(v: _Validator, extra: Any, node: Any, value: Any, path: str, cha
         if key in declared:
             continue
         if extra is False:
-            raise SchemaMismatchError(path + path_step(key), f"unexpected field {key!r}")
+            raise SchemaMismatchError((path, key), f"unexpected field {key!r}")
         if isinstance(extra, dict):
-            v.children(extra, item, path + path_step(key))
+            v.children(extra, item, (path, key))
 
 
-def _property_names(v: _Validator, names: Any, node: Any, value: Any, path: str, chain: int) -> None:
+def _property_names(v: _Validator, names: Any, node: Any, value: Any, path: Path, chain: int) -> None:
     if isinstance(value, dict):
         for key in value:
-            v.children(names, key, path + path_step(key))
+            v.children(names, key, (path, key))
 
 
-def _items(v: _Validator, items: Any, node: Any, value: Any, path: str, chain: int) -> None:
+def _items(v: _Validator, items: Any, node: Any, value: Any, path: Path, chain: int) -> None:
     if isinstance(value, list):
         skip = len(node.get("prefixItems", ()))
         for index in range(skip, len(value)):
-            v.children(items, value[index], path + path_step(index))
+            v.children(items, value[index], (path, index))
 
 
-def _prefix_items(v: _Validator, items: list[Any], node: Any, value: Any, path: str, chain: int) -> None:
+def _prefix_items(v: _Validator, items: list[Any], node: Any, value: Any, path: Path, chain: int) -> None:
     if isinstance(value, list):
         for index, (child, item) in enumerate(zip(items, value, strict=False)):
-            v.children(child, item, path + path_step(index))
+            v.children(child, item, (path, index))
 
 
 def _count(keyword: str) -> Callable[..., None]:
@@ -289,7 +316,7 @@ def _count(keyword: str) -> Callable[..., None]:
     kind = kinds[keyword[3:]]
     at_least = keyword.startswith("min")
 
-    def check(v: _Validator, bound: int, node: Any, value: Any, path: str, chain: int) -> None:
+    def check(v: _Validator, bound: int, node: Any, value: Any, path: Path, chain: int) -> None:
         if isinstance(value, kind[0]) and (len(value) < bound if at_least else len(value) > bound):
             raise SchemaMismatchError(
                 path, f"has {len(value)} {kind[1]}, {'at least' if at_least else 'at most'} {bound} allowed"
@@ -314,31 +341,31 @@ def _bound(keyword: str) -> Callable[..., None]:
     }
     fail = fails[keyword]
 
-    def check(v: _Validator, bound: float, node: Any, value: Any, path: str, chain: int) -> None:
+    def check(v: _Validator, bound: float, node: Any, value: Any, path: Path, chain: int) -> None:
         if isinstance(value, (int, float)) and not isinstance(value, bool) and fail(value, bound):
             raise SchemaMismatchError(path, f"{value!r} breaks {keyword} {bound!r}")
 
     return check
 
 
-def _unique(v: _Validator, unique: bool, node: Any, value: Any, path: str, chain: int) -> None:
+def _unique(v: _Validator, unique: bool, node: Any, value: Any, path: Path, chain: int) -> None:
     if unique and isinstance(value, list):
         for i, item in enumerate(value):
             if any(json_equal(item, earlier) for earlier in value[:i]):
-                raise SchemaMismatchError(path + path_step(i), "repeats an earlier item")
+                raise SchemaMismatchError((path, i), "repeats an earlier item")
 
 
-def _enum(v: _Validator, options: list[Any], node: Any, value: Any, path: str, chain: int) -> None:
+def _enum(v: _Validator, options: list[Any], node: Any, value: Any, path: Path, chain: int) -> None:
     if not any(json_equal(value, option) for option in options):
         raise SchemaMismatchError(path, f"is not one of {options!r}")
 
 
-def _const(v: _Validator, constant: Any, node: Any, value: Any, path: str, chain: int) -> None:
+def _const(v: _Validator, constant: Any, node: Any, value: Any, path: Path, chain: int) -> None:
     if not json_equal(value, constant):
         raise SchemaMismatchError(path, f"is not {constant!r}")
 
 
-def _pattern(v: _Validator, pattern: str, node: Any, value: Any, path: str, chain: int) -> None:
+def _pattern(v: _Validator, pattern: str, node: Any, value: Any, path: Path, chain: int) -> None:
     if isinstance(value, str) and re.search(pattern, value) is None:
         raise SchemaMismatchError(path, f"does not match {pattern!r}")
 
@@ -355,13 +382,13 @@ VALUE_KEYS = frozenset({"name", "fingerprint", "data"})
 REF_KEYS = frozenset({"name", "fingerprint"})
 
 
-def component_occurrences(value: Any, path: str = "$") -> list[tuple[str, str, str, Any]]:
+def component_occurrences(value: Any, path: Path = "$") -> list[tuple[str, str, str, Any]]:
     """Every component value and type reference in a JSON document (a durable payload, an
     entity's component list), found by its wire shape: an object with exactly the keys
     name/fingerprint/data is a value, exactly name/fingerprint a reference. Each is
     `(path, name, fingerprint, data)`, data None for a reference, in document order; a value's data is not searched."""
     found: list[tuple[str, str, str, Any]] = []
-    pending: list[tuple[str, Any]] = [(path, value)]
+    pending: list[tuple[Path, Any]] = [(path, value)]
     while pending:
         where, node = pending.pop()
         if isinstance(node, dict):
@@ -371,11 +398,11 @@ def component_occurrences(value: Any, path: str = "$") -> list[tuple[str, str, s
                 and isinstance(node["name"], str)
                 and isinstance(node["fingerprint"], str)
             ):
-                found.append((where, node["name"], node["fingerprint"], node.get("data")))
+                found.append((render(where), node["name"], node["fingerprint"], node.get("data")))
                 continue
-            children = [(where + path_step(key), item) for key, item in node.items()]
+            children = [((where, key), item) for key, item in node.items()]
         elif isinstance(node, list):
-            children = [(where + path_step(index), item) for index, item in enumerate(node)]
+            children = [((where, index), item) for index, item in enumerate(node)]
         else:
             continue
         pending.extend(reversed(children))  # a stack: reversed, so the document order comes out
