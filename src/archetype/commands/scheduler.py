@@ -32,7 +32,8 @@ COMMAND_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
 # A component identity in canonical JSON (sorted keys put these two side by side in a value or a
 # type reference): found in text without parsing it. A stray match in component data can only
 # name a class that is loaded anyway, whose schema is then recorded early: harmless.
-_IDENTITY = re.compile(r'"fingerprint":"([0-9a-f]{64})","name":"([A-Za-z_][A-Za-z0-9_]{0,127})"')
+_IDENTITY_MARK = '"fingerprint":"'
+_IDENTITY = re.compile(_IDENTITY_MARK + r'([0-9a-f]{64})","name":"([A-Za-z_][A-Za-z0-9_]{0,127})"')
 
 
 
@@ -142,7 +143,7 @@ class CommandScheduler:
         self.quota = quota
         self._new_session = session_ids
         self._sessions: dict[str, str] = {}
-        self._recorded: set[tuple[str, str]] = set()  # (world id, fingerprint) this process recorded
+        self._recorded: dict[str, set[str]] = {}  # world id -> the fingerprints this process recorded there
 
     def session(self, world_id: str) -> str:
         """This incarnation's session for a world's leases."""
@@ -165,7 +166,7 @@ class CommandScheduler:
         (the world keeps the values; it only cannot list the type)."""
         fresh = {}
         for cls in classes:
-            if (world_id, cls.component_fingerprint()) in self._recorded:
+            if cls.component_fingerprint() in self._recorded.get(world_id, ()):
                 continue
             row = schema_row(cls)
             try:
@@ -180,15 +181,21 @@ class CommandScheduler:
             fresh[row["fingerprint"]] = row
         if fresh:
             await self.authority.record_components(world_id, list(fresh.values()))
-            self._recorded.update((world_id, fingerprint) for fingerprint in fresh)
+            self._recorded.setdefault(world_id, set()).update(fresh)
 
     async def record_named(self, world_id: str, texts: Iterable[str], *, admitting: bool = True) -> None:
         """Record the schemas of the loaded classes that canonical JSON `texts` name (payloads, an
-        entity's components). A type no class of this process has is left to whoever has one."""
-        named = {match for text in texts for match in _IDENTITY.findall(text)}
+        entity's components). A type no class of this process has is left to whoever has one.
+
+        This runs on every tick's write-set, so the usual answer (nothing new) is found by
+        counting: when every identity in the text is one this process recorded, nothing is parsed."""
+        joined = "".join(texts)
+        known = self._recorded.setdefault(world_id, set())
+        if joined.count(_IDENTITY_MARK) == sum(joined.count(_IDENTITY_MARK + fingerprint) for fingerprint in known):
+            return
         classes = []
-        for fingerprint, name in named:
-            if (world_id, fingerprint) in self._recorded:
+        for fingerprint, name in set(_IDENTITY.findall(joined)):
+            if fingerprint in known:
                 continue
             try:
                 classes.append(resolve_component_class(name, fingerprint))
