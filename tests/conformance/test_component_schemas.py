@@ -192,3 +192,12 @@ async def test_a_migrated_value_must_fit_the_new_schema(rt, authority, world_id)
     with pytest.raises(CommandError, match=r"\$\[0\]\.data\.x: expected number"):
         await migrate(authority, world_id, epoch, [{"entity_id": 1, "components": wrong}])
     assert (await authority.components(world_id))["migrations"] == []
+
+
+async def test_a_published_entity_records_its_types(rt, authority, world_id):
+    await rt.worlds.get(world_id)  # loaded while empty: nothing to record yet
+    await rt.dispatcher.apply(Spawn(world_id=world_id, components=[Health(hp=1), Position(x=0, y=0)]))  # direct: no admission
+    assert (await authority.components(world_id))["components"] == []
+    await rt.worlds.step(world_id)
+    listed = [(c["name"], c["fingerprint"]) for c in (await authority.components(world_id))["components"]]
+    assert listed == [("Health", Health.component_fingerprint()), ("Position", Position.component_fingerprint())]
