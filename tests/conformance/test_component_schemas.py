@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from pydantic import Field
 
 from archetype.canonical import canonical_json, digest
 from archetype.commands import (
@@ -17,7 +18,7 @@ from archetype.commands import (
     UnsupportedComponentSchemaError,
 )
 from archetype.commands.scheduler import schema_row
-from archetype.world import Spawn
+from archetype.world import Component, Spawn
 from tests.component_modules.alpha import Health, Position
 from tests.conformance.helpers import at, outbox
 
@@ -201,3 +202,20 @@ async def test_a_published_entity_records_its_types(rt, authority, world_id):
     await rt.worlds.step(world_id)
     listed = [(c["name"], c["fingerprint"]) for c in (await authority.components(world_id))["components"]]
     assert listed == [("Health", Health.component_fingerprint()), ("Position", Position.component_fingerprint())]
+
+
+class Gauge(Component):
+    """A schema with integers in it (bounds, defaults, lengths): they must cross every transport as integers."""
+
+    level: int = Field(default=3, ge=1, le=9)
+    ratio: float = 0.5
+    tags: list[str] = Field(default_factory=list, max_length=2)
+
+
+async def test_a_schema_with_integers_records_and_validates_on_every_authority(authority, world_id):
+    assert await authority.record_components(world_id, [schema_row(Gauge)]) == 1
+    (listed,) = (await authority.components(world_id))["components"]
+    assert listed["schema"] == schema_row(Gauge)["schema"] and digest(listed["schema"]) == Gauge.component_fingerprint()
+    await authority.admit(world_id, [raw_spawn(world_id, "ok", value(Gauge, level=9, tags=["a"]))])
+    with pytest.raises(InvalidComponentDataError, match=r"^\$\.components\[0\]\.data\.level: 10 breaks maximum 9"):
+        await authority.admit(world_id, [raw_spawn(world_id, "high", value(Gauge, level=10))])
