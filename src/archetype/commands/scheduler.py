@@ -17,7 +17,13 @@ from pydantic import BaseModel, ConfigDict
 
 from archetype.canonical import canonical_json, digest
 from archetype.commands.authority import Authority
-from archetype.commands.errors import CommandError, InvalidCommandError, UnsupportedComponentSchemaError
+from archetype.commands.errors import (
+    CommandError,
+    InvalidCommandError,
+    UnsupportedComponentSchemaError,
+    WorldClosingError,
+    WorldNotFoundError,
+)
 from archetype.commands.identity import command_digest
 from archetype.commands.ledger import check_components
 from archetype.commands.ledger_rows import AdmissionRow, CommandRow, ComponentSchemaRow, LeasedRow
@@ -32,6 +38,8 @@ COMMAND_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
 # A component identity in canonical JSON (sorted keys put these two side by side in a value or a
 # type reference): found in text without parsing it. A stray match in component data can only
 # name a class that is loaded anyway, whose schema is then recorded early: harmless.
+# A world that is gone or closing: the ledger call a schema step runs ahead of refuses it too.
+NOT_THERE = (WorldClosingError, WorldNotFoundError)
 _IDENTITY_MARK = '"fingerprint":"'
 _IDENTITY = re.compile(_IDENTITY_MARK + r'([0-9a-f]{64})","name":"([A-Za-z_][A-Za-z0-9_]{0,127})"')
 
@@ -180,7 +188,10 @@ class CommandScheduler:
                 continue
             fresh[row["fingerprint"]] = row
         if fresh:
-            await self.authority.record_components(world_id, list(fresh.values()))
+            try:
+                await self.authority.record_components(world_id, list(fresh.values()))
+            except NOT_THERE:
+                return  # the call this records for (admit, reserve_spawn, publish) answers that itself
             self._recorded.setdefault(world_id, set()).update(fresh)
 
     async def record_named(self, world_id: str, texts: Iterable[str], *, admitting: bool = True) -> None:
@@ -280,7 +291,10 @@ class CommandScheduler:
         """The ledger's admission check of components, run before a spawn reserves its entity id:
         a spawn the ledger would refuse reserves nothing."""
         await self.record_named(world_id, [row["payload"]])
-        recorded = (await self.authority.components(world_id))["components"]
+        try:
+            recorded = (await self.authority.components(world_id))["components"]
+        except NOT_THERE:
+            return  # reserve_spawn refuses it in turn, before reserving anything
         rows = [(c["name"], c["fingerprint"], canonical_json(c["schema"]), c["recorded_at"], c["superseded_by"]) for c in recorded]
         check_components(world_id, [(f"command {row['command_id']!r}", row["payload"])],
                          lambda fingerprints: [r for r in rows if r[1] in fingerprints])  # fmt: skip
