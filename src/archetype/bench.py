@@ -33,6 +33,7 @@ from archetype.commands.ledger_rows import AdmissionRow
 from archetype.commands.scheduler import schema_row
 from archetype.runtime import Runtime
 from archetype.world import Component, ComponentValue, Spawn, Step
+from archetype.world.commit import chunk_entries
 from local_catalog import CATALOG_FILE, open_local_authority
 
 BENCH_WORLD = "bench"
@@ -131,7 +132,7 @@ class RawLedger:
             )
             self.conn.executemany(
                 "UPDATE commands SET status = 'LEASED', lease_owner = 'raw', lease_expires_at = ?, "
-                "attempts = attempts + 1, updated_at = ? WHERE world_id = ? AND command_id = ?",
+                "attempts = attempts + 1, updated_at = ? WHERE world_id = ? AND scope = '' AND command_id = ?",
                 [(now + 30_000, now, RAW_WORLD, cid) for cid in due],
             )
 
@@ -145,13 +146,14 @@ class RawLedger:
                 "INSERT INTO ticks (world_id, tick, commit_token, manifest, published_at) VALUES (?, ?, ?, ?, ?)",
                 (RAW_WORLD, tick, f"raw-{tick}-{now}", manifest, now),
             )
+            chunks = chunk_entries((first + i, components) for i, components in enumerate(entities))
             self.conn.executemany(
-                "INSERT INTO entities (world_id, entity_id, components, updated_tick) VALUES (?, ?, ?, ?)",
-                [(RAW_WORLD, first + i, components, tick) for i, components in enumerate(entities)],
+                "INSERT INTO state_deltas (world_id, tick, part, body) VALUES (?, ?, ?, ?)",
+                [(RAW_WORLD, tick, part, chunk) for part, chunk in enumerate(chunks)],
             )
             self.conn.executemany(
                 "UPDATE commands SET status = 'APPLIED', applied_tick = ?, lease_owner = NULL, lease_expires_at = NULL, "
-                "updated_at = ? WHERE world_id = ? AND command_id = ?",
+                "updated_at = ? WHERE world_id = ? AND scope = '' AND command_id = ?",
                 [(tick, now, RAW_WORLD, cid) for cid in due],
             )
             self._events(due, "applied", "APPLIED", tick, now)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import json.encoder
 import math
 import re
 import sys
@@ -169,10 +170,32 @@ def check_canonical(value: Any, path: str = "$", *, max_depth: int = MAX_DEPTH, 
         raise NonCanonicalValueError(f"{where}: {reason}", path=where, reason=reason) from None
 
 
+# json.dumps(sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False), built
+# once: every payload, digest and component text goes through it, and json.dumps builds a
+# JSONEncoder and its C encoder anew on every call. No circular-reference markers: what it is
+# given is checked canonical first (which bounds its depth), or is a value just dumped from a
+# model, where a cycle cannot be and too deep a nesting is a RecursionError. (CPython and Pyodide
+# have the C encoder; elsewhere json's own.)
+_C_MAKE_ENCODER = getattr(json.encoder, "c_make_encoder", None)
+_C_ENCODER = (
+    None if _C_MAKE_ENCODER is None
+    else _C_MAKE_ENCODER(None, None, json.encoder.encode_basestring_ascii, None, ":", ",", True, False, False)
+)
+_PY_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+
+
+def canonical_text(value: Any) -> str:
+    """The canonical layout of `value`, unchecked: sorted keys, compact, ASCII, no NaN (ValueError;
+    TypeError for a value JSON has no form for). For a value already known canonical."""
+    if _C_ENCODER is not None:
+        return "".join(_C_ENCODER(value, 0))
+    return _PY_ENCODER.encode(value)
+
+
 def canonical_json(value: Any) -> str:
     """The canonical JSON text of `value`; raises NonCanonicalValueError for anything else."""
     check_canonical(value)
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+    return canonical_text(value)
 
 
 def sha256_hex(text: str) -> str:

@@ -11,12 +11,16 @@ import functools
 import sys
 from importlib.metadata import version
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from archetype.audit.cli import audit
+from archetype.catalog_cli import catalog
 from archetype.settings import CONFIG_ENV, ClientSettings, ConfigurationError, ServeSettings, use_config
+
+if TYPE_CHECKING:
+    from archetype.client import Client
 
 STATUSES = ["PENDING", "LEASED", "RETRYABLE", "APPLIED", "REJECTED", "DEAD_LETTER", "CANCELLED"]
 JSON = click.option("--json", "as_json", is_flag=True, help="JSON instead of a table (lists: one object per line).")
@@ -87,6 +91,10 @@ def client_options(fn: Any) -> Any:
 @click.option("--body-timeout", type=float, default=None, help="Seconds a request's head, then its body, may take to arrive (default 20).")
 @click.option("--metrics-worlds", type=int, default=None,
               help="Worlds with their own series in /metrics (default 50; the rest are summed as world='_other').")  # fmt: skip
+@click.option("--keep-ticks", type=int, default=None, help="Tick manifests kept per world (default 1000; docs/ledger.md, Retention).")
+@click.option("--idempotency-window", type=float, default=None,
+              help="Seconds a settled command id keeps replaying before it is pruned and may be reused (default 86400).")
+@click.option("--prune-interval", type=float, default=None, help="Seconds between retention runs (default 60).")
 def serve(**flags: Any) -> None:
     """Serve the HTTP API, the dashboard and /metrics over the local catalog, and step every active world."""
     from archetype.server import serve as run
@@ -102,7 +110,7 @@ def serve(**flags: Any) -> None:
 @click.option("--idempotency-key", default=None, help="Becomes the command id; resubmitting it is a replay.")
 def submit(settings: ClientSettings, world_id: str, command: str, idempotency_key: str | None) -> None:
     """Submit one command (a SubmitCommandRequest as JSON, or - for stdin) to a world."""
-    from archetype.client import submit as run
+    from archetype.client_cli import submit as run
 
     run(settings, world_id, sys.stdin.read() if command == "-" else command, idempotency_key)
 
@@ -114,20 +122,50 @@ def submit(settings: ClientSettings, world_id: str, command: str, idempotency_ke
 @JSON
 def history(settings: ClientSettings, world_id: str, status: str | None, as_json: bool) -> None:
     """Print a world's command ledger in admission order (your own commands; an operator's: everyone's)."""
-    from archetype.client import history as run
+    from archetype.client_cli import history as run
 
     run(settings, world_id, status, as_json)
 
 
-@main.command("dead-letters")
+class ListByDefault(click.Group):
+    """A group whose first subcommand is implied: `dead-letters W` is `dead-letters list W`."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and args[0] not in ctx.help_option_names:
+            args = ["list", *args]
+        return super().parse_args(ctx, args)
+
+
+@main.group("dead-letters", cls=ListByDefault)
+def dead_letters() -> None:
+    """A world's dead-lettered commands: list them (the default), redrive one."""
+
+
+@dead_letters.command("list")
 @client_options
 @click.argument("world_id")
 @JSON
-def dead_letters(settings: ClientSettings, world_id: str, as_json: bool) -> None:
-    """Print a world's dead-lettered commands with their last error (redrive is not offered: the ledger has none)."""
-    from archetype.client import history as run
+def dead_letters_list(settings: ClientSettings, world_id: str, as_json: bool) -> None:
+    """Print a world's dead-lettered commands with their last error."""
+    from archetype.client_cli import history as run
 
     run(settings, world_id, "DEAD_LETTER", as_json)
+
+
+@dead_letters.command("redrive")
+@client_options
+@click.argument("world_id")
+@click.argument("command_id")
+@click.option("--principal", default=None, help="Whose dead letter (default: your own).")
+@click.option("--trusted", is_flag=True, help="A dead letter of the trusted (in-process) scope.")
+@click.option("--idempotency-key", default=None, help="The new command's id (default <command_id>.redrive); a retry replays.")
+@JSON
+def dead_letters_redrive(settings: ClientSettings, world_id: str, command_id: str, principal: str | None, trusted: bool,
+                         idempotency_key: str | None, as_json: bool) -> None:  # fmt: skip
+    """Redrive a dead letter (operator): a new command, same operation, a fresh attempt budget, due next tick."""
+    from archetype.client_cli import redrive as run
+
+    run(settings, world_id, command_id, principal, trusted, idempotency_key, as_json)
 
 
 @main.group()
@@ -140,9 +178,9 @@ def worlds() -> None:
 @JSON
 def worlds_list(settings: ClientSettings, as_json: bool) -> None:
     """Every world with its status, tick head and audit lag (outbox_pending)."""
-    from archetype.client import WORLD_COLUMNS, print_rows, run
+    from archetype.client_cli import WORLD_COLUMNS, print_rows, rows, run
 
-    run(settings, lambda client: print_rows(client.worlds(), WORLD_COLUMNS, as_json=as_json))
+    run(settings, lambda client: print_rows(rows(client.worlds()), WORLD_COLUMNS, as_json=as_json))
 
 
 @worlds.command("create")
@@ -152,9 +190,12 @@ def worlds_list(settings: ClientSettings, as_json: bool) -> None:
 @JSON
 def worlds_create(settings: ClientSettings, name: str, world_id: str | None, as_json: bool) -> None:
     """Create a world (admin); an identical retry answers the same world."""
-    from archetype.client import print_record, run
+    from archetype.client_cli import print_record, run
 
-    run(settings, lambda client: print_record(client.create_world(name, world_id), as_json=as_json, title="created"))
+    def create(client: Client) -> None:
+        print_record(client.create_world(name, world_id=world_id).model_dump(mode="json"), as_json=as_json, title="created")
+
+    run(settings, create)
 
 
 @worlds.command("show")
@@ -163,9 +204,9 @@ def worlds_create(settings: ClientSettings, name: str, world_id: str | None, as_
 @JSON
 def worlds_show(settings: ClientSettings, world_id: str, as_json: bool) -> None:
     """One world: status, tick head, timestamps, audit lag."""
-    from archetype.client import print_record, run
+    from archetype.client_cli import print_record, run
 
-    run(settings, lambda client: print_record(client.world(world_id), as_json=as_json, title=f"world {world_id}"))
+    run(settings, lambda client: print_record(client.world(world_id).model_dump(mode="json"), as_json=as_json, title=f"world {world_id}"))
 
 
 @worlds.command("destroy")
@@ -175,11 +216,11 @@ def worlds_show(settings: ClientSettings, world_id: str, as_json: bool) -> None:
 @JSON
 def worlds_destroy(settings: ClientSettings, world_id: str, yes: bool, as_json: bool) -> None:
     """Destroy a world (admin): admission closes and its open commands become CANCELLED."""
-    from archetype.client import print_record, run
+    from archetype.client_cli import print_record, run
 
     if not yes:
         click.confirm(f"destroy world {world_id!r} and cancel its open commands?", abort=True)
-    run(settings, lambda client: print_record(client.destroy_world(world_id), as_json=as_json, title="destroyed"))
+    run(settings, lambda client: print_record(client.destroy_world(world_id).model_dump(mode="json"), as_json=as_json, title="destroyed"))
 
 
 @main.group()
@@ -195,7 +236,7 @@ def command() -> None:
 @JSON
 def command_show(settings: ClientSettings, world_id: str, command_id: str, principal: str | None, as_json: bool) -> None:
     """A command's record and its outbox trail (the audit projection's events for it)."""
-    from archetype.client import command_show as run
+    from archetype.client_cli import command_show as run
 
     run(settings, world_id, command_id, principal, as_json)
 
@@ -217,6 +258,7 @@ def bench(small: int, large: int, single: int, batches: int, repeat: int, data: 
 
 
 main.add_command(audit)
+main.add_command(catalog)
 
 if __name__ == "__main__":
     main()

@@ -1,155 +1,454 @@
-"""The public HTTP routes from the command line: `archetype submit`, `history`, `dead-letters`,
-`worlds ...` and `command show` (CPython only: httpx, rich). Each prints what the server
-answered, as a table or, with `--json`, as JSON (one object per line for lists); an error answer
-exits 1 with its code."""
+"""`archetype.Client` and `archetype.AsyncClient`: the public HTTP routes from Python (CPython only: httpx).
+
+Both run the same calls: each call below is written once, as a generator that yields the HTTP
+requests (and the pauses between retries) it needs and returns its answer; `Client` drives it
+with a blocking `httpx.Client`, `AsyncClient` with an `httpx.AsyncClient`.
+
+Every request is safe to repeat, so every request is retried the same way: a submission always
+carries an idempotency key (one is made when the caller gives none), and the retry sends the
+same key, so a command whose answer was lost is answered again as a replay, never admitted
+twice. Retried: a failed connection or an answer that never came, a 5xx other than the permanent
+ones, and a 429 that carries `Retry-After` (a rate limiter asking to come back); never any other
+4xx, so a `quota_exceeded` (no `Retry-After`: the quota of that tick is spent) is raised at once.
+Errors are the typed `CommandError` classes named by the answer's stable code
+(`archetype.commands.errors`, `archetype.api.errors`).
+
+Reads never take a world's writer: state, history and command status are the viewer routes,
+which read the published state and the ledger beside the server's own runner
+(`Runtime.open_remote` is a runner: it acquires the writer, and the server's runner then gets
+`stale_writer`).
+"""
 
 from __future__ import annotations
 
-import datetime
-import json
-import sys
-from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+import asyncio
+import random
+import time
+import uuid
+from collections.abc import Generator, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
-import click
 import httpx
-from rich.console import Console
-from rich.table import Table
 
-from archetype.commands.errors import AuditUnavailableError, CommandError
+from archetype.api.models import (
+    BatchAccepted,
+    CommandAccepted,
+    CommandView,
+    DestroyedWorld,
+    EntityView,
+    RedriveAccepted,
+    WorldView,
+)
+from archetype.commands.audit_history import AuditEvent
+from archetype.commands.errors import AuditUnavailableError, LedgerSchemaError
+from archetype.commands.http_translator import SubmitCommandRequest
+from archetype.commands.scheduler import CommandStatus
 from archetype.remote import DEFAULT_TIMEOUT_S, raise_for_error
-from archetype.settings import ClientSettings
 
+__all__ = ["AsyncClient", "Client", "RetryPolicy", "WaitTimeoutError", "WorldState"]
+
+T = TypeVar("T")
 PAGE = 500
-RECORD_COLUMNS = ["sequence", "command_id", "principal", "operation", "scheduled_tick", "status", "attempts",
-                  "max_attempts", "applied_tick", "last_error"]  # fmt: skip
-WORLD_COLUMNS = ["world_id", "name", "status", "tick_head", "outbox_pending", "created_at"]
-EVENT_COLUMNS = ["event_seq", "occurred_at", "event_type", "status", "tick", "principal"]
+# 5xx answers that a retry cannot change: the catalog is newer than the server, the server has no audit projection
+PERMANENT_5XX = frozenset({LedgerSchemaError.code, AuditUnavailableError.code})
+Command = SubmitCommandRequest | Mapping[str, Any]
 
 
-class ApiClient:
-    def __init__(self, url: str, token: str, *, timeout: float = DEFAULT_TIMEOUT_S) -> None:
-        self._http = httpx.Client(base_url=url.rstrip("/"), headers={"Authorization": f"Bearer {token}"}, timeout=timeout)
+@dataclass(frozen=True)
+class RetryPolicy:
+    """`attempts` tries in all; the n-th pause is `backoff_s * 2**n` (at most `max_backoff_s`), with
+    jitter, so clients that failed together do not come back together. A `Retry-After` of at most
+    `max_retry_after_s` is waited as given; a longer one is not waited for (the error is raised)."""
 
-    def _answer(self, response: httpx.Response) -> Any:
-        raise_for_error(response)
-        return response.json()
+    attempts: int = 5
+    backoff_s: float = 0.1
+    max_backoff_s: float = 5.0
+    max_retry_after_s: float = 60.0
 
-    def submit(self, world_id: str, request: dict[str, Any], idempotency_key: str | None = None) -> dict[str, Any]:
-        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
-        return self._answer(self._http.post(f"/worlds/{world_id}/commands", json=request, headers=headers))
+    def __post_init__(self) -> None:
+        if self.attempts < 1:
+            raise ValueError(f"a retry policy makes at least one attempt, not {self.attempts}")
 
-    def _pages(self, path: str, key: str, params: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    def backoff(self, retry: int) -> float:
+        return min(self.max_backoff_s, self.backoff_s * 2**retry) * random.uniform(0.5, 1.0)
+
+
+class WaitTimeoutError(TimeoutError):
+    """`wait()` ran out of time; `command` is the record as last read (still unsettled)."""
+
+    def __init__(self, command: CommandView, timeout: float) -> None:
+        super().__init__(f"command {command.command_id!r} is still {command.status.value} after {timeout} s")
+        self.command = command
+
+
+@dataclass(frozen=True)
+class WorldState:
+    """A world's published entities. A state of more than one page is read page by page while the
+    world runs, so `tick_head` is that of the first page and a later page may be of a later tick."""
+
+    tick_head: int
+    entities: list[EntityView]
+
+
+@dataclass(frozen=True)
+class _Request:
+    method: str
+    path: str
+    params: dict[str, Any] = field(default_factory=dict)
+    json: Any = None
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _Pause:
+    seconds: float
+
+
+Call = Generator[_Request | _Pause, Any, T]
+
+
+def new_key() -> str:
+    return f"c-{uuid.uuid4().hex}"
+
+
+def _body(command: Command) -> dict[str, Any]:
+    if isinstance(command, SubmitCommandRequest):
+        return command.model_dump(mode="json", exclude_none=True)
+    return dict(command)
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    try:
+        return max(0.0, float(response.headers["Retry-After"]))
+    except (KeyError, ValueError):
+        return None  # absent, or an HTTP date: not worth a clock comparison, raise the error
+
+
+class _Calls:
+    """The calls, written once. Each yields `_Request`s (getting the response, or a transport error
+    thrown in) and `_Pause`s, and returns its answer."""
+
+    def __init__(self, retry: RetryPolicy) -> None:
+        self.retry = retry
+
+    def _pause_before_retry(self, response: httpx.Response, retry: int) -> float | None:
+        if response.is_success:
+            return None
+        if response.status_code == 429:
+            after = _retry_after(response)
+            return after if after is not None and after <= self.retry.max_retry_after_s else None
+        if response.status_code >= 500:
+            try:
+                code = response.json().get("code")
+            except ValueError:
+                code = None  # a proxy's page, not the server's answer: worth another try
+            if code in PERMANENT_5XX:
+                return None
+            after = _retry_after(response)  # a 503 may say when to come back; longer than allowed: back off as usual
+            return after if after is not None and after <= self.retry.max_retry_after_s else self.retry.backoff(retry)
+        return None
+
+    def send(self, request: _Request) -> Call[Any]:
+        """The JSON answer of `request`, retried as the module says; the typed error of its last answer."""
+        for retry in range(self.retry.attempts):
+            last = retry == self.retry.attempts - 1
+            try:
+                response: httpx.Response = yield request
+            except httpx.TransportError:
+                if last:
+                    raise
+                yield _Pause(self.retry.backoff(retry))
+                continue
+            pause = None if last else self._pause_before_retry(response, retry)
+            if pause is None:
+                raise_for_error(response)
+                return response.json()
+            yield _Pause(pause)
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def pages(self, path: str, key: str, params: Mapping[str, Any]) -> Call[list[dict[str, Any]]]:
+        rows: list[dict[str, Any]] = []
         after = 0
         while True:
-            page = self._answer(self._http.get(path, params={**params, "after": after, "limit": PAGE}))
-            yield from page[key]
+            page = yield from self.send(_Request("GET", path, params={**params, "after": after, "limit": PAGE}))
+            rows.extend(page[key])
             if page["next_after"] is None:
-                return
+                return rows
             after = page["next_after"]
 
-    def history(self, world_id: str, status: str | None = None) -> Iterator[dict[str, Any]]:
-        return self._pages(f"/worlds/{world_id}/commands", "commands", {"status": status} if status else {})
+    def submit(self, world_id: str, command: Command, idempotency_key: str | None) -> Call[CommandAccepted]:
+        body = _body(command)
+        key = idempotency_key or body.get("command_id") or new_key()
+        request = _Request("POST", f"/worlds/{world_id}/commands", json=body, headers={"Idempotency-Key": key})
+        return CommandAccepted.model_validate((yield from self.send(request)))
 
-    def worlds(self) -> list[dict[str, Any]]:
-        return self._answer(self._http.get("/worlds"))["worlds"]
+    def submit_batch(self, world_id: str, commands: Iterable[Command], idempotency_key: str | None
+                     ) -> Call[list[CommandAccepted]]:  # fmt: skip
+        body = {"commands": [_body(command) for command in commands]}
+        request = _Request("POST", f"/worlds/{world_id}/commands:batch", json=body,
+                           headers={"Idempotency-Key": idempotency_key or new_key()})  # fmt: skip
+        return BatchAccepted.model_validate((yield from self.send(request))).commands
 
-    def world(self, world_id: str) -> dict[str, Any]:
-        return self._answer(self._http.get(f"/worlds/{world_id}"))
-
-    def create_world(self, name: str, world_id: str | None) -> dict[str, Any]:
-        return self._answer(self._http.post("/worlds", json={"name": name, "world_id": world_id}))
-
-    def destroy_world(self, world_id: str) -> dict[str, Any]:
-        return self._answer(self._http.delete(f"/worlds/{world_id}"))
-
-    def command(self, world_id: str, command_id: str, principal: str | None) -> dict[str, Any]:
+    def command(self, world_id: str, command_id: str, principal: str | None) -> Call[CommandView]:
         params = {"principal": principal} if principal else {}
-        return self._answer(self._http.get(f"/worlds/{world_id}/commands/{command_id}", params=params))
+        answer = yield from self.send(_Request("GET", f"/worlds/{world_id}/commands/{command_id}", params=params))
+        return CommandView.model_validate(answer)
 
-    def trail(self, world_id: str, command_id: str, principal: str | None) -> list[dict[str, Any]]:
-        """The command's audit events (the projection: it may lag the ledger)."""
-        params = {"command_id": command_id, **({"principal": principal} if principal else {})}
-        return list(self._pages(f"/worlds/{world_id}/audit", "events", params))
+    def redrive(self, world_id: str, command_id: str, principal: str | None, trusted: bool,
+                idempotency_key: str | None) -> Call[RedriveAccepted]:  # fmt: skip
+        # Without a key the server names the new command `<command_id>.redrive`, so a retry replays as well.
+        params: dict[str, Any] = {"principal": principal} if principal else {}
+        if trusted:
+            params["trusted"] = "true"
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+        path = f"/worlds/{world_id}/dead-letters/{command_id}/redrive"
+        return RedriveAccepted.model_validate((yield from self.send(_Request("POST", path, params=params, headers=headers))))
+
+    def wait(self, world_id: str, command_id: str, principal: str | None, timeout: float,
+             poll_s: float, max_poll_s: float) -> Call[CommandView]:  # fmt: skip
+        deadline = time.monotonic() + timeout
+        while True:
+            record = yield from self.command(world_id, command_id, principal)
+            if record.status.terminal:
+                return record
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise WaitTimeoutError(record, timeout)
+            yield _Pause(min(poll_s, left))
+            poll_s = min(max_poll_s, poll_s * 1.5)
+
+    def history(self, world_id: str, status: CommandStatus | str | None, principal: str | None
+                ) -> Call[list[CommandView]]:  # fmt: skip
+        params = {"status": CommandStatus(status).value} if status else {}
+        if principal:
+            params["principal"] = principal
+        rows = yield from self.pages(f"/worlds/{world_id}/commands", "commands", params)
+        return [CommandView.model_validate(row) for row in rows]
+
+    def audit(self, world_id: str, filters: Mapping[str, Any]) -> Call[list[AuditEvent]]:
+        params = {name: value for name, value in filters.items() if value is not None}
+        if "status" in params:
+            params["status"] = CommandStatus(params["status"]).value
+        rows = yield from self.pages(f"/worlds/{world_id}/audit", "events", params)
+        return [AuditEvent.model_validate(row) for row in rows]
+
+    def state(self, world_id: str) -> Call[WorldState]:
+        tick_head: int | None = None
+        entities: list[EntityView] = []
+        after = 0
+        while True:
+            page = yield from self.send(_Request("GET", f"/worlds/{world_id}/state", params={"after": after, "limit": PAGE}))
+            tick_head = page["tick_head"] if tick_head is None else tick_head
+            entities.extend(EntityView.model_validate(entity) for entity in page["entities"])
+            if page["next_after"] is None:
+                return WorldState(tick_head=tick_head, entities=entities)
+            after = page["next_after"]
+
+    def components(self, world_id: str) -> Call[list[dict[str, Any]]]:
+        return (yield from self.send(_Request("GET", f"/worlds/{world_id}/components")))["components"]
+
+    def worlds(self) -> Call[list[WorldView]]:
+        return [WorldView.model_validate(world) for world in (yield from self.send(_Request("GET", "/worlds")))["worlds"]]
+
+    def world(self, world_id: str) -> Call[WorldView]:
+        return WorldView.model_validate((yield from self.send(_Request("GET", f"/worlds/{world_id}"))))
+
+    def create_world(self, name: str, world_id: str | None) -> Call[WorldView]:
+        # an identical retry answers the same world, so a retried create is safe
+        answer = yield from self.send(_Request("POST", "/worlds", json={"name": name, "world_id": world_id}))
+        return WorldView.model_validate(answer)
+
+    def destroy_world(self, world_id: str) -> Call[DestroyedWorld]:
+        # re-running destroy finishes it; a retry after a lost answer reports nothing left to cancel
+        return DestroyedWorld.model_validate((yield from self.send(_Request("DELETE", f"/worlds/{world_id}"))))
+
+
+def _headers(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+class Client:
+    """The HTTP API of `archetype serve` or the Worker, blocking.
+
+    >>> with Client("http://127.0.0.1:8787", token="s3cret") as client:  # doctest: +SKIP
+    ...     accepted = client.submit("arena", {"type": "despawn", "tick": 0, "entity_id": 1})
+    ...     client.wait("arena", accepted.command_id).status
+    """
+
+    def __init__(self, url: str, *, token: str, timeout: float = DEFAULT_TIMEOUT_S, retry: RetryPolicy | None = None,
+                 transport: httpx.BaseTransport | None = None) -> None:  # fmt: skip
+        self.url = url.rstrip("/")
+        self._calls = _Calls(retry or RetryPolicy())
+        self._http = httpx.Client(base_url=self.url, headers=_headers(token), timeout=timeout, transport=transport)
+
+    def _run(self, call: Call[T]) -> T:
+        step = next(call)
+        while True:
+            try:
+                if isinstance(step, _Pause):
+                    time.sleep(step.seconds)
+                    step = call.send(None)
+                    continue
+                try:
+                    response = self._http.request(step.method, step.path, params=step.params, json=step.json,
+                                                  headers=step.headers)  # fmt: skip
+                except httpx.TransportError as exc:
+                    step = call.throw(exc)
+                    continue
+                step = call.send(response)
+            except StopIteration as done:
+                return done.value
+
+    def submit(self, world_id: str, command: Command, *, idempotency_key: str | None = None) -> CommandAccepted:
+        """Admit one command (a `SubmitCommandRequest` or its JSON). Without a key or a `command_id`
+        one is made; every retry sends the same one. A replay answers `replayed=True`."""
+        return self._run(self._calls.submit(world_id, command, idempotency_key))
+
+    def submit_batch(self, world_id: str, commands: Iterable[Command], *,
+                     idempotency_key: str | None = None) -> list[CommandAccepted]:  # fmt: skip
+        """Admit 1..1000 commands, all or nothing; an item without `command_id` is `<key>.<index>`."""
+        return self._run(self._calls.submit_batch(world_id, commands, idempotency_key))
+
+    def command(self, world_id: str, command_id: str, *, principal: str | None = None) -> CommandView:
+        return self._run(self._calls.command(world_id, command_id, principal))
+
+    def wait(self, world_id: str, command_id: str, *, principal: str | None = None, timeout: float = 30.0,
+             poll_s: float = 0.05, max_poll_s: float = 1.0) -> CommandView:  # fmt: skip
+        """The command once it settled (APPLIED, REJECTED, DEAD_LETTER or CANCELLED), polled with a
+        growing pause; `WaitTimeoutError` after `timeout` seconds."""
+        return self._run(self._calls.wait(world_id, command_id, principal, timeout, poll_s, max_poll_s))
+
+    def history(self, world_id: str, *, status: CommandStatus | str | None = None,
+                principal: str | None = None) -> list[CommandView]:  # fmt: skip
+        """The commands you may read in admission order (yours; an operator's: everyone's)."""
+        return self._run(self._calls.history(world_id, status, principal))
+
+    def dead_letters(self, world_id: str) -> list[CommandView]:
+        return self.history(world_id, status=CommandStatus.DEAD_LETTER)
+
+    def redrive(self, world_id: str, command_id: str, *, principal: str | None = None, trusted: bool = False,
+                idempotency_key: str | None = None) -> RedriveAccepted:  # fmt: skip
+        """Redrive a dead letter (operator): a new command linked to it, with a fresh attempt budget."""
+        return self._run(self._calls.redrive(world_id, command_id, principal, trusted, idempotency_key))
+
+    def audit(self, world_id: str, *, command_id: str | None = None, principal: str | None = None,
+              status: CommandStatus | str | None = None, tick_from: int | None = None,
+              tick_to: int | None = None) -> list[AuditEvent]:  # fmt: skip
+        """The audit projection's events (they may lag the ledger); `AuditUnavailableError` on the Worker."""
+        filters = dict(command_id=command_id, principal=principal, status=status, tick_from=tick_from, tick_to=tick_to)
+        return self._run(self._calls.audit(world_id, filters))
+
+    def state(self, world_id: str) -> WorldState:
+        return self._run(self._calls.state(world_id))
+
+    def components(self, world_id: str) -> list[dict[str, Any]]:
+        """The component types the world records (name, fingerprint, JSON Schema)."""
+        return self._run(self._calls.components(world_id))
+
+    def worlds(self) -> list[WorldView]:
+        return self._run(self._calls.worlds())
+
+    def world(self, world_id: str) -> WorldView:
+        return self._run(self._calls.world(world_id))
+
+    def create_world(self, name: str, *, world_id: str | None = None) -> WorldView:
+        return self._run(self._calls.create_world(name, world_id))
+
+    def destroy_world(self, world_id: str) -> DestroyedWorld:
+        return self._run(self._calls.destroy_world(world_id))
 
     def close(self) -> None:
         self._http.close()
 
+    def __enter__(self) -> Client:
+        return self
 
-def run(settings: ClientSettings, action: Callable[[ApiClient], None]) -> None:
-    client = ApiClient(settings.url, settings.require_token())
-    try:
-        action(client)
-    except CommandError as exc:
-        raise click.ClickException(f"{exc.code}: {exc.message}") from exc
-    except httpx.HTTPError as exc:
-        raise click.ClickException(f"cannot reach {settings.url}: {exc}") from exc
-    finally:
-        client.close()
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
-def console() -> Console:
-    # Piped output keeps whole lines (no folding at 80 columns): ids are 32 characters and more.
-    return Console(width=None if sys.stdout.isatty() else 250, highlight=False)
+class AsyncClient:
+    """`Client`'s calls for asyncio code: the same methods, awaited."""
 
+    def __init__(self, url: str, *, token: str, timeout: float = DEFAULT_TIMEOUT_S, retry: RetryPolicy | None = None,
+                 transport: httpx.AsyncBaseTransport | None = None) -> None:  # fmt: skip
+        self.url = url.rstrip("/")
+        self._calls = _Calls(retry or RetryPolicy())
+        self._http = httpx.AsyncClient(base_url=self.url, headers=_headers(token), timeout=timeout, transport=transport)
 
-def _cell(value: Any, column: str) -> str:
-    if value is None:
-        return "-"
-    if column.endswith("_at") and isinstance(value, int):
-        return datetime.datetime.fromtimestamp(value / 1000, datetime.UTC).isoformat(timespec="milliseconds")
-    return str(value)
+    async def _run(self, call: Call[T]) -> T:
+        step = next(call)
+        while True:
+            try:
+                if isinstance(step, _Pause):
+                    await asyncio.sleep(step.seconds)
+                    step = call.send(None)
+                    continue
+                try:
+                    response = await self._http.request(step.method, step.path, params=step.params, json=step.json,
+                                                        headers=step.headers)  # fmt: skip
+                except httpx.TransportError as exc:
+                    step = call.throw(exc)
+                    continue
+                step = call.send(response)
+            except StopIteration as done:
+                return done.value
 
+    async def submit(self, world_id: str, command: Command, *, idempotency_key: str | None = None) -> CommandAccepted:
+        return await self._run(self._calls.submit(world_id, command, idempotency_key))
 
-def print_rows(rows: Iterable[dict[str, Any]], columns: list[str], *, as_json: bool, title: str | None = None) -> None:
-    """A table of `rows`; with `as_json`, one JSON object per row and line."""
-    if as_json:
-        for row in rows:
-            click.echo(json.dumps(row))
-        return
-    table = Table(*columns, title=title, title_justify="left", header_style="bold")
-    for row in rows:
-        table.add_row(*(_cell(row.get(column), column) for column in columns))
-    console().print(table)
+    async def submit_batch(self, world_id: str, commands: Iterable[Command], *,
+                           idempotency_key: str | None = None) -> list[CommandAccepted]:  # fmt: skip
+        return await self._run(self._calls.submit_batch(world_id, commands, idempotency_key))
 
+    async def command(self, world_id: str, command_id: str, *, principal: str | None = None) -> CommandView:
+        return await self._run(self._calls.command(world_id, command_id, principal))
 
-def print_record(record: dict[str, Any], *, as_json: bool, title: str) -> None:
-    """One object as a two-column table; with `as_json`, as one JSON document."""
-    if as_json:
-        click.echo(json.dumps(record))
-        return
-    table = Table("field", "value", title=title, title_justify="left", header_style="bold", show_header=False)
-    for key, value in record.items():
-        table.add_row(key, json.dumps(value) if isinstance(value, (dict, list)) else _cell(value, key))
-    console().print(table)
+    async def wait(self, world_id: str, command_id: str, *, principal: str | None = None, timeout: float = 30.0,
+                   poll_s: float = 0.05, max_poll_s: float = 1.0) -> CommandView:  # fmt: skip
+        return await self._run(self._calls.wait(world_id, command_id, principal, timeout, poll_s, max_poll_s))
 
+    async def history(self, world_id: str, *, status: CommandStatus | str | None = None,
+                      principal: str | None = None) -> list[CommandView]:  # fmt: skip
+        return await self._run(self._calls.history(world_id, status, principal))
 
-def submit(settings: ClientSettings, world_id: str, body: str, idempotency_key: str | None) -> None:
-    try:
-        request = json.loads(body)
-    except json.JSONDecodeError as exc:
-        raise click.BadParameter(f"not JSON: {exc}", param_hint="COMMAND") from exc
-    run(settings, lambda client: click.echo(json.dumps(client.submit(world_id, request, idempotency_key))))
+    async def dead_letters(self, world_id: str) -> list[CommandView]:
+        return await self.history(world_id, status=CommandStatus.DEAD_LETTER)
 
+    async def redrive(self, world_id: str, command_id: str, *, principal: str | None = None, trusted: bool = False,
+                      idempotency_key: str | None = None) -> RedriveAccepted:  # fmt: skip
+        return await self._run(self._calls.redrive(world_id, command_id, principal, trusted, idempotency_key))
 
-def history(settings: ClientSettings, world_id: str, status: str | None, as_json: bool) -> None:
-    run(settings, lambda client: print_rows(client.history(world_id, status), RECORD_COLUMNS, as_json=as_json))
+    async def audit(self, world_id: str, *, command_id: str | None = None, principal: str | None = None,
+                    status: CommandStatus | str | None = None, tick_from: int | None = None,
+                    tick_to: int | None = None) -> list[AuditEvent]:  # fmt: skip
+        filters = dict(command_id=command_id, principal=principal, status=status, tick_from=tick_from, tick_to=tick_to)
+        return await self._run(self._calls.audit(world_id, filters))
 
+    async def state(self, world_id: str) -> WorldState:
+        return await self._run(self._calls.state(world_id))
 
-def command_show(settings: ClientSettings, world_id: str, command_id: str, principal: str | None, as_json: bool) -> None:
-    def show(client: ApiClient) -> None:
-        record = client.command(world_id, command_id, principal)
-        try:
-            trail: list[dict[str, Any]] | None = client.trail(world_id, command_id, principal or record["principal"])
-        except AuditUnavailableError:
-            trail = None  # a server without an audit projection (the Worker): the record alone
-        if as_json:
-            click.echo(json.dumps({**record, "trail": trail}))
-            return
-        print_record(record, as_json=False, title=f"command {command_id} of world {world_id}")
-        if trail is None:
-            click.echo("trail: this server has no audit projection")
-        else:
-            print_rows(trail, EVENT_COLUMNS, as_json=False, title="outbox trail (audit projection; may lag the ledger)")
+    async def components(self, world_id: str) -> list[dict[str, Any]]:
+        return await self._run(self._calls.components(world_id))
 
-    run(settings, show)
+    async def worlds(self) -> list[WorldView]:
+        return await self._run(self._calls.worlds())
+
+    async def world(self, world_id: str) -> WorldView:
+        return await self._run(self._calls.world(world_id))
+
+    async def create_world(self, name: str, *, world_id: str | None = None) -> WorldView:
+        return await self._run(self._calls.create_world(name, world_id))
+
+    async def destroy_world(self, world_id: str) -> DestroyedWorld:
+        return await self._run(self._calls.destroy_world(world_id))
+
+    async def close(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

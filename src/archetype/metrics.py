@@ -78,6 +78,8 @@ class Metrics:
                                       buckets=TICK_BUCKETS, registry=r)  # fmt: skip
         self.audit_lag = Gauge("archetype_audit_lag_events", "Outbox events not yet projected into the audit table.",
                                ["world"], registry=r)  # fmt: skip
+        self.stalled = Gauge("archetype_worlds_stalled", "Worlds whose ticks fail before they are prepared (health STALLED).",
+                             registry=r)  # fmt: skip
         self.http_seconds = Histogram("archetype_http_request_duration_seconds", "HTTP request latency.",
                                       ["method", "route", "status"], registry=r)  # fmt: skip
 
@@ -99,6 +101,7 @@ class Metrics:
             lag[label] = lag.get(label, 0) + world["next_event_seq"] - 1 - world["projected_seq"]
         for label, pending in lag.items():
             self.audit_lag.labels(label).set(pending)
+        self.stalled.set(sum(1 for world in worlds if world["status"] != "DESTROYED" and world["health"] == "STALLED"))
 
     def observe_tick(self, world_id: str, seconds: float, ok: bool) -> None:
         label = self.world(world_id)
@@ -124,6 +127,8 @@ class ObservedAuthority(Authority):
         if method == "admit":
             for admitted in result:
                 self.metrics.admissions.labels("replayed" if admitted["replayed"] else "admitted").inc()
+        elif method == "list_worlds":  # the audit projector lists them every round: lag rides along
+            self.metrics.observe_worlds(result)
         elif method == "lease":
             self.metrics.takeovers.inc(sum(1 for row in result if row["suspect"]))
         elif method == "read_outbox_columns":

@@ -44,6 +44,7 @@ class Runtime:
         return cls(HttpAuthority(url, token=token), **options)
 
     async def close(self) -> None:
+        await self.worlds.close()
         if hasattr(self.audit, "close"):
             await self.audit.close()
         await self.authority.close()

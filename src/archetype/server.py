@@ -1,5 +1,5 @@
 """`archetype serve`: the local authority, the shared HTTP application under uvicorn, and a runner
-loop stepping every ACTIVE world at a fixed tick rate, all in one process (CPython only).
+stepping the worlds that have work at a fixed tick rate, all in one process (CPython only).
 
 SIGTERM or SIGINT shuts down in order: admission closes first (admitting routes answer 503
 `shutting_down`), the tick in progress finishes, the HTTP server drains its connections, and the
@@ -34,46 +34,55 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from archetype.api import create_app
 from archetype.api.auth import TOKENS_ENV, TokenTable, TokenTableError
 from archetype.audit import AuditLog
-from archetype.commands.errors import CommandError
+from archetype.commands.errors import CommandError, WorldClosingError, WorldNotFoundError
 from archetype.dashboard import mount_dashboard
 from archetype.docs_ui import mount_docs
 from archetype.metrics import Metrics, ObservedAuthority, configure_logging, mount_metrics
+from archetype.retention import RetentionPolicy, run_retention
 from archetype.runtime import Runtime
 from archetype.settings import ConfigurationError, ServeSettings
-from archetype.world.operations import DestroyWorld, Step
+from archetype.world.operations import DestroyWorld
+from archetype.world.world import AsyncWorld
 from local_catalog import open_local_authority
+from local_catalog.writer import WriterThreadAuthority
 
 log = logging.getLogger("archetype.serve")
 
 RUNNER_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@:-]{0,127}")
 
 
-class RunnerBusyError(ConfigurationError):
-    """Another live process already runs with this runner id on this data directory."""
+class DataDirectoryBusyError(ConfigurationError):
+    """Another live `archetype serve` already runs on this data directory."""
+
+
+SERVE_LOCK = "serve.lock"
 
 
 @contextlib.contextmanager
-def runner_identity(data: Path, runner_id: str | None) -> Iterator[str]:
-    """Hold this runner's id for the life of the process.
+def hold_data_directory(data: Path, runner_id: str | None) -> Iterator[str]:
+    """Hold the data directory, and this runner's id, for the life of the process.
 
-    The id is stable across restarts (so a restarted runner takes back its own leases at once
-    and a crash is recognised as one), and exclusive: an OS lock on `<data>/runners/<id>.lock`
-    refuses a second live process with the same id. The OS drops the lock when the process dies,
-    however it dies.
+    One `serve` per data directory: two would fight over every world (each load fences the other's
+    writer), so a second one is refused by an OS lock on `<data>/serve.lock`, which the OS drops
+    when the process dies, however it dies. The runner id is stable across restarts (so a
+    restarted runner takes back its own leases at once and a crash is recognised as one).
     """
     runner_id = runner_id or f"serve@{socket.gethostname()}"
     if not RUNNER_ID_PATTERN.fullmatch(runner_id):
         raise ConfigurationError(f"--runner-id {runner_id!r} must match {RUNNER_ID_PATTERN.pattern}")
-    folder = data / "runners"
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / f"{runner_id}.lock", "a+") as handle:
+    with open(data / SERVE_LOCK, "a+") as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise RunnerBusyError(
-                f"runner {runner_id!r} is already running on {data}; stop it, or give this one another --runner-id"
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            raise DataDirectoryBusyError(
+                f"{data} is already served by {holder}; stop it, or give this one another --data"
             ) from None
         try:
+            handle.truncate(0)
+            handle.write(f"runner {runner_id!r} (pid {os.getpid()})")
+            handle.flush()
             yield runner_id
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
@@ -161,7 +170,9 @@ def set_up_modules(runtime: Runtime, modules: list[ModuleType]) -> None:
 
 def listen(host: str, port: int) -> socket.socket:
     """The listening socket, bound before anything is created on disk, so a busy port changes nothing."""
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    # IPPROTO_TCP named, not left 0: asyncio turns Nagle off only on sockets that say they are TCP,
+    # and with Nagle on every keep-alive answer after the first waited ~40 ms for a delayed ACK.
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
@@ -172,29 +183,108 @@ def listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-async def step_active_worlds(runtime: Runtime, stop: asyncio.Event, metrics: Metrics) -> None:
-    try:
-        worlds = await runtime.authority.list_worlds()
-    except Exception:
-        log.exception("could not list the worlds; trying again next tick")
-        return
-    metrics.observe_worlds(worlds)
-    for world in worlds:
-        if stop.is_set():
-            return
-        if world["status"] == "CLOSING":  # a destroy that stopped between its transactions
-            await finish_destroy(runtime, world["world_id"])
-        if world["status"] != "ACTIVE":
-            continue
-        started, ok = time.perf_counter(), False
+class WorldRunner:
+    """Steps the worlds that have work, `tick_rate` passes a second; idle worlds cost nothing.
+
+    A world ticks in a pass when it has processors or PreTick hooks (`AsyncWorld.has_systems`: stepped
+    every pass), or when one of its open commands is due. Due-ness comes from the catalog's index
+    of open commands (`pending_worlds`), never from a walk over every world. Each world's clock
+    runs at one tick per pass from when this runner first saw it, idle or not: a sleeping world
+    woken by a command steps straight to the tick its clock reached, and the empty ticks between
+    are coalesced (docs/ledger.md, *Idle worlds*). The due worlds of a pass step concurrently, so
+    their ledger calls share group commits. Every `sweep_s` the runner lists the worlds once:
+    CLOSING worlds to finish, and (when modules add processors on load) new worlds to load and see.
+    """
+
+    def __init__(self, runtime: Runtime, catalog: WriterThreadAuthority, metrics: Metrics, tick_rate: float,
+                 sweep_s: float = 10.0, concurrency: int = 256) -> None:  # fmt: skip
+        self.runtime, self.catalog, self.metrics = runtime, catalog, metrics
+        self.interval, self.sweep_s = 1.0 / tick_rate, sweep_s
+        self.passes = 0
+        self.clocks: dict[str, tuple[int, int]] = {}  # world -> (its tick head, the pass it was at then)
+        self.ticking: set[str] = set()  # worlds with systems
+        self._slots = asyncio.Semaphore(concurrency)
+        self._loads_systems = bool(runtime.worlds.on_load)  # modules add processors: a world must be seen
+        runtime.worlds.on_load.append(self._loaded)  # after the modules' callbacks: it sees what they added
+
+    def _loaded(self, world: AsyncWorld) -> None:
+        if world.has_systems:
+            self.ticking.add(world.world_id)
+
+    def tick_of(self, world_id: str, tick_head: int) -> int:
+        """The tick this world's clock is at in this pass."""
+        head, seen = self.clocks.setdefault(world_id, (tick_head, self.passes - 1))
+        return head + self.passes - seen
+
+    async def run(self, stop: asyncio.Event) -> None:
+        loop = asyncio.get_running_loop()
+        swept = -self.sweep_s
+        while not stop.is_set():
+            started = loop.time()
+            if started - swept >= self.sweep_s:
+                swept = started
+                await self.sweep(stop)
+            self.passes += 1
+            await self.run_pass(stop)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=max(0.0, self.interval - (loop.time() - started)))
+
+    async def sweep(self, stop: asyncio.Event) -> None:
         try:
-            await runtime.dispatcher.apply(Step(world_id=world["world_id"]))
-            ok = True
-        except CommandError as exc:  # fenced, closing or destroyed meanwhile: the host reloads it next tick
-            log.warning("world %s not stepped: %s: %s", world["world_id"], exc.code, exc.message)
+            worlds = await self.runtime.authority.list_worlds()
         except Exception:
-            log.exception("world %s failed its tick; it is retried next tick", world["world_id"])
-        metrics.observe_tick(world["world_id"], time.perf_counter() - started, ok)
+            log.exception("could not list the worlds; trying again at the next sweep")
+            return
+        unseen = []
+        for world in worlds:
+            if stop.is_set():
+                return
+            if world["status"] == "CLOSING":  # a destroy that stopped between its transactions
+                await finish_destroy(self.runtime, world["world_id"])
+            elif world["status"] == "ACTIVE" and self._loads_systems and world["world_id"] not in self.clocks:
+                self.clocks[world["world_id"]] = (world["tick_head"], self.passes)  # the next pass runs head + 1
+                unseen.append(world["world_id"])
+        await asyncio.gather(*(self._see(world_id) for world_id in unseen))
+
+    async def _see(self, world_id: str) -> None:
+        """Load a world to learn whether the modules give it systems (concurrently: loads share commits)."""
+        async with self._slots:
+            with contextlib.suppress(Exception):  # a world that cannot load now is retried when it is due
+                await self.runtime.worlds.get(world_id)
+
+    async def run_pass(self, stop: asyncio.Event) -> None:
+        try:
+            pending = await self.catalog.pending_worlds()
+        except Exception:
+            log.exception("could not read the due worlds; trying again next tick")
+            return
+        due: dict[str, int] = {}
+        for world in pending:
+            if world["status"] == "CLOSING":
+                await finish_destroy(self.runtime, world["world_id"])
+            elif world["status"] == "ACTIVE" and world["next_tick"] <= self.tick_of(world["world_id"], world["tick_head"]):
+                due[world["world_id"]] = self.tick_of(world["world_id"], world["tick_head"])
+        for world_id in self.ticking - due.keys():
+            due[world_id] = self.tick_of(world_id, -1)
+        due = {world_id: tick for world_id, tick in due.items() if self.runtime.worlds.retry_due(world_id)}
+        if not stop.is_set():
+            await asyncio.gather(*(self.step(world_id, tick) for world_id, tick in due.items()))
+
+    async def step(self, world_id: str, tick: int) -> None:
+        async with self._slots:
+            started, ok = time.perf_counter(), False
+            try:
+                receipt = await self.runtime.worlds.step(world_id, tick)
+                self.clocks[world_id] = (receipt.tick, self.passes)
+                ok = True
+            except (WorldClosingError, WorldNotFoundError):
+                self.ticking.discard(world_id)
+                self.clocks.pop(world_id, None)
+            except CommandError as exc:  # fenced, or leases taken over: the host reloads it next tick
+                log.warning("world %s not stepped: %s: %s", world_id, exc.code, exc.message)
+            except Exception:
+                pass  # the world host recorded it (STALLED), logged it (rate-limited) and backs off
+            self.metrics.observe_tick(world_id, time.perf_counter() - started, ok)
 
 
 async def finish_destroy(runtime: Runtime, world_id: str) -> None:
@@ -202,16 +292,6 @@ async def finish_destroy(runtime: Runtime, world_id: str) -> None:
         await runtime.dispatcher.apply(DestroyWorld(world_id=world_id))
     except Exception:
         log.exception("could not finish destroying world %s; trying again next tick", world_id)
-
-
-async def run_worlds(runtime: Runtime, stop: asyncio.Event, tick_rate: float, metrics: Metrics) -> None:
-    loop = asyncio.get_running_loop()
-    interval = 1.0 / tick_rate
-    while not stop.is_set():
-        started = loop.time()
-        await step_active_worlds(runtime, stop, metrics)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), timeout=max(0.0, interval - (loop.time() - started)))
 
 
 async def serve(config: ServeSettings) -> None:
@@ -222,7 +302,7 @@ async def serve(config: ServeSettings) -> None:
     sock = listen(config.host, config.port)
     try:
         config.data.mkdir(parents=True, exist_ok=True)
-        with runner_identity(config.data, config.runner_id) as runner_id:
+        with hold_data_directory(config.data, config.runner_id) as runner_id:
             if generated:
                 print(f"no token table given; admin token for this run: {generated}", file=sys.stderr, flush=True)
             await _serve(config, runner_id, tokens, modules, sock)
@@ -232,7 +312,9 @@ async def serve(config: ServeSettings) -> None:
 
 async def _serve(config: ServeSettings, runner_id: str, tokens: TokenTable, modules: list[ModuleType], sock: socket.socket) -> None:
     metrics = Metrics(config.metrics_worlds)
-    authority = ObservedAuthority(open_local_authority(config.data, synchronous=config.synchronous), metrics)
+    catalog = open_local_authority(config.data, synchronous=config.synchronous)
+    assert isinstance(catalog, WriterThreadAuthority)  # serve runs on CPython, which has threads
+    authority = ObservedAuthority(catalog, metrics)
     runtime = Runtime(authority, owner=runner_id, audit=AuditLog.open_local(config.data, authority))
     set_up_modules(runtime, modules)
     app = create_app(authority, registry=runtime.registry, tokens=tokens, quota=config.quota, worlds=runtime.worlds,
@@ -258,12 +340,14 @@ async def _serve(config: ServeSettings, runner_id: str, tokens: TokenTable, modu
     host, port = server.servers[0].sockets[0].getsockname()[:2]
     print(json.dumps({"serving": f"http://{host}:{port}", "data": str(config.data)}), flush=True)
 
-    runner = asyncio.create_task(run_worlds(runtime, stop, config.tick_rate, metrics))
+    runner = asyncio.create_task(WorldRunner(runtime, catalog, metrics, config.tick_rate).run(stop))
     projector = asyncio.create_task(runtime.audit.run_forever(stop))
+    retention = asyncio.create_task(run_retention(authority, RetentionPolicy.of(config), stop, config.prune_interval))
     await stop.wait()
     app.state.admission.close()
     await runner
     await projector
+    await retention
     server.should_exit = True
     await serving
     await runtime.close()

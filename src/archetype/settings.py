@@ -27,6 +27,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from archetype.api import DEFAULT_QUOTA
 from archetype.api.limits import DEFAULT_BODY_TIMEOUT_S
+from archetype.commands.ledger import DEFAULT_IDEMPOTENCY_WINDOW_MS, DEFAULT_KEEP_TICKS
 
 CONFIG_ENV = "ARCHETYPE_CONFIG"
 DEFAULT_CONFIG = Path("archetype.toml")
@@ -107,3 +108,7 @@ class ServeSettings(_Settings):
     log_format: Literal["text", "json"] = "text"
     body_timeout: float = Field(default=DEFAULT_BODY_TIMEOUT_S, gt=0, le=3600)
     metrics_worlds: int = Field(default=50, ge=0, le=10_000)
+    # retention (docs/ledger.md, "Retention")
+    keep_ticks: int = Field(default=DEFAULT_KEEP_TICKS, ge=1)
+    idempotency_window: float = Field(default=DEFAULT_IDEMPOTENCY_WINDOW_MS / 1000, ge=0)  # seconds
+    prune_interval: float = Field(default=60.0, gt=0, le=86_400)  # seconds

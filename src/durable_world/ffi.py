@@ -7,14 +7,13 @@ plain Python. Everything else in durable_world works on plain Python values.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 try:
-    from js import Object
-    from pyodide.ffi import to_js as _pyodide_to_js
+    from js import JSON
 except ImportError:  # CPython: values are plain Python already
-    Object = None
-    _pyodide_to_js = None
+    JSON = None
 
 
 def to_py(value: Any) -> Any:
@@ -23,10 +22,12 @@ def to_py(value: Any) -> Any:
 
 
 def to_js(value: Any) -> Any:
-    """A JSON-shaped Python value as the JS value a binding expects (dicts as plain objects)."""
-    if _pyodide_to_js is None:
+    """A JSON-shaped Python value as the JS value a binding expects: dicts as plain objects, and
+    None as null. Through JSON, because Pyodide's own `to_js` makes None `undefined`, and a JSON
+    queue message drops an undefined field: audit events reached the queue without `principal`."""
+    if JSON is None:
         return value
-    return _pyodide_to_js(value, dict_converter=Object.fromEntries)
+    return JSON.parse(json.dumps(value))
 
 
 # Pyodide hands a Python int to JavaScript as a number only below 2**53 - 1 in magnitude and as a

@@ -2,20 +2,27 @@
 
 Every method in `LEDGER_METHODS` is an RPC method taking one plain-JSON object of keyword
 arguments and answering the envelope of `durable_world.envelope`. Calls that can append outbox
-events arm the alarm, and the alarm sends the outbox to the audit Queue.
+events arm the alarm, and the alarm sends the outbox to the audit Queue. For an edge-hosted world
+(durable_world.edge) the same alarm also runs the world's tick and re-arms for the next one.
+
+One alarm, at least once: the runtime may run it again after a crash or a failed handler. That
+never repeats a tick: each tick publishes as the successor of the ledger's tick head under its own
+commit token, so a repeated alarm can only run the *next* tick, from the published state.
 """
 
 from __future__ import annotations
 
 import inspect
 import logging
+from types import ModuleType
 from typing import Any
 
-from archetype.commands.errors import CommandError, InvalidCommandError
+from archetype.commands.errors import CommandError, InvalidCommandError, WorldEdgeHostedError
 from archetype.commands.ledger import LEDGER_METHODS, Ledger
 from archetype.commands.port import Clock, SystemClock
 from durable_world.delivery import deliver_outbox
 from durable_world.directory import WorldDirectory
+from durable_world.edge import EdgeRuntime, tick_interval_ms
 from durable_world.envelope import failure, success
 from durable_world.ffi import number_or_none, to_py
 from durable_world.port import DurableObjectSqlPort
@@ -36,16 +43,25 @@ QUEUE_BINDING = "AUDIT_QUEUE"
 # Calls whose transaction may append outbox events (admission, a crash charged on lease,
 # publication, cancellation on destroy).
 EVENT_WRITERS = frozenset({"admit", "lease", "publish", "destroy"})
+# Admissions and creation may give an edge-hosted world work to do: they re-arm its tick.
+TICK_WAKERS = frozenset({"create_world", "admit"})
 # A short delay lets a burst of admissions share one batch; a failed send is retried after a pause.
 DELIVERY_DELAY_MS = 1_000
 RETRY_DELAY_MS = 10_000
 
 
 class WorldObject(DurableObject):  # type: ignore[misc]  # `workers` exists only on workerd: Any here
-    def __init__(self, ctx: Any, env: Any, clock: Clock | None = None) -> None:
+    # The user's modules (the module hook, durable_world.edge): the Worker's entry sets them from
+    # the bundle that `stage.py --module` built; tests pass `modules`.
+    MODULES: tuple[ModuleType, ...] = ()
+
+    def __init__(self, ctx: Any, env: Any, clock: Clock | None = None,
+                 modules: tuple[ModuleType, ...] | None = None) -> None:  # fmt: skip
         super().__init__(ctx, env)
         self.clock = clock or SystemClock()
         self.ledger = Ledger(DurableObjectSqlPort(ctx.storage), self.clock)
+        self.edge = EdgeRuntime(self.ledger, self.MODULES if modules is None else modules)
+        self.tick_interval_ms = tick_interval_ms(env)
 
     async def _call(self, method: str, args: Any) -> dict[str, Any]:
         args = to_py(args) if args is not None else {}
@@ -57,6 +73,10 @@ class WorldObject(DurableObject):  # type: ignore[misc]  # `workers` exists only
                 inspect.signature(ledger_method).bind(**args)
             except TypeError as exc:
                 raise InvalidCommandError(f"bad arguments for {method}: {exc}") from None
+            if method == "acquire_writer" and self.edge.hosts(args["world_id"]):
+                raise WorldEdgeHostedError(
+                    f"world {args['world_id']!r} is stepped by its Durable Object; a remote runner cannot take its writer"
+                )
             if method == "destroy":
                 # Armed before the destroy starts: if the object dies between its transactions,
                 # the alarm finishes it (alarms survive restarts; see `alarm`).
@@ -66,6 +86,10 @@ class WorldObject(DurableObject):  # type: ignore[misc]  # `workers` exists only
             return failure(exc)
         if method in EVENT_WRITERS:
             await self._schedule_delivery(args["world_id"])
+        if method in TICK_WAKERS and self.edge.hosts(args["world_id"]):
+            at = await self.edge.next_tick_at(args["world_id"], self.clock.now_ms(), self.tick_interval_ms)
+            if at is not None:
+                await self._arm_alarm_by(at)
         return success(result)
 
     async def _schedule_delivery(self, world_id: str) -> None:
@@ -73,8 +97,15 @@ class WorldObject(DurableObject):  # type: ignore[misc]  # `workers` exists only
             await self._arm_alarm(DELIVERY_DELAY_MS)
 
     async def _arm_alarm(self, delay_ms: int) -> None:
+        """Arm the alarm `delay_ms` from now unless one is set (a pending retry keeps its pause)."""
         if number_or_none(await self.ctx.storage.getAlarm()) is None:
             await self.ctx.storage.setAlarm(self.clock.now_ms() + delay_ms)
+
+    async def _arm_alarm_by(self, at_ms: int) -> None:
+        """The alarm fires at `at_ms` or sooner: an alarm already set sooner stays."""
+        current = number_or_none(await self.ctx.storage.getAlarm())
+        if current is None or current > at_ms:
+            await self.ctx.storage.setAlarm(at_ms)
 
     # -- the directory object's RPC (durable_world.directory; only the object named DIRECTORY gets these) --
     async def directory_register(self, args: Any = None) -> dict[str, Any]:
@@ -105,9 +136,34 @@ class WorldObject(DurableObject):  # type: ignore[misc]  # `workers` exists only
         for world in worlds:
             if world["status"] == "CLOSING":  # a destroy interrupted between its transactions
                 self.ledger.destroy(world["world_id"])
+        wake = [
+            await self._tick(w["world_id"])
+            for w in worlds
+            if w["status"] == "ACTIVE" and self.edge.hosts(w["world_id"])
+        ]
+        wake.append(await self._deliver(worlds))
+        due = [at for at in wake if at is not None]
+        if due:
+            await self._arm_alarm_by(min(due))
+
+    async def _tick(self, world_id: str) -> int | None:
+        """Run one tick of an edge-hosted world; answer when the next one is due (None: idle)."""
+        try:
+            await self.edge.step(world_id)
+        except CommandError as exc:  # closing or destroyed meanwhile: the host dropped it
+            log.warning("world %s not stepped: %s: %s", world_id, exc.code, exc.message)
+            return None
+        except Exception:
+            # Handled here, not left to the runtime's bounded alarm retries: the world keeps ticking.
+            log.exception("world %s failed its tick; it is retried in %d ms", world_id, self.tick_interval_ms)
+            return self.clock.now_ms() + self.tick_interval_ms
+        return await self.edge.next_tick_at(world_id, self.clock.now_ms(), self.tick_interval_ms)
+
+    async def _deliver(self, worlds: list[Any]) -> int | None:
+        """Send the audit outbox; answer when delivery must run again (None: all sent)."""
         queue = self._queue()
         if queue is None:
-            return
+            return None
         more = False
         for world in worlds:
             try:
@@ -116,10 +172,8 @@ class WorldObject(DurableObject):  # type: ignore[misc]  # `workers` exists only
                 # Handled here rather than left to the runtime's bounded alarm retries, so unsent
                 # events are never stranded: the alarm stays armed until the queue takes them.
                 log.exception("audit delivery of world %s failed; retrying in %d ms", world["world_id"], RETRY_DELAY_MS)
-                await self.ctx.storage.setAlarm(self.clock.now_ms() + RETRY_DELAY_MS)
-                return
-        if more:
-            await self.ctx.storage.setAlarm(self.clock.now_ms())
+                return self.clock.now_ms() + RETRY_DELAY_MS
+        return self.clock.now_ms() if more else None
 
 
 def _rpc_method(method: str) -> Any:

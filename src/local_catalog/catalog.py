@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from archetype.commands.authority import InProcessAuthority
 from archetype.commands.ledger import Ledger
 from archetype.commands.port import Clock, SystemClock
 from local_catalog.port import SqliteSqlPort
+from local_catalog.writer import WriterThreadAuthority
 
 CATALOG_FILE = "catalog.sqlite3"
 
@@ -16,4 +18,7 @@ def open_local_authority(directory: str | Path, *, clock: Clock | None = None, s
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     port = SqliteSqlPort(directory / CATALOG_FILE, synchronous=synchronous)
-    return InProcessAuthority(Ledger(port, clock or SystemClock()), close=port.close)
+    ledger = Ledger(port, clock or SystemClock())
+    if sys.platform == "emscripten":  # Pyodide has no threads: its ledger calls run in-process, on the loop
+        return InProcessAuthority(ledger, close=port.close)
+    return WriterThreadAuthority(ledger, port)

@@ -52,5 +52,40 @@ class SqliteSqlPort:
             raise
         return result
 
+    def group(self, calls: Sequence[Callable[[], T]]) -> list[T | Exception]:
+        """Run several calls as one transaction, one commit (group commit): each call inside its
+        own savepoint, so a call that raises rolls back only its own writes and answers its own
+        exception, never its neighbours'. Every result exists only once the commit did; a failed
+        commit fails them all. A call alone runs as it is: its own transactions (destroy's several)."""
+        if len(calls) == 1:
+            try:
+                return [calls[0]()]
+            except Exception as exc:
+                return [exc]
+        self._conn.execute("BEGIN IMMEDIATE")
+        self._depth += 1
+        results: list[T | Exception] = []
+        try:
+            for call in calls:
+                self._conn.execute("SAVEPOINT call")
+                try:
+                    results.append(call())
+                except Exception as exc:
+                    self._conn.execute("ROLLBACK TO call")
+                    results.append(exc)
+                self._conn.execute("RELEASE call")
+        except BaseException:
+            self._depth -= 1
+            self._conn.execute("ROLLBACK")
+            raise
+        self._depth -= 1
+        try:
+            self._conn.execute("COMMIT")
+        except BaseException:
+            if self._conn.in_transaction:
+                self._conn.execute("ROLLBACK")
+            raise
+        return results
+
     def close(self) -> None:
         self._conn.close()

@@ -5,8 +5,9 @@ Env bindings (wrangler.toml): WORLDS, the Durable Object namespace of `WorldObje
 the Queue the objects' alarms send audit events to; ARCHETYPE_TOKENS, a secret holding the bearer
 token table (`{"<token>": {"principal": ..., "roles": [...]}}`).
 
-`WorldObject` is re-exported here because the runtime looks a Durable Object class up by name
-among the main module's exports.
+`WorldObject` is defined here because the runtime looks a Durable Object class up by name among
+the main module's exports; this one carries the user's modules the bundle was staged with
+(worker.modules), so edge-hosted worlds step with their processors.
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ from typing import Any
 
 from archetype.api import TokenTable, create_app
 from archetype.api.auth import TOKENS_ENV
-from durable_world import DurableObjectAuthority, WorldObject
+from durable_world import DurableObjectAuthority
+from durable_world import WorldObject as _WorldObject
+from worker.modules import MODULES
 
 try:
     from workers import WorkerEntrypoint
@@ -32,6 +35,10 @@ __all__ = ["Default", "WorldObject", "build_app"]
 NAMESPACE_BINDING = "WORLDS"
 
 _app: Any = None
+
+
+class WorldObject(_WorldObject):
+    MODULES = MODULES
 
 
 def build_app(env: Any) -> Any:

@@ -6,21 +6,26 @@ staged instead: the module-level import closure of `worker.entry`, copied with t
 into the output directory. Imports inside functions are not followed: in this code base they are
 the lazy doors to CPython-only modules (for example `archetype.Runtime`).
 
+The user's modules (the module hook of docs/deployment.md, the same modules `archetype serve
+--module` imports): `--module NAME` (repeatable) stages each named module's import closure too,
+found under src/ or the working directory as `serve` finds it, and writes the bundle's
+worker/modules.py to import them, so the Durable Objects run their components and processors.
+
 Packages: a Python Worker gets its third-party packages from `python_modules/` beside
 wrangler.toml, a site-packages tree that wrangler uploads with the bundle (the directory
 `pywrangler sync` fills). Here it is unpacked from the pinned, hashed Pyodide wheels of
 requirements-pyodide.lock, which `./dev setup` downloads into .pyodide-wheels/.
 
-    python3 src/worker/stage.py build/worker
+    python3 src/worker/stage.py build/worker [--module game ...]
 """
 
 from __future__ import annotations
 
+import argparse
 import ast
 import hashlib
 import re
 import shutil
-import sys
 import zipfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -37,18 +42,33 @@ _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)")
 _HASH = re.compile(r"--hash=sha256:([0-9a-f]{64})")
 
 
-def module_file(name: str) -> Path | None:
-    path = SRC.joinpath(*name.split("."))
-    for candidate in (path.with_suffix(".py"), path / "__init__.py"):
-        if candidate.is_file():
-            return candidate
+MODULES_FILE = Path("worker") / "modules.py"
+
+
+def module_file(name: str, roots: Sequence[Path] = (SRC,)) -> tuple[Path, Path] | None:
+    """(root, file) of the module `name` under the first root that has it."""
+    for root in roots:
+        path = root.joinpath(*name.split("."))
+        for candidate in (path.with_suffix(".py"), path / "__init__.py"):
+            if candidate.is_file():
+                return root, candidate
     return None
+
+
+def _type_checking_only(node: ast.stmt | ast.ExceptHandler) -> bool:
+    """`if TYPE_CHECKING:`: imports for the type checker, which never run."""
+    if not isinstance(node, ast.If):
+        return False
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
 
 
 def _module_level(body: Sequence[ast.stmt | ast.ExceptHandler]) -> Iterator[ast.stmt | ast.ExceptHandler]:
     """Statements that run at import time: the body, into if/try/with/class blocks, not functions."""
     for node in body:
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) or _type_checking_only(node):
             continue
         yield node
         for field in ("body", "orelse", "finalbody", "handlers"):
@@ -75,19 +95,20 @@ def imported_names(name: str, path: Path) -> set[str]:
     return names
 
 
-def closure(root: str) -> dict[str, Path]:
-    found: dict[str, Path] = {}
+def closure(root: str, roots: Sequence[Path] = (SRC,)) -> dict[str, tuple[Path, Path]]:
+    """module name -> (root, file) of every module `root` imports at module level, itself included."""
+    found: dict[str, tuple[Path, Path]] = {}
     todo = [root]
     while todo:
         name = todo.pop()
         parts = name.split(".")
         for depth in range(1, len(parts) + 1):  # importing a.b.c runs a/__init__ and a/b/__init__ first
             prefix = ".".join(parts[:depth])
-            path = module_file(prefix)
-            if path is None or prefix in found:
+            located = module_file(prefix, roots)
+            if located is None or prefix in found:
                 continue
-            found[prefix] = path
-            todo.extend(imported_names(prefix, path))
+            found[prefix] = located
+            todo.extend(imported_names(prefix, located[1]))
     return found
 
 
@@ -154,15 +175,30 @@ def vendor(target: Path = VENDOR, lock: Path = LOCK, wheels: Path = WHEELS) -> i
     return unpack(wheel_files, target)
 
 
-def stage(out: Path) -> list[Path]:
+def modules_source(modules: Sequence[str]) -> str:
+    """The bundle's worker/modules.py: imports the user's modules and lists them."""
+    lines = ['"""The modules of the user\'s code this bundle was staged with (written by src/worker/stage.py)."""', ""]
+    lines += [f"import {name}" for name in modules]
+    lines += ["", f"MODULES = ({''.join(f'{name}, ' for name in modules)})", ""]
+    return "\n".join(lines)
+
+
+def stage(out: Path, modules: Sequence[str] = ()) -> list[Path]:
+    roots = (SRC, Path.cwd())
+    found = closure(ENTRY)
+    for name in modules:
+        if module_file(name, roots) is None:
+            raise SystemExit(f"--module {name}: no such module under {SRC} or {Path.cwd()}")
+        found.update(closure(name, roots))
     if out.exists():
         shutil.rmtree(out)
     copied = []
-    for path in sorted(closure(ENTRY).values()):
-        target = out / path.relative_to(SRC)
+    for root, path in sorted(set(found.values())):
+        target = out / path.relative_to(root)
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(path, target)
         copied.append(target)
+    (out / MODULES_FILE).write_text(modules_source(modules))
     return copied
 
 
@@ -176,8 +212,13 @@ def stage_assets(out: Path = ASSETS) -> int:
 
 
 if __name__ == "__main__":
-    destination = Path(sys.argv[1] if len(sys.argv) > 1 else "build/worker")
-    staged = stage(destination)
+    parser = argparse.ArgumentParser(description="Stage the Worker bundle for wrangler.")
+    parser.add_argument("out", nargs="?", default="build/worker", type=Path)
+    parser.add_argument("--module", action="append", default=[], dest="modules",
+                        help="a module of the user's components and setup(runtime) hook (repeatable)")  # fmt: skip
+    arguments = parser.parse_args()
+    destination = arguments.out
+    staged = stage(destination, arguments.modules)
     files = vendor()
     assets = stage_assets()
     print(f"staged {len(staged)} modules of {ENTRY} into {destination}, {files} package files into {VENDOR} "

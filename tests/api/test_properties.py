@@ -21,9 +21,10 @@ from archetype.audit import AuditLog
 from archetype.commands.ledger_rows import (
     AdmissionRow,
     ComponentMigrationRow,
-    EntityWrite,
+    EntityRewrite,
     ManifestRow,
     PayloadRewrite,
+    StateWrite,
 )
 from archetype.commands.scheduler import schema_row
 from local_catalog import open_local_authority
@@ -122,7 +123,8 @@ BY_ANNOTATION = {
     # the exact wire shapes, well-typed most of the time so that calls get past validation
     "list[AdmissionRow]": st.lists(st.from_type(AdmissionRow) | dicts, max_size=3),
     "ManifestRow": st.from_type(ManifestRow) | dicts,
-    "list[EntityWrite]": st.lists(st.from_type(EntityWrite) | dicts, max_size=3),
+    "StateWrite": st.from_type(StateWrite) | dicts,
+    "list[EntityRewrite]": st.lists(st.from_type(EntityRewrite) | dicts, max_size=3),
     "list[ComponentSchemaRow]": st.lists(
         st.sampled_from([schema_row(Position)]) | st.fixed_dictionaries({"name": ids, "fingerprint": ids, "schema": dicts})
         | dicts, max_size=3,

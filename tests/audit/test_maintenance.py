@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pyarrow.parquet as pq
 import pytest
 from pyiceberg.expressions import And, EqualTo
 
 from archetype.audit.catalog import local_catalog
-from archetype.audit.maintenance import compact, expire_snapshots
+from archetype.audit.maintenance import compact, expire_snapshots, remove_orphan_files
 from archetype.audit.schema import events_to_arrow
 from archetype.audit.table import AuditTable
 from archetype.commands import GetAuditHistory
@@ -73,3 +76,31 @@ def test_expiry_keeps_the_newest_snapshots_and_the_data(table):
     assert expire_snapshots(table, older_than_ms=0, keep_last=3) == 7
     assert len(table.table.snapshots()) == 3
     assert table.scan().num_rows == 402
+
+
+def parquet_event_ids(table) -> list[str]:
+    """What a reader of the table's files sees, Iceberg metadata aside: every Parquet file under the
+    table's location, read as it is."""
+    root = Path(table.table.io.parse_location(table.table.location())[2])
+    return [i for f in sorted(root.rglob("*.parquet")) for i in pq.read_table(f, columns=["event_id"]).column(0).to_pylist()]
+
+
+def test_orphans_of_compaction_and_expiry_are_removed_so_each_event_is_on_storage_once(table):
+    events = {e.event_id for e in table.history(GetAuditHistory(world_id="w1", limit=1000))} | {"w2/1"}
+    compact(table)
+    assert expire_snapshots(table, older_than_ms=0, keep_last=1) == 11  # of 12: ten appends, the compaction's delete and append
+    before = parquet_event_ids(table)
+    assert len(before) > len(set(before)) == len(events)  # the files compaction replaced are still there
+    assert remove_orphan_files(table, older_than_ms=3_600_000) == 0  # all younger than the grace period
+    removed = remove_orphan_files(table, older_than_ms=0)
+    after = parquet_event_ids(table)
+    assert sorted(after) == sorted(events) and removed >= 9  # 9 replaced data files, plus their manifests
+    assert table.scan().num_rows == len(events)  # the table reads as before
+    assert remove_orphan_files(table, older_than_ms=0) == 0
+
+
+def test_orphan_removal_keeps_every_file_a_retained_snapshot_needs(table):
+    compact(table)
+    assert remove_orphan_files(table, older_than_ms=0) == 0  # no snapshot expired: every file is still referenced
+    for snapshot in table.table.snapshots():  # time travel to each still works
+        assert table.table.scan(snapshot_id=snapshot.snapshot_id).to_arrow().num_rows > 0

@@ -126,6 +126,16 @@ async def run_scenario(authority, clock: ManualClock) -> None:
     await a.dispatcher.apply(DestroyWorld(world_id=doomed))
     await expect(WorldClosingError, a.dispatcher.defer(Despawn(world_id=doomed, entity_id=1), at(3), command_id="late"))
 
+    # retention: the main world's events up to its first tick's settlements projected, then a
+    # prune keeping three ticks and no idempotency window removes what that allows (and no more)
+    events = await authority.read_outbox(world_id=w, limit=1000)
+    first_tick = next(e["occurred_at"] for e in events if e["event_type"] == "applied")
+    projected = max(e["event_seq"] for e in events if e["occurred_at"] <= first_tick)
+    await authority.acknowledge_outbox(world_id=w, up_to_seq=projected)
+    clock.advance(10)
+    pruned = await authority.prune(world_id=w, keep_ticks=3, idempotency_window_ms=0)
+    assert pruned["ticks"] > 0 and pruned["commands"] > 0, pruned
+
 
 async def snapshot(authority) -> str:
     """Everything the parity suite compares, as one canonical text."""

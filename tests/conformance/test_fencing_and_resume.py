@@ -79,5 +79,5 @@ async def test_a_stale_writer_can_neither_guard_nor_publish(rt, world_id, author
         "commit_token": "0" * 64,
     }  # fmt: skip
     with pytest.raises(StaleWriterError):
-        await authority.publish(world_id, "old", "s", manifest, [])
+        await authority.publish(world_id, "old", "s", manifest, {"snapshot": False, "chunks": []})
     assert (await records(rt, world_id))["c"].status == "LEASED"

@@ -89,3 +89,22 @@ async def test_a_restarted_runner_resumes_its_own_world_at_once(rt, make_runtime
     restarted = make_runtime("runner-a")  # same owner, new session: no waiting for the lease to expire
     assert await step(restarted, world_id) == 1
     assert (await records(restarted, world_id))["c"].attempts == 1
+
+
+async def test_next_due_tick_is_the_lowest_tick_of_an_open_command(rt, world_id, authority):
+    assert await authority.next_due_tick(world_id) is None  # nothing admitted
+    await rt.dispatcher.defer(spawn(world_id, 1), at(3), command_id="at-3")
+    await rt.dispatcher.defer(spawn(world_id, 2), at(1), command_id="at-1")
+    assert await authority.next_due_tick(world_id) == 1
+    await step(rt, world_id)
+    await step(rt, world_id)  # tick 1 applies at-1: settled commands no longer count
+    assert await authority.next_due_tick(world_id) == 3
+    await step(rt, world_id)
+    await step(rt, world_id)
+    assert await authority.next_due_tick(world_id) is None
+    try:
+        await authority.next_due_tick("w-nowhere")
+    except Exception as exc:
+        assert getattr(exc, "code", None) == "world_not_found"
+    else:
+        raise AssertionError("a missing world must be refused")

@@ -2,9 +2,9 @@
 
 It runs under a stable owner (`--owner`, default `crash-runner`), as `archetype serve --runner-id`
 does: a restarted runner takes its own leases back at once instead of waiting for them to expire,
-and the crash guard tells its crashes apart. Like serve, it holds the owner exclusively with an OS
-lock on `<data>/runners/<owner>.lock` (so it also excludes a serve with that runner id); a second
-live process with the same owner exits with code 2.
+and the crash guard tells its crashes apart. It holds the owner exclusively with an OS lock on
+`<data>/runners/<owner>.lock` (crash tests run several runners on one catalog, which a serve's
+`<data>/serve.lock` would refuse); a second live process with the same owner exits with code 2.
 
 The simulated calibration outage (see model.Beacon) is switched on only while the world
 materializes its due commands, so loading published state after a restart never trips it.
@@ -53,7 +53,7 @@ async def _has_open_commands(rt: Runtime, world_id: str) -> bool:
 
 
 def _hold_owner(data: str, owner: str):
-    """The same exclusive lock `archetype serve` takes for its runner id; released by the OS at death."""
+    """One live process per owner; the OS releases the lock at death."""
     folder = Path(data) / "runners"
     folder.mkdir(parents=True, exist_ok=True)
     handle = open(folder / f"{owner}.lock", "a+")

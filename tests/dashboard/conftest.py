@@ -5,6 +5,7 @@ with $ARCHETYPE_ARTIFACTS); the session prints where they went."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 from pathlib import Path
@@ -63,8 +64,8 @@ def browser():
         browser.close()
 
 
-@pytest.fixture
-def page(browser, served):
+@contextlib.contextmanager
+def page_on(browser, served: str):
     """A page that may reach only the server: any other host is refused, so nothing loads from a CDN."""
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     page = context.new_page()
@@ -73,8 +74,16 @@ def page(browser, served):
     page.on("pageerror", lambda error: page.problems.append(str(error)))
     page.route("**/*", lambda route: route.continue_() if route.request.url.startswith(served) else route.abort())
     page.on("requestfailed", lambda request: page.problems.append(f"{request.url}: {request.failure}"))
-    yield page
-    context.close()
+    try:
+        yield page
+    finally:
+        context.close()
+
+
+@pytest.fixture
+def page(browser, served):
+    with page_on(browser, served) as page:
+        yield page
 
 
 def shot(page, name: str) -> None:

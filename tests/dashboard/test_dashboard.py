@@ -5,6 +5,7 @@ the live entities (table and plot); and the API docs, offline. Each step keeps a
 from __future__ import annotations
 
 import re
+import signal
 
 import pytest
 from playwright.sync_api import expect
@@ -92,3 +93,43 @@ def test_the_dashboard_redirect_is_relative(served):
     for path in ("/", "/dashboard"):
         response = httpx.get(f"{served}{path}", headers={"Host": "evil.example"}, follow_redirects=False)
         assert (response.status_code, response.headers["location"]) == (307, "/dashboard/")
+
+
+def test_a_stalled_world_and_a_dead_letter_redriven_from_its_page(browser, tmp_path):
+    """`archetype serve --module tests.server.faulty`: world `hot` stalls (its processor raises),
+    world `cold` dead-letters a command (its hook raises Permanent); the operator sees the stall
+    and redrives the dead letter with the button."""
+    import httpx
+
+    from tests.component_modules.alpha import Position, Velocity
+    from tests.dashboard.conftest import ADMIN, PLAYER, component, page_on
+    from tests.server.test_serve import WAIT_S, start_server, wait_for
+
+    process, url = start_server(tmp_path, "--module", "tests.server.faulty")
+    try:
+        with httpx.Client(base_url=url, timeout=10) as http:
+            for world_id, value in (("hot", Position(x=1, y=1)), ("cold", Velocity(dx=-1, dy=0))):
+                assert http.post("/worlds", json={"name": world_id, "world_id": world_id}, headers=ADMIN).status_code == 201
+                spawn = {"type": "spawn", "tick": 0, "components": [component(value)]}
+                assert http.post(f"/worlds/{world_id}/commands", json=spawn,
+                                 headers={**PLAYER, "Idempotency-Key": "k"}).status_code == 202  # fmt: skip
+            wait_for(lambda: http.get("/worlds/cold/commands/k", headers=PLAYER).json()["status"] == "DEAD_LETTER", "a dead letter")
+        with page_on(browser, url) as page:
+            sign_in(page, url, "t-operator")
+            row = page.get_by_test_id("worlds").locator("tr", has_text="hot")
+            expect(row.locator("td").nth(3)).to_have_text("stalled", timeout=TIMEOUT_MS)
+            row.get_by_role("link", name="hot").click()
+            expect(page.get_by_test_id("stalled")).to_contain_text("RuntimeError: the reactor overheated", timeout=TIMEOUT_MS)
+            shot(page, "5-stalled-world")
+
+            page.goto(f"{url}/dashboard/#/worlds/cold/commands/k?principal=pat")
+            expect(page.get_by_test_id("record")).to_contain_text("Permanent: ships do not fly backwards", timeout=TIMEOUT_MS)
+            page.get_by_test_id("redrive").click()
+            record = page.get_by_test_id("record")
+            expect(record).to_contain_text("k.redrive", timeout=TIMEOUT_MS)  # the new command's page
+            expect(record.locator("tr", has_text="redriven_from")).to_contain_text("1")
+            shot(page, "6-redriven")
+            assert page.problems == []
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(WAIT_S)

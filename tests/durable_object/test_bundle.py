@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 
 from tests.pyodide.host import missing_setup, shared_host
-from worker.stage import locked_packages
+from worker.stage import locked_packages, stage
 
 ROOT = Path(__file__).resolve().parents[2]
 CPYTHON_ONLY = (
     "archetype/runtime.py", "archetype/cli.py", "archetype/demo.py", "archetype/server.py",
-    "archetype/client.py", "archetype/remote.py", "archetype/audit", "local_catalog", "worker/stage.py",
+    "archetype/client.py", "archetype/client_cli.py", "archetype/remote.py", "archetype/audit", "local_catalog", "worker/stage.py",
 )  # fmt: skip
 CPYTHON_ONLY_IMPORTS = re.compile(r"^\s*(?:from|import)\s+(httpx|pyiceberg|uvicorn|sqlite3|click)\b", re.M)
 CPYTHON_ONLY_PACKAGES = ("httpx", "uvicorn", "click", "pyiceberg", "pyarrow", "numpy", "local_catalog")
@@ -148,3 +148,18 @@ def test_the_dashboard_is_staged_as_static_assets_beside_the_worker(dry_run):
     assert all((assets / p.name).read_bytes() == p.read_bytes() for p in served.iterdir())
     _, stdout = dry_run
     assert "dashboard" not in {p.name for p in dry_run[0].rglob("*")}  # assets travel apart from the Worker's modules
+
+
+def test_the_users_module_is_staged_into_the_bundle_with_its_imports(tmp_path, monkeypatch):
+    # `stage.py --module tests.server.game`, run from the project root as wrangler's build runs it
+    monkeypatch.chdir(ROOT)
+    out = tmp_path / "worker"
+    stage(out, ["tests.server.game"])
+    found = project_modules(out)
+    assert {"tests/server/game.py", "tests/component_modules/alpha.py", "durable_world/edge.py"} <= found
+    # game.py names archetype.runtime for the type checker only: the staged closure leaves it out
+    assert sorted(m for m in found for banned in CPYTHON_ONLY if m == banned or m.startswith(banned + "/")) == []
+    modules = (out / "worker" / "modules.py").read_text()
+    assert "import tests.server.game" in modules and "MODULES = (tests.server.game, )" in modules
+    with pytest.raises(SystemExit, match="no such module"):
+        stage(tmp_path / "none", ["no_such_game"])

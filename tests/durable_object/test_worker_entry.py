@@ -45,7 +45,8 @@ def test_the_entry_exports_the_durable_object_class():
     # wrangler.toml binds class_name = "WorldObject": the runtime finds it among the entry's exports
     import durable_world
 
-    assert WorldObject is durable_world.WorldObject
+    assert issubclass(WorldObject, durable_world.WorldObject) and WorldObject.__name__ == "WorldObject"
+    assert WorldObject.MODULES == ()  # the source tree's worker.modules names none; a staged bundle's does
     assert [c.__name__ for c in Default.__mro__[1:2]] == ["WorkerEntrypoint"]
 
 

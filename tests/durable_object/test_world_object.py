@@ -89,14 +89,27 @@ async def ledger_script(authority, clock):
     ]  # fmt: skip
     manifest = {"world_id": WORLD, "tick": 0, "writer_epoch": epoch, "settlements": settlements,
                 "written_entity_ids": [reserved], "commit_token": "t0"}  # fmt: skip
-    writes = [{"entity_id": reserved, "components": '[{"name":"Position","value":{"x":1.5,"y":2}}]'}]
+    writes = {"snapshot": False, "chunks": [f'[[{reserved},[{{"name":"Position","value":{{"x":1.5,"y":2}}}}]]]']}
     stale = {**manifest, "writer_epoch": epoch - 1}
     swapped = {**manifest, "settlements": settlements[::-1]}
+    failure = {"world_id": WORLD, "owner": "runner", "session": "s2", "tick": 0, "error": "RuntimeError: hook"}
+    await call("record_tick_failure", **failure, writer_epoch=epoch - 1)  # stale_writer
+    await call("record_tick_failure", **failure, writer_epoch=epoch, release=False)  # STALLED, leases kept
+    await call("record_tick_failure", **failure, writer_epoch=epoch, release=False)  # counted, no second event
     await call("publish", world_id=WORLD, owner="runner", session="s2", manifest=stale, writes=writes)  # stale_writer
     await call("publish", world_id=WORLD, owner="runner", session="s1", manifest=manifest, writes=writes)  # lease_lost
     await call("publish", world_id=WORLD, owner="runner", session="s2", manifest=swapped, writes=writes)  # out of order
     await call("publish", world_id=WORLD, owner="runner", session="s2", manifest=manifest, writes=writes)
     await call("publish", world_id=WORLD, owner="runner", session="s2", manifest=manifest, writes=writes)  # replay
+    redrive = {"world_id": WORLD, "command_id": "c-3", "scope": "alice"}
+    await call("redrive", **redrive)  # c-3 dead-lettered: a new command
+    await call("redrive", **redrive)  # replay
+    await call("redrive", **redrive, new_command_id="c-3-other")  # already_redriven
+    await call("redrive", world_id=WORLD, command_id="c-2", scope="alice")  # not_dead_lettered
+    await call("redrive", world_id=WORLD, command_id="c-3")  # command_not_found (the trusted scope)
+    await call("lease", **{**lease, "tick": 1}, session="s2")
+    await call("release", world_id=WORLD, owner="runner", session="s2", writer_epoch=epoch)
+    await call("release", world_id=WORLD, owner="runner", session="s2", writer_epoch=epoch - 1)  # stale_writer
     await call("load_state", world_id=WORLD)
     await call("load_state", world_id=WORLD, after_entity_id=reserved)
     await call("command", world_id=WORLD, command_id="c-spawn", scope="alice")
@@ -110,6 +123,9 @@ async def ledger_script(authority, clock):
     await call("acknowledge_outbox", world_id=WORLD, up_to_seq=2)
     await call("acknowledge_outbox", world_id=WORLD, up_to_seq=999)  # invalid_command
     await call("watermark", world_id=WORLD)
+    await call("next_due_tick", world_id=WORLD)
+    await call("prune", world_id=WORLD, keep_ticks=0)  # invalid_command
+    await call("prune", world_id=WORLD, keep_ticks=1, idempotency_window_ms=0)
     await call("read_outbox", world_id=WORLD)
     await call("record_components", world_id=WORLD, components=[schema_row(Position), schema_row(Health)])
     await call("record_components", world_id=WORLD, components=[{**schema_row(Health), "fingerprint": "0" * 64}])  # unsupported
@@ -170,8 +186,9 @@ async def test_every_ledger_method_answers_like_the_local_authority(tmp_path, au
     assert called == set(LEDGER_METHODS)
     codes = {r["code"] for _, r in remote if isinstance(r, dict) and "raised" in r}
     assert codes == {"world_exists", "world_not_found", "command_conflict", "quota_exceeded", "stale_writer",
-                     "lease_lost", "invalid_command", "world_closing", "reservation_not_owned", "unsupported_schema",
-                     "invalid_component_data", "unknown_component", "migration_conflict"}  # fmt: skip
+                     "lease_lost", "invalid_command", "world_closing", "reservation_not_owned", "command_not_found",
+                     "not_dead_lettered", "already_redriven", "unsupported_schema", "invalid_component_data",
+                     "unknown_component", "migration_conflict"}  # fmt: skip
 
 
 async def test_the_worker_over_http_answers_like_the_local_authority(tmp_path):

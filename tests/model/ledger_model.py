@@ -24,6 +24,7 @@ comment starting with "AMBIGUITY", and tests/model/README.md lists them.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import itertools
 from dataclasses import dataclass, field
 from typing import Any
@@ -143,6 +144,7 @@ class Command:
     applied_tick: int | None = None
     last_error: str | None = None
     updated_at: int = 0
+    redriven_from: int | None = None  # the sequence of the dead letter this command redrives
 
     @property
     def order(self) -> tuple[int, int, int]:
@@ -168,8 +170,9 @@ class Event:
     principal: str | None
     occurred_at: int
     attempts: int
-    max_attempts: int
+    max_attempts: int | None  # None: a world's own (health) event
     error: str | None
+    since: int | None = None  # a health event: when the world stalled
 
 
 @dataclass
@@ -206,9 +209,14 @@ class World:
     next_event_seq: int = 1  # "the per-world event sequence starting at 1"
     projected_seq: int = 0
     guard: tuple[int, str] | None = None  # (sequence, session)
+    health: str = "ACTIVE"  # "World health": ACTIVE | STALLED
+    failed_attempts: int = 0
+    health_error: str | None = None
+    stalled_since: int | None = None
     commands: dict[int, Command] = field(default_factory=dict)  # by sequence
     keys: dict[tuple[str, str], int] = field(default_factory=dict)  # (scope, command id) -> sequence
     reservations: dict[tuple[str, str], tuple[int, tuple]] = field(default_factory=dict)  # -> (entity, request)
+    reserved_at: dict[tuple[str, str], int] = field(default_factory=dict)  # -> when it was reserved
     entities: dict[int, dict[str, dict]] = field(default_factory=dict)  # as of the tick head
     manifests: list[Manifest] = field(default_factory=list)
     outbox: list[Event] = field(default_factory=list)  # not yet acknowledged
@@ -216,6 +224,10 @@ class World:
     def command(self, scope: str, command_id: str) -> Command | None:
         sequence = self.keys.get((scope, command_id))
         return None if sequence is None else self.commands[sequence]
+
+    def next_due_tick(self) -> int | None:
+        """docs/ledger.md "Ordering and leasing": the lowest scheduled tick of an open command."""
+        return min((c.sub.options.tick for c in self.commands.values() if c.status in OPEN), default=None)
 
 
 class Ledger:
@@ -272,9 +284,11 @@ class Ledger:
         # AMBIGUITY: the page does not define an event's `tick`; the model uses the applied tick
         # of an applied command and the scheduled tick otherwise.
         tick = command.applied_tick if command.applied_tick is not None else command.sub.options.tick
+        # "Redrive": the first event of a redriving command is `redriven`, not `admitted`
+        event_type = "redriven" if command.status == "PENDING" and command.redriven_from is not None else EVENT_TYPE[command.status]
         world.outbox.append(Event(
             event_seq=world.next_event_seq, command_id=command.sub.command_id,
-            event_type=EVENT_TYPE[command.status], status=command.status, operation=command.sub.mutation.operation,
+            event_type=event_type, status=command.status, operation=command.sub.mutation.operation,
             tick=tick, principal=command.sub.principal, occurred_at=self.now(), attempts=command.attempts,
             max_attempts=command.sub.options.max_attempts, error=command.last_error,
         ))  # fmt: skip
@@ -295,6 +309,7 @@ class Ledger:
         entity_id = world.next_entity_id
         world.next_entity_id += 1
         world.reservations[key] = (entity_id, request)
+        world.reserved_at[key] = self.now()
         return entity_id
 
     # -- admission --
@@ -395,7 +410,7 @@ class Ledger:
         if any(m.token == manifest.token for m in world.manifests):
             return False  # "recognised by its commit token: the ledger answers already published"
         world = self.writer(world_id, manifest.writer_epoch)
-        if manifest.tick != world.tick_head + 1:
+        if manifest.tick <= world.tick_head:  # "a later tick coalesces the empty ticks between"
             raise ModelError("stale")
         for s in manifest.settlements:
             command = world.commands.get(s.sequence)
@@ -418,6 +433,8 @@ class Ledger:
                 command.status = "APPLIED"
             elif s.outcome == "rejected":
                 command.status = "REJECTED"
+            elif s.outcome == "permanent":  # the command raised Permanent: dead-lettered whatever budget is left
+                command.status = "DEAD_LETTER"
             else:  # failed: "a failed settlement ... that brings attempts to max_attempts dead-letters"
                 command.status = "DEAD_LETTER" if command.attempts >= command.sub.options.max_attempts else "RETRYABLE"
             # AMBIGUITY: the page does not say whether applied_tick/last_error keep older values;
@@ -434,7 +451,71 @@ class Ledger:
                 command.updated_at = now
         world.guard = None
         world.tick_head = manifest.tick
+        if world.health == "STALLED":  # "the next published tick makes it ACTIVE again"
+            attempts, error, since = world.failed_attempts, world.health_error, world.stalled_since
+            world.health, world.failed_attempts, world.health_error, world.stalled_since = "ACTIVE", 0, None, None
+            self._world_event(world, "world_recovered", manifest.tick, attempts, error, since)
         return True
+
+    # -- world health --
+    def _world_event(self, world: World, event_type: str, tick: int, attempts: int, error: str | None,
+                     since: int | None) -> None:  # fmt: skip
+        world.outbox.append(Event(
+            event_seq=world.next_event_seq, command_id="", event_type=event_type, status=world.health,
+            operation="tick", tick=tick, principal=None, occurred_at=self.now(), attempts=attempts,
+            max_attempts=None, error=error, since=since,
+        ))  # fmt: skip
+        world.next_event_seq += 1
+
+    def _release(self, world: World, owner: str, session: str) -> None:
+        for command in world.commands.values():
+            if command.status == "LEASED" and (command.lease_owner, command.lease_session) == (owner, session):
+                command.status = "RETRYABLE" if command.attempts > 0 else "PENDING"
+                command.clear_lease()
+                command.updated_at = self.now()
+        if world.guard is not None and world.guard[1] == session:
+            world.guard = None
+
+    def record_tick_failure(self, world_id: str, owner: str, session: str, writer_epoch: int, tick: int, release: bool) -> None:
+        world = self.writer(world_id, writer_epoch)
+        world.failed_attempts += 1
+        world.health_error = ANY_TEXT
+        if world.stalled_since is None:
+            world.stalled_since = self.now()
+        if release:
+            self._release(world, owner, session)
+        if world.health == "ACTIVE":
+            world.health = "STALLED"
+            self._world_event(world, "world_stalled", tick, world.failed_attempts, ANY_TEXT, world.stalled_since)
+
+    def release(self, world_id: str, owner: str, session: str, writer_epoch: int) -> None:
+        self._release(self.writer(world_id, writer_epoch), owner, session)
+
+    # -- redrive --
+    def redrive(self, world_id: str, scope: str, command_id: str, new_id: str) -> tuple[int, bool, int]:
+        """(sequence, replayed, redriven_from) of the command redriving a dead letter."""
+        world = self.active(world_id)
+        dead = world.command(scope, command_id)
+        if dead is None:
+            raise ModelError("command_not_found")
+        if dead.status != "DEAD_LETTER":
+            raise ModelError("not_dead_lettered")
+        earlier = [c for c in world.commands.values() if c.redriven_from == dead.sequence]
+        if earlier:
+            if earlier[0].sub.command_id != new_id:
+                raise ModelError("already_redriven")
+            return earlier[0].sequence, True, dead.sequence
+        if (scope, new_id) in world.keys or (scope, new_id) in world.reservations:
+            raise ModelError("conflict")
+        options = dataclasses.replace(dead.sub.options, tick=max(dead.sub.options.tick, world.tick_head + 1))
+        sub = dataclasses.replace(dead.sub, command_id=new_id, options=options)
+        now = self.now()
+        command = Command(sub, world_id, world.next_sequence, created_at=now, updated_at=now, redriven_from=dead.sequence)
+        world.commands[command.sequence] = command
+        world.keys[(scope, new_id)] = command.sequence
+        world.next_sequence += 1
+        self._event(world, command)
+        return command.sequence, False, dead.sequence
 
     # -- destroy --
     def destroy(self, world_id: str) -> int:
@@ -460,6 +541,37 @@ class Ledger:
         world = self.world(world_id)
         world.projected_seq = max(world.projected_seq, up_to_seq)  # never backwards
         world.outbox = [e for e in world.outbox if e.event_seq > world.projected_seq]
+
+    # -- retention --
+    def prune(self, world_id: str, keep_ticks: int, window_ms: int, limit: int) -> tuple[int, int, int, int]:
+        """"Retention": at most `limit` of each, oldest first; (ticks, commands, reservations, quota)."""
+        world = self.world(world_id)
+        if keep_ticks < 1 or window_ms < 0 or not 1 <= limit <= 100_000:
+            raise ModelError("invalid")
+        # "manifests of ticks older than the newest keep_ticks"
+        old_ticks = [m for m in world.manifests if m.tick <= world.tick_head - keep_ticks][:limit]
+        world.manifests = [m for m in world.manifests if m not in old_ticks]
+        # "settled at least the window ago, every event acknowledged": the horizon stays before
+        # the first unacknowledged event, which may be the command's own
+        horizon = self.now() - window_ms
+        if world.outbox:
+            horizon = min(horizon, world.outbox[0].occurred_at - 1)
+        prunable = [c for c in world.commands.values() if c.status in ("APPLIED", "REJECTED", "CANCELLED")
+                    and c.updated_at <= horizon]  # fmt: skip
+        # AMBIGUITY: the page says "oldest first" without a tie rule; the model breaks ties by sequence
+        gone = sorted(prunable, key=lambda c: (c.updated_at, c.sequence))[:limit]
+        for c in gone:
+            del world.commands[c.sequence]
+            del world.keys[(c.sub.scope, c.sub.command_id)]
+        # "a reservation older than the window whose command is gone or never came"
+        # (`reserved_at` is kept beside each reservation by reserve_spawn)
+        lapsed = sorted((at, key) for key, at in world.reserved_at.items()
+                        if at <= horizon and key not in world.keys)[:limit]  # fmt: skip
+        for _, key in lapsed:
+            del world.reservations[key]
+            del world.reserved_at[key]
+        # quota counters are not modelled (the machine admits without a quota): nothing to count
+        return len(old_ticks), len(gone), len(lapsed), 0
 
 
 # -- a runner: what AsyncWorld.step + CommandScheduler.materialize do, at the level of outcomes --
@@ -534,12 +646,33 @@ class Runner:
             self.loaded[world_id] = LoadedWorld(epoch, world.tick_head, copy.deepcopy(world.entities))
         return self.loaded[world_id]
 
-    def step(self, ledger: Ledger, world_id: str, faults: Faults, plans: dict[str, list]) -> int:
-        """One `Step`: the number of commands applied, or ModelError/ModelCrash."""
+    def step(self, ledger: Ledger, world_id: str, faults: Faults, plans: dict[str, list], skip: int = 0) -> int:
+        """One `Step` (`skip` empty ticks coalesced before it): the number of commands applied, or
+        ModelError/ModelCrash."""
         loaded = self.load(ledger, world_id, faults)  # a closed world: ModelError('closing'), nothing loaded
         try:
+            return self._step(ledger, world_id, loaded, faults, plans, skip)
+        except ModelError as error:
+            if error.kind not in ("stale", "lease_lost", "closing"):
+                self._failed(ledger, world_id, loaded, faults)
+            raise
+
+    def _failed(self, ledger: Ledger, world_id: str, loaded: LoadedWorld, faults: Faults) -> None:
+        """"World health": a tick that failed otherwise is recorded (its leases given back, unless a
+        prepared tick needs them); a writer fenced meanwhile is dropped."""
+        release = loaded.prepared is None
+        try:
+            faults.call("record_tick_failure", lambda: ledger.record_tick_failure(
+                world_id, self.owner, self.session(world_id), loaded.writer_epoch, loaded.tick + 1, release), release)  # fmt: skip
+        except ModelError as error:
+            if error.kind in ("stale", "lease_lost", "closing"):
+                self.drop(world_id)
+
+    def _step(self, ledger: Ledger, world_id: str, loaded: LoadedWorld, faults: Faults, plans: dict[str, list],
+              skip: int) -> int:  # fmt: skip
+        try:
             if loaded.prepared is None:
-                self._prepare(ledger, world_id, loaded, faults, plans)
+                self._prepare(ledger, world_id, loaded, faults, plans, skip)
             manifest = loaded.prepared
             assert manifest is not None
             try:
@@ -562,12 +695,12 @@ class Runner:
         return sum(1 for s in manifest.settlements if s.outcome == "applied")
 
     def _prepare(self, ledger: Ledger, world_id: str, loaded: LoadedWorld, faults: Faults,
-                 plans: dict[str, list]) -> None:  # fmt: skip
+                 plans: dict[str, list], skip: int) -> None:  # fmt: skip
         """Run the tick up to its prepared manifest. Anything failing on the way discards it
         whole: its writes, its settlements and the entity ids it took (back to the world's block;
         a block reserved meanwhile is lost to the world, the ledger counter never goes back)."""
         ids_before = loaded.ids
-        tick, session = loaded.tick + 1, self.session(world_id)
+        tick, session = loaded.tick + 1 + skip, self.session(world_id)
         try:
             # AMBIGUITY: the page does not say when a running world takes its id block; the model
             # takes one at the start of a tick when the world has none left, and a larger one
@@ -623,8 +756,10 @@ class Runner:
             kind, text = plans[label].pop(0)  # the Probe raises while its value is built
             if kind == "reject":  # LookupError, TypeError, ValueError
                 return Materialized("rejected", text)
-            if kind == "fail":  # any other Exception
+            if kind == "fail":  # any other Exception, or a Retryable
                 return Materialized("failed", text)
+            if kind == "permanent":  # a Permanent
+                return Materialized("permanent", text)
             raise ModelCrash(text)  # a BaseException: propagates untouched
 
         def current(entity_id: int) -> dict[str, dict] | None:

@@ -76,6 +76,37 @@ MUTANTS = {
         "if False:",
         "a republished manifest is not recognised by its commit token",
     ),
+    "recovery-keeps-failures": (
+        SQL,
+        "UPDATE worlds SET health = 'ACTIVE', failed_attempts = 0,",
+        "UPDATE worlds SET health = 'ACTIVE', failed_attempts = failed_attempts,",
+        "a published tick recovers the world but keeps its failed-attempt count",
+    ),
+    "redrive-event-untyped": (
+        SQL,
+        "CASE WHEN c.redriven_from IS NULL THEN 'admitted' ELSE 'redriven' END",
+        "'admitted'",
+        "a redrive's first event is `admitted`, not `redriven`",
+    ),
+    "permanent-is-retried": (
+        SQL,
+        "WHEN 'permanent' THEN 'DEAD_LETTER'",
+        "WHEN 'permanent' THEN 'RETRYABLE'",
+        "a Permanent failure is retried instead of dead-lettered",
+    ),
+    # retention
+    "prune-ignores-outbox": (
+        LEDGER,
+        "horizon = min(horizon, pending[0][0] - 1)",
+        "horizon = min(horizon, pending[0][0] + 10**9)",
+        "prune removes settled commands whose events are not acknowledged",
+    ),
+    "prune-takes-the-head": (
+        LEDGER,
+        'oldest_tick = world["tick_head"] - keep_ticks',
+        'oldest_tick = world["tick_head"] - keep_ticks + 1',
+        "prune removes one manifest too many (the head's, with keep_ticks=1)",
+    ),
 }
 
 IGNORE = shutil.ignore_patterns(".git", ".venv", "node_modules", "__pycache__", ".pytest_cache", ".hypothesis", "data")

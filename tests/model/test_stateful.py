@@ -10,7 +10,7 @@ Each rule's outcome and the ledger calls it made must agree. After every rule th
 observable ledger of each world it touched is compared: each command row, the manifests (order
 included), the published entity state (exact canonical text), the outbox (every field, timestamps
 included: model and authority read the same ManualClock), the world row; every tenth rule also
-the watermark and each principal's scope; and a few invariants are checked on the authority's
+the watermark, the next due tick and each principal's scope; and a few invariants are checked on the authority's
 answers alone (no double application, settlements in ledger order, contiguous events, APPLIED
 only through a published manifest).
 
@@ -38,11 +38,16 @@ from archetype.canonical import canonical_json
 from archetype.commands import (
     ActorCtx,
     CommandConflictError,
+    CommandNotFoundError,
     DeferredItem,
     DurableOptions,
     InvalidCommandError,
     LeaseLostError,
+    NotDeadLetteredError,
+    Permanent,
+    RedriveConflictError,
     ReservationNotOwnedError,
+    Retryable,
     Role,
     StaleWriterError,
     UnknownComponentError,
@@ -91,13 +96,21 @@ MISSING_ENTITY = 999_999  # never handed out in an example: commands naming it a
 CLASSES = {"Health": Health, "Position": Position, "Probe": Probe}
 FLOATS = (0.0, -0.0, 2.0, 1.5)  # -0.0 and 2.0 must survive as published text
 # The ledger calls whose order is compared (the ones the page names), and what of their arguments.
-TRACKED_CALLS = ("admit", "reserve_spawn", "lease", "guard", "publish", "destroy", "acquire_writer", "reserve_entity_ids")
-CALL_DETAIL = {"guard": lambda a: a["sequence"], "reserve_entity_ids": lambda a: a["count"]}
+TRACKED_CALLS = ("admit", "reserve_spawn", "lease", "guard", "publish", "destroy", "acquire_writer", "reserve_entity_ids",
+                 "record_tick_failure", "redrive")  # fmt: skip
+CALL_DETAIL = {"guard": lambda a: a["sequence"], "reserve_entity_ids": lambda a: a["count"],
+               "record_tick_failure": lambda a: a["release"]}  # fmt: skip
 FAULT_METHODS = ("admit", "reserve_spawn", "lease", "guard", "publish", "destroy")
-# what a probe can be told to raise: the policy's three classes
+
+
+class RetryableLookup(Retryable, LookupError):
+    """A command's own verdict beats the exception-type rule: retried, not rejected."""
+
+
+# what a probe can be told to raise: the policy's three classes, and the command's own verdicts
 PROBE_FAILURES = (
     ("reject", ValueError), ("reject", LookupError), ("reject", TypeError),
-    ("fail", ConnectionError), ("fail", RuntimeError),
+    ("fail", ConnectionError), ("fail", RuntimeError), ("fail", RetryableLookup), ("permanent", Permanent),
     ("base", SystemExit), ("base", KeyboardInterrupt), ("base", asyncio.CancelledError),
 )  # fmt: skip
 
@@ -171,7 +184,9 @@ def kind_of(exc: BaseException) -> str:
         (InjectedFault, "fault"), (TickOutcomeUnknownError, "unknown"), (StaleWriterError, "stale"),
         (LeaseLostError, "lease_lost"), (WorldClosingError, "closing"), (WorldNotFoundError, "not_found"),
         (CommandConflictError, "conflict"), (ReservationNotOwnedError, "reservation_not_owned"),
-        (UnknownComponentError, "unknown_component"), (InvalidCommandError, "invalid"),
+        (CommandNotFoundError, "command_not_found"), (NotDeadLetteredError, "not_dead_lettered"),
+        (RedriveConflictError, "already_redriven"), (UnknownComponentError, "unknown_component"),
+        (InvalidCommandError, "invalid"),
     ):  # fmt: skip
         if isinstance(exc, cls):
             return kind
@@ -325,8 +340,9 @@ class LedgerMachine(RuleBasedStateMachine):
             comps.append(("Position", (("x", data.draw(st.sampled_from(FLOATS))), ("y", data.draw(st.sampled_from(FLOATS))))))
         if probe:
             # retryable failures weigh three times as much: they drive retries, dead letters and
-            # released tails, the paths with the most rules
-            failures = PROBE_FAILURES + tuple(f for f in PROBE_FAILURES if f[0] == "fail") * 2
+            # released tails, the paths with the most rules; permanent ones too: the dead letters
+            # that redrives need
+            failures = PROBE_FAILURES + tuple(f for f in PROBE_FAILURES if f[0] in ("fail", "permanent")) * 2
             plan = data.draw(st.lists(st.sampled_from(failures), max_size=3))
             if data.draw(st.integers(0, 4)) == 0:  # a poison pill: kills its runner 2-4 times running
                 plan = [data.draw(st.sampled_from([f for f in PROBE_FAILURES if f[0] == "base"]))] * data.draw(st.integers(2, 4))
@@ -517,11 +533,12 @@ class LedgerMachine(RuleBasedStateMachine):
         self.admit_batch(world_id, [Submission(command_id, mutation, self._options(data, world_id), principal)])
 
     # -- runners --
-    def step_world(self, owner: str, world_id: str) -> None:
+    def step_world(self, owner: str, world_id: str, skip: int = 0) -> None:
         runner = self.runners[owner]
         answers = self.both(
-            lambda: runner.step(self.model, world_id, self.faults, self.plans),
-            self.runtimes[owner].dispatcher.apply(Step(world_id=world_id)),
+            lambda: runner.step(self.model, world_id, self.faults, self.plans, skip),
+            self.runtimes[owner].dispatcher.apply(Step(world_id=world_id)) if not skip
+            else self._step_ahead(self.runtimes[owner], world_id, skip),
         )
         if answers is not None:
             assert answers[0] == answers[1], f"commands applied: model {answers[0]}, authority {answers[1]}"
@@ -530,6 +547,17 @@ class LedgerMachine(RuleBasedStateMachine):
     def step(self, owner: str, index: int) -> None:
         self._count("step")
         self.step_world(owner, self.worlds[index])
+
+    @rule(owner=st.sampled_from(OWNERS), index=st.integers(0, 1), skip=st.integers(1, 3))
+    def step_coalescing(self, owner: str, index: int, skip: int) -> None:
+        """An idle world's runner jumps its clock: `skip` empty ticks coalesced, then a tick."""
+        self._count("step_coalescing")
+        self.step_world(owner, self.worlds[index], skip)
+
+    @staticmethod
+    async def _step_ahead(runtime: Runtime, world_id: str, skip: int) -> int:
+        world = await runtime.worlds.get(world_id)
+        return (await runtime.worlds.step(world_id, world.tick + 1 + skip)).commands_applied
 
     # Steps are the point: two more step rules make them three times as likely as any other rule.
     @rule(index=st.integers(0, 1))
@@ -581,6 +609,39 @@ class LedgerMachine(RuleBasedStateMachine):
         self.faults.arm(method, mode)
         self.armed.setdefault(method, []).append(mode)
 
+    def _dead_letters(self) -> list[tuple[str, Any]]:
+        return [(w, c) for w, c in self._commands() if c.status == "DEAD_LETTER"]
+
+    @precondition(lambda self: self._dead_letters())
+    @rule(data=st.data())
+    def redrive_dead_letter(self, data: Any) -> None:
+        """An operator redrives a dead letter (perhaps one already redriven)."""
+        self.redrive_one(data, self._dead_letters())
+
+    @precondition(lambda self: self._commands())
+    @rule(data=st.data())
+    def redrive(self, data: Any) -> None:
+        """An operator redrives any command: mostly a refusal (not a dead letter)."""
+        self.redrive_one(data, self._commands())
+
+    def redrive_one(self, data: Any, candidates: list[tuple[str, Any]]) -> None:
+        """Under one of a few keys: a new linked command, a replay, or a refusal."""
+        self._count("redrive")
+        world_id, command = data.draw(st.sampled_from(candidates))
+        scope, command_id = command.sub.scope, command.sub.command_id
+        key = data.draw(st.sampled_from((None, "r1", "r2", *COMMAND_IDS[:1])))
+        new_id = key or f"{command_id}.redrive"
+
+        def model() -> tuple:
+            return self.faults.call("redrive", lambda: self.model.redrive(world_id, scope, command_id, new_id))
+
+        answers = self.both(model, self.seam.redrive(world_id, command_id, scope, key))
+        if answers is not None:
+            expected, real = answers
+            assert (real["sequence"], real["replayed"], real["redriven_from"]) == expected
+            sub = self.model.worlds[world_id].commands[real["sequence"]].sub
+            self._digest(world_id, sub, real["digest"])
+
     # Destroy ends the doomed world for the rest of the example: only in its second half.
     @precondition(lambda self: Stats.steps - self.first_step >= STEPS // 2)
     @rule(owner=st.sampled_from(OWNERS))
@@ -611,6 +672,21 @@ class LedgerMachine(RuleBasedStateMachine):
             mark = self.run(self.ctx.authority.acknowledge_outbox(world_id, up_to))
             assert (mark["projected_seq"], mark["committed_seq"]) == (world.projected_seq, world.next_event_seq - 1)
 
+    @rule(index=st.integers(0, 1), keep_ticks=st.integers(0, 3), window_ms=st.sampled_from((0, 1_000, 60_000)),
+          limit=st.integers(1, 4))  # fmt: skip
+    def prune(self, index: int, keep_ticks: int, window_ms: int, limit: int) -> None:
+        """Retention: old manifests, settled commands past the window (their events acknowledged)
+        and lapsed reservations leave the ledger, a few at a time."""
+        self._count("prune")
+        world_id = self.worlds[index]
+        answers = self.both(lambda: self.model.prune(world_id, keep_ticks, window_ms, limit),
+                            self.seam.prune(world_id, keep_ticks, window_ms, limit))  # fmt: skip
+        if answers is not None:
+            expected, real = answers
+            assert (real["ticks"], real["commands"], real["reservations"], real["quota_rows"]) == expected
+            assert real["done"] == (max(expected) < limit)
+            Stats.saw("prune:removed" if any(expected) else "prune:nothing")
+
     # -- the comparison, after every rule --
     def compare_events(self, world_id: str, real: list[dict], expected: list) -> None:
         assert len(real) == len(expected), f"{world_id}: {len(real)} outbox events, model {len(expected)}"
@@ -628,6 +704,7 @@ class LedgerMachine(RuleBasedStateMachine):
             got = {k: r[k] for k in want}
             assert got == want, f"outbox event differs:\n authority {got}\n model     {want}"
             assert (payload["attempts"], payload["max_attempts"]) == (e.attempts, e.max_attempts), (r, e)
+            assert payload.get("since") == e.since, (r, e)
             assert error_matches(payload["error"], e.error), (r, e)
 
     def _map(self, table: dict, mine: Any, theirs: Any, what: str) -> None:
@@ -667,8 +744,10 @@ class LedgerMachine(RuleBasedStateMachine):
             "next_sequence": world.next_sequence, "next_event_seq": world.next_event_seq,
             "projected_seq": world.projected_seq, "created_at": world.created_at,
             "guard_sequence": world.guard[0] if world.guard else None,
+            "health": world.health, "failed_attempts": world.failed_attempts, "stalled_since": world.stalled_since,
         }  # fmt: skip
         got = {k: info[k] for k in want}
+        assert error_matches(info["health_error"], world.health_error), (info["health_error"], world.health_error)
         assert got == want, f"world row differs:\n authority {got}\n model     {want}"
         self._map(self.sessions, world.guard[1] if world.guard else None, info["guard_session"], "guard session")
 
@@ -683,7 +762,7 @@ class LedgerMachine(RuleBasedStateMachine):
                 "operation": sub.mutation.operation, "principal": sub.principal, "origin": "local",
                 "reserved_entity_id": c.reserved_entity_id, "status": c.status, "attempts": c.attempts,
                 "lease_owner": c.lease_owner, "lease_expires_at": c.lease_expires_at, "applied_tick": c.applied_tick,
-                "created_at": c.created_at, "updated_at": c.updated_at,
+                "created_at": c.created_at, "updated_at": c.updated_at, "redriven_from": c.redriven_from,
                 "payload": canonical_json(real_op(world_id, sub.mutation).model_dump(mode="json")),
             }  # fmt: skip
             got = {k: r[k] for k in want}
@@ -717,12 +796,14 @@ class LedgerMachine(RuleBasedStateMachine):
         check_invariants(world_id, info, rows, manifests, outbox)
 
     def compare_views(self, world_id: str) -> None:
-        """The watermark, and isolation: each principal's scope holds exactly its own commands."""
+        """The watermark, the next due tick, and isolation: each principal's scope holds exactly its own commands."""
         authority, world = self.ctx.authority, self.model.worlds[world_id]
         mark = self.run(authority.watermark(world_id))
         committed = world.next_event_seq - 1
         assert (mark["committed_seq"], mark["projected_seq"], mark["pending"]) == (
             committed, world.projected_seq, committed - world.projected_seq)
+        due = self.run(authority.next_due_tick(world_id))
+        assert due == world.next_due_tick(), f"next due tick {due}, model {world.next_due_tick()}"
         for principal in PRINCIPALS:
             scope = principal or ""
             rows = self.run(authority.history(world_id, limit=10_000, scope=scope))
@@ -737,11 +818,15 @@ class LedgerMachine(RuleBasedStateMachine):
 def check_invariants(world_id: str, info: dict, rows: list[dict], manifests: list[dict], outbox: list[dict]) -> None:
     """What must hold of any authority's answers, whatever the model says."""
     by_sequence = {r["sequence"]: r for r in rows}
-    assert [m["tick"] for m in manifests] == list(range(info["tick_head"] + 1)), "a tick without its manifest"
+    # retention keeps the newest manifests, always the tick head's; coalesced empty ticks leave gaps
+    ticks = [m["tick"] for m in manifests]
+    first = ticks[0] if ticks else info["tick_head"] + 1
+    assert ticks == sorted(set(ticks)) and ticks[-1:] == [info["tick_head"]][: len(ticks)], "ticks out of order"
+    assert manifests or info["tick_head"] == -1, "the tick head's manifest was pruned"
     settled: dict[int, list[tuple[int, str]]] = {}
     for m in manifests:
         order = [(by_sequence[s["sequence"]]["scheduled_tick"], by_sequence[s["sequence"]]["priority"], s["sequence"])
-                 for s in m["settlements"]]  # fmt: skip
+                 for s in m["settlements"] if s["sequence"] in by_sequence]  # a pruned command is not there  # fmt: skip
         assert order == sorted(order) and len(set(order)) == len(order), f"tick {m['tick']}: settlements out of order"
         for s in m["settlements"]:
             earlier = settled.setdefault(s["sequence"], [])
@@ -751,7 +836,7 @@ def check_invariants(world_id: str, info: dict, rows: list[dict], manifests: lis
         history = settled.get(r["sequence"], [])
         applied = [tick for tick, outcome in history if outcome == "applied"]
         assert len(applied) <= 1, f"#{r['sequence']} applied twice"
-        if r["status"] == "APPLIED":
+        if r["status"] == "APPLIED" and r["applied_tick"] >= first:  # its manifest is retained
             assert applied == [r["applied_tick"]], f"#{r['sequence']} APPLIED without its published manifest"
         assert len(history) <= r["attempts"] <= r["max_attempts"], f"#{r['sequence']}: attempts {r['attempts']}"
         if r["status"] in TERMINAL:

@@ -161,15 +161,17 @@ class Deployment:
     """One deployment of wrangler.toml's Worker: the WORLDS namespace running the real
     `WorldObject`, the AUDIT_QUEUE producer, the ARCHETYPE_TOKENS secret, and the `Default` entry."""
 
-    def __init__(self, *, tokens: dict[str, Any], entry: str = "worker.entry") -> None:
+    def __init__(self, *, tokens: dict[str, Any], entry: str = "worker.entry", modules: tuple[str, ...] = ()) -> None:
         self.entry = importlib.import_module(entry)
         WorldObject = self.entry.WorldObject  # the class the runtime finds among main's exports
+        # as a bundle staged with `--module` carries them (None: the entry's own worker.modules)
+        hooked = tuple(importlib.import_module(name) for name in modules) or None
 
         self.clock = HarnessClock()
         self.queue = workers_runtime.WorkerQueue.new()
         # `engine` is the seam: each object's storage engine (the workerd-backed one can replace it)
         hooks = _js_object(
-            construct=create_proxy(lambda state, env: WorldObject(state, env, clock=self.clock)),
+            construct=create_proxy(lambda state, env: WorldObject(state, env, clock=self.clock, modules=hooked)),
             invoke=create_proxy(rpc_call),
             alarm=create_proxy(alarm_call),
             engine=create_proxy(lambda: create_proxy(SqliteEngine())),
@@ -191,13 +193,14 @@ class Deployment:
 current: Deployment | None = None
 
 
-def deploy(tokens: dict[str, Any], entry: str = "worker.entry") -> dict[str, Any]:
+def deploy(tokens: dict[str, Any], entry: str = "worker.entry", modules: list[str] | None = None) -> dict[str, Any]:
     """Replace the deployment the HTTP server serves. A new deployment is a new isolate: the
     Worker's per-isolate app is dropped with the old one. `entry`:
-    the Worker's main module (`entry` in a staged bundle, whose root holds wrangler's main)."""
+    the Worker's main module (`entry` in a staged bundle, whose root holds wrangler's main);
+    `modules`: the user's modules (the module hook) the objects run."""
     global current
     importlib.import_module(entry)._app = None
-    current = Deployment(tokens=tokens, entry=entry)
+    current = Deployment(tokens=tokens, entry=entry, modules=tuple(modules or ()))
     import _pyodide_entrypoint_helper
 
     _pyodide_entrypoint_helper.cloudflareWorkersModule.env = current.env
@@ -223,7 +226,10 @@ def fail_queue(count: int = 1) -> None:
     current.queue.failNext(count)
 
 
-async def run_alarm(world_id: str) -> bool:
+async def run_alarm(world_id: str, now_ms: int | None = None) -> bool:
+    """Fire the object's alarm (at `now_ms` on the objects' clock, when given)."""
+    if now_ms is not None:
+        current.clock.now = now_ms
     return bool(await current.namespace.runAlarm(world_id))
 
 

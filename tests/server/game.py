@@ -1,7 +1,14 @@
-"""A game module for `archetype serve --module`: its components, and a processor added by `setup`."""
+"""A game module for `archetype serve --module` and the Worker bundle (`stage.py --module`): its
+components, a processor added by `setup`, and which worlds the edge steps itself."""
 
-from archetype.runtime import Runtime
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from tests.component_modules.alpha import Position, Velocity
+
+if TYPE_CHECKING:  # the Runtime is CPython's; at the edge `setup` gets an EdgeRuntime of the same shape
+    from archetype.runtime import Runtime
 
 
 def _move(world, tick, entity_id, components) -> None:
@@ -11,3 +18,8 @@ def _move(world, tick, entity_id, components) -> None:
 
 def setup(runtime: Runtime) -> None:
     runtime.worlds.on_load.append(lambda world: world.add_processor(_move, Position, Velocity))
+
+
+def edge_hosted(world_id: str) -> bool:
+    """Worlds named edge-* are stepped by their Durable Object; the rest by a runner."""
+    return world_id.startswith("edge-")

@@ -55,6 +55,18 @@ async def test_submit_history_and_dead_letters(served):
     missing = run(served, "history", "nowhere", token="t-viewer")
     assert missing.exit_code == 1 and "world_not_found" in missing.output
 
+    # redrive (operator): the player's dead letter as a new command; the same key again is a replay
+    denied = run(served, "dead-letters", "redrive", world_id, "probe", "--principal", "pat")
+    assert denied.exit_code == 1 and "permission_denied" in denied.output
+    redrive = ["dead-letters", "redrive", world_id, "probe", "--principal", "pat", "--idempotency-key", "probe-2", "--json"]
+    first, again = (json.loads(run(served, *redrive, token="t-operator").output) for _ in range(2))
+    assert (first["command_id"], first["redriven_from"]) == ("probe-2", letter["sequence"])
+    assert (first["replayed"], again["replayed"]) == (False, True)
+    other = run(served, "dead-letters", "redrive", world_id, "probe", "--principal", "pat", token="t-operator")
+    assert other.exit_code == 1 and "already_redriven" in other.output
+    table = run(served, "dead-letters", "redrive", world_id, "nope", "--principal", "pat", token="t-operator")
+    assert table.exit_code == 1 and "command_not_found" in table.output
+
 
 async def test_worlds_and_command_show(served):
     created = run(served, "worlds", "create", "arena", "--id", "a1", "--json", token="t-admin")
@@ -64,6 +76,9 @@ async def test_worlds_and_command_show(served):
     assert [w["world_id"] for w in map(json.loads, listed.output.splitlines())] == ["a1"]
     table = run(served, "worlds", "list", token="t-viewer").output
     assert "a1" in table and "arena" in table and "ACTIVE" in table and "outbox_pending" in table
+    shown = run(served, "worlds", "show", "a1", token="t-viewer")
+    assert shown.exit_code == 0 and "health" in shown.output and "ACTIVE" in shown.output
+    assert json.loads(run(served, "worlds", "show", "a1", "--json", token="t-viewer").output)["health"]["status"] == "ACTIVE"
 
     long_id = "k" * 40  # one line per row however long the ids are
     body = json.dumps({"type": "despawn", "tick": 10**6, "entity_id": 1})

@@ -597,12 +597,15 @@ class StandinEnv:
 
 
 def world_namespace(directory: Path, clock: Any, *, queue: FakeQueue | None = None,
-                    sql_engine: Callable[[DurableObjectId], Any] | None = None) -> DurableObjectNamespace:  # fmt: skip
-    """The WORLDS namespace running the real `WorldObject`, with an audit queue bound."""
+                    sql_engine: Callable[[DurableObjectId], Any] | None = None,
+                    modules: tuple[Any, ...] = ()) -> DurableObjectNamespace:  # fmt: skip
+    """The WORLDS namespace running the real `WorldObject` (with the user's `modules`, as a bundle
+    staged with `--module` carries them), with an audit queue bound."""
     from durable_world import WorldObject
 
     env = StandinEnv(AUDIT_QUEUE=queue if queue is not None else FakeQueue())
-    namespace = DurableObjectNamespace(functools.partial(WorldObject, clock=clock), env, directory, sql_engine)
+    factory = functools.partial(WorldObject, clock=clock, modules=modules)
+    namespace = DurableObjectNamespace(factory, env, directory, sql_engine)
     env.WORLDS = namespace
     return namespace
 

@@ -15,7 +15,7 @@ from fastapi import Body, Depends, FastAPI, Header, Path, Query, Request
 from fastapi.responses import JSONResponse
 
 from archetype.api.auth import Bearer, TokenTable, require
-from archetype.api.errors import CommandNotFoundError, InvalidRequestError, ShuttingDownError, install_error_handlers
+from archetype.api.errors import InvalidRequestError, ShuttingDownError, install_error_handlers
 from archetype.api.limits import DEFAULT_BODY_TIMEOUT_S, DEFAULT_MAX_BODY_BYTES, BodyLimit
 from archetype.api.models import (
     MAX_BATCH,
@@ -28,6 +28,7 @@ from archetype.api.models import (
     DestroyedWorld,
     Health,
     HistoryPage,
+    RedriveAccepted,
     StateView,
     SubmitBatchRequest,
     SubmitCommand,
@@ -40,6 +41,7 @@ from archetype.api.openapi import (
     LEDGER,
     READ_AUDIT,
     READ_COMMAND,
+    REDRIVE,
     SUBMITTING,
     WORLD_PATH,
     error_responses,
@@ -51,14 +53,16 @@ from archetype.commands.authority import Authority
 from archetype.commands.dispatcher import CommandDispatcher
 from archetype.commands.errors import (
     CommandError,
+    CommandNotFoundError,
     PermissionDeniedError,
     UnregisteredOperationError,
 )
 from archetype.commands.families import default_registry
 from archetype.commands.http_translator import translate
+from archetype.commands.identity import COMMAND_ID_PATTERN
 from archetype.commands.options import ActorCtx, Role
 from archetype.commands.registry import OperationRegistry
-from archetype.commands.scheduler import COMMAND_ID_PATTERN, CommandScheduler, CommandStatus
+from archetype.commands.scheduler import CommandScheduler, CommandStatus
 from archetype.world.operations import WORLD_ID_PATTERN, CreateWorld, DestroyWorld, Spawn
 
 # Commands one principal may have admitted for one target tick of one world (ledger-enforced).
@@ -151,7 +155,9 @@ def create_app(
     install_error_handlers(app)
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes, body_timeout_s=body_timeout_s)
 
-    viewer, player, admin = (Depends(require(role)) for role in (Role.viewer, Role.player, Role.admin))
+    viewer, player, operator, admin = (
+        Depends(require(role)) for role in (Role.viewer, Role.player, Role.operator, Role.admin)
+    )
     admitting = Depends(_admitting)
 
     @app.get("/health", response_model=Health, responses=error_responses((ShuttingDownError,), authenticated=False))
@@ -245,6 +251,19 @@ def create_app(
         )
         commands = [CommandView.of(row) for row in rows]
         return HistoryPage(commands=commands, next_after=commands[-1].sequence if len(commands) == limit else None)
+
+    @app.post("/worlds/{world_id}/dead-letters/{command_id}/redrive", status_code=202, response_model=RedriveAccepted,
+              responses=error_responses(REDRIVE))
+    async def redrive(world_id: WorldIdPath, command_id: CommandIdPath, actor: ActorCtx = operator,
+                      _: None = admitting, principal: PrincipalQuery = None, trusted: TrustedQuery = False,
+                      idempotency_key: IdempotencyKey = None) -> RedriveAccepted:  # fmt: skip
+        """Operator only. A new command redriving the dead letter `command_id` (of `principal`, or the
+        trusted scope, else the caller's own): same operation and payload, a fresh attempt budget,
+        due at the next tick; the dead record stays terminal. The `Idempotency-Key` names the new
+        command (default `<command_id>.redrive`); the same key again answers the same command."""
+        scope = readable_scope(actor, principal or actor.principal, trusted)
+        redriven = await authority.redrive(world_id, command_id, scope or "", idempotency_key)
+        return RedriveAccepted(world_id=world_id, **redriven)
 
     @app.get("/worlds/{world_id}/audit", response_model=AuditPage, responses=error_responses(READ_AUDIT))
     async def audit_history(

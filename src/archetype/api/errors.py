@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from archetype.commands.errors import CommandError
+from archetype.commands.errors import CommandError, CommandNotFoundError  # noqa: F401  (re-exported: an HTTP code too)
 from archetype.commands.http_translator import UNSUPPORTED_TYPE_ERROR
 from archetype.commands.registry import NonCanonicalCommandError
 from archetype.world.components import non_canonical_refusal
@@ -47,10 +47,6 @@ class RequestTimeoutError(CommandError):
 
 class UnsupportedCommandTypeError(InvalidRequestError):
     code = UNSUPPORTED_TYPE_ERROR
-
-
-class CommandNotFoundError(CommandError):
-    code, http_status = "command_not_found", 404
 
 
 class RouteNotFoundError(CommandError):

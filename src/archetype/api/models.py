@@ -12,7 +12,7 @@ from pydantic_core import CoreSchema
 from archetype.canonical import parse_json
 from archetype.commands.audit_history import AuditEvent
 from archetype.commands.http_translator import MUTATION_FIELDS, MUTATIONS, SubmitCommandRequest
-from archetype.commands.scheduler import CommandIdentity, CommandSummary
+from archetype.commands.scheduler import CommandIdentity, CommandSummary, WorldHealth
 from archetype.world.components import ComponentValue
 from archetype.world.operations import CreateWorld
 
@@ -26,6 +26,15 @@ class CreateWorldRequest(BaseModel):
     world_id: Annotated[str | None, CreateWorld.model_fields["world_id"]]
 
 
+class WorldHealthView(BaseModel):
+    """Whether the world's ticks publish (docs/ledger.md, "World health")."""
+
+    status: WorldHealth
+    failed_attempts: int = Field(description="ticks failed before they were prepared since the last published one")
+    last_error: str | None = Field(description="the last failed tick's error (type: message)")
+    since: int | None = Field(description="when the world stalled, in ms since the epoch; null while ACTIVE")
+
+
 class WorldView(BaseModel):
     world_id: str
     name: str
@@ -34,11 +43,15 @@ class WorldView(BaseModel):
     created_at: int
     updated_at: int
     outbox_pending: int = Field(description="outbox events the audit projection has not acknowledged yet: its lag, in events")
+    health: WorldHealthView
 
     @classmethod
     def of(cls, info: Mapping[str, Any]) -> WorldView:
         pending = info["next_event_seq"] - 1 - info["projected_seq"]
-        return cls(**{name: info[name] for name in cls.model_fields if name != "outbox_pending"}, outbox_pending=pending)
+        health = WorldHealthView(status=info["health"], failed_attempts=info["failed_attempts"],
+                                 last_error=info["health_error"], since=info["stalled_since"])  # fmt: skip
+        own = {name: info[name] for name in cls.model_fields if name not in ("outbox_pending", "health")}
+        return cls(**own, outbox_pending=pending, health=health)
 
 
 class WorldList(BaseModel):
@@ -118,6 +131,17 @@ class CommandAccepted(BaseModel):
     @classmethod
     def of(cls, identity: CommandIdentity, entity_id: int | None = None) -> CommandAccepted:
         return cls(**identity.model_dump(), entity_id=entity_id)
+
+
+class RedriveAccepted(BaseModel):
+    """The command redriving a dead letter; `replayed` when this redrive was made before."""
+
+    command_id: str
+    world_id: str
+    sequence: int
+    digest: str
+    replayed: bool
+    redriven_from: int = Field(description="the sequence of the dead-lettered command")
 
 
 class BatchAccepted(BaseModel):

@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Any
 
 from archetype.api.errors import (
-    CommandNotFoundError,
     DuplicateHeaderError,
     InvalidJsonError,
     InvalidRequestError,
@@ -26,20 +25,24 @@ from archetype.commands.errors import (
     AuditUnavailableError,
     CommandConflictError,
     CommandError,
+    CommandNotFoundError,
     InvalidCommandError,
     InvalidComponentDataError,
     LeaseLostError,
     MigrationConflictError,
+    NotDeadLetteredError,
     NotDurableError,
     OperationUnavailableError,
     PermissionDeniedError,
     QuotaExceededError,
+    RedriveConflictError,
     ReservationNotOwnedError,
     StaleWriterError,
     UnknownComponentError,
     UnregisteredOperationError,
     UnsupportedComponentSchemaError,
     WorldClosingError,
+    WorldEdgeHostedError,
     WorldExistsError,
     WorldNotFoundError,
 )
@@ -63,11 +66,14 @@ SUBMITTING: Errors = (*JSON_BODY, *ADMITTING, UnsupportedCommandTypeError, Idemp
 LEDGER: Errors = (*JSON_BODY, ShuttingDownError, UnregisteredOperationError, NotDurableError, InvalidCommandError,
                   OperationUnavailableError, CommandConflictError, ReservationNotOwnedError, WorldNotFoundError,
                   WorldExistsError, WorldClosingError, StaleWriterError, LeaseLostError, QuotaExceededError,
-                  RouteNotFoundError, *COMPONENTS, MigrationConflictError)  # fmt: skip
+                  WorldEdgeHostedError, RouteNotFoundError, CommandNotFoundError, NotDeadLetteredError, RedriveConflictError,
+                  *COMPONENTS, MigrationConflictError)  # fmt: skip
 CREATE_WORLD: Errors = (*JSON_BODY, ShuttingDownError, InvalidCommandError, WorldExistsError, WorldClosingError)
 DESTROY_WORLD: Errors = (*WORLD_PATH, ShuttingDownError, WorldClosingError)
 READ_COMMAND: Errors = (*WORLD_PATH, CommandNotFoundError)
 READ_AUDIT: Errors = (*WORLD_PATH, AuditUnavailableError)
+REDRIVE: Errors = (*WORLD_PATH, *ADMITTING, CommandNotFoundError, NotDeadLetteredError, RedriveConflictError,
+                   CommandConflictError)  # fmt: skip
 
 
 def error_responses(*groups: Errors, authenticated: bool = True) -> dict[int | str, dict[str, Any]]:

@@ -33,6 +33,9 @@ LEDGER_ROUTE_ROLES: dict[str, Role] = {
     "lease": Role.operator,
     "guard": Role.operator,
     "publish": Role.operator,
+    "record_tick_failure": Role.operator,
+    "release": Role.operator,
+    "redrive": Role.operator,
     "destroy": Role.admin,
     "command": Role.operator,
     "history": Role.operator,
@@ -44,6 +47,8 @@ LEDGER_ROUTE_ROLES: dict[str, Role] = {
     "record_components": Role.operator,
     "components": Role.operator,
     "migrate_components": Role.operator,
+    "next_due_tick": Role.operator,
+    "prune": Role.operator,
 }
 ADMISSION_METHODS = frozenset({"create_world", "reserve_spawn", "admit"})
 

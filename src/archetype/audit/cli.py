@@ -60,7 +60,7 @@ def project(data: Path, batch_size: int) -> None:
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
 def lag(data: Path, as_json: bool) -> None:
     """Print, per world, the committed and projected outbox sequence and what is pending."""
-    from archetype.client import print_rows
+    from archetype.client_cli import print_rows
 
     async def work(rt: Runtime) -> None:
         print_rows(await rt.audit.lag(), ["world_id", "committed_seq", "projected_seq", "pending"], as_json=as_json)
@@ -109,16 +109,20 @@ def query(data: Path, as_json: bool, **filters: Any) -> None:
 @click.option("--expire-after", type=click.FloatRange(0), default=3600.0, show_default=True,
               help="Expire snapshots older than this many seconds ...")
 @click.option("--keep-last", type=click.IntRange(1), default=5, show_default=True, help="... except the newest ones.")
-def compact(data: Path, min_files: int, expire_after: float, keep_last: int) -> None:
-    """Compact small files (sorted by command id, duplicates removed) and expire old snapshots."""
+@click.option("--orphans-after", type=click.FloatRange(0), default=3600.0, show_default=True,
+              help="Remove files no snapshot references once they are this many seconds old (younger ones may "
+                   "belong to a projector's commit in flight: keep it above the longest commit while one runs).")
+def compact(data: Path, min_files: int, expire_after: float, keep_last: int, orphans_after: float) -> None:
+    """Compact small files (sorted by command id, duplicates removed), expire old snapshots, remove orphan files."""
 
     async def work(rt: Runtime) -> None:
-        done = await rt.audit.maintain(min_files=min_files, older_than_ms=int(expire_after * 1000), keep_last=keep_last)
+        done = await rt.audit.maintain(min_files=min_files, older_than_ms=int(expire_after * 1000), keep_last=keep_last,
+                                       orphans_older_than_ms=int(orphans_after * 1000))  # fmt: skip
         c = done.compaction
         click.echo(
             f"compacted {c.partitions} partition(s): {c.files_before} -> {c.files_after} files, "
             f"{c.duplicates_removed} duplicate(s) removed, {c.skipped} skipped (concurrent commit); "
-            f"{done.snapshots_expired} snapshot(s) expired"
+            f"{done.snapshots_expired} snapshot(s) expired, {done.orphans_removed} orphan file(s) removed"
         )
 
     asyncio.run(_with_runtime(data, work))

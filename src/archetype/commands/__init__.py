@@ -6,23 +6,28 @@ from archetype.commands.errors import (
     AuditUnavailableError,
     CommandConflictError,
     CommandError,
+    CommandNotFoundError,
     InvalidCommandError,
     InvalidComponentDataError,
     LeaseLostError,
     MigrationConflictError,
+    NotDeadLetteredError,
     NotDurableError,
     OperationUnavailableError,
     PermissionDeniedError,
     QuotaExceededError,
+    RedriveConflictError,
     ReservationNotOwnedError,
     StaleWriterError,
     UnknownComponentError,
     UnregisteredOperationError,
     UnsupportedComponentSchemaError,
     WorldClosingError,
+    WorldEdgeHostedError,
     WorldExistsError,
     WorldNotFoundError,
 )
+from archetype.commands.failures import Permanent, Retryable
 from archetype.commands.families import default_registry
 from archetype.commands.http_translator import SubmitCommandRequest
 from archetype.commands.options import ActorCtx, DurableOptions, Role
@@ -34,6 +39,7 @@ from archetype.commands.scheduler import (
     CommandStatus,
     DeferredItem,
     SpawnAdmission,
+    WorldHealth,
 )
 
 __all__ = [
@@ -43,6 +49,7 @@ __all__ = [
     "CommandConflictError",
     "CommandDispatcher",
     "CommandError",
+    "CommandNotFoundError",
     "CommandIdentity",
     "CommandRecord",
     "CommandScheduler",
@@ -57,13 +64,17 @@ __all__ = [
     "LeaseLostError",
     "MigrationConflictError",
     "NonCanonicalCommandError",
+    "NotDeadLetteredError",
     "NotDurableError",
     "OperationRegistry",
     "OperationSpec",
     "OperationUnavailableError",
+    "Permanent",
     "PermissionDeniedError",
     "QuotaExceededError",
+    "RedriveConflictError",
     "ReservationNotOwnedError",
+    "Retryable",
     "Role",
     "SpawnAdmission",
     "StaleWriterError",
@@ -72,7 +83,9 @@ __all__ = [
     "UnregisteredOperationError",
     "UnsupportedComponentSchemaError",
     "WorldClosingError",
+    "WorldEdgeHostedError",
     "WorldExistsError",
+    "WorldHealth",
     "WorldNotFoundError",
     "default_registry",
 ]

@@ -17,7 +17,7 @@ from archetype.commands.dispatcher import HandlerContext
 from archetype.commands.errors import AuditUnavailableError, PermissionDeniedError
 from archetype.commands.options import Role
 from archetype.commands.registry import OperationRegistry, OperationSpec
-from archetype.commands.scheduler import CommandStatus
+from archetype.commands.scheduler import CommandStatus, WorldHealth
 from archetype.world.operations import WORLD_ID_PATTERN, Operation
 
 MAX_HISTORY_LIMIT = 10_000
@@ -57,7 +57,7 @@ class AuditEvent(BaseModel):
     event_seq: int
     command_id: str
     event_type: str
-    status: CommandStatus
+    status: CommandStatus | WorldHealth  # a world's own events (world_stalled, world_recovered): its health
     operation: str
     tick: int | None
     principal: str | None

@@ -14,7 +14,13 @@ from collections.abc import Callable
 from typing import Any
 
 from archetype.commands.errors import UnregisteredOperationError
-from archetype.commands.ledger import LEDGER_METHODS, Ledger
+from archetype.commands.ledger import (
+    DEFAULT_IDEMPOTENCY_WINDOW_MS,
+    DEFAULT_KEEP_TICKS,
+    LEDGER_METHODS,
+    PRUNE_LIMIT,
+    Ledger,
+)
 from archetype.commands.ledger_rows import (
     AdmissionRow,
     Admitted,
@@ -22,14 +28,17 @@ from archetype.commands.ledger_rows import (
     ComponentMigrationRow,
     ComponentSchemaRow,
     Destroyed,
-    EntityWrite,
+    EntityRewrite,
     LeasedRow,
     ManifestRow,
     Migrated,
     OutboxEvent,
     PayloadRewrite,
+    Pruned,
     Published,
+    Redriven,
     StatePage,
+    StateWrite,
     Watermark,
     WorldComponents,
     WorldRow,
@@ -91,10 +100,25 @@ class Authority(ABC):
         })  # fmt: skip
 
     async def publish(self, world_id: str, owner: str, session: str, manifest: ManifestRow,
-                      writes: list[EntityWrite]) -> Published:  # fmt: skip
+                      writes: StateWrite) -> Published:  # fmt: skip
         return await self.rpc("publish", {
             "world_id": world_id, "owner": owner, "session": session, "manifest": manifest, "writes": writes,
         })  # fmt: skip
+
+    async def record_tick_failure(self, world_id: str, owner: str, session: str, writer_epoch: int, tick: int,
+                                  error: str, release: bool = True) -> WorldRow:  # fmt: skip
+        return await self.rpc("record_tick_failure", {
+            "world_id": world_id, "owner": owner, "session": session, "writer_epoch": writer_epoch, "tick": tick,
+            "error": error, "release": release,
+        })  # fmt: skip
+
+    async def release(self, world_id: str, owner: str, session: str, writer_epoch: int) -> int:
+        return await self.rpc("release", {"world_id": world_id, "owner": owner, "session": session,
+                                          "writer_epoch": writer_epoch})  # fmt: skip
+
+    async def redrive(self, world_id: str, command_id: str, scope: str = "", new_command_id: str | None = None) -> Redriven:
+        return await self.rpc("redrive", {"world_id": world_id, "command_id": command_id, "scope": scope,
+                                          "new_command_id": new_command_id})  # fmt: skip
 
     async def destroy(self, world_id: str) -> Destroyed:
         return await self.rpc("destroy", {"world_id": world_id})
@@ -125,6 +149,17 @@ class Authority(ABC):
     async def watermark(self, world_id: str) -> Watermark:
         return await self.rpc("watermark", {"world_id": world_id})
 
+    async def next_due_tick(self, world_id: str) -> int | None:
+        return await self.rpc("next_due_tick", {"world_id": world_id})
+
+    # -- retention --
+    async def prune(self, world_id: str, keep_ticks: int = DEFAULT_KEEP_TICKS,
+                    idempotency_window_ms: int = DEFAULT_IDEMPOTENCY_WINDOW_MS, limit: int = PRUNE_LIMIT) -> Pruned:  # fmt: skip
+        return await self.rpc("prune", {
+            "world_id": world_id, "keep_ticks": keep_ticks, "idempotency_window_ms": idempotency_window_ms,
+            "limit": limit,
+        })  # fmt: skip
+
     # -- component schemas --
     async def record_components(self, world_id: str, components: list[ComponentSchemaRow]) -> int:
         return await self.rpc("record_components", {"world_id": world_id, "components": components})
@@ -133,7 +168,7 @@ class Authority(ABC):
         return await self.rpc("components", {"world_id": world_id})
 
     async def migrate_components(self, world_id: str, writer_epoch: int, migration: ComponentMigrationRow,
-                                 entities: list[EntityWrite], commands: list[PayloadRewrite]) -> Migrated:  # fmt: skip
+                                 entities: list[EntityRewrite], commands: list[PayloadRewrite]) -> Migrated:  # fmt: skip
         return await self.rpc("migrate_components", {
             "world_id": world_id, "writer_epoch": writer_epoch, "migration": migration, "entities": entities,
             "commands": commands,

@@ -76,6 +76,22 @@ class ReservationNotOwnedError(CommandError):
     code, http_status = "reservation_not_owned", 409
 
 
+class CommandNotFoundError(CommandError):
+    code, http_status = "command_not_found", 404
+
+
+class NotDeadLetteredError(CommandError):
+    """Only a DEAD_LETTER command is redriven."""
+
+    code, http_status = "not_dead_lettered", 409
+
+
+class RedriveConflictError(CommandError):
+    """The dead letter was already redriven, under another command id."""
+
+    code, http_status = "already_redriven", 409
+
+
 class WorldNotFoundError(CommandError):
     code, http_status = "world_not_found", 404
 
@@ -94,6 +110,13 @@ class StaleWriterError(CommandError):
 
 class LeaseLostError(CommandError):
     code, http_status = "lease_lost", 409
+
+
+class WorldEdgeHostedError(CommandError):
+    """The world is stepped by its Durable Object's alarm (edge-hosted): a remote runner may not
+    take its writer. Refused before anything changes, so the object's writer epoch stays."""
+
+    code, http_status = "world_edge_hosted", 409
 
 
 class QuotaExceededError(CommandError):

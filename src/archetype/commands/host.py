@@ -4,20 +4,28 @@ Loading a world acquires its writer (fencing every earlier writer), reads its pu
 the tick head and wires the world's materializer, publisher and entity-id source to the ledger.
 A world whose writer was fenced or whose leases were taken over is dropped, never patched up:
 the next use loads it afresh from the authority.
+
+A tick that fails otherwise (a hook or processor raised, the authority did not answer) is
+recorded in the ledger (the world is STALLED, with the error and the failed attempts, and holds
+no lease meanwhile), logged once with its traceback and then at most once per `log_every_s`,
+and retried with exponential backoff: `retry_due` tells a runner loop when (docs/guide/failures.md).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from archetype.commands.authority import Authority
 from archetype.commands.errors import LeaseLostError, StaleWriterError, WorldClosingError
-from archetype.commands.ledger_rows import ComponentMigrationRow, EntityWrite, PayloadRewrite
+from archetype.commands.ledger_rows import ComponentMigrationRow, EntityRewrite, PayloadRewrite
 from archetype.commands.scheduler import AuthorityIdSource, CommandScheduler, LedgerPublisher
-from archetype.world.commit import CommittedTickReceipt
+from archetype.world.commit import ERROR_TEXT_LIMIT, CommittedTickReceipt
 from archetype.world.components import ComponentValue, loaded_components
 from archetype.world.evolution import ComponentMigrations, required_error
 from archetype.world.world import AsyncWorld
@@ -25,14 +33,38 @@ from archetype.world.world import AsyncWorld
 LOST_WRITER = (StaleWriterError, LeaseLostError, WorldClosingError)
 OPEN_STATUSES = ("PENDING", "LEASED", "RETRYABLE")
 PAGE = 1_000
+log = logging.getLogger("archetype.worlds")
+
+
+@dataclass
+class Backoff:
+    """Delay before retrying a failed tick: `base_s` doubled per failed attempt, at most `cap_s`."""
+
+    base_s: float = 0.1
+    cap_s: float = 30.0
+
+    def delay(self, attempts: int) -> float:
+        return float(min(self.cap_s, self.base_s * 2 ** min(attempts - 1, 62)))
+
+
+@dataclass
+class _Stall:
+    attempts: int
+    retry_at: float
+    logged_at: float
 
 
 class WorldHost:
-    def __init__(self, authority: Authority, scheduler: CommandScheduler) -> None:
+    def __init__(self, authority: Authority, scheduler: CommandScheduler, *, backoff: Backoff | None = None,
+                 log_every_s: float = 30.0, clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
         self.authority = authority
         self.scheduler = scheduler
+        self.backoff = backoff or Backoff()
+        self.log_every_s = log_every_s
+        self._clock = clock
         self._worlds: dict[str, AsyncWorld] = {}
-        self._loading = asyncio.Lock()
+        self._stalls: dict[str, _Stall] = {}
+        self._loading: dict[str, asyncio.Lock] = {}  # per world: one load at a time, worlds in parallel
         self.on_load: list[Callable[[AsyncWorld], None]] = []
         self.migrations = ComponentMigrations()
 
@@ -40,7 +72,7 @@ class WorldHost:
         world = self._worlds.get(world_id)
         if world is not None:
             return world
-        async with self._loading:
+        async with self._loading.setdefault(world_id, asyncio.Lock()):
             if world_id not in self._worlds:
                 self._worlds[world_id] = await self._load(world_id)
             return self._worlds[world_id]
@@ -96,7 +128,7 @@ class WorldHost:
             sequences = [sequence for sequence, payload in commands.items() if old in payload]
             if not entity_ids and not sequences:
                 continue
-            writes: list[EntityWrite] = [
+            writes: list[EntityRewrite] = [
                 {"entity_id": e, "components": migration.rewrite_entity(stored[e], f"entity {e}")} for e in entity_ids
             ]
             rewrites: list[PayloadRewrite] = [
@@ -135,13 +167,66 @@ class WorldHost:
     def drop(self, world_id: str) -> None:
         self._worlds.pop(world_id, None)
 
-    async def step(self, world_id: str) -> CommittedTickReceipt:
+    async def step(self, world_id: str, tick: int | None = None) -> CommittedTickReceipt:
         world = await self.get(world_id)
         try:
-            return await world.step()
+            receipt = await world.step(tick)
         except LOST_WRITER:
             self.drop(world_id)
             raise
+        except Exception as exc:
+            await self._failed(world, exc)
+            raise
+        stall = self._stalls.pop(world_id, None)
+        if stall is not None:
+            log.info("world %s recovered: tick %d published after %d failed attempts", world_id, receipt.tick, stall.attempts)
+        return receipt
+
+    def retry_due(self, world_id: str) -> bool:
+        """False while a failed world waits out its backoff."""
+        stall = self._stalls.get(world_id)
+        return stall is None or self._clock() >= stall.retry_at
+
+    async def _failed(self, world: AsyncWorld, exc: Exception) -> None:
+        """Back off, log (rate-limited) and record the failed tick in the ledger."""
+        now, tick = self._clock(), world.tick + 1
+        stall = self._stalls.setdefault(world.world_id, _Stall(attempts=0, retry_at=now, logged_at=now))
+        first = stall.attempts == 0
+        stall.attempts += 1
+        delay = self.backoff.delay(stall.attempts)
+        stall.retry_at = now + delay
+        error = f"{type(exc).__name__}: {exc}"[:ERROR_TEXT_LIMIT]
+        loud = first or now - stall.logged_at >= self.log_every_s
+        if first:
+            log.error("world %s: tick %d failed; retrying in %.1f s (and logging at most every %.0f s)",
+                      world.world_id, tick, delay, self.log_every_s, exc_info=exc)  # fmt: skip
+        elif loud:
+            stall.logged_at = now
+            log.warning("world %s: tick %d still failing after %d attempts (%s); retrying in %.1f s",
+                        world.world_id, tick, stall.attempts, error, delay)  # fmt: skip
+        try:
+            async with world.lock:  # a prepared tick keeps its leases: republishing it needs them
+                await self.authority.record_tick_failure(
+                    world.world_id, self.scheduler.owner, self.scheduler.session(world.world_id), world.writer_epoch,
+                    tick, error, release=world.coordinator.prepared is None,
+                )  # fmt: skip
+        except LOST_WRITER:
+            self.drop(world.world_id)
+        except Exception as report:
+            if loud:
+                log.warning("world %s: could not record the failed tick: %s: %s", world.world_id,
+                            type(report).__name__, report)  # fmt: skip
+
+    async def close(self) -> None:
+        """Give back every lease this host's worlds hold (a clean shutdown leaves nothing LEASED)."""
+        for world_id, world in list(self._worlds.items()):
+            try:
+                async with world.lock:
+                    await self.authority.release(world_id, self.scheduler.owner, self.scheduler.session(world_id),
+                                                 world.writer_epoch)  # fmt: skip
+            except Exception as exc:  # fenced or gone: its leases are another writer's now, or expire
+                log.warning("world %s: leases not released at shutdown: %s: %s", world_id, type(exc).__name__, exc)
+        self._worlds.clear()
 
     @property
     def loaded(self) -> list[str]:

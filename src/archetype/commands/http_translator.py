@@ -14,8 +14,9 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, m
 from pydantic_core import PydanticCustomError
 
 from archetype.commands.errors import InvalidCommandError
+from archetype.commands.identity import COMMAND_ID_PATTERN
 from archetype.commands.options import DurableOptions
-from archetype.commands.scheduler import COMMAND_ID_PATTERN, DeferredItem
+from archetype.commands.scheduler import DeferredItem
 from archetype.world.components import ComponentTypeRef, ComponentValue
 from archetype.world.operations import AddComponents, Despawn, RemoveComponents, Spawn, Update
 

@@ -7,8 +7,12 @@ Object exposes it over RPC unchanged. The state machine and its rules are in doc
     PENDING --lease--> LEASED --publish: applied--> APPLIED
        ^                 |  \\--publish: rejected--> REJECTED
        |                 |   \\--publish: failed, or a crash charged, budget left--> RETRYABLE --lease--> LEASED
-       +--publish: tail--+    \\--publish: failed, or a crash charged, budget spent--> DEAD_LETTER
+       +--publish: tail--+    \\--publish: failed, or a crash charged, budget spent; permanent--> DEAD_LETTER
     any open status --destroy--> CANCELLED
+    DEAD_LETTER (left as it is) --redrive--> a new command, PENDING
+
+A world row also carries its health (ACTIVE, or STALLED while its ticks fail before they are
+prepared: `record_tick_failure`; the next `publish` recovers it).
 
 Every named transition appends its outbox event in the same transaction. Settlements are only
 ever written by the transaction that publishes their tick.
@@ -17,6 +21,7 @@ ever written by the transaction that publishes their tick.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
@@ -25,12 +30,15 @@ from archetype.commands import ledger_sql as q
 from archetype.commands import migrations
 from archetype.commands.errors import (
     CommandConflictError,
+    CommandNotFoundError,
     InvalidCommandError,
     InvalidComponentDataError,
     LeaseLostError,
     LedgerSchemaError,
     MigrationConflictError,
+    NotDeadLetteredError,
     QuotaExceededError,
+    RedriveConflictError,
     ReservationNotOwnedError,
     StaleWriterError,
     UnknownComponentError,
@@ -39,7 +47,7 @@ from archetype.commands.errors import (
     WorldExistsError,
     WorldNotFoundError,
 )
-from archetype.commands.identity import command_digest
+from archetype.commands.identity import COMMAND_ID_PATTERN, command_digest
 from archetype.commands.ledger_rows import (
     AdmissionRow,
     Admitted,
@@ -48,21 +56,24 @@ from archetype.commands.ledger_rows import (
     ComponentRow,
     ComponentSchemaRow,
     Destroyed,
-    EntityWrite,
+    EntityRewrite,
     LeasedRow,
     ManifestRow,
     Migrated,
     MigrationRow,
     OutboxEvent,
     PayloadRewrite,
+    Pruned,
     Published,
+    Redriven,
     StatePage,
+    StateWrite,
     Watermark,
     WorldComponents,
     WorldRow,
 )
 from archetype.commands.port import Clock, SqlPort
-from archetype.world.commit import ERROR_TEXT_LIMIT, OUTCOMES
+from archetype.world.commit import ERROR_TEXT_LIMIT, OUTCOMES, chunk_entries
 from archetype.world.component_schema import (
     SchemaMismatchError,
     UnsupportedSchemaError,
@@ -83,13 +94,25 @@ MIGRATION_FIELDS = tuple(name.strip() for name in q.MIGRATION_COLUMNS.split(",")
 # fingerprint -> its schema: content-addressed (the fingerprint is the schema's digest), so one
 # parse serves every world and can never go stale.
 _SCHEMAS: dict[str, dict[str, Any]] = {}
+# migrate_components reads the state for its coverage check this many entities at a time.
+MIGRATION_STATE_PAGE = 10_000
+# A state chunk is one row: within the Durable Object's 2 MB row limit with room for its key.
+STATE_CHUNK_LIMIT = 2_000_000 - 4_096
+# `[[<first entity id>,` opens every chunk (docs/storage.md); the ledger reads no more of it at publish.
+_CHUNK_HEAD = re.compile(r"\[\[([1-9][0-9]{0,15}),")
+WORLD_EVENTS = ("world_stalled", "world_recovered")
+# Retention defaults (docs/ledger.md, "Retention"): what `archetype serve` and `catalog prune` use.
+DEFAULT_KEEP_TICKS = 1_000
+DEFAULT_IDEMPOTENCY_WINDOW_MS = 86_400_000  # 24 hours
+PRUNE_LIMIT = 1_000
 
 # Public operations, in the order docs/ledger.md describes them. The Durable Object exposes
 # exactly these, and `Authority` (authority.py) has one typed method for each.
 LEDGER_METHODS = (
     "create_world", "world_info", "list_worlds", "acquire_writer", "load_state", "reserve_entity_ids",
-    "reserve_spawn", "admit", "lease", "guard", "publish", "destroy", "command", "history",
-    "manifests", "read_outbox", "read_outbox_columns", "acknowledge_outbox", "watermark",
+    "reserve_spawn", "admit", "lease", "guard", "publish", "record_tick_failure", "release", "redrive", "destroy",
+    "command", "history",
+    "manifests", "read_outbox", "read_outbox_columns", "acknowledge_outbox", "watermark", "next_due_tick", "prune",
     "record_components", "components", "migrate_components",
 )  # fmt: skip
 
@@ -125,6 +148,12 @@ def check_components(world_id: str, documents: list[tuple[str, str]],
 
 def _row(fields: Sequence[str], values: Sequence[Any]) -> dict[str, Any]:
     return dict(zip(fields, values, strict=True))
+
+
+def _state_text(components: Any) -> str:
+    """One entity's components, parsed from a chunk, in the layout they were sent in (the
+    canonical layout: compact, ASCII, keys as parsed, which is sorted)."""
+    return json.dumps(components, separators=(",", ":"), ensure_ascii=True)
 
 
 def scope_of(principal: str | None) -> str:
@@ -188,6 +217,12 @@ class Ledger:
         """Events numbered from `first`; the caller takes those sequence numbers from the world row."""
         self._port.execute(q.APPEND_EVENTS, (first, first, now, sequences_json, world_id))
 
+    def _world_event(self, world_id: str, event_type: str, tick: int, attempts: int, error: str | None,
+                     since: int | None, now: int) -> None:  # fmt: skip
+        """A world's own outbox event, typed by its health now (a health transition, never a command's)."""
+        self._port.execute(q.APPEND_WORLD_EVENT, (event_type, tick, now, attempts, error, since, world_id))
+        self._port.execute(q.TAKE_EVENT_SEQS, (1, world_id))
+
     def _command_at(self, world_id: str, sequence: int) -> CommandRow | None:
         rows = self._port.execute(q.GET_COMMAND_BY_SEQUENCE, (world_id, sequence))
         return cast(CommandRow, _row(COMMAND_FIELDS, rows[0])) if rows else None
@@ -226,20 +261,58 @@ class Ledger:
         return self._port.transaction(run)
 
     def load_state(self, world_id: str, after_entity_id: int = 0, limit: int = 10_000) -> StatePage:
-        """The world's published state at its tick head, one page of entities at a time. Each
-        entity's components are the canonical JSON text it was published as (never re-encoded
-        here, so floats such as -0.0 and 2.0 keep their identity across any transport)."""
+        """The world's published state at its tick head, one page of entities at a time: the
+        `limit` lowest entity ids above `after_entity_id`. Each entity's components are the
+        canonical JSON text it was published as: chunks are parsed and each entity's part written
+        back in the same layout, which gives the very bytes that were sent (docs/storage.md), so
+        floats such as -0.0 and 2.0 keep their identity across any transport."""
 
         def run() -> StatePage:
             world = self._world(world_id)
-            rows = self._port.execute(q.LIST_ENTITIES, (world_id, after_entity_id, limit))
             return {
                 "tick_head": world["tick_head"],
                 "writer_epoch": world["writer_epoch"],
-                "entities": [{"entity_id": r[0], "components": r[1]} for r in rows],
+                "entities": [{"entity_id": e, "components": t} for e, t in self._state_page(world_id, after_entity_id, limit)],
             }
 
         return self._port.transaction(run)
+
+    def _state_page(self, world_id: str, after_entity_id: int, limit: int) -> list[tuple[int, str]]:
+        """The `limit` lowest (entity id, components text) of the published state above
+        `after_entity_id` (inside the caller's transaction; `load_state` describes it)."""
+        overlay: dict[int, str | None] = {}  # the deltas since the snapshot, later ticks winning
+        for (body,) in self._port.execute(q.LIST_STATE_DELTAS, (world_id,)):
+            for entity_id, components in json.loads(body):
+                if entity_id > after_entity_id:
+                    overlay[entity_id] = None if components is None else _state_text(components)
+        page: list[tuple[int, str]] = []
+        floor = self._port.execute(q.STATE_CHUNK_FLOOR, (world_id, after_entity_id))[0][0]
+        cursor, horizon = (-1 if floor is None else floor - 1), None
+        while len(page) < limit:
+            rows = self._port.execute(q.NEXT_STATE_CHUNK, (world_id, cursor))
+            if not rows:
+                horizon = None  # the snapshot is read to its end: every overlaid entity counts
+                break
+            cursor, body = rows[0]
+            entries = json.loads(body)
+            page += [(e, _state_text(c)) for e, c in entries if e > after_entity_id and e not in overlay]
+            horizon = entries[-1][0]
+        # an overlaid entity beyond the last snapshot entity read may not be among the lowest ids
+        page += [(e, t) for e, t in overlay.items() if t is not None and (horizon is None or e <= horizon)]
+        page.sort()
+        return page[:limit]
+
+    def _entities_naming(self, world_id: str, fingerprint: str) -> list[int]:
+        """The published entities whose components text names `fingerprint`, in id order: the
+        whole state read the way `load_state` reads it, a page at a time."""
+        naming: list[int] = []
+        after = 0
+        while page := self._state_page(world_id, after, MIGRATION_STATE_PAGE):
+            naming += [e for e, text in page if fingerprint in text]
+            after = page[-1][0]
+            if len(page) < MIGRATION_STATE_PAGE:
+                break
+        return naming
 
     def reserve_entity_ids(self, world_id: str, count: int) -> int:
         """Take `count` never-used entity ids; return the first. Ids are never handed out twice."""
@@ -302,8 +375,9 @@ class Ledger:
 
         def run() -> list[Admitted]:
             world = self._active_world(world_id)
-            existing = {r[0]: (r[1], r[2]) for r in self._port.execute(q.FIND_COMMANDS, (ids_json, world_id, scope))}
-            reserved = {r[0]: (r[1], r[2]) for r in self._port.execute(q.FIND_RESERVATIONS, (ids_json, world_id, scope))}
+            found = self._port.execute(q.FIND_ADMITTED, (ids_json, world_id, scope, world_id, scope))
+            existing = {r[0]: (r[1], r[2]) for r in found if r[1] is not None}
+            reserved = {r[0]: (r[3], r[4]) for r in found if r[3] is not None}
             fresh = []
             for row in rows:
                 command_id = row["command_id"]
@@ -425,7 +499,7 @@ class Ledger:
         return self._port.transaction(run)
 
     def migrate_components(self, world_id: str, writer_epoch: int, migration: ComponentMigrationRow,
-                           entities: list[EntityWrite], commands: list[PayloadRewrite]) -> Migrated:  # fmt: skip
+                           entities: list[EntityRewrite], commands: list[PayloadRewrite]) -> Migrated:  # fmt: skip
         """Apply a declared component migration in one transaction: rewrite every published entity
         and every open command that names the old fingerprint (the caller computed the new forms;
         the ledger checks that they are exactly those, and fit the new schema), record the
@@ -445,8 +519,11 @@ class Ledger:
             world = self._writer(world_id, writer_epoch)
             self._check_rewrites(world_id, old, entities, commands)
             now = self._clock.now_ms()
-            if entities:
-                self._port.execute(q.UPSERT_ENTITIES, (world_id, world["tick_head"], json.dumps(entities)))
+            if entities:  # a delta at the tick head, after that tick's parts: it overlays what was published
+                rewritten = sorted((w["entity_id"], w["components"]) for w in entities)
+                part = self._port.execute(q.NEXT_DELTA_PART, (world_id, world["tick_head"]))[0][0]
+                for offset, chunk in enumerate(chunk_entries(rewritten)):
+                    self._port.execute(q.INSERT_STATE_DELTA, (world_id, world["tick_head"], part + offset, chunk))
             if commands:
                 rewrites = []
                 for rewrite in commands:
@@ -461,7 +538,7 @@ class Ledger:
             })  # fmt: skip
             self._port.execute(q.INSERT_MIGRATION, (world_id, *(recorded[f] for f in MIGRATION_FIELDS)))  # type: ignore[literal-required]
             event = world["next_event_seq"]
-            self._port.execute(q.APPEND_WORLD_EVENT, (
+            self._port.execute(q.APPEND_SCHEMA_EVENT, (
                 world_id, event, f"schema-migration/{name}/{old}", "schema_migrated", "migrate_components",
                 world["tick_head"], now, canonical_json(dict(recorded)),
             ))  # fmt: skip
@@ -470,10 +547,10 @@ class Ledger:
 
         return self._port.transaction(run)
 
-    def _check_rewrites(self, world_id: str, old: str, entities: list[EntityWrite], commands: list[PayloadRewrite]) -> None:
+    def _check_rewrites(self, world_id: str, old: str, entities: list[EntityRewrite], commands: list[PayloadRewrite]) -> None:
         """The rewrites cover exactly the entities and open commands naming `old`, name it no
         more, and every component in them is recorded, current and fits its schema."""
-        naming_entities = [r[0] for r in self._port.execute(q.ENTITIES_NAMING, (world_id, old))]
+        naming_entities = self._entities_naming(world_id, old)
         naming_commands = [r[0] for r in self._port.execute(q.OPEN_COMMANDS_NAMING, (world_id, old))]
         given_entities = sorted(w["entity_id"] for w in entities)
         given_commands = sorted(c["sequence"] for c in commands)
@@ -562,10 +639,11 @@ class Ledger:
 
     # -- publication --
     def publish(self, world_id: str, owner: str, session: str, manifest: ManifestRow,
-                writes: list[EntityWrite]) -> Published:  # fmt: skip
-        """Publish one tick: manifest, entity write-set, every settlement of the tick with its
-        outbox event (in the manifest's order), the release of what the session still holds, and
-        the tick head.
+                writes: StateWrite) -> Published:  # fmt: skip
+        """Publish one tick: manifest, state write (a snapshot replacing the world's state, or a
+        delta overlaying it: one row per chunk), every settlement of the tick with its outbox
+        event (in the manifest's order), the release of what the session still holds, and the
+        tick head.
 
         A manifest whose commit token is already stored was published before (its answer was
         lost): it is recognised and not replayed.
@@ -576,15 +654,13 @@ class Ledger:
             if self._port.execute(q.GET_TICK_BY_TOKEN, (world_id, token)):
                 return {"tick": tick, "published": False}
             world = self._writer(world_id, manifest["writer_epoch"])
-            if tick != world["tick_head"] + 1:
+            if tick <= world["tick_head"]:  # a later tick than head + 1 coalesces the empty ticks between
                 raise StaleWriterError(f"tick {tick} does not follow the published tick head {world['tick_head']}")
             settlements = manifest["settlements"]
             self._check_settlements(world_id, owner, session, settlements)
             now = self._clock.now_ms()
             self._port.execute(q.INSERT_TICK, (world_id, tick, token, json.dumps(manifest, sort_keys=True), now))
-            encoded = json.dumps(writes)
-            self._port.execute(q.UPSERT_ENTITIES, (world_id, tick, encoded))
-            self._port.execute(q.DELETE_ENTITIES, (world_id, encoded))
+            self._write_state(world_id, tick, writes)
             if settlements:
                 settled = [[s["sequence"], s["outcome"], s["error"]] for s in settlements]
                 self._port.execute(q.SETTLE, (tick, now, json.dumps(settled), world_id))
@@ -592,9 +668,35 @@ class Ledger:
             self._port.execute(q.RELEASE_SESSION, (now, world_id, owner, session))
             self._port.execute(q.SET_GUARD, (None, None, world_id))
             self._port.execute(q.SET_TICK_HEAD, (tick, now, world_id))
+            if world["health"] == "STALLED":
+                self._port.execute(q.CLEAR_HEALTH, (world_id,))
+                self._world_event(world_id, "world_recovered", tick, world["failed_attempts"], world["health_error"],
+                                  world["stalled_since"], now)  # fmt: skip
             return {"tick": tick, "published": True}
 
         return self._port.transaction(run)
+
+    def _write_state(self, world_id: str, tick: int, writes: StateWrite) -> None:
+        chunks = writes["chunks"]
+        firsts = []
+        for chunk in chunks:
+            head = _CHUNK_HEAD.match(chunk)
+            if head is None or not chunk.endswith("]]") or len(chunk) > STATE_CHUNK_LIMIT:
+                raise InvalidCommandError(
+                    f"a state chunk is a JSON array of [entity_id, components] entries of at most "
+                    f"{STATE_CHUNK_LIMIT:,} characters"
+                )
+            firsts.append(int(head.group(1)))
+        if not writes["snapshot"]:
+            for part, chunk in enumerate(chunks):
+                self._port.execute(q.INSERT_STATE_DELTA, (world_id, tick, part, chunk))
+            return
+        if firsts != sorted(set(firsts)):
+            raise InvalidCommandError("a snapshot's chunks cover ascending entity ranges")
+        self._port.execute(q.CLEAR_STATE_DELTAS, (world_id,))
+        self._port.execute(q.CLEAR_STATE_CHUNKS, (world_id,))
+        for first, chunk in zip(firsts, chunks, strict=True):
+            self._port.execute(q.INSERT_STATE_CHUNK, (world_id, first, chunk))
 
     def _check_settlements(self, world_id: str, owner: str, session: str, settlements: list[Any]) -> None:
         """Every settled command is held by this session, named rightly, settled once, with a known
@@ -613,6 +715,104 @@ class Ledger:
             raise LeaseLostError(f"{len(listed) - len(held)} of the tick's commands are no longer leased by this session")
         if held != listed:
             raise InvalidCommandError("the manifest lists its commands out of (scheduled_tick, priority, sequence) order")
+
+    # -- health --
+    def record_tick_failure(self, world_id: str, owner: str, session: str, writer_epoch: int, tick: int, error: str,
+                            release: bool = True) -> WorldRow:  # fmt: skip
+        """Record that the writer's tick `tick` failed before it was prepared (a hook or processor
+        raised, the authority did not answer): one more failed attempt, the error, and the first
+        failure since the last published tick stalls the world (ACTIVE -> STALLED, with its
+        `world_stalled` event). The next published tick makes it ACTIVE again (`world_recovered`).
+
+        With `release`, what the session holds is given back uncharged in the same transaction, so
+        a stalled world holds no lease; a writer keeping a prepared tick passes False (its
+        republication needs them). No command is charged: the tick, not a command, failed.
+        """
+        if len(error) > ERROR_TEXT_LIMIT:
+            raise InvalidCommandError(f"a tick failure's error is limited to {ERROR_TEXT_LIMIT} characters")
+
+        def run() -> WorldRow:
+            world = self._writer(world_id, writer_epoch)
+            now = self._clock.now_ms()
+            self._port.execute(q.RECORD_TICK_FAILURE, (error, now, now, world_id))
+            if release:
+                self._release(world_id, owner, session, now)
+            if world["health"] == "ACTIVE":
+                self._world_event(world_id, "world_stalled", tick, world["failed_attempts"] + 1, error, now, now)
+            return self._world(world_id)
+
+        return self._port.transaction(run)
+
+    def release(self, world_id: str, owner: str, session: str, writer_epoch: int) -> int:
+        """Give back everything this session holds, uncharged (a runner shutting down cleanly):
+        PENDING, or RETRYABLE if it was ever attempted. Bookkeeping: no event. Answers how many."""
+
+        def run() -> int:
+            self._writer(world_id, writer_epoch)
+            return self._release(world_id, owner, session, self._clock.now_ms())
+
+        return self._port.transaction(run)
+
+    def _release(self, world_id: str, owner: str, session: str, now: int) -> int:
+        held = self._port.execute(q.COUNT_HELD, (world_id, owner, session))[0][0]
+        self._port.execute(q.RELEASE_SESSION, (now, world_id, owner, session))
+        world = self._world(world_id)
+        if world["guard_session"] == session:
+            self._port.execute(q.SET_GUARD, (None, None, world_id))
+        return cast(int, held)
+
+    # -- redrive --
+    def redrive(self, world_id: str, command_id: str, scope: str = "", new_command_id: str | None = None) -> Redriven:
+        """A new command redriving the dead letter `command_id` of `scope`: the same operation,
+        payload, principal, priority and attempt budget, none of it spent, due at the next tick,
+        linked by `redriven_from`, with its own `redriven` event. The dead record stays as it is.
+
+        A dead letter is redriven once: the same `new_command_id` again (default
+        `<command_id>.redrive`) answers the same command, `replayed`; another one is
+        `RedriveConflictError`.
+        """
+        new_id = new_command_id if new_command_id is not None else f"{command_id[:120]}.redrive"
+        if not COMMAND_ID_PATTERN.fullmatch(new_id):
+            raise InvalidCommandError(f"command id {new_id!r} must match {COMMAND_ID_PATTERN.pattern}")
+
+        def run() -> Redriven:
+            world = self._active_world(world_id)
+            rows = self._port.execute(q.GET_COMMAND, (world_id, scope, command_id))
+            if not rows:
+                raise CommandNotFoundError(f"world {world_id!r} has no command {command_id!r} in this scope")
+            dead = cast(CommandRow, _row(COMMAND_FIELDS, rows[0]))
+            if dead["status"] != "DEAD_LETTER":
+                raise NotDeadLetteredError(f"command {command_id!r} is {dead['status']}; only a DEAD_LETTER is redriven")
+            earlier = self._port.execute(q.GET_REDRIVE, (world_id, dead["sequence"]))
+            if earlier:
+                redrive = cast(CommandRow, _row(COMMAND_FIELDS, earlier[0]))
+                if redrive["command_id"] != new_id:
+                    raise RedriveConflictError(
+                        f"command {command_id!r} was already redriven as {redrive['command_id']!r}"
+                    )
+                return self._redriven(redrive, replayed=True)
+            if self._port.execute(q.GET_COMMAND, (world_id, scope, new_id)) or self._port.execute(
+                q.GET_RESERVATION, (world_id, scope, new_id)
+            ):
+                raise CommandConflictError(f"command id {new_id!r} is already taken in this scope")
+            sequence, tick = world["next_sequence"], max(dead["scheduled_tick"], world["tick_head"] + 1)
+            identity = {**dead, "command_id": new_id, "scheduled_tick": tick}
+            now = self._clock.now_ms()
+            self._port.execute(q.TAKE_ADMISSION_SEQS, (1, 0, world_id))
+            self._port.execute(q.INSERT_REDRIVE, (sequence, new_id, tick, command_digest(identity), now, now, world_id,
+                                                  dead["sequence"]))  # fmt: skip
+            self._append_events(world_id, [sequence], now)
+            created = self._command_at(world_id, sequence)
+            assert created is not None
+            return self._redriven(created, replayed=False)
+
+        return self._port.transaction(run)
+
+    @staticmethod
+    def _redriven(row: CommandRow, *, replayed: bool) -> Redriven:
+        assert row["redriven_from"] is not None
+        return {"command_id": row["command_id"], "sequence": row["sequence"], "replayed": replayed,
+                "digest": row["digest"], "redriven_from": row["redriven_from"]}  # fmt: skip
 
     # -- destroy --
     def destroy(self, world_id: str) -> Destroyed:
@@ -670,6 +870,17 @@ class Ledger:
 
         return self._port.transaction(run)
 
+    def next_due_tick(self, world_id: str) -> int | None:
+        """The lowest scheduled tick among the world's open commands (PENDING, LEASED, RETRYABLE);
+        None when none is open. What a host asks to decide whether an idle world needs a tick."""
+
+        def run() -> int | None:
+            self._world(world_id)
+            rows = self._port.execute(q.NEXT_DUE_TICK, (world_id,))
+            return int(rows[0][0]) if rows else None
+
+        return self._port.transaction(run)
+
     def manifests(self, world_id: str, after_tick: int = -1, limit: int = 100) -> list[ManifestRow]:
         return self._port.transaction(
             lambda: [json.loads(r[0]) for r in self._port.execute(q.LIST_TICKS, (world_id, after_tick, limit))]
@@ -724,3 +935,42 @@ class Ledger:
             "projected_seq": world["projected_seq"],
             "pending": committed - world["projected_seq"],
         }
+
+    # -- retention --
+    def prune(self, world_id: str, keep_ticks: int = DEFAULT_KEEP_TICKS,
+              idempotency_window_ms: int = DEFAULT_IDEMPOTENCY_WINDOW_MS, limit: int = PRUNE_LIMIT) -> Pruned:  # fmt: skip
+        """Remove what no guarantee needs any more (docs/ledger.md, "Retention"), at most `limit`
+        rows of each kind, oldest first; `done` is False while more is left.
+
+        - tick manifests (and quota counters) of ticks older than the newest `keep_ticks`: the
+          tick head's manifest always stays, so a publish whose answer was lost is still
+          recognised by its commit token;
+        - APPLIED, REJECTED and CANCELLED commands settled at least `idempotency_window_ms` ago
+          whose every outbox event is acknowledged (their trail is in the audit table); after
+          that their command id may be used again. Open commands and dead letters stay;
+        - spawn reservations older than the window whose command is gone or never came.
+        """
+        if keep_ticks < 1:
+            raise InvalidCommandError("keep_ticks must be at least 1: the tick head's manifest is always kept")
+        if idempotency_window_ms < 0:
+            raise InvalidCommandError("idempotency_window_ms cannot be negative")
+        if not 1 <= limit <= 100_000:
+            raise InvalidCommandError(f"cannot prune {limit} rows at a time (1..100000)")
+
+        def run() -> Pruned:
+            world = self._world(world_id)
+            oldest_tick = world["tick_head"] - keep_ticks
+            horizon = self._clock.now_ms() - idempotency_window_ms
+            pending = self._port.execute(q.FIRST_PENDING_EVENT, (world_id, world["projected_seq"]))
+            if pending:
+                horizon = min(horizon, pending[0][0] - 1)
+            ticks = len(self._port.execute(q.PRUNE_TICKS, (world_id, oldest_tick, limit)))
+            commands = len(self._port.execute(q.PRUNE_COMMANDS, (world_id, horizon, limit)))
+            # after the commands, so the reservations of the commands just pruned go too
+            reservations = len(self._port.execute(q.PRUNE_RESERVATIONS, (world_id, horizon, limit)))
+            quota_rows = len(self._port.execute(q.PRUNE_QUOTA_USAGE, (world_id, oldest_tick, limit)))
+            done = max(ticks, commands, reservations, quota_rows) < limit
+            return {"world_id": world_id, "ticks": ticks, "commands": commands, "reservations": reservations,
+                    "quota_rows": quota_rows, "done": done}  # fmt: skip
+
+        return self._port.transaction(run)

@@ -30,6 +30,10 @@ class WorldRow(TypedDict):
     projected_seq: int
     guard_sequence: int | None
     guard_session: str | None
+    health: str  # ACTIVE | STALLED
+    failed_attempts: int  # ticks failed before they were prepared, since the last published one
+    health_error: str | None
+    stalled_since: int | None  # ms since the epoch
     created_at: int
     updated_at: int
 
@@ -79,6 +83,7 @@ class CommandRow(TypedDict):
     lease_expires_at: int | None
     applied_tick: int | None
     last_error: str | None
+    redriven_from: int | None  # the sequence of the dead-lettered command this one redrives
     created_at: int
     updated_at: int
 
@@ -102,9 +107,13 @@ class StatePage(TypedDict):
 
 
 @with_config(WIRE)
-class EntityWrite(TypedDict):
-    entity_id: int
-    components: str | None  # None: despawned
+class StateWrite(TypedDict):
+    """A tick's state write as its runner sends it (docs/storage.md): chunks of
+    `[[entity_id, components | null], ...]` in entity-id order. A snapshot replaces the world's
+    published state; a delta overlays it (null: despawned)."""
+
+    snapshot: bool
+    chunks: list[str]
 
 
 @with_config(WIRE)
@@ -128,6 +137,16 @@ class ManifestRow(TypedDict):
 class Published(TypedDict):
     tick: int
     published: bool
+
+
+class Redriven(TypedDict):
+    """The command a redrive created (or, replayed, had created) for a dead letter."""
+
+    command_id: str
+    sequence: int
+    replayed: bool
+    digest: str
+    redriven_from: int
 
 
 class Destroyed(TypedDict):
@@ -196,6 +215,14 @@ class ComponentMigrationRow(TypedDict):
 
 
 @with_config(WIRE)
+class EntityRewrite(TypedDict):
+    """An entity's components text rewritten by a component migration (docs/storage.md, "One entity")."""
+
+    entity_id: int
+    components: str
+
+
+@with_config(WIRE)
 class PayloadRewrite(TypedDict):
     sequence: int
     payload: str
@@ -204,3 +231,14 @@ class PayloadRewrite(TypedDict):
 class Migrated(TypedDict):
     migration: MigrationRow
     migrated: bool  # False: this migration was recorded before (an answer lost), nothing rewritten
+
+
+class Pruned(TypedDict):
+    """What one `prune` call removed from a world, and whether anything prunable is left."""
+
+    world_id: str
+    ticks: int  # tick manifests older than the kept ticks
+    commands: int  # settled commands past the idempotency window, their events acknowledged
+    reservations: int  # spawn reservations past the window whose command is gone (or never came)
+    quota_rows: int  # quota counters of ticks older than the kept ticks
+    done: bool  # False: a category hit the limit; call again

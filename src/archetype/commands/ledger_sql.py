@@ -15,10 +15,16 @@ OPEN_STATUSES = "('PENDING', 'LEASED', 'RETRYABLE')"
 # -- worlds --
 WORLD_COLUMNS = (
     "world_id, name, status, tick_head, next_entity_id, writer_epoch, next_sequence, "
-    "next_event_seq, projected_seq, guard_sequence, guard_session, created_at, updated_at"
+    "next_event_seq, projected_seq, guard_sequence, guard_session, health, failed_attempts, health_error, "
+    "stalled_since, created_at, updated_at"
 )
 GET_WORLD = f"SELECT {WORLD_COLUMNS} FROM worlds WHERE world_id = ?"
 LIST_WORLDS = f"SELECT {WORLD_COLUMNS} FROM worlds ORDER BY world_id"
+# The catalog's worlds that have an open command (with the earliest scheduled tick among them): a
+# runner's due-time index. It reads the open-commands index only, so idle worlds cost nothing.
+PENDING_WORLDS = f"""SELECT c.world_id, w.status, w.tick_head, min(c.scheduled_tick) FROM commands AS c
+    JOIN worlds AS w ON w.world_id = c.world_id
+    WHERE c.status IN {OPEN_STATUSES} GROUP BY c.world_id"""
 INSERT_WORLD = "INSERT INTO worlds (world_id, name, status, created_at, updated_at) VALUES (?, ?, 'ACTIVE', ?, ?)"
 SET_WORLD_STATUS = "UPDATE worlds SET status = ?, updated_at = ? WHERE world_id = ?"
 BUMP_WRITER_EPOCH = "UPDATE worlds SET writer_epoch = writer_epoch + 1, updated_at = ? WHERE world_id = ?"
@@ -29,12 +35,19 @@ TAKE_EVENT_SEQS = "UPDATE worlds SET next_event_seq = next_event_seq + ? WHERE w
 SET_TICK_HEAD = "UPDATE worlds SET tick_head = ?, updated_at = ? WHERE world_id = ?"
 SET_PROJECTED_SEQ = "UPDATE worlds SET projected_seq = ? WHERE world_id = ? AND projected_seq < ?"
 SET_GUARD = "UPDATE worlds SET guard_sequence = ?, guard_session = ? WHERE world_id = ?"
+# A tick failed before it was prepared: one more failed attempt; the first one stalls the world.
+RECORD_TICK_FAILURE = """UPDATE worlds SET failed_attempts = failed_attempts + 1, health_error = ?,
+        stalled_since = coalesce(stalled_since, CAST(? AS INTEGER)), health = 'STALLED', updated_at = ?
+    WHERE world_id = ?"""
+# A published tick: the world makes progress again.
+CLEAR_HEALTH = """UPDATE worlds SET health = 'ACTIVE', failed_attempts = 0, health_error = NULL, stalled_since = NULL
+    WHERE world_id = ?"""
 
 # -- commands --
 COMMAND_COLUMNS = (
     "command_id, sequence, schema_version, world_id, scheduled_tick, priority, operation, payload, digest, "
     "principal, origin, max_attempts, attempts, reserved_entity_id, status, lease_owner, lease_expires_at, "
-    "applied_tick, last_error, created_at, updated_at"
+    "applied_tick, last_error, redriven_from, created_at, updated_at"
 )
 # Each inserted command is a JSON array of these fields, in this order: reading an array element
 # by position is markedly cheaper for SQLite than looking a key up in an object.
@@ -48,11 +61,17 @@ INSERT_COMMANDS = f"""INSERT INTO commands (world_id, {", ".join(INSERTED_COMMAN
     FROM json_each(?) AS j"""
 GET_COMMAND = f"SELECT {COMMAND_COLUMNS} FROM commands WHERE world_id = ? AND scope = ? AND command_id = ?"
 GET_COMMAND_BY_SEQUENCE = f"SELECT {COMMAND_COLUMNS} FROM commands WHERE world_id = ? AND sequence = ?"
-FIND_COMMANDS = """SELECT c.command_id, c.digest, c.sequence FROM json_each(?) AS j
-    CROSS JOIN commands AS c ON c.world_id = ? AND c.scope = ? AND c.command_id = j.value"""
+# Admission's one look-up per command id of a batch: the command already admitted under it (a
+# replay or a conflict) and the spawn reservation it holds, each NULL when there is none.
+FIND_ADMITTED = """SELECT j.value, c.digest, c.sequence, r.entity_id, r.request_digest FROM json_each(?) AS j
+    LEFT JOIN commands AS c ON c.world_id = ? AND c.scope = ? AND c.command_id = j.value
+    LEFT JOIN spawn_reservations AS r ON r.world_id = ? AND r.scope = ? AND r.command_id = j.value"""
 DUE_COMMANDS = f"""SELECT {COMMAND_COLUMNS}, lease_session FROM commands
     WHERE world_id = ? AND status IN {OPEN_STATUSES} AND scheduled_tick <= ?
     ORDER BY scheduled_tick, priority, sequence LIMIT ?"""
+# The first entry of the commands_due index, in its own order: one row read, however many are open.
+NEXT_DUE_TICK = f"""SELECT scheduled_tick FROM commands WHERE world_id = ? AND status IN {OPEN_STATUSES}
+    ORDER BY scheduled_tick LIMIT 1"""
 LEASE_COMMANDS = """UPDATE commands SET status = 'LEASED', lease_owner = ?, lease_session = ?, lease_expires_at = ?,
         updated_at = ?
     WHERE world_id = ? AND sequence IN (SELECT value FROM json_each(?))"""
@@ -64,13 +83,14 @@ HELD_IN_ORDER = """SELECT sequence, command_id FROM commands
 IS_HELD = """SELECT count(*) FROM commands
     WHERE world_id = ? AND sequence = ? AND status = 'LEASED' AND lease_owner = ? AND lease_session = ?"""
 # A tick's settlements: one JSON array [sequence, outcome, error] per command. Every settlement is
-# an attempt; a failure that spends the budget dead-letters. The settlements are MATERIALIZED so
-# the join is driven from them into the primary key: left to itself SQLite scans the world's
+# an attempt; a failure that spends the budget dead-letters, and a permanent failure at once. The
+# settlements are MATERIALIZED so the join is driven from them into the primary key: left to itself SQLite scans the world's
 # commands and the JSON array for each, quadratic (10,000 settlements: 100 s instead of 50 ms).
 SETTLE = """WITH s AS MATERIALIZED (SELECT json_extract(value, '$[0]') AS sequence, json_extract(value, '$[1]') AS outcome,
         json_extract(value, '$[2]') AS error FROM json_each(?3))
     UPDATE commands SET
         status = CASE s.outcome WHEN 'applied' THEN 'APPLIED' WHEN 'rejected' THEN 'REJECTED'
+            WHEN 'permanent' THEN 'DEAD_LETTER'
             ELSE CASE WHEN commands.attempts + 1 >= commands.max_attempts THEN 'DEAD_LETTER' ELSE 'RETRYABLE' END END,
         attempts = commands.attempts + 1,
         applied_tick = CASE s.outcome WHEN 'applied' THEN CAST(?1 AS INTEGER) END,
@@ -80,6 +100,8 @@ SETTLE = """WITH s AS MATERIALIZED (SELECT json_extract(value, '$[0]') AS sequen
 RELEASE_SESSION = """UPDATE commands SET status = CASE WHEN attempts > 0 THEN 'RETRYABLE' ELSE 'PENDING' END,
         lease_owner = NULL, lease_session = NULL, lease_expires_at = NULL, updated_at = ?
     WHERE world_id = ? AND status = 'LEASED' AND lease_owner = ? AND lease_session = ?"""
+COUNT_HELD = """SELECT count(*) FROM commands
+    WHERE world_id = ? AND status = 'LEASED' AND lease_owner = ? AND lease_session = ?"""
 # The crash guard names a command whose runner died while materializing it: one attempt charged.
 CHARGE_CRASH = """UPDATE commands SET attempts = attempts + 1,
         status = CASE WHEN attempts + 1 >= max_attempts THEN 'DEAD_LETTER' ELSE 'RETRYABLE' END,
@@ -88,6 +110,14 @@ CHARGE_CRASH = """UPDATE commands SET attempts = attempts + 1,
 CANCEL_COMMANDS = """UPDATE commands SET status = 'CANCELLED', last_error = ?, lease_owner = NULL, lease_session = NULL,
         lease_expires_at = NULL, updated_at = ?
     WHERE world_id = ? AND sequence IN (SELECT value FROM json_each(?))"""
+# Its redrive: a fresh command in the dead letter's scope, due at `tick`, with a fresh budget.
+INSERT_REDRIVE = """INSERT INTO commands (world_id, sequence, scope, command_id, schema_version, scheduled_tick, priority,
+        operation, payload, digest, principal, origin, max_attempts, reserved_entity_id, status, redriven_from,
+        created_at, updated_at)
+    SELECT world_id, ?, scope, ?, schema_version, ?, priority, operation, payload, ?, principal, origin, max_attempts,
+        reserved_entity_id, 'PENDING', sequence, ?, ?
+    FROM commands WHERE world_id = ? AND sequence = ?"""
+GET_REDRIVE = f"SELECT {COMMAND_COLUMNS} FROM commands WHERE world_id = ? AND redriven_from = ?"
 OPEN_SEQUENCES = f"""SELECT sequence FROM commands WHERE world_id = ? AND status IN {OPEN_STATUSES}
     ORDER BY sequence LIMIT ?"""
 HISTORY = f"""SELECT {COMMAND_COLUMNS} FROM commands
@@ -99,27 +129,30 @@ GET_RESERVATION = """SELECT entity_id, request_digest FROM spawn_reservations
     WHERE world_id = ? AND scope = ? AND command_id = ?"""
 INSERT_RESERVATION = """INSERT INTO spawn_reservations (world_id, scope, command_id, entity_id, request_digest, created_at)
     VALUES (?, ?, ?, ?, ?, ?)"""
-FIND_RESERVATIONS = """SELECT r.command_id, r.entity_id, r.request_digest FROM json_each(?) AS j
-    CROSS JOIN spawn_reservations AS r ON r.world_id = ? AND r.scope = ? AND r.command_id = j.value"""
 
 # -- ticks and entity state --
 GET_TICK_BY_TOKEN = "SELECT tick FROM ticks WHERE world_id = ? AND commit_token = ?"
 INSERT_TICK = "INSERT INTO ticks (world_id, tick, commit_token, manifest, published_at) VALUES (?, ?, ?, ?, ?)"
 LIST_TICKS = "SELECT manifest FROM ticks WHERE world_id = ? AND tick > ? ORDER BY tick LIMIT ?"
-UPSERT_ENTITIES = """INSERT INTO entities (world_id, entity_id, components, updated_tick)
-    SELECT ?, json_extract(j.value, '$.entity_id'), json_extract(j.value, '$.components'), ?
-    FROM json_each(?) AS j WHERE json_extract(j.value, '$.components') IS NOT NULL
-    ON CONFLICT (world_id, entity_id) DO UPDATE SET components = excluded.components, updated_tick = excluded.updated_tick"""
-DELETE_ENTITIES = """DELETE FROM entities WHERE world_id = ? AND entity_id IN
-    (SELECT json_extract(value, '$.entity_id') FROM json_each(?) WHERE json_extract(value, '$.components') IS NULL)"""
-LIST_ENTITIES = "SELECT entity_id, components FROM entities WHERE world_id = ? AND entity_id > ? ORDER BY entity_id LIMIT ?"
+# World state (docs/storage.md): the last snapshot's chunks, and the delta chunks published since.
+INSERT_STATE_CHUNK = "INSERT INTO state_chunks (world_id, first_entity_id, body) VALUES (?, ?, ?)"
+INSERT_STATE_DELTA = "INSERT INTO state_deltas (world_id, tick, part, body) VALUES (?, ?, ?, ?)"
+# A snapshot replaces both: a world's chunks are few (each up to a megabyte of state).
+CLEAR_STATE_CHUNKS = "DELETE FROM state_chunks WHERE world_id = ?"
+CLEAR_STATE_DELTAS = "DELETE FROM state_deltas WHERE world_id = ?"
+# The chunk an entity id falls in starts at the greatest first id at or below it.
+STATE_CHUNK_FLOOR = "SELECT max(first_entity_id) FROM state_chunks WHERE world_id = ? AND first_entity_id <= ?"
+NEXT_STATE_CHUNK = """SELECT first_entity_id, body FROM state_chunks WHERE world_id = ? AND first_entity_id > ?
+    ORDER BY first_entity_id LIMIT 1"""
+LIST_STATE_DELTAS = "SELECT body FROM state_deltas WHERE world_id = ? ORDER BY tick, part"
 
 # -- outbox: one statement appends one event per command sequence in a JSON array, in array
 # order; the event type follows from the status the transition left the command in --
 APPEND_EVENTS = """INSERT INTO outbox (world_id, event_seq, event_id, command_id, event_type, status, operation, tick,
         principal, origin, occurred_at, payload)
     SELECT c.world_id, CAST(? AS INTEGER) + j.key, c.world_id || '/' || (CAST(? AS INTEGER) + j.key), c.command_id,
-        CASE c.status WHEN 'PENDING' THEN 'admitted' WHEN 'APPLIED' THEN 'applied' WHEN 'REJECTED' THEN 'rejected'
+        CASE c.status WHEN 'PENDING' THEN CASE WHEN c.redriven_from IS NULL THEN 'admitted' ELSE 'redriven' END
+            WHEN 'APPLIED' THEN 'applied' WHEN 'REJECTED' THEN 'rejected'
             WHEN 'RETRYABLE' THEN 'retry_scheduled' WHEN 'DEAD_LETTER' THEN 'dead_lettered'
             WHEN 'CANCELLED' THEN 'cancelled' END,
         c.status, c.operation, coalesce(c.applied_tick, c.scheduled_tick), c.principal, c.origin, ?,
@@ -129,6 +162,13 @@ OUTBOX_COLUMNS = (
     "event_id, world_id, event_seq, command_id, event_type, status, operation, tick, principal, origin, "
     "occurred_at, payload"
 )
+# A world's own event (health): no command; `tick` is the tick that failed or published.
+APPEND_WORLD_EVENT = """INSERT INTO outbox (world_id, event_seq, event_id, command_id, event_type, status, operation, tick,
+        principal, origin, occurred_at, payload)
+    SELECT world_id, next_event_seq, world_id || '/' || next_event_seq, '', ?, health, 'tick', CAST(? AS INTEGER),
+        NULL, 'local', ?, json_object('attempts', CAST(? AS INTEGER), 'max_attempts', NULL, 'error', ?,
+            'since', CAST(? AS INTEGER))
+    FROM worlds WHERE world_id = ?"""
 READ_OUTBOX = f"SELECT {OUTBOX_COLUMNS} FROM outbox WHERE world_id = ? AND event_seq > ? ORDER BY event_seq LIMIT ?"
 # The same page as one row of JSON arrays, one per column: no Python tuple per event.
 READ_OUTBOX_COLUMNS = (
@@ -160,14 +200,16 @@ INSERT_MIGRATION = f"""INSERT INTO component_migrations (world_id, {MIGRATION_CO
 # (through the open-commands index: a world's settled commands are never visited)
 OPEN_COMMANDS_NAMING = f"""SELECT sequence FROM commands INDEXED BY commands_due
     WHERE world_id = ? AND status IN {OPEN_STATUSES} AND instr(payload, ?) > 0 ORDER BY sequence"""
-ENTITIES_NAMING = "SELECT entity_id FROM entities WHERE world_id = ? AND instr(components, ?) > 0 ORDER BY entity_id"
+# (the entities naming it are found in the state load_state reads: snapshot chunks under their deltas)
+# A migration's rewritten entities are a delta at the world's tick head, after that tick's own parts.
+NEXT_DELTA_PART = "SELECT coalesce(max(part) + 1, 0) FROM state_deltas WHERE world_id = ? AND tick = ?"
 # Each rewrite is a JSON array [sequence, payload, digest].
 REWRITE_PAYLOADS = """WITH r AS MATERIALIZED (SELECT json_extract(value, '$[0]') AS sequence,
         json_extract(value, '$[1]') AS payload, json_extract(value, '$[2]') AS digest FROM json_each(?3))
     UPDATE commands SET payload = r.payload, digest = r.digest, updated_at = ?2
     FROM r WHERE commands.world_id = ?1 AND commands.sequence = r.sequence"""
-# A world's own event (no command behind it): the command id names what happened.
-APPEND_WORLD_EVENT = """INSERT INTO outbox (world_id, event_seq, event_id, command_id, event_type, status, operation, tick,
+# A schema event (no command behind it): the command id names what happened.
+APPEND_SCHEMA_EVENT = """INSERT INTO outbox (world_id, event_seq, event_id, command_id, event_type, status, operation, tick,
         principal, origin, occurred_at, payload)
     VALUES (?1, CAST(?2 AS INTEGER), ?1 || '/' || CAST(?2 AS INTEGER), ?3, ?4, 'APPLIED', ?5, ?6, NULL, 'local', ?7, ?8)"""
 
@@ -175,3 +217,25 @@ APPEND_WORLD_EVENT = """INSERT INTO outbox (world_id, event_seq, event_id, comma
 GET_QUOTA_USAGE = "SELECT used FROM quota_usage WHERE world_id = ? AND principal = ? AND scheduled_tick = ?"
 ADD_QUOTA_USAGE = """INSERT INTO quota_usage (world_id, principal, scheduled_tick, used) VALUES (?, ?, ?, ?)
     ON CONFLICT (world_id, principal, scheduled_tick) DO UPDATE SET used = used + excluded.used"""
+
+# -- retention (docs/ledger.md, "Retention"); every statement deletes at most a limit of rows,
+# oldest first, so one prune transaction stays small however far behind it is, and answers one
+# row per row deleted (RETURNING: the ports have no portable changes count) --
+PRUNABLE_STATUSES = "('APPLIED', 'REJECTED', 'CANCELLED')"  # as in the commands_settled index
+# The first unacknowledged event's time: a command settled no earlier than this may still have an
+# event in the outbox, so it is not yet readable from the audit table. (The first by sequence, not
+# the minimum: one row through the key, where a minimum over occurred_at would read the backlog.)
+FIRST_PENDING_EVENT = "SELECT occurred_at FROM outbox WHERE world_id = ? AND event_seq > ? ORDER BY event_seq LIMIT 1"
+PRUNE_TICKS = """DELETE FROM ticks WHERE world_id = ?1 AND tick IN
+    (SELECT tick FROM ticks WHERE world_id = ?1 AND tick <= ?2 ORDER BY tick LIMIT ?3) RETURNING 1"""
+PRUNE_COMMANDS = f"""DELETE FROM commands WHERE world_id = ?1 AND sequence IN
+    (SELECT sequence FROM commands WHERE world_id = ?1 AND status IN {PRUNABLE_STATUSES} AND updated_at <= ?2
+        ORDER BY updated_at, sequence LIMIT ?3) RETURNING 1"""
+# A reservation whose command was pruned, or whose admission never came within the window.
+PRUNE_RESERVATIONS = """DELETE FROM spawn_reservations WHERE rowid IN
+    (SELECT rowid FROM spawn_reservations WHERE world_id = ?1 AND created_at <= ?2
+        AND NOT EXISTS (SELECT 1 FROM commands AS c WHERE c.world_id = spawn_reservations.world_id
+            AND c.scope = spawn_reservations.scope AND c.command_id = spawn_reservations.command_id)
+        ORDER BY created_at, scope, command_id LIMIT ?3) RETURNING 1"""
+PRUNE_QUOTA_USAGE = """DELETE FROM quota_usage WHERE rowid IN
+    (SELECT rowid FROM quota_usage WHERE world_id = ?1 AND scheduled_tick <= ?2 ORDER BY scheduled_tick, principal LIMIT ?3) RETURNING 1"""

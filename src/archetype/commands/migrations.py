@@ -190,7 +190,59 @@ V2_EXACTLY_ONCE = Migration(2, "principal-scoped ids, runner sessions, crash gua
             'commit_token', json_extract(manifest, '$.commit_token'))""",
 ))  # fmt: skip
 
-V3_COMPONENT_SCHEMAS = Migration(3, "component schemas recorded per world, declared component migrations", (
+# Version 3: world state in chunks (docs/storage.md). A tick writes O(chunks) rows, not a row per
+# entity: `state_chunks` is the last snapshot a runner published (disjoint, ordered entity ranges,
+# keyed by each chunk's first entity id), `state_deltas` the delta chunks published since, which
+# overlay it. Each v2 entity row becomes a one-entity snapshot chunk; the runner's first snapshot
+# repacks them.
+V3_STATE_CHUNKS = Migration(3, "world state as snapshot and delta chunks", (
+    """CREATE TABLE state_chunks (
+        world_id TEXT NOT NULL,
+        first_entity_id INTEGER NOT NULL,
+        body TEXT NOT NULL,
+        PRIMARY KEY (world_id, first_entity_id))""",
+    """CREATE TABLE state_deltas (
+        world_id TEXT NOT NULL,
+        tick INTEGER NOT NULL,
+        part INTEGER NOT NULL,
+        body TEXT NOT NULL,
+        PRIMARY KEY (world_id, tick, part))""",
+    """INSERT INTO state_chunks (world_id, first_entity_id, body)
+        SELECT world_id, entity_id, '[[' || entity_id || ',' || components || ']]' FROM entities""",
+    "DROP TABLE entities",
+))  # fmt: skip
+
+
+# Version 4: failures you can see and steer (docs/ledger.md, "World health" and "Redrive").
+# - A world row carries its health: ACTIVE, or STALLED since a tick failed before it was prepared,
+#   with the failed attempts and the last error, so every authority reports it identically.
+# - A command may be the redrive of a dead-lettered one (`redriven_from`: that command's
+#   sequence); at most one command redrives a given dead letter.
+V4_HEALTH_AND_REDRIVE = Migration(4, "world health, dead-letter redrive", (
+    "ALTER TABLE worlds ADD COLUMN health TEXT NOT NULL DEFAULT 'ACTIVE'",  # ACTIVE | STALLED, written only by the ledger
+    "ALTER TABLE worlds ADD COLUMN failed_attempts INTEGER NOT NULL DEFAULT 0",
+    "ALTER TABLE worlds ADD COLUMN health_error TEXT",
+    "ALTER TABLE worlds ADD COLUMN stalled_since INTEGER",
+    "ALTER TABLE commands ADD COLUMN redriven_from INTEGER",
+    "CREATE UNIQUE INDEX commands_redrives ON commands (world_id, redriven_from) WHERE redriven_from IS NOT NULL",
+))  # fmt: skip
+
+
+# Version 5: retention (docs/ledger.md, "Retention"). `prune` finds the settled commands past the
+# idempotency window, the quota counters of old ticks and the lapsed reservations through these
+# indexes, without reading a busy world's retained rows. DEAD_LETTER is left out of the first:
+# dead letters wait for an operator and are never pruned.
+V5_RETENTION = Migration(5, "indexes of what retention prunes: settled commands, quota counters, reservations", (
+    """CREATE INDEX commands_settled ON commands (world_id, updated_at, sequence)
+        WHERE status IN ('APPLIED', 'REJECTED', 'CANCELLED')""",
+    "CREATE INDEX quota_usage_by_tick ON quota_usage (world_id, scheduled_tick, principal)",
+    "CREATE INDEX spawn_reservations_by_time ON spawn_reservations (world_id, created_at, scope, command_id)",
+))  # fmt: skip
+
+
+# Version 6: component schemas recorded per world (docs/components.md, "Component schemas") and the
+# declared component migrations applied (docs/guide/schema-evolution.md).
+V6_COMPONENT_SCHEMAS = Migration(6, "component schemas recorded per world, declared component migrations", (
     # content-addressed: a fingerprint is the digest of its schema, so a row never changes
     """CREATE TABLE world_components (
         world_id TEXT NOT NULL,
@@ -211,7 +263,7 @@ V3_COMPONENT_SCHEMAS = Migration(3, "component schemas recorded per world, decla
         PRIMARY KEY (world_id, from_fingerprint)) WITHOUT ROWID""",
 ))  # fmt: skip
 
-MIGRATIONS = (V1_SCHEMA, V2_EXACTLY_ONCE, V3_COMPONENT_SCHEMAS)
+MIGRATIONS = (V1_SCHEMA, V2_EXACTLY_ONCE, V3_STATE_CHUNKS, V4_HEALTH_AND_REDRIVE, V5_RETENTION, V6_COMPONENT_SCHEMAS)
 SCHEMA_VERSION = MIGRATIONS[-1].version
 
 HAS_META = "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'"

@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import functools
 import inspect
-import json
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from archetype.canonical import NonCanonicalValueError, canonical_json, load_json, path_step
+from archetype.canonical import NonCanonicalValueError, canonical_json, canonical_text, load_json, path_step
 from archetype.commands.errors import (
     InvalidCommandError,
     InvalidComponentDataError,
@@ -126,8 +125,9 @@ class OperationSpec:
     durable: DurableOperation | None = None
     version: int = 1
 
-    @property
+    @functools.cached_property
     def name(self) -> str:
+        # read on every admission and materialization; the model's discriminator never changes
         return operation_name(self.model)
 
     def require_durable(self) -> DurableOperation:
@@ -229,7 +229,7 @@ def _json_text(data: Any) -> str | None:
     """The JSON text of `data` in the canonical layout, unchecked (None when there is none): what
     a value already known canonical is compared with."""
     try:
-        return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+        return canonical_text(data)
     except (TypeError, ValueError, RecursionError):
         return None
 

@@ -24,7 +24,8 @@ from archetype.commands.errors import (
     WorldClosingError,
     WorldNotFoundError,
 )
-from archetype.commands.identity import command_digest
+from archetype.commands.failures import Permanent, Retryable
+from archetype.commands.identity import COMMAND_ID_PATTERN, command_digest
 from archetype.commands.ledger import check_components
 from archetype.commands.ledger_rows import AdmissionRow, CommandRow, ComponentSchemaRow, LeasedRow
 from archetype.commands.options import ActorCtx, DurableOptions
@@ -34,7 +35,6 @@ from archetype.world.component_schema import UnsupportedSchemaError, check_recor
 from archetype.world.components import DOC_KEYS, Component, canonical_prefixed_schema, resolve_component_class
 from archetype.world.operations import Spawn, SpawnReserved
 
-COMMAND_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
 # A component identity in canonical JSON (sorted keys put these two side by side in a value or a
 # type reference): found in text without parsing it. A stray match in component data can only
 # name a class that is loaded anyway, whose schema is then recorded early: harmless.
@@ -58,6 +58,13 @@ class CommandStatus(str, Enum):  # noqa: UP042
     @property
     def terminal(self) -> bool:
         return self not in (CommandStatus.PENDING, CommandStatus.LEASED, CommandStatus.RETRYABLE)
+
+
+class WorldHealth(str, Enum):  # noqa: UP042  (as CommandStatus)
+    """ACTIVE, or STALLED: a tick failed before it was prepared and none has published since."""
+
+    ACTIVE = "ACTIVE"
+    STALLED = "STALLED"
 
 
 class DeferredItem(BaseModel):
@@ -106,6 +113,7 @@ class CommandSummary(BaseModel):
     principal: str | None
     origin: str
     reserved_entity_id: int | None
+    redriven_from: int | None = None  # the sequence of the dead letter this command redrives
     created_at: int
     updated_at: int
 
@@ -200,12 +208,13 @@ class CommandScheduler:
 
         This runs on every tick's write-set, so the usual answer (nothing new) is found by
         counting: when every identity in the text is one this process recorded, nothing is parsed."""
-        joined = "".join(texts)
+        texts = list(texts)  # (a snapshot's chunks are the whole state: counted in place, never joined)
         known = self._recorded.setdefault(world_id, set())
-        if joined.count(_IDENTITY_MARK) == sum(joined.count(_IDENTITY_MARK + fingerprint) for fingerprint in known):
+        marks = sum(text.count(_IDENTITY_MARK) for text in texts)
+        if marks == sum(text.count(_IDENTITY_MARK + fingerprint) for text in texts for fingerprint in known):
             return
         classes = []
-        for fingerprint, name in set(_IDENTITY.findall(joined)):
+        for fingerprint, name in {identity for text in texts for identity in _IDENTITY.findall(text)}:
             if fingerprint in known:
                 continue
             try:
@@ -323,15 +332,21 @@ class CommandScheduler:
             world.coordinator.settle(row["sequence"], row["command_id"], outcome, error)
             if outcome == "failed" and row["attempts"] + 1 < row["max_attempts"]:
                 break  # RETRYABLE: stop the drain; publication gives the unprocessed tail back uncharged
+            # a permanent failure dead-letters and the drain continues, like a spent budget
         if guarded:
             await self.authority.guard(world_id, self.owner, session, world.writer_epoch, None)
 
     def _run(self, world: Any, row: LeasedRow) -> tuple[Outcome, str | None]:
-        """Verify and materialize one command in its own state layer; classify what it raised."""
+        """Verify and materialize one command in its own state layer; classify what it raised (the
+        command's own verdict, Retryable or Permanent, before the exception-type rule)."""
         try:
             spec, op = self._verify(world.world_id, row)
             durable = spec.require_durable()  # _verify() already did: this only narrows the type
             world.atomically(lambda: durable.materialize(world, op))
+        except Retryable as exc:
+            return "failed", f"{type(exc).__name__}: {exc}"
+        except Permanent as exc:
+            return "permanent", f"{type(exc).__name__}: {exc}"
         except (LookupError, TypeError, ValueError) as exc:
             return "rejected", f"{type(exc).__name__}: {exc}"
         except Exception as exc:
@@ -408,15 +423,14 @@ class LedgerPublisher:
         manifest = prepared.manifest
         session = self.scheduler.session(manifest.world_id)
         try:
-            # before the tick, so a published entity's types are always recorded
-            await self.scheduler.record_named(
-                manifest.world_id, [w["components"] for w in prepared.writes if w["components"]], admitting=False
-            )
-            # The manifest's JSON and the encoded writes are ManifestRow and list[EntityWrite], types
-            # world/commit.py cannot name (ledger_rows imports it): hence the two ignores.
+            # before the tick, so a published entity's types are always recorded (the identities are
+            # found in the chunks' text, unparsed)
+            await self.scheduler.record_named(manifest.world_id, prepared.chunks, admitting=False)
+            # The manifest's JSON is a ManifestRow, a type world/commit.py cannot name (ledger_rows
+            # imports it): hence the ignore.
             await self.authority.publish(
                 manifest.world_id, self.scheduler.owner, session, manifest.model_dump(mode="json"),  # type: ignore[arg-type]
-                list(prepared.writes),  # type: ignore[arg-type]
+                {"snapshot": prepared.snapshot, "chunks": list(prepared.chunks)},
             )
         except CommandError:
             raise  # the authority answered: a definitive refusal

@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 from pydantic_core import ErrorDetails, PydanticCustomError
 
-from archetype.canonical import NonCanonicalValueError, check_canonical, digest, path_step
+from archetype.canonical import NonCanonicalValueError, canonical_text, check_canonical, digest, path_step
 
 COMPONENT_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
 FINGERPRINT_PATTERN = r"^[0-9a-f]{64}$"
@@ -102,6 +102,9 @@ class Component(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False, ser_json_inf_nan="constants")
 
     __component_fingerprint__: ClassVar[str] = ""
+    # derived once per class, read on every mutation and every encoding: see `type_key`, `component_text`
+    __component_key__: ClassVar[str] = ""
+    __component_wire_suffix__: ClassVar[str] = ""
 
     @classmethod
     def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
@@ -112,6 +115,10 @@ class Component(BaseModel):
                 "components must keep the default 'constants', so a non-finite float is refused, never stored as null"
             )
         cls.__component_fingerprint__ = digest(canonical_prefixed_schema(cls))
+        cls.__component_key__ = f"{cls.__name__}:{cls.__component_fingerprint__}"
+        # the keys after "data" in a ComponentValue's canonical JSON (sorted: data, fingerprint, name);
+        # the name matches COMPONENT_NAME_PATTERN as a class name, and both are ASCII: nothing to escape
+        cls.__component_wire_suffix__ = f',"fingerprint":"{cls.__component_fingerprint__}","name":"{cls.__name__}"}}'
         _LOADED.setdefault((cls.__name__, cls.__component_fingerprint__), []).append(cls)
 
     @classmethod
@@ -130,6 +137,37 @@ def component_data(component: Component) -> dict[str, Any]:
         raise NonCanonicalValueError(f"$: {reason}", reason=reason) from None
     check_canonical(data, max_depth=MAX_DATA_DEPTH)
     return data
+
+
+_FLOATS_ONLY: dict[type[Component], bool] = {}
+
+
+def _floats_only(cls: type[Component]) -> bool:
+    """Whether every field is a plain `float` (no serializer): its JSON form is then its floats,
+    and the encoder's own refusal of NaN and infinities is the whole canonical check."""
+    known = _FLOATS_ONLY.get(cls)
+    if known is None:
+        decorators = cls.__pydantic_decorators__
+        known = _FLOATS_ONLY[cls] = bool(cls.model_fields) and all(
+            info.annotation is float for info in cls.model_fields.values()
+        ) and not (decorators.field_serializers or decorators.model_serializers or cls.model_computed_fields)
+    return known
+
+
+def component_text(component: Component) -> str:
+    """The canonical JSON of `ComponentValue.from_component(component)`, byte for byte, written
+    directly: `{"data":<canonical field JSON>,"fingerprint":"<hex>","name":"<class>"}`. This is what
+    a write-set encodes per component, so it builds no wire model; NonCanonicalValueError as
+    `component_data`."""
+    cls = type(component)
+    if _floats_only(cls):
+        try:
+            data = component.model_dump(mode="json")
+            if all(type(value) is float for value in data.values()):
+                return '{"data":' + canonical_text(data) + cls.__component_wire_suffix__
+        except ValueError:
+            pass  # a non-finite float: component_data below says so, with its path
+    return '{"data":' + canonical_text(component_data(component)) + cls.__component_wire_suffix__
 
 
 def resolve_component_class(name: str, fingerprint: str) -> type[Component]:
@@ -186,7 +224,7 @@ class _AffineWireModel(BaseModel):
 
 
 def type_key(cls: type[Component]) -> str:
-    return f"{cls.__name__}:{cls.component_fingerprint()}"
+    return cls.__component_key__
 
 
 class ComponentTypeRef(_AffineWireModel):

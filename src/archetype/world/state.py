@@ -7,6 +7,10 @@ layer above that (merged on success, dropped on failure), so a failed command le
 mutation and a tick that fails before it is prepared is dropped whole, leaving the world exactly
 as it was. A prepared tick's write-set is sealed (published atomically, then folded into the
 committed entities); mutations made meanwhile go to a fresh bottom layer, for the next tick.
+
+The committed entities are also grouped by *signature* (their set of component keys), so finding
+the entities a processor matches costs what matches plus the layers, never a scan of the world:
+an idle tick of a large world touches no entity.
 """
 
 from __future__ import annotations
@@ -19,11 +23,15 @@ Components = dict[str, Component]  # type key -> live component
 
 # A layer maps entity id -> its components, or None once despawned.
 Layer = dict[int, Components | None]
+Signature = frozenset[str]
 
 
 class WorldState:
     def __init__(self, entities: dict[int, Components] | None = None) -> None:
         self._committed: dict[int, Components] = dict(entities or {})
+        self._signatures: dict[Signature, set[int]] = {}  # committed entities by signature
+        for entity_id, components in self._committed.items():
+            self._signatures.setdefault(frozenset(components), set()).add(entity_id)
         self._sealed: Layer = {}
         self._layers: list[Layer] = [{}]
 
@@ -34,10 +42,33 @@ class WorldState:
 
     # -- reads through the layers --
     def get(self, entity_id: int) -> Components | None:
-        for layer in self._stack():
+        # the hottest read (once per processed entity): a plain loop, not the `_stack` generator
+        layers = self._layers
+        for index in range(len(layers) - 1, -1, -1):
+            layer = layers[index]
             if entity_id in layer:
                 return layer[entity_id]
+        if entity_id in self._sealed:
+            return self._sealed[entity_id]
         return self._committed.get(entity_id)
+
+    def matching(self, keys: frozenset[str]) -> list[int]:
+        """The ids of every entity that has all of `keys`, in id order."""
+        found: set[int] = set()
+        for signature, members in self._signatures.items():
+            if keys <= signature:
+                found |= members
+        for layer in self._stack():  # small: what this tick and the sealed one wrote
+            for entity_id in layer:
+                found.discard(entity_id)
+        seen: set[int] = set()
+        for layer in self._stack():
+            for entity_id, components in layer.items():
+                if entity_id not in seen:
+                    seen.add(entity_id)
+                    if components is not None and keys <= components.keys():
+                        found.add(entity_id)
+        return sorted(found)
 
     def items(self) -> Iterator[tuple[int, Components]]:
         seen: set[int] = set()
@@ -85,6 +116,13 @@ class WorldState:
             merged.update(layer)
         return merged
 
+    def count_after(self, write_set: Layer) -> int:
+        """How many entities live once `write_set` (this state's `write_set()`, nothing sealed) commits."""
+        count = len(self._committed)
+        for entity_id, components in write_set.items():
+            count += (components is not None) - (entity_id in self._committed)
+        return count
+
     def seal(self, write_set: Layer) -> None:
         """Freeze the prepared tick's write-set; later mutations go to a fresh layer above it."""
         if self._sealed:
@@ -94,9 +132,18 @@ class WorldState:
 
     def commit_sealed(self) -> None:
         """Fold the sealed (now published) write-set into the committed entities."""
+        committed, signatures = self._committed, self._signatures
         for entity_id, components in self._sealed.items():
+            old = committed.get(entity_id)
+            if old is not None and (components is None or old.keys() != components.keys()):
+                members = signatures[frozenset(old)]
+                members.discard(entity_id)
+                if not members:
+                    del signatures[frozenset(old)]
             if components is None:
-                self._committed.pop(entity_id, None)
+                committed.pop(entity_id, None)
             else:
-                self._committed[entity_id] = components
+                if old is None or old.keys() != components.keys():
+                    signatures.setdefault(frozenset(components), set()).add(entity_id)
+                committed[entity_id] = components
         self._sealed = {}

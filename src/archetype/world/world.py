@@ -9,7 +9,9 @@ the layered `WorldState`, so nothing reaches committed state before publication.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterable
+import gc
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -17,13 +19,12 @@ from archetype.canonical import MAX_SAFE_INTEGER
 from archetype.world.commit import (
     CommitCoordinator,
     CommittedTickReceipt,
-    Encodings,
+    EntityEncoder,
     InMemoryPublisher,
     TickPublisher,
-    encode_writes,
 )
 from archetype.world.components import Component, ComponentTypeRef, type_key
-from archetype.world.state import Components, WorldState
+from archetype.world.state import Components, Layer, WorldState
 
 
 # -- hooks: each class is both the hook kind and the event it receives --
@@ -50,6 +51,8 @@ class OnDestroy:
 HOOK_KINDS = (PreTick, PostTick, OnSpawn, OnDestroy)
 Hook = Callable[["AsyncWorld", Any], None]
 Processor = Callable[["AsyncWorld", int, int, tuple[Component, ...]], None]
+# Called once per tick with every matching entity id, in id order (see archetype.vector).
+BatchProcessor = Callable[["AsyncWorld", int, list[int]], None]
 Materializer = Callable[["AsyncWorld", int], Awaitable[None]]
 
 
@@ -77,9 +80,10 @@ class EntityIdsExhaustedError(RuntimeError):
 @dataclass
 class _ProcessorEntry:
     name: str
-    fn: Processor
+    fn: Processor | None
     keys: frozenset[str]
     order: tuple[str, ...]
+    batch: BatchProcessor | None = None
 
 
 async def _no_materialization(world: AsyncWorld, tick: int) -> None:
@@ -110,7 +114,9 @@ class AsyncWorld:
         self._id_source = id_source or CounterIdSource(max((e for e, _ in self.state.items()), default=0) + 1)
         self._ids = range(0)
         self._processors: list[_ProcessorEntry] = []
-        self._encodings: Encodings = {}  # entities encoded (validated) since the last prepared tick
+        self.encoder = EntityEncoder()
+        # entries published as deltas since the last snapshot; None until this world publishes one
+        self._delta_entries: int | None = None
         self._hooks: dict[type, list[Hook]] = {kind: [] for kind in HOOK_KINDS}
 
     # -- configuration --
@@ -120,10 +126,26 @@ class AsyncWorld:
         order = tuple(type_key(t) for t in component_types)
         self._processors.append(_ProcessorEntry(name or fn.__name__, fn, frozenset(order), order))
 
+    def add_batch_processor(self, fn: BatchProcessor, *component_types: type[Component], name: str | None = None) -> None:
+        """A processor called once per tick with the ids of every entity that has all of
+        `component_types` (in id order), in its place among the processors: what a vectorised
+        processor (archetype.vector) runs on. It reads and writes through the world as usual."""
+        if not component_types:
+            raise ValueError("a processor needs at least one component type")
+        order = tuple(type_key(t) for t in component_types)
+        label = name or str(getattr(fn, "__name__", "batch"))
+        self._processors.append(_ProcessorEntry(label, None, frozenset(order), order, fn))
+
     def add_hook(self, kind: type, fn: Hook) -> None:
         if kind not in self._hooks:
             raise ValueError(f"{kind!r} is not a hook kind; use one of PreTick, PostTick, OnSpawn, OnDestroy")
         self._hooks[kind].append(fn)
+
+    @property
+    def has_systems(self) -> bool:
+        """Whether something changes the world every tick even when no command is due (a processor
+        or a PreTick hook): what a host asks before letting an idle world stop ticking."""
+        return bool(self._processors or self._hooks[PreTick])
 
     def _fire(self, event: Any) -> None:
         for fn in self._hooks[type(event)]:
@@ -155,12 +177,12 @@ class AsyncWorld:
 
     def query(self, *component_types: type[Component] | ComponentTypeRef) -> list[tuple[int, tuple[Component, ...]]]:
         keys = [t.key if isinstance(t, ComponentTypeRef) else type_key(t) for t in component_types]
-        found = [
-            (entity_id, tuple(components[k] for k in keys))
-            for entity_id, components in self.state.items()
-            if all(k in components for k in keys)
-        ]
-        return sorted(found, key=lambda item: item[0])
+        found = []
+        for entity_id in self.state.matching(frozenset(keys)):
+            components = self.state.get(entity_id)
+            assert components is not None  # matching() answers live entities only
+            found.append((entity_id, tuple(components[k] for k in keys)))
+        return found
 
     def _require(self, entity_id: int) -> Components:
         components = self.state.get(entity_id)
@@ -189,8 +211,8 @@ class AsyncWorld:
     def update(self, entity_id: int, components: Iterable[Component]) -> None:
         current = self._require(entity_id)
         changes = _by_key(components)
-        missing = [k.split(":")[0] for k in changes if k not in current]
-        if missing:
+        if not changes.keys() <= current.keys():
+            missing = [k.split(":")[0] for k in changes if k not in current]
             raise LookupError(f"entity {entity_id} has no component(s) {missing} to update")
         self.state.put(entity_id, {**current, **changes})
 
@@ -221,7 +243,7 @@ class AsyncWorld:
         try:
             result = fn()
             if validate:
-                encode_writes(self.state.top, self._encodings)
+                self.encoder.encode(self.state.top)
         except BaseException:
             self.state.drop()
             raise
@@ -229,15 +251,20 @@ class AsyncWorld:
         return result
 
     # -- the tick --
-    async def step(self) -> CommittedTickReceipt:
+    async def step(self, tick: int | None = None) -> CommittedTickReceipt:
+        """Run and publish the next tick, or `tick` when later: the ticks between are empty and
+        coalesced, never run or published (an idle world's clock moved on; docs/ledger.md). A tick
+        already prepared is published as it is, whatever `tick` says."""
         async with self.lock:
-            tick = self.tick + 1
             if self.coordinator.prepared is None:
-                await self._prepare(tick)
+                await self._prepare(max(self.tick + 1, tick or 0))
             prepared = self.coordinator.prepared
             assert prepared is not None
+            tick = prepared.manifest.tick
             await self.publisher.publish(prepared)
-            self.state.commit_sealed()
+            with _collection_paused():
+                self.state.commit_sealed()
+            self._delta_entries = 0 if prepared.snapshot else (self._delta_entries or 0) + len(prepared.manifest.written_entity_ids)
             self.tick = tick
             manifest = prepared.manifest
             self.coordinator.clear()
@@ -260,35 +287,63 @@ class AsyncWorld:
         try:
             await self.ensure_entity_ids()
             await self.materializer(self, tick)
-            self.atomically(lambda: self._run_systems(tick), validate=False)
-            write_set = self.state.write_set()
-            self.coordinator.prepare(tick, self.writer_epoch, write_set, self._encodings)
+            with _collection_paused():
+                self.atomically(lambda: self._run_systems(tick), validate=False)
+                write_set = self.state.write_set()
+                written = sorted(write_set)
+                if self._snapshot_due(write_set):
+                    self.coordinator.prepare(tick, self.writer_epoch, written, self.encoder.snapshot(self.state.items()),
+                                             snapshot=True)  # fmt: skip
+                else:
+                    self.coordinator.prepare(tick, self.writer_epoch, written, self.encoder.encode(write_set), snapshot=False)
         except BaseException:
             self.state.unwind(base)
             self.coordinator.clear()
             self._ids = ids
             raise
-        finally:
-            self._encodings.clear()
         self.state.seal(write_set)
+
+    def _snapshot_due(self, write_set: Layer) -> bool:
+        """Publish the whole state instead of a delta once the deltas since the last snapshot would
+        outgrow it (so the authority's overlay stays smaller than the state it overlays), and on
+        this world's first publication with a change (it does not know what the overlay holds)."""
+        if not write_set:
+            return False
+        if self._delta_entries is None:
+            return True
+        return self._delta_entries + len(write_set) >= self.state.count_after(write_set)
 
     def _run_systems(self, tick: int) -> None:
         self._fire(PreTick(tick))
-        signatures: dict[frozenset[str], list[int]] = {}
-        for entity_id, components in self.state.items():
-            signatures.setdefault(frozenset(components), []).append(entity_id)
+        get = self.state.get
         for processor in self._processors:
-            matching = sorted(
-                entity_id
-                for signature, members in signatures.items()
-                if processor.keys <= signature
-                for entity_id in members
-            )
-            for entity_id in matching:
-                current = self.state.get(entity_id)
-                if current is None or not processor.keys <= current.keys():
+            keys, order, fn = processor.keys, processor.order, processor.fn
+            if processor.batch is not None:
+                processor.batch(self, tick, self.state.matching(keys))
+                continue
+            assert fn is not None  # an entry has a per-entity or a batch function
+            for entity_id in self.state.matching(keys):
+                current = get(entity_id)
+                if current is None or not keys <= current.keys():
                     continue  # an earlier processor despawned it or removed a component this tick
-                processor.fn(self, tick, entity_id, tuple(current[k] for k in processor.order))
+                fn(self, tick, entity_id, tuple([current[k] for k in order]))
+
+
+@contextmanager
+def _collection_paused() -> Iterator[None]:
+    """No automatic garbage collection inside a tick's synchronous work (processors, encoding,
+    folding the write-set in). A tick of a large world allocates a new object or two per changed
+    entity, and each batch of them set off a collection that scanned the whole (long-lived)
+    world again: several full passes per tick. Reference counting frees the tick's garbage as
+    usual; what is left for the collector is collected once, at the next allocation after it."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 def _by_key(components: Iterable[Component]) -> Components:

@@ -17,8 +17,8 @@ class ApiError extends Error {
 
 const token = () => sessionStorage.getItem("archetype-token");
 
-async function api(path) {
-  const response = await fetch(path, { headers: { Authorization: `Bearer ${token()}` } });
+async function api(path, method = "GET") {
+  const response = await fetch(path, { method, headers: { Authorization: `Bearer ${token()}` } });
   const body = await response.json().catch(() => null);
   if (!response.ok) {
     throw new ApiError(response.status, body?.code ?? `http_${response.status}`, body?.message ?? response.statusText);
@@ -73,6 +73,7 @@ function tickRate(world) {
 function health(world, rate) {
   if (world.status === "CLOSING") return "closing";
   if (world.status === "DESTROYED") return "destroyed";
+  if (world.health?.status === "STALLED") return "stalled";
   if (world.outbox_pending > LAGGING_EVENTS) return "lagging";
   return rate ? "ok" : "idle";
 }
@@ -108,6 +109,10 @@ async function worldView(worldId) {
     h("h1", {}, `World ${world.world_id} `, badge(world.status), " ", badge(health(world, rate))),
     h("p", { "data-testid": "world-summary" },
       `tick ${world.tick_head} · ${rate === null ? "…" : rate.toFixed(1)} ticks/s · audit lag ${world.outbox_pending} events`),
+    world.health?.status === "STALLED"
+      ? h("p", { class: "error", "data-testid": "stalled" },
+        `Stalled since ${time(world.health.since)}: ${world.health.failed_attempts} failed tick attempts; last error: ${world.health.last_error}`)
+      : null,
     h("h2", {}, "Commands"),
     commandFilters(),
     table([
@@ -122,7 +127,7 @@ async function worldView(worldId) {
       ["last error", (c) => c.last_error],
     ], commands.commands, "commands"),
     commands.next_after === null ? null : h("p", { class: "muted" }, `first ${PAGE} shown; narrow the filters to see others`),
-    h("p", { class: "muted" }, "Dead letters: filter by DEAD_LETTER. Redrive is not offered: the ledger has no redrive transition."),
+    h("p", { class: "muted" }, "Dead letters: filter by DEAD_LETTER; open one to redrive it (operators)."),
     h("h2", {}, `Entities at tick ${state.tick_head}`),
     entities(state.entities));
 }
@@ -214,9 +219,19 @@ async function commandView(worldId, commandId, principal) {
     trail = null;
   }
   const { payload, ...fields } = record;
+  // a new command linked to this dead letter, same key every click: a retry answers the same one
+  const redrive = async () => {
+    const path = `${base}/dead-letters/${encodeURIComponent(commandId)}/redrive${query({ principal: record.principal ?? "", trusted: record.principal === null ? "true" : "" })}`;
+    const made = await api(path, "POST");
+    location.hash = `#/worlds/${encodeURIComponent(worldId)}/commands/${encodeURIComponent(made.command_id)}${query({ principal: record.principal ?? "" })}`;
+  };
   return h("section", {},
     h("h1", {}, `Command ${record.command_id} `, badge(record.status)),
     h("p", {}, h("a", { href: `#/worlds/${encodeURIComponent(worldId)}` }, `← world ${worldId}`)),
+    record.status === "DEAD_LETTER"
+      ? h("p", {}, h("button", { "data-testid": "redrive", onclick: () => redrive().catch(showError) }, "Redrive"),
+        " a new command with this operation and a fresh attempt budget (operators)")
+      : null,
     table([["field", ([key]) => key], ["value", ([key, value]) => (key.endsWith("_at") ? time(value) : value ?? "-")]],
       Object.entries(fields), "record"),
     h("h2", {}, "Payload"),
@@ -265,12 +280,17 @@ async function render(poll = false) {
       sessionStorage.removeItem("archetype-token");
       return signIn(error.message);
     }
-    status.textContent = `error: ${error.message}`;
-    status.classList.add("error");
-    status.setAttribute("data-testid", "error");
+    showError(error);
   } finally {
     rendering = false;
   }
+}
+
+function showError(error) {
+  const status = document.getElementById("status");
+  status.textContent = `error: ${error.message}`;
+  status.classList.add("error");
+  status.setAttribute("data-testid", "error");
 }
 
 function signIn(message = "") {

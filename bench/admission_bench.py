@@ -1,0 +1,314 @@
+"""Durable admission beside raw sqlite3 and the SQLite queues, in the same run: single commands
+(one transaction each) and batches of 1,000, at synchronous=FULL and NORMAL (WAL everywhere),
+with the WAL pages each commit writes.
+
+Contestants, each on its own database file in a fresh directory:
+
+- ours: `dispatcher.defer` / `defer_batch` (validation, canonical payload, identity digest with
+  conflict detection, sequence numbers, the `admitted` outbox event) on the local authority;
+- raw sqlite3: `archetype.bench.RawLedger`, plain sqlite3 making the same row writes on the same
+  schema (command row, counters, outbox event), with none of the checks;
+- huey (`SqliteHuey`, a task enqueued), persist-queue (`SQLiteQueue.put`) and litequeue
+  (`LiteQueue.put`), each putting the same payload text. huey has no batch put: it is single only.
+
+The peers are bench-only packages: run this with the bench environment (`bench/setup-env`, then
+`bench/.venv/bin/python bench/admission_bench.py`); a peer that is not installed says so.
+
+Every round runs every contestant in turn (interleaved, so background load hits all of them
+alike); a figure is the best round of `--rounds`. WAL pages per commit: the WAL is truncated
+(checkpoint), `--wal-commits` commits run, and the frames the WAL file grew by are divided by them.
+
+    bench/.venv/bin/python bench/admission_bench.py [--single 500] [--batches 5] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import os
+import sqlite3
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from archetype.bench import BENCH_WORLD, FAR_TICK, RawLedger, _items, _raw_rows, build_ledger
+from archetype.runtime import Runtime
+from local_catalog import CATALOG_FILE
+
+try:
+    from huey import SqliteHuey
+except ImportError:
+    SqliteHuey = None
+try:
+    import persistqueue
+except ImportError:
+    persistqueue = None
+try:
+    from litequeue import LiteQueue
+except ImportError:
+    LiteQueue = None
+
+BATCH = 1_000
+SYNC_MODES = ("FULL", "NORMAL")
+TARGET_SINGLE_VS_BEST_PEER = 1.0
+TARGET_BATCH_VS_RAW = 0.6
+
+
+def _wal_frames(db: Path) -> int:
+    wal = Path(f"{db}-wal")
+    size = wal.stat().st_size if wal.exists() else 0
+    page = sqlite3.connect(db).execute("PRAGMA page_size").fetchone()[0]
+    return max(0, size - 32) // (page + 24)
+
+
+def _truncate_wal(db: Path) -> None:
+    conn = sqlite3.connect(db)
+    try:
+        busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+    finally:
+        conn.close()
+    if busy:
+        raise RuntimeError(f"{db}: the WAL could not be truncated (a reader holds it)")
+
+
+class Contestant:
+    """One system on its own database: `put(i)` admits one command, `put_batch(start)` BATCH of them."""
+
+    name = ""
+    db: Path
+    batched = True
+
+    async def put(self, i: int) -> None:
+        raise NotImplementedError
+
+    async def put_batch(self, start: int) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+
+class Ours(Contestant):
+    name = "ours (defer)"
+
+    @classmethod
+    async def open(cls, directory: Path, sync: str, count: int) -> Ours:
+        self = cls()
+        await build_ledger(directory, BATCH)  # the world exists and already holds commands
+        self.rt = await Runtime.open_local(directory, synchronous=sync)
+        self.db = directory / CATALOG_FILE
+        self.items = _items(BENCH_WORLD, "c", count, FAR_TICK)  # built outside any timing
+        return self
+
+    async def put(self, i: int) -> None:
+        item = self.items[i]
+        await self.rt.dispatcher.defer(item.op, item.options, command_id=item.command_id)
+
+    async def put_batch(self, start: int) -> None:
+        await self.rt.dispatcher.defer_batch(self.items[start : start + BATCH])
+
+
+class Raw(Contestant):
+    name = "raw sqlite3"
+
+    def __init__(self, directory: Path, sync: str, rows: list[dict[str, Any]]) -> None:
+        self.db = directory / CATALOG_FILE
+        self.raw = RawLedger(self.db, sync)
+        self.rows = rows
+
+    async def put(self, i: int) -> None:
+        self.raw.admit([self.rows[i]])
+
+    async def put_batch(self, start: int) -> None:
+        self.raw.admit(self.rows[start : start + BATCH])
+
+    def close(self) -> None:
+        self.raw.close()
+
+
+class Huey(Contestant):
+    name = "huey"
+    batched = False
+
+    def __init__(self, directory: Path, sync: str, payload: str) -> None:
+        assert SqliteHuey is not None
+        self.db = directory / "huey.db"
+        self.huey = SqliteHuey(filename=str(self.db), fsync=sync == "FULL")  # fsync: synchronous FULL, else 0
+        self.huey.storage.conn.execute(f"PRAGMA synchronous = {sync}")
+
+        @self.huey.task()
+        def work(payload: str) -> None:
+            pass
+
+        self.work, self.payload = work, payload
+
+    async def put(self, i: int) -> None:
+        self.work(self.payload)  # enqueues: one INSERT of the pickled message, autocommit
+
+    def close(self) -> None:
+        self.huey.storage.close()
+
+
+class PersistQueue(Contestant):
+    name = "persist-queue"
+
+    def __init__(self, directory: Path, sync: str, payload: str) -> None:
+        assert persistqueue is not None
+        # one queue, two connections: one committing every put, one committing at task_done()
+        self.single = persistqueue.SQLiteQueue(str(directory / "queue"), auto_commit=True)
+        self.batch = persistqueue.SQLiteQueue(str(directory / "queue"), auto_commit=False)
+        for q in (self.single, self.batch):
+            q._putter.execute(f"PRAGMA synchronous = {sync}")
+        self.db = directory / "queue" / "data.db"
+        self.payload = payload
+
+    async def put(self, i: int) -> None:
+        self.single.put(self.payload)
+
+    async def put_batch(self, start: int) -> None:
+        for _ in range(BATCH):
+            self.batch.put(self.payload)
+        self.batch.task_done()  # auto_commit=False: this commits the batch
+
+    def close(self) -> None:
+        self.single.close()
+        self.batch.close()
+
+
+class Litequeue(Contestant):
+    name = "litequeue"
+
+    def __init__(self, directory: Path, sync: str, payload: str) -> None:
+        assert LiteQueue is not None
+        self.db = directory / "litequeue.db"
+        self.q = LiteQueue(str(self.db))
+        self.q.conn.execute(f"PRAGMA synchronous = {sync}")
+        self.payload = payload
+
+    async def put(self, i: int) -> None:
+        self.q.put(self.payload)
+
+    async def put_batch(self, start: int) -> None:
+        with self.q.transaction(mode="IMMEDIATE"):
+            for _ in range(BATCH):
+                self.q.put(self.payload)
+
+    def close(self) -> None:
+        self.q.close()
+
+
+async def contestants(directory: Path, sync: str, count: int) -> list[Contestant]:
+    ours = await Ours.open(directory / "ours", sync, count)
+    raw_rows = _raw_rows(_items("raw", "c", count, FAR_TICK), ours.rt)
+    raw_dir = directory / "raw"
+    await build_ledger(raw_dir, BATCH)
+    payload = raw_rows[0]["payload"]
+    found: list[Contestant] = [ours, Raw(raw_dir, sync, raw_rows)]
+    for cls, module in ((Huey, SqliteHuey), (PersistQueue, persistqueue), (Litequeue, LiteQueue)):
+        if module is None:
+            print(f"  ({cls.name} is not installed: run with the bench environment, bench/setup-env)")
+            continue
+        (directory / cls.name).mkdir(parents=True)
+        found.append(cls(directory / cls.name, sync, payload))
+    return found
+
+
+async def run(sync: str, single: int, batches: int, rounds: int, wal_commits: int, directory: Path) -> dict[str, Any]:
+    per_round = single + batches * BATCH
+    count = per_round * rounds + wal_commits + BATCH + 10
+    group = await contestants(directory, sync, count)
+    best: dict[tuple[str, str], float] = {}
+    used = 0
+
+    async def timed(c: Contestant, fn: Callable[[], Any]) -> float:
+        start = time.perf_counter()
+        await fn()
+        return time.perf_counter() - start
+
+    for c in group:  # warm: the first commit of a connection pays for opening the world
+        await c.put(used)
+    used += 1
+    for _ in range(rounds):
+        gc.collect()
+        spent = {c.name: 0.0 for c in group}
+        for i in range(single):  # command by command, each contestant in turn
+            for c in group:
+                spent[c.name] += await timed(c, lambda c=c, at=used + i: c.put(at))
+        used += single
+        for c in group:
+            best[c.name, "single"] = min(best.get((c.name, "single"), float("inf")), spent[c.name] / single)
+        spent = {c.name: 0.0 for c in group}
+        for b in range(batches):
+            for c in group:
+                if c.batched:
+                    spent[c.name] += await timed(c, lambda c=c, at=used + b * BATCH: c.put_batch(at))
+        used += batches * BATCH
+        for c in group:
+            if c.batched:
+                best[c.name, "batch"] = min(best.get((c.name, "batch"), float("inf")), spent[c.name] / (batches * BATCH))
+    pages: dict[tuple[str, str], float] = {}
+    for c in group:
+        _truncate_wal(c.db)
+        for i in range(wal_commits):
+            await c.put(used + i)
+        pages[c.name, "single"] = _wal_frames(c.db) / wal_commits
+        if c.batched:
+            _truncate_wal(c.db)
+            await c.put_batch(used + wal_commits)
+            pages[c.name, "batch"] = _wal_frames(c.db)
+    for c in group:
+        if isinstance(c, Ours):
+            await c.rt.close()
+        else:
+            c.close()
+    return {"best": best, "pages": pages, "names": [c.name for c in group]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--single", type=int, default=500, help="single admissions per round and contestant")
+    parser.add_argument("--batches", type=int, default=5, help=f"batches of {BATCH:,} per round and contestant")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--wal-commits", type=int, default=50, help="single commits whose WAL pages are counted")
+    args = parser.parse_args()
+    print(f"python {sys.version.split()[0]}, sqlite {sqlite3.sqlite_version}, {os.cpu_count()} cpus, "
+          f"load average {os.getloadavg()[0]:.1f}; best of {args.rounds} interleaved rounds")  # fmt: skip
+    checks: list[bool] = []
+    for sync in SYNC_MODES:
+        with tempfile.TemporaryDirectory() as tmp:
+            result = asyncio.run(run(sync, args.single, args.batches, args.rounds, args.wal_commits, Path(tmp)))
+        best, pages, names = result["best"], result["pages"], result["names"]
+        print(f"\nsynchronous={sync}, WAL (load average now {os.getloadavg()[0]:.1f})")
+        print(f"  {'':<16} {'single cmd/s':>13} {'us/cmd':>8} {'WAL pages/commit':>17} | "
+              f"{'batched cmd/s':>14} {'WAL pages/batch':>16}")  # fmt: skip
+        for name in names:
+            s = best[name, "single"]
+            line = f"  {name:<16} {1 / s:13,.0f} {s * 1e6:8.1f} {pages[name, 'single']:17.1f} | "
+            if (name, "batch") in best:
+                line += f"{1 / best[name, 'batch']:14,.0f} {pages[name, 'batch']:16,.0f}"
+            else:
+                line += f"{'(no batch put)':>31}"
+            print(line)
+        ours, raw = names[0], names[1]
+        peers = names[2:]
+        if peers:
+            top = min(peers, key=lambda n: best[n, "single"])
+            single_ratio = best[top, "single"] / best[ours, "single"]
+            print(f"  single: ours {single_ratio:.2f}x the best SQLite queue ({top}); target >= "
+                  f"{TARGET_SINGLE_VS_BEST_PEER}x{'' if sync == 'FULL' else ' (judged at FULL)'}")  # fmt: skip
+            if sync == "FULL":
+                checks.append(single_ratio >= TARGET_SINGLE_VS_BEST_PEER)
+        batch_ratio = best[raw, "batch"] / best[ours, "batch"]
+        print(f"  batched: ours {batch_ratio:.2f}x raw sqlite3 making the same row writes; target >= "
+              f"{TARGET_BATCH_VS_RAW}x{'' if sync == 'FULL' else ' (judged at FULL)'}")  # fmt: skip
+        if sync == "FULL":
+            checks.append(batch_ratio >= TARGET_BATCH_VS_RAW)
+    print(f"\n{sum(checks)}/{len(checks)} targets met")
+
+
+if __name__ == "__main__":
+    main()

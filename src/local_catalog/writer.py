@@ -1,0 +1,124 @@
+"""The local authority off the event loop: one writer thread owns the catalog connection.
+
+Every ledger call is queued to that thread and awaited, so the event loop never waits on SQLite
+(HTTP, `/health` and the runner stay responsive while ticks commit). Calls that queue up while a
+transaction commits run together as the next transaction (group commit): under load many
+admissions share one fsync, yet each caller is answered only after the commit that made its own
+call durable, and a call that raises is rolled back alone (a savepoint each; see
+`SqliteSqlPort.group`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypedDict
+
+from archetype.commands import ledger_sql as q
+from archetype.commands.authority import InProcessAuthority
+from archetype.commands.errors import UnregisteredOperationError
+from archetype.commands.ledger import LEDGER_METHODS, Ledger
+from local_catalog.port import SqliteSqlPort
+
+# Runs of its own: destroy is a series of short transactions by design (docs/ledger.md), which a
+# group would fuse into one that grows with the world.
+SOLO_METHODS = frozenset({"destroy"})
+# Bounds how long one group holds the catalog's write lock.
+MAX_GROUP = 256
+
+
+class PendingWorld(TypedDict):
+    world_id: str
+    status: str
+    tick_head: int
+    next_tick: int  # the earliest scheduled tick of its open commands
+
+
+@dataclass
+class _Call:
+    fn: Callable[[], Any]
+    solo: bool
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future[Any]
+
+    def answer(self, result: Any) -> None:
+        def settle() -> None:
+            if self.future.done():  # its caller was cancelled meanwhile
+                return
+            if isinstance(result, BaseException):
+                self.future.set_exception(result)
+            else:
+                self.future.set_result(result)
+
+        self.loop.call_soon_threadsafe(settle)
+
+
+class WriterThreadAuthority(InProcessAuthority):
+    def __init__(self, ledger: Ledger, port: SqliteSqlPort, *, max_group: int = MAX_GROUP) -> None:
+        super().__init__(ledger, close=port.close)
+        self._port = port
+        self._max_group = max_group
+        self._queue: queue.SimpleQueue[_Call | None] = queue.SimpleQueue()
+        self._closed = False
+        self.calls = self.groups = 0  # calls / groups is how well group commit groups (tests, bench)
+        self._thread = threading.Thread(target=self._run, name="catalog-writer", daemon=True)
+        self._thread.start()
+
+    async def rpc(self, method: str, arguments: dict[str, Any]) -> Any:
+        if method not in LEDGER_METHODS:
+            raise UnregisteredOperationError(f"{method!r} is not a ledger method")
+        fn = getattr(self.ledger, method)
+        return await self._call(lambda: fn(**arguments), solo=method in SOLO_METHODS)
+
+    async def pending_worlds(self) -> list[PendingWorld]:
+        """Every world of the catalog with an open command (a local-catalog read: a Durable Object
+        holds one world). What `archetype serve`'s runner steps, besides worlds with processors."""
+        rows = await self._call(lambda: self._port.execute(q.PENDING_WORLDS), solo=False)
+        return [{"world_id": r[0], "status": r[1], "tick_head": r[2], "next_tick": r[3]} for r in rows]
+
+    async def _call(self, fn: Callable[[], Any], *, solo: bool) -> Any:
+        if self._closed:
+            raise RuntimeError("the local authority is closed")
+        loop = asyncio.get_running_loop()
+        call = _Call(fn, solo, loop, loop.create_future())
+        self._queue.put(call)
+        return await call.future
+
+    def _run(self) -> None:
+        carried: list[_Call | None] = []  # what ended the last group: a solo call or the stop
+        while True:
+            first = carried.pop() if carried else self._queue.get()
+            if first is None:
+                return
+            group = [first]
+            while not first.solo and len(group) < self._max_group:
+                try:
+                    following = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if following is None or following.solo:
+                    carried.append(following)
+                    break
+                group.append(following)
+            self._run_group(group)
+
+    def _run_group(self, group: list[_Call]) -> None:
+        try:
+            results: list[Any] = self._port.group([call.fn for call in group])
+        except BaseException as exc:  # the commit itself failed: nothing of the group is durable
+            results = [exc] * len(group)
+        self.calls += len(group)
+        self.groups += 1
+        for call, result in zip(group, results, strict=True):
+            call.answer(result)
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._queue.put(None)
+        await asyncio.to_thread(self._thread.join)
+        await super().close()

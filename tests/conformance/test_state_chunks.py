@@ -1,0 +1,59 @@
+"""World state as snapshot and delta chunks (docs/storage.md), on every authority: what a runner
+publishes in chunks, `load_state` answers entity by entity, paged, exactly as it was encoded."""
+
+import pytest
+
+from archetype.commands import InvalidCommandError
+from tests.component_modules.alpha import Health, Position
+from tests.conformance.helpers import step
+
+
+async def _all_state(authority, world_id, limit):
+    entities, after = [], 0
+    while True:
+        page = (await authority.load_state(world_id=world_id, after_entity_id=after, limit=limit))["entities"]
+        if not page:
+            return entities
+        entities += [(e["entity_id"], e["components"]) for e in page]
+        after = page[-1]["entity_id"]
+
+
+async def test_snapshots_and_deltas_read_back_as_the_published_entities(rt, world_id, authority, monkeypatch):
+    # small chunks, so a little state spans several chunk rows
+    monkeypatch.setattr("archetype.world.commit.CHUNK_BYTES", 400)
+    world = await rt.worlds.get(world_id)
+    await world.ensure_entity_ids(40)
+    async with world.lock:
+        ids = world.atomically(lambda: [world.spawn([Position(x=float(i), y=-0.0), Health(hp=i)]) for i in range(30)])
+    first = await world.step()  # the world's first publication with a change: a snapshot
+    assert world.coordinator.prepared is None and first.tick == 0
+    async with world.lock:  # a delta: two updates, a despawn, a spawn
+        world.atomically(lambda: (world.update(ids[3], [Health(hp=-3)]), world.update(ids[29], [Position(x=2.0, y=1e-300)]),
+                                  world.despawn(ids[10]), world.spawn([Health(hp=99)])))  # fmt: skip
+    await world.step()
+    async with world.lock:
+        world.atomically(lambda: world.despawn(ids[3]))
+    await world.step()
+    expected = [(entity_id, world.encoder.text(entity_id, components)) for entity_id, components in sorted(world.state.items())]
+    assert len(expected) == 29
+    for limit in (1, 4, 7, 10_000):
+        assert await _all_state(authority, world_id, limit) == expected
+    # a new runner loads the same state, and its first publication with a change is a snapshot
+    rt.worlds.drop(world_id)
+    reloaded = await rt.worlds.get(world_id)
+    assert [(e, reloaded.encoder.text(e, c)) for e, c in sorted(reloaded.state.items())] == expected
+    async with reloaded.lock:
+        reloaded.atomically(lambda: reloaded.update(ids[0], [Health(hp=7)]))
+    await step(rt, world_id)
+    assert len(await _all_state(authority, world_id, 5)) == 29
+
+
+async def test_a_malformed_state_chunk_is_refused(rt, world_id, authority):
+    info = await authority.acquire_writer(world_id=world_id)
+    manifest = {"world_id": world_id, "tick": 0, "writer_epoch": info["writer_epoch"], "settlements": [],
+                "written_entity_ids": [], "commit_token": "t0"}  # fmt: skip
+    for chunks in (["{}"], ["[[0,[]]]"], ["[[2,[]]]", "[[1,[]]]"]):
+        with pytest.raises(InvalidCommandError):
+            await authority.publish(world_id=world_id, owner="o", session="s", manifest=manifest,
+                                    writes={"snapshot": True, "chunks": chunks})  # fmt: skip
+    assert await authority.manifests(world_id=world_id) == []

@@ -1,0 +1,75 @@
+"""The edge-hosting parity script: the same admissions and ticks for a world, whoever hosts it
+(a `serve` runner loop, the Durable Object's alarm on the stand-in, or on the real interpreter),
+and the snapshot the hosts must agree on byte for byte."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from archetype.canonical import canonical_json
+from archetype.commands import DurableOptions
+from archetype.commands.port import ManualClock
+from archetype.metrics import Metrics
+from archetype.runtime import Runtime
+from archetype.server import WorldRunner, set_up_modules
+from archetype.world import CreateWorld, Despawn, Spawn, Update
+from durable_world.edge import TICK_INTERVAL_MS
+from tests.component_modules.alpha import Position, Velocity
+from tests.server import game
+
+PARITY_WORLD = "edge-parity"  # tests/server/game.py hosts edge-* worlds at the edge
+
+
+async def spawn_mover(rt: Runtime, world_id: str, command_id: str, tick: int = 0, x: float = 0.0) -> int:
+    op = Spawn(world_id=world_id, components=[Position(x=x, y=0), Velocity(dx=1, dy=2)])
+    return (await rt.dispatcher.defer_spawn(op, DurableOptions(tick=tick), command_id=command_id)).entity_id
+
+
+async def scripted(rt: Runtime, world_id: str, step: Callable[[], Awaitable[Any]], clock: ManualClock) -> None:
+    """Create the world, admit spawns, a rejected despawn and an update, and run four ticks."""
+    await rt.dispatcher.apply(CreateWorld(name="parity", world_id=world_id))
+    first = await spawn_mover(rt, world_id, "spawn-a")
+    await spawn_mover(rt, world_id, "spawn-b", tick=1, x=10.0)
+    await rt.dispatcher.defer(Despawn(world_id=world_id, entity_id=999), DurableOptions(tick=1), command_id="ghost")
+    for _ in range(2):
+        clock.advance(TICK_INTERVAL_MS)
+        await step()
+    update = Update(world_id=world_id, entity_id=first, components=[Velocity(dx=-1, dy=0)])
+    await rt.dispatcher.defer(update, DurableOptions(tick=2), command_id="turn")
+    for _ in range(2):
+        clock.advance(TICK_INTERVAL_MS)
+        await step()
+
+
+async def hosted_snapshot(authority: Any, world_id: str, delivered: list[Any] | tuple[Any, ...] = ()) -> str:
+    """Manifests, the outbox stream (what the audit queue was sent, then what is still unsent) and state."""
+    return canonical_json({
+        "manifests": await authority.manifests(world_id, limit=1000),
+        "outbox": [*delivered, *await authority.read_outbox(world_id, limit=1000)],
+        "state": await authority.load_state(world_id),
+    })  # fmt: skip
+
+
+async def serve_hosted_snapshot(directory: Path, world_id: str = PARITY_WORLD) -> str:
+    """The script on a local authority, stepped by `archetype serve`'s own runner loop with the
+    game module set up as `serve --module tests.server.game` does."""
+    clock = ManualClock()
+    serve = await Runtime.open_local(directory, clock=clock, audit=None, owner="serve@host")
+    set_up_modules(serve, [game])
+    stop = asyncio.Event()
+    runner = WorldRunner(serve, serve.authority, Metrics(), tick_rate=1)  # type: ignore[arg-type]
+
+    async def one_pass() -> None:
+        if not runner.passes:  # the first pass comes after a sweep, as in `serve`
+            await runner.sweep(stop)
+        runner.passes += 1
+        await runner.run_pass(stop)
+
+    try:
+        await scripted(serve, world_id, one_pass, clock)
+        return await hosted_snapshot(serve.authority, world_id)
+    finally:
+        await serve.close()

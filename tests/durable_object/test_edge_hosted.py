@@ -1,0 +1,222 @@
+"""Edge-hosted worlds: the real WorldObject, in the stand-in runtime, steps its world from its
+alarm with the runner's WorldHost and CommandScheduler; idle worlds set no alarm; a repeated or
+crashed alarm never repeats a tick; a remote runner is refused the writer of an edge-hosted world;
+and an edge-hosted world matches a `serve`-hosted one byte for byte, on the stand-in's SQL engine
+and on the real Durable Object SQL engine."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+
+from archetype.commands import DurableOptions, WorldEdgeHostedError
+from archetype.commands.port import ManualClock
+from archetype.runtime import Runtime
+from archetype.server import set_up_modules
+from archetype.world import CreateWorld, Despawn, Spawn
+from durable_world import DurableObjectAuthority
+from durable_world.edge import TICK_INTERVAL_MS, next_tick_at
+from tests.component_modules.alpha import Position
+from tests.durable_object.edge_scenario import (
+    PARITY_WORLD,
+    hosted_snapshot,
+    scripted,
+    serve_hosted_snapshot,
+    spawn_mover,
+)
+from tests.server import game
+from tests.support.durable_object_standin import FakeQueue, world_namespace
+from tests.support.workerd.engine import workerd_sql_engines
+
+pytestmark = pytest.mark.timeout(60)
+
+EDGE = "edge-w"
+# a module hosting every world at the edge, with no processors: its worlds tick only for commands
+IDLE = types.ModuleType("idle_game")
+IDLE.edge_hosted = lambda world_id: True  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def clock():
+    return ManualClock()
+
+
+@pytest.fixture
+def queue():
+    return FakeQueue()
+
+
+def namespace_of(tmp_path, clock, queue, *modules):
+    return world_namespace(tmp_path / "objects", clock, queue=queue, modules=modules)
+
+
+@pytest.fixture
+def namespace(tmp_path, clock, queue):
+    ns = namespace_of(tmp_path, clock, queue, game)
+    yield ns
+    ns.close()
+
+
+@pytest.fixture
+def admitter(namespace):
+    """Admission only (the Worker's path): a runtime over the Durable Object authority that never steps."""
+    return Runtime(DurableObjectAuthority(namespace), owner="gateway")
+
+
+async def positions(authority, world_id):
+    page = await authority.load_state(world_id)
+    return {e["entity_id"]: e["components"] for e in page["entities"]}
+
+
+def settled(manifest):
+    return [s["command_id"] for s in manifest["settlements"]]
+
+
+def test_the_scheduling_rule():
+    assert next_tick_at(5, 10, has_systems=True, next_due_tick=None) == 15
+    assert next_tick_at(5, 10, has_systems=False, next_due_tick=3) == 15
+    assert next_tick_at(5, 10, has_systems=False, next_due_tick=None) is None
+
+
+async def test_the_alarm_steps_the_world_through_several_ticks(namespace, admitter, clock):
+    authority = admitter.authority
+    await admitter.dispatcher.apply(CreateWorld(name="edge", world_id=EDGE))
+    # processors run every tick: creation arms the first tick
+    assert namespace.alarm_time(EDGE) == clock.now_ms() + TICK_INTERVAL_MS
+    mover = await spawn_mover(admitter, EDGE, "spawn-1")
+    for expected_tick in range(3):
+        clock.advance(TICK_INTERVAL_MS)
+        assert await namespace.run_alarm(EDGE)
+        assert (await authority.world_info(EDGE))["tick_head"] == expected_tick
+        assert namespace.alarm_time(EDGE) == clock.now_ms() + TICK_INTERVAL_MS  # re-armed for the next tick
+    # spawned at tick 0 (the processor moves it that tick too), moved by (1, 2) on each of 3 ticks
+    assert '"x":3.0' in (await positions(authority, EDGE))[mover] and '"y":6.0' in (await positions(authority, EDGE))[mover]
+    assert (await admitter.scheduler.command(EDGE, "spawn-1")).status == "APPLIED"
+
+
+async def test_an_idle_world_sets_no_alarm_and_an_admission_re_arms_it(tmp_path, clock, queue):
+    ns = namespace_of(tmp_path, clock, queue, IDLE)
+    try:
+        rt = Runtime(DurableObjectAuthority(ns), owner="gateway")
+        world = await rt.dispatcher.apply(CreateWorld(name="idle", world_id="w-idle"))
+        assert ns.alarm_time(world) is None  # no processors, no command: an idle world costs nothing
+        await ns.storage(world).setAlarm(clock.now_ms() + 60_000)  # something later is armed
+        await rt.dispatcher.defer(Despawn(world_id=world, entity_id=5), DurableOptions(tick=0), command_id="d-1")
+        assert ns.alarm_time(world) == clock.now_ms() + TICK_INTERVAL_MS  # the command is due sooner: re-armed
+        assert await ns.run_alarm(world)
+        assert (await rt.scheduler.command(world, "d-1")).status == "REJECTED"  # no entity 5: settled, once
+        assert [m["event_type"] for m in queue.messages] == ["admitted", "rejected"]  # audit shared the alarm
+        assert ns.alarm_time(world) is None  # nothing open, nothing unsent: idle again
+    finally:
+        ns.close()
+
+
+async def test_a_command_for_a_later_tick_keeps_an_idle_world_ticking_until_it_is_due(tmp_path, clock, queue):
+    ns = namespace_of(tmp_path, clock, queue, IDLE)
+    try:
+        rt = Runtime(DurableObjectAuthority(ns), owner="gateway")
+        world = await rt.dispatcher.apply(CreateWorld(name="idle", world_id="w-later"))
+        await rt.dispatcher.defer(Despawn(world_id=world, entity_id=5), DurableOptions(tick=2), command_id="d-2")
+        ran = 0
+        while await ns.run_alarm(world):
+            ran += 1
+        assert ran == 3 and (await rt.scheduler.command(world, "d-2")).applied_tick is None
+        assert (await rt.authority.world_info(world))["tick_head"] == 2
+    finally:
+        ns.close()
+
+
+async def test_a_repeated_alarm_never_repeats_a_tick(namespace, admitter, clock):
+    await admitter.dispatcher.apply(CreateWorld(name="edge", world_id=EDGE))
+    await spawn_mover(admitter, EDGE, "spawn-1")
+    instance = namespace.instance(EDGE)
+    await instance.alarm({"retryCount": 0, "isRetry": False})
+    await instance.alarm({"retryCount": 1, "isRetry": True})  # the runtime delivered it again
+    manifests = await admitter.authority.manifests(EDGE)
+    assert [m["tick"] for m in manifests] == [0, 1]
+    assert len({m["commit_token"] for m in manifests}) == 2
+    assert [settled(m) for m in manifests] == [["spawn-1"], []]
+
+
+async def test_a_crash_between_publish_and_re_arm_runs_the_next_tick_not_the_same_one(namespace, admitter, clock):
+    await admitter.dispatcher.apply(CreateWorld(name="edge", world_id=EDGE))
+    mover = await spawn_mover(admitter, EDGE, "spawn-1")
+    storage = namespace.storage(EDGE)
+    real_set_alarm = storage.setAlarm
+
+    async def crash(at, options=None):
+        storage.setAlarm = real_set_alarm
+        raise RuntimeError("the object died after its tick published")
+
+    storage.setAlarm = crash
+    with pytest.raises(RuntimeError):
+        await namespace.run_alarm(EDGE)
+    assert (await admitter.authority.world_info(EDGE))["tick_head"] == 0  # tick 0 published
+    assert namespace.alarm_time(EDGE) is not None  # the runtime keeps a failed alarm to retry it
+    namespace.evict(EDGE)  # the retry finds a fresh object: it reloads the world from the ledger
+    assert await namespace.run_alarm(EDGE)
+    manifests = await admitter.authority.manifests(EDGE)
+    assert [(m["tick"], settled(m)) for m in manifests] == [(0, ["spawn-1"]), (1, [])]
+    assert '"x":2.0' in (await positions(admitter.authority, EDGE))[mover]  # moved on ticks 0 and 1, no more
+
+
+async def test_a_failing_tick_is_retried_at_the_next_interval(tmp_path, clock, queue):
+    failures = ["the processor's bug"]
+
+    def flaky(world, tick, entity_id, components):
+        if failures:
+            raise RuntimeError(failures.pop())
+
+    hooked = types.ModuleType("flaky_game")
+    hooked.edge_hosted = lambda world_id: True  # type: ignore[attr-defined]
+    hooked.setup = lambda rt: rt.worlds.on_load.append(lambda w: w.add_processor(flaky, Position))  # type: ignore[attr-defined]
+    ns = namespace_of(tmp_path, clock, queue, hooked)
+    try:
+        rt = Runtime(DurableObjectAuthority(ns), owner="gateway")
+        world = await rt.dispatcher.apply(CreateWorld(name="flaky", world_id="w-flaky"))
+        await rt.dispatcher.defer_spawn(Spawn(world_id=world, components=[Position(x=0, y=0)]), DurableOptions(tick=0),
+                                        command_id="s-1")  # fmt: skip
+        assert await ns.run_alarm(world)  # the processor raises: the tick is discarded whole ...
+        assert (await rt.authority.world_info(world))["tick_head"] == -1
+        assert ns.alarm_time(world) == clock.now_ms() + TICK_INTERVAL_MS  # ... and the alarm re-armed, not spent
+        assert await ns.run_alarm(world)
+        assert (await rt.authority.world_info(world))["tick_head"] == 0
+        assert (await rt.scheduler.command(world, "s-1")).status == "APPLIED"
+    finally:
+        ns.close()
+
+
+async def test_a_remote_runner_is_refused_an_edge_hosted_world_and_the_edge_leaves_runner_worlds(namespace, admitter):
+    authority = admitter.authority
+    await admitter.dispatcher.apply(CreateWorld(name="edge", world_id=EDGE))
+    await admitter.dispatcher.apply(CreateWorld(name="runner", world_id="w-runner"))
+    epoch = (await authority.world_info(EDGE))["writer_epoch"]
+    runner = Runtime(authority, owner="cpython-runner")
+    with pytest.raises(WorldEdgeHostedError):
+        await runner.worlds.step(EDGE)
+    assert (await authority.world_info(EDGE))["writer_epoch"] == epoch  # refused before anything changed
+
+    await spawn_mover(admitter, "w-runner", "spawn-r")  # arms audit delivery only
+    assert await namespace.run_alarm("w-runner")
+    assert (await authority.world_info("w-runner"))["tick_head"] == -1  # the object never steps it
+    set_up_modules(runner, [game])
+    await runner.worlds.step("w-runner")  # ... its runner does
+    assert (await authority.world_info("w-runner"))["tick_head"] == 0
+
+
+@pytest.mark.parametrize("engine", ["standin", "workerd"])
+async def test_an_edge_hosted_world_matches_a_serve_hosted_one_byte_for_byte(tmp_path, engine):
+    """On the stand-in's SQL engine and on the real Durable Object SQL engine (workerd)."""
+    served = await serve_hosted_snapshot(tmp_path / "serve")
+    clock, queue = ManualClock(), FakeQueue()
+    sql_engine = workerd_sql_engines() if engine == "workerd" else None
+    ns = world_namespace(tmp_path / "objects", clock, queue=queue, modules=(game,), sql_engine=sql_engine)
+    try:
+        edge = Runtime(DurableObjectAuthority(ns), owner="gateway")
+        await scripted(edge, PARITY_WORLD, lambda: ns.run_alarm(PARITY_WORLD), clock)
+        assert (await edge.authority.world_info(PARITY_WORLD))["tick_head"] == 3
+        assert queue.messages  # the alarms delivered the audit stream
+        assert await hosted_snapshot(edge.authority, PARITY_WORLD, queue.messages) == served
+    finally:
+        ns.close()

@@ -1,0 +1,107 @@
+"""Idle worlds cost nothing: `archetype serve`'s runner steps only the worlds that have work
+(docs/ledger.md, *Idle worlds*)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sqlite3
+from collections import Counter
+
+from archetype.commands import DurableOptions
+from archetype.metrics import Metrics
+from archetype.runtime import Runtime
+from archetype.server import WorldRunner
+from archetype.world import CreateWorld, Spawn
+from local_catalog import CATALOG_FILE, open_local_authority
+from tests.component_modules.alpha import Health
+
+TICK_RATE = 50.0
+
+
+def catalog_rows(path) -> dict[str, int]:
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        return {t: db.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in ("ticks", "commands", "outbox")}
+
+
+@contextlib.asynccontextmanager
+async def running(tmp_path, setup=None):
+    catalog = open_local_authority(tmp_path)
+    calls: Counter[str] = Counter()
+    rpc = catalog.rpc
+
+    async def counted(method, arguments):
+        calls[method] += 1
+        return await rpc(method, arguments)
+
+    catalog.rpc = counted  # type: ignore[method-assign]
+    rt = Runtime(catalog, owner="idle-test", audit=None)
+    if setup is not None:
+        setup(rt)
+    runner = WorldRunner(rt, catalog, Metrics(), TICK_RATE)
+    stop = asyncio.Event()
+    task = asyncio.create_task(runner.run(stop))
+    try:
+        yield rt, runner, calls
+    finally:
+        stop.set()
+        await task
+        await rt.close()
+
+
+async def wait_until(predicate, seconds: float = 10.0) -> None:
+    for _ in range(int(seconds * 100)):
+        if await predicate():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("timed out")
+
+
+async def test_an_idle_world_writes_nothing_and_a_due_command_wakes_it(tmp_path):
+    async with running(tmp_path) as (rt, runner, calls):
+        for i in range(20):
+            await rt.dispatcher.apply(CreateWorld(name=f"w{i}", world_id=f"w{i}"))
+        before = catalog_rows(tmp_path / CATALOG_FILE)
+        passes = runner.passes
+        await asyncio.sleep(1.0)
+        assert runner.passes - passes >= 10
+        assert catalog_rows(tmp_path / CATALOG_FILE) == before == {"ticks": 0, "commands": 0, "outbox": 0}
+        assert calls["list_worlds"] <= 1 and calls["lease"] == calls["publish"] == 0  # no walk, no tick
+
+        spawned = await rt.dispatcher.defer_spawn(Spawn(world_id="w3", components=[Health(hp=1)]), DurableOptions(tick=0))
+
+        async def applied() -> bool:
+            return (await rt.scheduler.history("w3"))[0].status == "APPLIED"
+
+        await wait_until(applied)
+        await asyncio.sleep(0.5)
+        rows = catalog_rows(tmp_path / CATALOG_FILE)
+        assert rows["ticks"] == 1, "the woken world ticked once, its neighbours never"
+        assert [m["world_id"] for m in await rt.authority.manifests("w3")] == ["w3"]
+        assert (await rt.authority.load_state("w3"))["entities"][0]["entity_id"] == spawned.entity_id
+
+
+async def test_a_sleeping_world_keeps_its_clock_and_coalesces_the_empty_ticks(tmp_path):
+    async with running(tmp_path) as (rt, runner, _):
+        await rt.dispatcher.apply(CreateWorld(name="late", world_id="late"))
+        await rt.dispatcher.defer(Spawn(world_id="late", components=[Health(hp=1)]), DurableOptions(tick=25))
+        first = runner.passes
+
+        async def applied() -> bool:
+            return (await rt.scheduler.history("late"))[0].status == "APPLIED"
+
+        await wait_until(applied)
+        ticks = [m["tick"] for m in await rt.authority.manifests("late")]
+        # it slept until its clock reached tick 25 (about 25 passes), then ran one tick: no empty manifests
+        assert ticks == [25] and runner.passes - first >= 20
+
+
+async def test_a_world_with_processors_ticks_every_pass(tmp_path):
+    def setup(rt: Runtime) -> None:
+        rt.worlds.on_load.append(lambda world: world.add_processor(lambda *_: None, Health))
+
+    async with running(tmp_path, setup) as (rt, runner, _):
+        await rt.dispatcher.apply(CreateWorld(name="busy", world_id="busy"))
+        await runner.sweep(asyncio.Event())  # a new world is seen at the next sweep; here at once
+        await asyncio.sleep(0.5)
+        assert len(await rt.authority.manifests("busy")) >= 5

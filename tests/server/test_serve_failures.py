@@ -1,0 +1,75 @@
+"""`archetype serve` with a processor that raises: the world turns STALLED over HTTP with the
+error and its failed attempts, the retries back off (and the log says so once, not once a tick),
+and SIGTERM leaves nothing LEASED."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import time
+
+import httpx
+import pytest
+
+from archetype.world import ComponentValue
+from local_catalog import open_local_authority
+from tests.component_modules.alpha import Position
+from tests.server.test_serve import WAIT_S, start_server, wait_for
+
+pytestmark = pytest.mark.timeout(90)
+TICK_RATE = 20
+STALLED_FOR_S = 2.0
+
+
+def test_a_failing_processor_is_reported_backed_off_and_shut_down_cleanly(tmp_path):
+    process, url = start_server(tmp_path, "--module", "tests.server.faulty")
+    viewer, admin = {"Authorization": "Bearer t-viewer"}, {"Authorization": "Bearer t-admin"}
+    try:
+        with httpx.Client(base_url=url, timeout=10) as http:
+            assert http.post("/worlds", json={"name": "hot", "world_id": "hot"}, headers=admin).status_code == 201
+            spawn = {"type": "spawn", "tick": 0, "components": [ComponentValue.from_component(Position(x=1, y=1)).model_dump()]}
+            headers = {"Authorization": "Bearer t-player", "Idempotency-Key": "core"}
+            assert http.post("/worlds/hot/commands", json=spawn, headers=headers).status_code == 202
+            health = wait_for(lambda: (h := http.get("/worlds/hot", headers=viewer).json()["health"])["status"] == "STALLED" and h,
+                              "the world to stall")  # fmt: skip
+            assert health["last_error"].startswith("RuntimeError: the reactor overheated at entity")
+            assert health["failed_attempts"] >= 1 and health["since"] is not None
+            frozen = http.get("/worlds/hot", headers=viewer).json()["tick_head"]
+            started = time.monotonic()
+            time.sleep(STALLED_FOR_S)
+            world = http.get("/worlds/hot", headers=viewer).json()
+            stalled_for = time.monotonic() - started
+            assert world["tick_head"] == frozen and world["health"]["since"] == health["since"]
+            # backoff doubling from 0.1 s: a handful of attempts, not one per tick of the tick rate
+            attempts = world["health"]["failed_attempts"]
+            assert 2 <= attempts <= 8 < TICK_RATE * stalled_for, attempts
+            assert "archetype_worlds_stalled 1.0" in http.get("/metrics", headers=viewer).text
+            record = http.get("/worlds/hot/commands/core", headers={"Authorization": "Bearer t-player"}).json()
+            assert (record["status"], record["attempts"]) == ("PENDING", 0)  # innocent: neither charged nor held
+
+            # the audit projection has it too: one health event, not one per attempt
+            def audited():
+                page = http.get("/worlds/hot/audit", headers={"Authorization": "Bearer t-operator"}).json()
+                return page["events"] if len(page["events"]) == 2 else None
+
+            events = wait_for(audited, "the audit projection to catch up")
+            assert [(e["command_id"], e["event_type"], e["status"]) for e in events] == [
+                ("core", "admitted", "PENDING"), ("", "world_stalled", "STALLED")]
+            assert json.loads(events[1]["payload"])["error"] == health["last_error"]
+
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(WAIT_S) == 0
+        stderr = process.stderr.read()
+        assert json.loads(process.stdout.read().strip().splitlines()[-1]) == {"stopped": True}
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(WAIT_S)
+
+    assert stderr.count("Traceback") == 1, stderr  # the first failure, with its traceback; then one line per 30 s
+    assert re.search(rf"world hot: tick {frozen + 1} failed; retrying in 0.1 s", stderr), stderr
+    ledger = open_local_authority(tmp_path / "data").ledger
+    assert {c["status"] for c in ledger.history("hot")} == {"PENDING"}  # nothing LEASED after SIGTERM
+    info = ledger.world_info("hot")
+    assert info["health"] == "STALLED" and info["failed_attempts"] >= attempts and info["tick_head"] == frozen

@@ -1,0 +1,84 @@
+"""`archetype serve` applies the retention policy periodically: a busy world's catalog stops
+growing, a settled command leaves the ledger once its events are in the audit table (which still
+answers for it), and `archetype catalog prune` does the same on demand."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import sqlite3
+import subprocess
+import sys
+
+import httpx
+import pytest
+
+from archetype.audit import AuditLog
+from archetype.commands import GetAuditHistory
+from archetype.world import ComponentValue
+from tests.component_modules.alpha import Position
+from tests.server.test_serve import ROOT, WAIT_S, start_server
+
+pytestmark = pytest.mark.timeout(120)
+ADMIN = {"Authorization": "Bearer t-admin"}
+
+
+def rows(data, table: str) -> int:
+    with sqlite3.connect(data / "catalog.sqlite3") as db:
+        return db.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+
+
+async def test_serve_keeps_a_busy_worlds_catalog_at_a_steady_state(tmp_path):
+    data = tmp_path / "data"
+    process, url = start_server(tmp_path, "--keep-ticks", "20", "--idempotency-window", "0.5", "--prune-interval", "0.2")
+    try:
+        with httpx.Client(base_url=url, timeout=10) as http:
+            assert http.post("/worlds", json={"name": "busy", "world_id": "b1"}, headers=ADMIN).status_code == 201
+            spawn = {"type": "spawn", "tick": 0, "components": [ComponentValue.from_component(Position(x=1, y=2)).model_dump()]}
+            sizes = []
+            for i in range(200):  # some 12 s of traffic
+                headers = {"Authorization": "Bearer t-player", "Idempotency-Key": f"c{i}"}
+                assert http.post("/worlds/b1/commands", json=spawn, headers=headers).status_code == 202
+                await asyncio.sleep(0.05)
+                if i % 10 == 9:
+                    sizes.append((rows(data, "commands"), rows(data, "ticks")))
+            # the first command left the ledger once its trail reached the audit table ...
+            assert http.get("/worlds/b1/commands/c0", headers=ADMIN).status_code == 404
+        # ... and the audit table still tells its story
+        audit = AuditLog.open_local(data)
+        try:
+            events = audit.table.history(GetAuditHistory(world_id="b1", command_id="c0"))
+        finally:
+            await audit.close()
+        assert [e.event_type for e in events] == ["admitted", "applied"]
+        commands, ticks = zip(*sizes, strict=True)
+        # The projector's first rounds take seconds here (its writer process starts, the table is
+        # created); commands pile up until then. From the first drop on, a command stays for the
+        # window (0.5 s) plus up to a projection round (1 s) and a prune interval (0.2 s): at under
+        # 20 commands/s, some 35 at most. Without retention: 200 commands and well over 200 ticks.
+        drop = next((i for i in range(1, len(commands)) if commands[i] < commands[i - 1]), None)
+        assert drop is not None and drop <= len(commands) - 5, sizes
+        assert max(commands[drop:]) <= 50, sizes
+        assert max(ticks) <= 20 + 1 + 10, sizes  # the kept ticks, plus what one prune interval adds
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(WAIT_S) == 0, process.stderr.read()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(WAIT_S)
+
+
+def test_catalog_prune_on_demand_reports_what_it_removed(tmp_path):
+    data = tmp_path / "data"
+    subprocess.run([sys.executable, "-m", "archetype.cli", "demo", "--data", str(data), "--ticks", "6"],
+                   cwd=ROOT, check=True, capture_output=True)  # fmt: skip
+    ticks, commands = rows(data, "ticks"), rows(data, "commands")
+    command = [sys.executable, "-m", "archetype.cli", "catalog", "prune", "--data", str(data), "--keep-ticks", "2",
+               "--idempotency-window", "0", "--json"]  # fmt: skip
+    done = subprocess.run(command, cwd=ROOT, check=True, capture_output=True, text=True)
+    *worlds, total = [json.loads(line) for line in done.stdout.splitlines()]
+    assert len(worlds) == 1 and total["total"]["ticks"] == ticks - 2 == rows(data, "ticks") + ticks - 4
+    assert 0 < total["total"]["commands"] == commands - rows(data, "commands")
+    refused = subprocess.run([*command[:-1], "--keep-ticks", "0"], cwd=ROOT, capture_output=True, text=True)
+    assert refused.returncode == 2 and refused.stderr.startswith("error: setting 'keep_ticks'")
