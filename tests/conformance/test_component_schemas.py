@@ -18,7 +18,7 @@ from archetype.commands import (
     UnsupportedComponentSchemaError,
 )
 from archetype.commands.scheduler import schema_row
-from archetype.world import Component, Spawn
+from archetype.world import Component, Despawn, Spawn
 from tests.component_modules.alpha import Health, Position
 from tests.conformance.helpers import at, outbox
 
@@ -182,6 +182,30 @@ async def test_a_migration_rewrites_state_and_open_payloads_and_is_recorded_with
     assert not again["migrated"] and len(await outbox(authority, world_id)) == len(events)
     with pytest.raises(UnknownComponentError, match="was migrated to"):  # the old type is admitted no more
         await authority.admit(world_id, [raw_spawn(world_id, "old", value(Health, hp=3))])
+
+
+async def test_a_migration_covers_the_chunked_state_snapshot_under_its_deltas(rt, authority, world_id):
+    """The entities a migration must rewrite are those of the published state as load_state reads
+    it (a snapshot's chunks overlaid by later deltas); the rewrites land as a delta over it."""
+    await rt.dispatcher.apply(Spawn(world_id=world_id, components=[Health(hp=1)]))
+    await rt.dispatcher.apply(Spawn(world_id=world_id, components=[Health(hp=2)]))
+    await rt.dispatcher.apply(Spawn(world_id=world_id, components=[Health(hp=3)]))
+    await rt.worlds.step(world_id)  # the first publication: a snapshot of entities 1..3
+    await rt.dispatcher.apply(Despawn(world_id=world_id, entity_id=2))
+    await rt.worlds.step(world_id)  # a delta: entity 2 despawned, still in the snapshot's chunk
+    await authority.record_components(world_id, [schema_row(Position)])
+    epoch = (await authority.acquire_writer(world_id))["writer_epoch"]
+    moved = {e: canonical_json([value(Position, x=float(e), y=0.0)]) for e in (1, 2, 3)}
+    with pytest.raises(MigrationConflictError, match=r"entities \[1, 3\] and open commands \[\]"):
+        await migrate(authority, world_id, epoch, [{"entity_id": e, "components": moved[e]} for e in (1, 2, 3)])
+    result = await migrate(authority, world_id, epoch, [{"entity_id": e, "components": moved[e]} for e in (3, 1)])
+    assert result["migrated"] and result["migration"]["entities"] == 2
+    state = await authority.load_state(world_id)
+    assert [(e["entity_id"], e["components"]) for e in state["entities"]] == [(1, moved[1]), (3, moved[3])]
+    page = await authority.load_state(world_id, after_entity_id=1, limit=1)
+    assert [(e["entity_id"], e["components"]) for e in page["entities"]] == [(3, moved[3])]
+    again = await migrate(authority, world_id, epoch)  # recognised: nothing rewritten twice
+    assert not again["migrated"]
 
 
 async def test_a_migrated_value_must_fit_the_new_schema(rt, authority, world_id):
