@@ -135,12 +135,19 @@ async def ledger_script(authority, clock):
     await call("admit", world_id=WORLD, commands=[command("c-?", payload=health.replace(Health.component_fingerprint(), "0" * 64))])
     migration = {"name": "Position", "from_fingerprint": Health.component_fingerprint(),
                  "to_fingerprint": Position.component_fingerprint()}  # fmt: skip
+    healthy = reserved + 1  # a published entity naming the old type, in a delta over the first tick's
+    delta = {"snapshot": False, "chunks": [f"[[{healthy},{canonical_json([value(Health, hp=1)])}]]"]}
+    tick1 = {"world_id": WORLD, "tick": 1, "writer_epoch": epoch, "settlements": [], "written_entity_ids": [healthy],
+             "commit_token": "t1"}  # fmt: skip
+    await call("publish", world_id=WORLD, owner="runner", session="s2", manifest=tick1, writes=delta)
     await call("migrate_components", world_id=WORLD, writer_epoch=epoch, migration=migration, entities=[], commands=[])  # conflict
     moved = canonical_json({"components": [value(Position, x=1, y=0)], "operation": "spawn", "world_id": WORLD})
     sequence = (await call("command", world_id=WORLD, command_id="c-h", scope="alice"))["sequence"]
     rewrite = [{"sequence": sequence, "payload": moved}]
-    await call("migrate_components", world_id=WORLD, writer_epoch=epoch, migration=migration, entities=[], commands=rewrite)
-    await call("migrate_components", world_id=WORLD, writer_epoch=epoch, migration=migration, entities=[], commands=rewrite)  # replay
+    entities = [{"entity_id": healthy, "components": canonical_json([value(Position, x=1, y=0)])}]
+    await call("migrate_components", world_id=WORLD, writer_epoch=epoch, migration=migration, entities=entities, commands=rewrite)
+    await call("migrate_components", world_id=WORLD, writer_epoch=epoch, migration=migration, entities=entities, commands=rewrite)  # replay
+    await call("load_state", world_id=WORLD)  # the migrated entity, overlaid as a delta
     await call("components", world_id=WORLD)
     await call("create_world", world_id="w-other", name="other")
     await call("list_worlds")
