@@ -94,8 +94,6 @@ MIGRATION_FIELDS = tuple(name.strip() for name in q.MIGRATION_COLUMNS.split(",")
 # fingerprint -> its schema: content-addressed (the fingerprint is the schema's digest), so one
 # parse serves every world and can never go stale.
 _SCHEMAS: dict[str, dict[str, Any]] = {}
-# migrate_components reads the state for its coverage check this many entities at a time.
-MIGRATION_STATE_PAGE = 10_000
 # A state chunk is one row: within the Durable Object's 2 MB row limit with room for its key.
 STATE_CHUNK_LIMIT = 2_000_000 - 4_096
 # `[[<first entity id>,` opens every chunk (docs/storage.md); the ledger reads no more of it at publish.
@@ -304,15 +302,20 @@ class Ledger:
 
     def _entities_naming(self, world_id: str, fingerprint: str) -> list[int]:
         """The published entities whose components text names `fingerprint`, in id order: the
-        whole state read the way `load_state` reads it, a page at a time."""
-        naming: list[int] = []
-        after = 0
-        while page := self._state_page(world_id, after, MIGRATION_STATE_PAGE):
-            naming += [e for e, text in page if fingerprint in text]
-            after = page[-1][0]
-            if len(page) < MIGRATION_STATE_PAGE:
-                break
-        return naming
+        state as `load_state` reads it (the deltas overlaid on the snapshot's chunks), in one pass;
+        a chunk that does not contain the fingerprint's text is not parsed."""
+        overlay: dict[int, bool] = {}  # entity -> whether its latest delta entry names it
+        for (body,) in self._port.execute(q.LIST_STATE_DELTAS, (world_id,)):
+            entries = json.loads(body)
+            for entity_id, components in entries:
+                overlay[entity_id] = components is not None and fingerprint in _state_text(components)
+        naming = [entity_id for entity_id, names in overlay.items() if names]
+        cursor = -1
+        while rows := self._port.execute(q.NEXT_STATE_CHUNK, (world_id, cursor)):
+            cursor, body = rows[0]
+            if fingerprint in body:
+                naming += [e for e, c in json.loads(body) if e not in overlay and fingerprint in _state_text(c)]
+        return sorted(naming)
 
     def reserve_entity_ids(self, world_id: str, count: int) -> int:
         """Take `count` never-used entity ids; return the first. Ids are never handed out twice."""
