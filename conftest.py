@@ -1,7 +1,7 @@
 """The code blocks of README.md, docs/*.md and docs/guide/*.md, run as tests by Sybil (the rule is
 docs/testing.md, "Docs"): each document is one namespace, run top to bottom in a fresh temporary
-directory, with one event loop for its top-level `await`s; `sh` blocks run in bash there. The
-component classes a document defines are unloaded when it ends."""
+directory, with one event loop for its top-level `await`s; `sh` blocks run in bash there. A
+document sees only the component classes it defines (and archetype's own), as in a fresh process."""
 
 from __future__ import annotations
 
@@ -104,6 +104,14 @@ def setup(namespace: dict[str, Any]) -> None:
     namespace.update(__dir__=directory, __cwd__=os.getcwd(), __loop__=asyncio.new_event_loop(), __groups__=[],
                      __env__=env, __name__="__doc__",
                      __components__={key: list(classes) for key, classes in _components._LOADED.items()})  # fmt: skip
+    # A document sees the component classes it defines (and archetype's own), as in a fresh
+    # process: not those of the tests or pages that ran before it in this one.
+    for key, classes in list(_components._LOADED.items()):
+        kept = [cls for cls in classes if cls.__module__.split(".")[0] == "archetype"]
+        if kept:
+            _components._LOADED[key] = kept
+        else:
+            del _components._LOADED[key]
     os.chdir(directory)
     sys.path.insert(0, directory)
 
@@ -122,9 +130,9 @@ def teardown(namespace: dict[str, Any]) -> None:
         if (getattr(module, "__file__", None) or "").startswith(directory):
             del sys.modules[name]
     shutil.rmtree(directory, ignore_errors=True)
-    # The component classes a document defined go with it: another document's class of the same
-    # name and fields would otherwise decode what this one saved (schema-evolution.md relies on
-    # an old fingerprint having no loaded class).
+    # The component classes a document defined go with it, and the others come back: a class of
+    # the same name and fields elsewhere would otherwise decode what a page saved
+    # (schema-evolution.md relies on an old fingerprint having no loaded class).
     _components._LOADED.clear()
     _components._LOADED.update(namespace["__components__"])
 
