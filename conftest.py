@@ -1,6 +1,7 @@
 """The code blocks of README.md, docs/*.md and docs/guide/*.md, run as tests by Sybil (the rule is
 docs/testing.md, "Docs"): each document is one namespace, run top to bottom in a fresh temporary
-directory, with one event loop for its top-level `await`s; `sh` blocks run in bash there."""
+directory, with one event loop for its top-level `await`s; `sh` blocks run in bash there. A
+document sees only the component classes it defines (and archetype's own), as in a fresh process."""
 
 from __future__ import annotations
 
@@ -23,6 +24,8 @@ from typing import Any
 
 from sybil import Document, Example, Region, Sybil
 from sybil.parsers.markdown.lexers import RawFencedCodeBlockLexer
+
+from archetype.world import components as _components
 
 ROOT = Path(__file__).resolve().parent
 SHELL_TIMEOUT_S = 120
@@ -99,7 +102,16 @@ def setup(namespace: dict[str, Any]) -> None:
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [directory, str(ROOT), os.environ.get("PYTHONPATH")]))
     namespace.update(__dir__=directory, __cwd__=os.getcwd(), __loop__=asyncio.new_event_loop(), __groups__=[],
-                     __env__=env, __name__="__doc__")  # fmt: skip
+                     __env__=env, __name__="__doc__",
+                     __components__={key: list(classes) for key, classes in _components._LOADED.items()})  # fmt: skip
+    # A document sees the component classes it defines (and archetype's own), as in a fresh
+    # process: not those of the tests or pages that ran before it in this one.
+    for key, classes in list(_components._LOADED.items()):
+        kept = [cls for cls in classes if cls.__module__.split(".")[0] == "archetype"]
+        if kept:
+            _components._LOADED[key] = kept
+        else:
+            del _components._LOADED[key]
     os.chdir(directory)
     sys.path.insert(0, directory)
 
@@ -118,6 +130,11 @@ def teardown(namespace: dict[str, Any]) -> None:
         if (getattr(module, "__file__", None) or "").startswith(directory):
             del sys.modules[name]
     shutil.rmtree(directory, ignore_errors=True)
+    # The component classes a document defined go with it, and the others come back: a class of
+    # the same name and fields elsewhere would otherwise decode what a page saved
+    # (schema-evolution.md relies on an old fingerprint having no loaded class).
+    _components._LOADED.clear()
+    _components._LOADED.update(namespace["__components__"])
 
 
 _collect = Sybil(parsers=[fences], patterns=["*.md"], path=str(ROOT), setup=setup, teardown=teardown).pytest()

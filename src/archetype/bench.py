@@ -30,6 +30,7 @@ from archetype.canonical import canonical_json
 from archetype.commands import DeferredItem, DurableOptions, default_registry
 from archetype.commands.identity import command_digest
 from archetype.commands.ledger_rows import AdmissionRow
+from archetype.commands.scheduler import schema_row
 from archetype.runtime import Runtime
 from archetype.world import Component, ComponentValue, Spawn, Step
 from archetype.world.commit import chunk_entries
@@ -183,6 +184,7 @@ async def build_ledger(directory: Path, rows: int) -> None:
     try:
         for world_id in (BENCH_WORLD, RAW_WORLD):
             await authority.create_world(world_id=world_id, name=world_id)
+        await authority.record_components(BENCH_WORLD, [schema_row(Position)])  # raw rows: admission checks them
         filler = _spawn(BENCH_WORLD, 0)
         payload = default_registry().resolve(filler).payload_of(filler)
         template: AdmissionRow = {

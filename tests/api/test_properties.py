@@ -18,9 +18,18 @@ from starlette.testclient import TestClient
 from archetype.api import create_app
 from archetype.api.runner_protocol import ARGUMENTS, LEDGER_ROUTE_ROLES, WORLD_SCOPED
 from archetype.audit import AuditLog
-from archetype.commands.ledger_rows import AdmissionRow, ManifestRow, StateWrite
+from archetype.commands.ledger_rows import (
+    AdmissionRow,
+    ComponentMigrationRow,
+    EntityRewrite,
+    ManifestRow,
+    PayloadRewrite,
+    StateWrite,
+)
+from archetype.commands.scheduler import schema_row
 from local_catalog import open_local_authority
 from tests.api.conftest import ADMIN, PLAYER, TOKENS, persisted
+from tests.component_modules.alpha import Position
 
 FIELDS = ["type", "tick", "priority", "max_attempts", "command_id", "entity_id", "components", "component_types", "extra"]
 TYPES = ["spawn", "despawn", "update", "add_components", "remove_components", "message", "custom", "query_world"]
@@ -115,6 +124,13 @@ BY_ANNOTATION = {
     "list[AdmissionRow]": st.lists(st.from_type(AdmissionRow) | dicts, max_size=3),
     "ManifestRow": st.from_type(ManifestRow) | dicts,
     "StateWrite": st.from_type(StateWrite) | dicts,
+    "list[EntityRewrite]": st.lists(st.from_type(EntityRewrite) | dicts, max_size=3),
+    "list[ComponentSchemaRow]": st.lists(
+        st.sampled_from([schema_row(Position)]) | st.fixed_dictionaries({"name": ids, "fingerprint": ids, "schema": dicts})
+        | dicts, max_size=3,
+    ),
+    "ComponentMigrationRow": st.from_type(ComponentMigrationRow) | dicts,
+    "list[PayloadRewrite]": st.lists(st.from_type(PayloadRewrite) | dicts, max_size=3),
 }  # fmt: skip
 
 

@@ -17,6 +17,9 @@ GROWING = ("commands", "outbox", "state_chunks", "state_deltas", "ticks", "spawn
 # replaces a world's state chunks and deltas, and a state read overlays every delta (the runner
 # snapshots before its deltas outgrow the state: docs/storage.md).
 WHOLE_WORLD = {"OPEN_SEQUENCES", "CLEAR_STATE_CHUNKS", "CLEAR_STATE_DELTAS", "LIST_STATE_DELTAS"}
+# A component migration reads every open command of its world once (and its state, through the
+# state reads above), as loading the world does anyway.
+WHOLE_WORLD |= {"OPEN_COMMANDS_NAMING"}
 # Statements that read the first entry of an index in its own order (LIMIT 1, no sort): one row.
 FIRST_ENTRY = {"NEXT_DUE_TICK"}
 
@@ -25,7 +28,7 @@ def statements() -> dict[str, str]:
     return {
         name: value
         for name, value in vars(ledger_sql).items()
-        if name.isupper() and isinstance(value, str) and not name.endswith(("_COLUMNS", "_STATUSES"))
+        if name.isupper() and isinstance(value, str) and not name.endswith(("_COLUMNS", "_STATUSES", "_JOIN"))
     }
 
 

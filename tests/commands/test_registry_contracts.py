@@ -16,6 +16,7 @@ from archetype.commands import (
     DurableOperation,
     DurableOptions,
     InvalidCommandError,
+    InvalidComponentDataError,
     NotDurableError,
     OperationRegistry,
     OperationSpec,
@@ -366,7 +367,7 @@ def test_payload_of_builds_component_values_live_where_their_class_is_loaded():
     with pytest.raises(NonCanonicalCommandError, match=r"\$\.components\[1\]\.data\.n: integer 1000000000000000000 is outside"):
         spawn.payload_of(Spawn(world_id="w", components=[Health(hp=1), value]))
     misfit = ComponentValue(name="Health", fingerprint=Health.component_fingerprint(), data={"hp": "lots"})
-    with pytest.raises(InvalidCommandError, match=r"components\[0\]\.data: does not validate as Health") as refused:
+    with pytest.raises(InvalidComponentDataError, match=r"^\$\.components\[0\]\.data\.hp: does not validate as Health") as refused:
         spawn.payload_of(Spawn(world_id="w", components=[misfit]))
     assert not isinstance(refused.value, NonCanonicalValueError)
     unknown = ComponentValue(name="Elsewhere", fingerprint="e" * 64, data={"n": 1e18})  # an edge without the class

@@ -303,6 +303,7 @@ async def test_a_live_value_without_a_canonical_form_rejects_only_its_command_wh
     from archetype.world import components as registry_of_classes
 
     value = ComponentValue(name="Counter", fingerprint=Counter.component_fingerprint(), data={"n": 1e18})
+    await rt.scheduler.record_components(world_id, [Counter])  # the runners recorded it: 1e18 fits `integer`
     with monkeypatch.context() as edge:  # an edge that admits for runners does not load the runners' classes
         edge.delitem(registry_of_classes._LOADED, ("Counter", Counter.component_fingerprint()))
         await rt.dispatcher.defer(Spawn(world_id=world_id, components=[value]), at(0), command_id="poison")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from archetype.canonical import canonical_json
 from archetype.commands import (
     CommandConflictError,
     CommandStatus,
@@ -15,6 +16,7 @@ from archetype.commands import (
 )
 from archetype.commands.ledger import LEDGER_METHODS
 from archetype.commands.port import ManualClock
+from archetype.commands.scheduler import schema_row
 from archetype.runtime import Runtime
 from archetype.world import CreateWorld, QueryComponents, Spawn, Step
 from durable_world import DurableObjectAuthority
@@ -22,13 +24,17 @@ from durable_world.delivery import MAX_BATCH_BYTES, MAX_BATCH_MESSAGES, queue_ba
 from durable_world.directory import DIRECTORY
 from durable_world.world_object import DELIVERY_DELAY_MS, RETRY_DELAY_MS
 from local_catalog import open_local_authority
-from tests.component_modules.alpha import Position
+from tests.component_modules.alpha import Health, Position
 from tests.support.durable_object_standin import FakeQueue, world_namespace
 from tests.support.worker_http import worker_over_http
 
 pytestmark = pytest.mark.timeout(60)
 
 WORLD = "w-do"
+
+
+def value(cls, **data) -> dict:
+    return {"name": cls.__name__, "fingerprint": cls.component_fingerprint(), "data": data}
 
 
 def command(command_id, *, tick=0, operation="spawn", reserved=None, max_attempts=3, payload='{"n":1}', request=None):
@@ -121,6 +127,28 @@ async def ledger_script(authority, clock):
     await call("prune", world_id=WORLD, keep_ticks=0)  # invalid_command
     await call("prune", world_id=WORLD, keep_ticks=1, idempotency_window_ms=0)
     await call("read_outbox", world_id=WORLD)
+    await call("record_components", world_id=WORLD, components=[schema_row(Position), schema_row(Health)])
+    await call("record_components", world_id=WORLD, components=[{**schema_row(Health), "fingerprint": "0" * 64}])  # unsupported
+    health = canonical_json({"components": [value(Health, hp=1)], "operation": "spawn", "world_id": WORLD})
+    await call("admit", world_id=WORLD, commands=[command("c-h", tick=5, payload=health)])
+    await call("admit", world_id=WORLD, commands=[command("c-bad", payload=health.replace('"hp":1', '"hp":"x"'))])  # invalid
+    await call("admit", world_id=WORLD, commands=[command("c-?", payload=health.replace(Health.component_fingerprint(), "0" * 64))])
+    migration = {"name": "Position", "from_fingerprint": Health.component_fingerprint(),
+                 "to_fingerprint": Position.component_fingerprint()}  # fmt: skip
+    healthy = reserved + 1  # a published entity naming the old type, in a delta over the first tick's
+    delta = {"snapshot": False, "chunks": [f"[[{healthy},{canonical_json([value(Health, hp=1)])}]]"]}
+    tick1 = {"world_id": WORLD, "tick": 1, "writer_epoch": epoch, "settlements": [], "written_entity_ids": [healthy],
+             "commit_token": "t1"}  # fmt: skip
+    await call("publish", world_id=WORLD, owner="runner", session="s2", manifest=tick1, writes=delta)
+    await call("migrate_components", world_id=WORLD, writer_epoch=epoch, migration=migration, entities=[], commands=[])  # conflict
+    moved = canonical_json({"components": [value(Position, x=1, y=0)], "operation": "spawn", "world_id": WORLD})
+    sequence = (await call("command", world_id=WORLD, command_id="c-h", scope="alice"))["sequence"]
+    rewrite = [{"sequence": sequence, "payload": moved}]
+    entities = [{"entity_id": healthy, "components": canonical_json([value(Position, x=1, y=0)])}]
+    await call("migrate_components", world_id=WORLD, writer_epoch=epoch, migration=migration, entities=entities, commands=rewrite)
+    await call("migrate_components", world_id=WORLD, writer_epoch=epoch, migration=migration, entities=entities, commands=rewrite)  # replay
+    await call("load_state", world_id=WORLD)  # the migrated entity, overlaid as a delta
+    await call("components", world_id=WORLD)
     await call("create_world", world_id="w-other", name="other")
     await call("list_worlds")
     await call("destroy", world_id=WORLD)
@@ -166,7 +194,8 @@ async def test_every_ledger_method_answers_like_the_local_authority(tmp_path, au
     codes = {r["code"] for _, r in remote if isinstance(r, dict) and "raised" in r}
     assert codes == {"world_exists", "world_not_found", "command_conflict", "quota_exceeded", "stale_writer",
                      "lease_lost", "invalid_command", "world_closing", "reservation_not_owned", "command_not_found",
-                     "not_dead_lettered", "already_redriven"}  # fmt: skip
+                     "not_dead_lettered", "already_redriven", "unsupported_schema", "invalid_component_data",
+                     "unknown_component", "migration_conflict"}  # fmt: skip
 
 
 async def test_the_worker_over_http_answers_like_the_local_authority(tmp_path):

@@ -7,9 +7,16 @@ import json
 import sqlite3
 import time
 
+from archetype.canonical import canonical_json
 from archetype.commands import DurableOptions
-from archetype.commands.errors import CommandConflictError, InvalidCommandError
+from archetype.commands.errors import (
+    CommandConflictError,
+    InvalidCommandError,
+    InvalidComponentDataError,
+    UnknownComponentError,
+)
 from archetype.commands.port import ManualClock
+from archetype.commands.scheduler import schema_row
 from archetype.runtime import Runtime
 from archetype.world import CreateWorld, Spawn
 from local_catalog import CATALOG_FILE, SqliteSqlPort, open_local_authority
@@ -116,3 +123,37 @@ def test_a_call_that_wrote_before_it_raised_leaves_nothing_of_its_own(tmp_path):
     results = port.group([writes(1), writes(2, fail=True), writes(3)])
     assert results[0] == 1 and isinstance(results[1], ValueError) and results[2] == 3
     assert port.execute("SELECT v FROM t ORDER BY v") == [(1,), (3,)]
+
+
+async def test_component_admission_checks_run_per_call_inside_a_group(tmp_path):
+    """Admission validation runs in the ledger, so under group commit a schema recorded earlier in
+    the queue is seen by the admissions after it, and a refused admission rolls back alone."""
+    authority = open_local_authority(tmp_path, clock=ManualClock())
+    await authority.create_world("w", "w")
+
+    def admission(command_id: str, fingerprint: str, hp: object) -> dict:
+        payload = canonical_json({"operation": "spawn", "world_id": "w",
+                                  "components": [{"name": "Health", "fingerprint": fingerprint, "data": {"hp": hp}}]})  # fmt: skip
+        return {"command_id": command_id, "schema_version": 1, "scheduled_tick": 0, "priority": 0, "operation": "spawn",
+                "payload": payload, "principal": None, "origin": "gateway", "max_attempts": 3,
+                "reserved_entity_id": None, "request_digest": None}  # fmt: skip
+
+    health = Health.component_fingerprint()
+    calls, groups = authority.calls, authority.groups
+    results = await asyncio.gather(
+        authority.rpc("record_components", {"world_id": "w", "components": [schema_row(Health)]}),
+        *(authority.rpc("admit", {"world_id": "w", "commands": [admission(f"ok{i}", health, i)]}) for i in range(8)),
+        authority.rpc("admit", {"world_id": "w", "commands": [admission("bad", health, "x")]}),
+        authority.rpc("admit", {"world_id": "w", "commands": [admission("unknown", "0" * 64, 1)]}),
+        authority.rpc("admit", {"world_id": "w", "commands": [admission("ok8", health, 8)]}),
+        return_exceptions=True,
+    )
+    assert authority.groups - groups < authority.calls - calls  # some of them shared a transaction
+    assert results[0] == 1
+    assert isinstance(results[9], InvalidComponentDataError) and results[9].message.startswith("$.components[0].data.hp")
+    assert isinstance(results[10], UnknownComponentError)
+    assert not any(isinstance(r, BaseException) for i, r in enumerate(results) if i not in (9, 10)), results
+    history = await authority.history("w", limit=100)
+    assert [r["command_id"] for r in history] == [f"ok{i}" for i in range(9)]
+    assert [r["sequence"] for r in history] == list(range(1, 10))  # nothing of the refused ones persisted
+    await authority.close()

@@ -46,7 +46,7 @@ ID_BLOCK = 1024  # "a running world takes blocks of AsyncWorld.ID_BLOCK (1024)"
 
 class ModelError(Exception):
     """A refusal the rules prescribe. `kind` names it (not_found, closing, stale, lease_lost,
-    conflict, reservation_not_owned, invalid, fault, unknown); the state is unchanged unless the
+    conflict, reservation_not_owned, unknown_component, invalid, fault, unknown); the state is unchanged unless the
     refusal is a lost answer (then the transaction did happen)."""
 
     def __init__(self, kind: str) -> None:
@@ -74,6 +74,7 @@ class Mutation:
     entity_id: int | None = None
     components: tuple[Comp, ...] = ()
     types: tuple[str, ...] = ()  # component names, for remove_components
+    unrecorded: bool = False  # its values name a fingerprint the world never recorded (made up by a client)
 
     def probe_label(self) -> str | None:
         for name, data in self.components:
@@ -119,7 +120,7 @@ def exact(value: Any) -> Any:
     if isinstance(value, tuple):
         return tuple(exact(v) for v in value)
     if isinstance(value, Mutation):
-        return (value.operation, value.entity_id, exact(value.components), value.types)
+        return (value.operation, value.entity_id, exact(value.components), value.types, value.unrecorded)
     return value
 
 
@@ -336,6 +337,10 @@ class Ledger:
                 raise ModelError("conflict")
             fresh.append(sub)
             answers.append((sub.command_id, None))
+        if any(sub.mutation.unrecorded for sub in fresh):
+            # "checks every component value ... against the world's recorded component schemas"
+            # (new rows only: "an identical replay is not re-checked"); the whole batch rolls back
+            raise ModelError("unknown_component")
         now = self.now()
         sequences = {}
         for sub in fresh:

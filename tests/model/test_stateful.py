@@ -50,6 +50,7 @@ from archetype.commands import (
     Retryable,
     Role,
     StaleWriterError,
+    UnknownComponentError,
     WorldClosingError,
     WorldNotFoundError,
 )
@@ -135,15 +136,19 @@ class InjectedFault(ConnectionResetError):
 
 
 # -- from model values to the real public surface --------------------------------------------
-def values(components: tuple) -> list[ComponentValue]:
+UNRECORDED = "e" * 64  # a fingerprint no class has, so no world ever records it
+
+
+def values(components: tuple, unrecorded: bool = False) -> list[ComponentValue]:
     """Wire-form values, as a client sends them (the Probe's failures are for materialization:
     admission builds the live value under the admission context, which the Probe lets pass)."""
-    return [ComponentValue(name=n, fingerprint=CLASSES[n].component_fingerprint(), data=dict(d)) for n, d in components]
+    return [ComponentValue(name=n, fingerprint=UNRECORDED if unrecorded else CLASSES[n].component_fingerprint(),
+                           data=dict(d)) for n, d in components]  # fmt: skip
 
 
 def real_op(world_id: str, m: Mutation) -> Any:
     if m.operation == "spawn":
-        return Spawn(world_id=world_id, components=values(m.components))
+        return Spawn(world_id=world_id, components=values(m.components, m.unrecorded))
     if m.operation == "spawn_reserved":
         return SpawnReserved(world_id=world_id, entity_id=m.entity_id, components=values(m.components))
     if m.operation == "despawn":
@@ -180,7 +185,8 @@ def kind_of(exc: BaseException) -> str:
         (LeaseLostError, "lease_lost"), (WorldClosingError, "closing"), (WorldNotFoundError, "not_found"),
         (CommandConflictError, "conflict"), (ReservationNotOwnedError, "reservation_not_owned"),
         (CommandNotFoundError, "command_not_found"), (NotDeadLetteredError, "not_dead_lettered"),
-        (RedriveConflictError, "already_redriven"), (InvalidCommandError, "invalid"),
+        (RedriveConflictError, "already_redriven"), (UnknownComponentError, "unknown_component"),
+        (InvalidCommandError, "invalid"),
     ):  # fmt: skip
         if isinstance(exc, cls):
             return kind
@@ -515,6 +521,16 @@ class LedgerMachine(RuleBasedStateMachine):
         request = spawn_request(components, options, None)
         sub = Submission(command_id, Mutation("spawn_reserved", entity_id, components), options, None, request)
         self.admit_batch(world_id, [sub])
+
+    @rule(data=st.data())
+    def unrecorded_type(self, data: Any) -> None:
+        """A spawn naming a fingerprint the world never recorded: refused, nothing admitted."""
+        self._count("unrecorded_type")
+        world_id = data.draw(st.sampled_from(self.worlds))
+        mutation = Mutation("spawn", components=self._components(data, probe=False), unrecorded=True)
+        principal = data.draw(st.sampled_from(PRINCIPALS))
+        command_id = data.draw(st.sampled_from(COMMAND_IDS))
+        self.admit_batch(world_id, [Submission(command_id, mutation, self._options(data, world_id), principal)])
 
     # -- runners --
     def step_world(self, owner: str, world_id: str, skip: int = 0) -> None:

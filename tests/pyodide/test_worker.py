@@ -8,6 +8,9 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from archetype.commands.scheduler import schema_row
+from tests.component_modules.alpha import Position
+
 pytestmark = pytest.mark.timeout(120)
 
 TOKENS = {
@@ -69,8 +72,9 @@ def test_commands_are_admitted_replayed_refused_and_listed(worker, world):
     conflict = worker.post(f"/worlds/{world}/commands", json=despawn(entity_id=8), headers=keyed)
     assert (conflict.status_code, conflict.json()["code"]) == (409, "command_conflict")
 
+    record(worker, world)
     spawn = {"type": "spawn", "tick": 1, "priority": 0, "components": [
-        {"name": "Position", "fingerprint": "0" * 64, "data": {"x": 1, "y": 2}}]}  # fmt: skip
+        {"name": "Position", "fingerprint": Position.component_fingerprint(), "data": {"x": 1, "y": 2}}]}  # fmt: skip
     spawned = worker.post(f"/worlds/{world}/commands", json=spawn, headers=auth("t-player", **{"Idempotency-Key": "s-1"}))
     assert spawned.status_code == 202 and spawned.json()["entity_id"] == 1  # reserved in the object's ledger
 
@@ -91,6 +95,44 @@ def test_commands_are_admitted_replayed_refused_and_listed(worker, world):
     assert [c["command_id"] for c in page["commands"]] == ["d-7", "s-1"] and page["next_after"] == 2
     rest = worker.get(f"/worlds/{world}/commands", params={"after": 2}, headers=auth("t-player")).json()
     assert [c["command_id"] for c in rest["commands"]] == ["b.0", "b.1", "b.2"] and rest["next_after"] is None
+
+
+def record(worker, world: str) -> None:
+    """What a runner does before clients submit a type: record its schema (the edge has no classes)."""
+    recorded = worker.post(f"/worlds/{world}/ledger/record_components", json={"components": [schema_row(Position)]},
+                           headers=auth("t-operator"))  # fmt: skip
+    assert recorded.status_code == 200, recorded.text
+
+
+def test_the_edge_validates_component_data_against_recorded_schemas(worker):
+    world = "w-schemas"  # its own world: the deployment's objects outlive a test, and w-edge has Position recorded
+    assert worker.post("/worlds", json={"name": "schemas", "world_id": world}, headers=auth("t-admin")).status_code == 201
+    def spawn(key: str, fingerprint: str, **data) -> httpx.Response:
+        body = {
+            "type": "spawn",
+            "tick": 1,
+            "components": [{"name": "Position", "fingerprint": fingerprint, "data": data}],
+        }
+        return worker.post(f"/worlds/{world}/commands", json=body, headers=auth("t-player", **{"Idempotency-Key": key}))
+
+    unknown = spawn("u", Position.component_fingerprint(), x=1, y=2)  # nothing recorded yet
+    assert (unknown.status_code, unknown.json()["code"]) == (422, "unknown_component")
+    assert unknown.json()["message"].startswith("$.components[0]: ")
+    record(worker, world)
+    listed = worker.get(f"/worlds/{world}/components", headers=auth("t-viewer")).json()
+    assert [(c["name"], c["fingerprint"]) for c in listed["components"]] == [
+        ("Position", Position.component_fingerprint())
+    ]
+    assert listed["components"][0]["schema"] == schema_row(Position)["schema"]
+    wrong = spawn("w", Position.component_fingerprint(), x="abc", y=2)
+    assert (wrong.status_code, wrong.json()["code"]) == (422, "invalid_component_data")
+    assert wrong.json()["message"].startswith("$.components[0].data.x: expected number, got string")
+    made_up = spawn("m", "0" * 64, x=1, y=2)
+    assert (made_up.status_code, made_up.json()["code"]) == (422, "unknown_component")
+    # nothing persisted: no command, and no entity id reserved by the refused spawns
+    assert worker.get(f"/worlds/{world}/commands", headers=auth("t-admin")).json()["commands"] == []
+    fits = spawn("ok", Position.component_fingerprint(), x=1, y=2)
+    assert fits.status_code == 202 and fits.json()["entity_id"] == 1
 
 
 def test_the_runner_protocol_and_the_routes_the_edge_cannot_answer(worker, world):

@@ -23,6 +23,7 @@ from archetype.api.models import (
     BatchAccepted,
     CommandAccepted,
     CommandView,
+    ComponentList,
     CreateWorldRequest,
     DestroyedWorld,
     Health,
@@ -188,6 +189,11 @@ def create_app(
     ) -> StateView:
         """The world's published entities and their components (world state is shared: docs/ledger.md, isolation)."""
         return StateView.of(await authority.load_state(world_id, after, limit), limit)
+
+    @app.get("/worlds/{world_id}/components", response_model=ComponentList, responses=error_responses(WORLD_PATH))
+    async def world_components(world_id: WorldIdPath, actor: ActorCtx = viewer) -> ComponentList:
+        """The component types the world recorded, with the schema admission validates their data against."""
+        return ComponentList.model_validate(await authority.components(world_id))
 
     @app.delete("/worlds/{world_id}", response_model=DestroyedWorld, responses=error_responses(DESTROY_WORLD))
     async def destroy_world(world_id: WorldIdPath, actor: ActorCtx = admin, _: None = admitting) -> DestroyedWorld:

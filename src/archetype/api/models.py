@@ -180,3 +180,33 @@ class AuditPage(BaseModel):
 
 class Health(BaseModel):
     status: str
+
+
+class ComponentView(BaseModel):
+    """One component type a world recorded: what a client sends as `name` and `fingerprint`, and
+    the canonical prefixed schema its data is validated against at admission (docs/components.md)."""
+
+    name: str
+    fingerprint: str = Field(description="SHA-256 (hex) of the canonical JSON of `schema`")
+    schema_: dict[str, Any] = Field(alias="schema", description="the canonical prefixed schema: component, properties, required, defs")
+    recorded_at: int
+    superseded_by: str | None = Field(description="the fingerprint a declared migration moved this type's values to; null: current")
+
+    model_config = ConfigDict(populate_by_name=True, serialize_by_alias=True)
+
+
+class MigrationView(BaseModel):
+    name: str
+    from_fingerprint: str
+    to_fingerprint: str
+    tick: int = Field(description="the tick head the migration rewrote the world at")
+    entities: int
+    commands: int
+    migrated_at: int
+
+
+class ComponentList(BaseModel):
+    """The component types a world recorded (by name, then when) and the component migrations it ran."""
+
+    components: list[ComponentView]
+    migrations: list[MigrationView]

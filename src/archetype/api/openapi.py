@@ -27,7 +27,9 @@ from archetype.commands.errors import (
     CommandError,
     CommandNotFoundError,
     InvalidCommandError,
+    InvalidComponentDataError,
     LeaseLostError,
+    MigrationConflictError,
     NotDeadLetteredError,
     NotDurableError,
     OperationUnavailableError,
@@ -36,7 +38,9 @@ from archetype.commands.errors import (
     RedriveConflictError,
     ReservationNotOwnedError,
     StaleWriterError,
+    UnknownComponentError,
     UnregisteredOperationError,
+    UnsupportedComponentSchemaError,
     WorldClosingError,
     WorldEdgeHostedError,
     WorldExistsError,
@@ -51,16 +55,19 @@ Errors = tuple[type[CommandError], ...]
 FRONT_DOOR: Errors = (DuplicateHeaderError, RequestTimeoutError, PayloadTooLargeError, NonCanonicalCommandError,
                       InvalidRequestError)  # fmt: skip
 AUTHENTICATED: Errors = (UnauthenticatedError, PermissionDeniedError)
+# Component values that name a type the world has not recorded, or data that does not fit it.
+COMPONENTS: Errors = (UnknownComponentError, InvalidComponentDataError, UnsupportedComponentSchemaError)
 # A path parameter that decodes to more path segments lands on no route.
 WORLD_PATH: Errors = (RouteNotFoundError, WorldNotFoundError)
 JSON_BODY: Errors = (InvalidJsonError,)
 ADMITTING: Errors = (ShuttingDownError, WorldClosingError)
 SUBMITTING: Errors = (*JSON_BODY, *ADMITTING, UnsupportedCommandTypeError, IdempotencyKeyMismatchError, InvalidCommandError,
-                      CommandConflictError, QuotaExceededError, UnregisteredOperationError)  # fmt: skip
+                      CommandConflictError, QuotaExceededError, UnregisteredOperationError, *COMPONENTS)  # fmt: skip
 LEDGER: Errors = (*JSON_BODY, ShuttingDownError, UnregisteredOperationError, NotDurableError, InvalidCommandError,
                   OperationUnavailableError, CommandConflictError, ReservationNotOwnedError, WorldNotFoundError,
                   WorldExistsError, WorldClosingError, StaleWriterError, LeaseLostError, QuotaExceededError,
-                  WorldEdgeHostedError, RouteNotFoundError, CommandNotFoundError, NotDeadLetteredError, RedriveConflictError)  # fmt: skip
+                  WorldEdgeHostedError, RouteNotFoundError, CommandNotFoundError, NotDeadLetteredError, RedriveConflictError,
+                  *COMPONENTS, MigrationConflictError)  # fmt: skip
 CREATE_WORLD: Errors = (*JSON_BODY, ShuttingDownError, InvalidCommandError, WorldExistsError, WorldClosingError)
 DESTROY_WORLD: Errors = (*WORLD_PATH, ShuttingDownError, WorldClosingError)
 READ_COMMAND: Errors = (*WORLD_PATH, CommandNotFoundError)

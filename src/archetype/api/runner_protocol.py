@@ -44,6 +44,9 @@ LEDGER_ROUTE_ROLES: dict[str, Role] = {
     "read_outbox_columns": Role.operator,
     "acknowledge_outbox": Role.operator,
     "watermark": Role.operator,
+    "record_components": Role.operator,
+    "components": Role.operator,
+    "migrate_components": Role.operator,
     "next_due_tick": Role.operator,
     "prune": Role.operator,
 }

@@ -25,16 +25,22 @@ from archetype.commands.ledger_rows import (
     AdmissionRow,
     Admitted,
     CommandRow,
+    ComponentMigrationRow,
+    ComponentSchemaRow,
     Destroyed,
+    EntityRewrite,
     LeasedRow,
     ManifestRow,
+    Migrated,
     OutboxEvent,
+    PayloadRewrite,
     Pruned,
     Published,
     Redriven,
     StatePage,
     StateWrite,
     Watermark,
+    WorldComponents,
     WorldRow,
 )
 
@@ -152,6 +158,20 @@ class Authority(ABC):
         return await self.rpc("prune", {
             "world_id": world_id, "keep_ticks": keep_ticks, "idempotency_window_ms": idempotency_window_ms,
             "limit": limit,
+        })  # fmt: skip
+
+    # -- component schemas --
+    async def record_components(self, world_id: str, components: list[ComponentSchemaRow]) -> int:
+        return await self.rpc("record_components", {"world_id": world_id, "components": components})
+
+    async def components(self, world_id: str) -> WorldComponents:
+        return await self.rpc("components", {"world_id": world_id})
+
+    async def migrate_components(self, world_id: str, writer_epoch: int, migration: ComponentMigrationRow,
+                                 entities: list[EntityRewrite], commands: list[PayloadRewrite]) -> Migrated:  # fmt: skip
+        return await self.rpc("migrate_components", {
+            "world_id": world_id, "writer_epoch": writer_epoch, "migration": migration, "entities": entities,
+            "commands": commands,
         })  # fmt: skip
 
 

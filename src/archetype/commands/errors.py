@@ -32,6 +32,34 @@ class InvalidCommandError(CommandError, ValueError):
     code, http_status = "invalid_command", 422
 
 
+class UnknownComponentError(InvalidCommandError):
+    """A component value or type names a (name, fingerprint) the world has not recorded, or one a
+    declared migration superseded; the message starts with the JSONPath of the value."""
+
+    code, http_status = "unknown_component", 422
+
+
+class InvalidComponentDataError(InvalidCommandError):
+    """Component data that does not fit its recorded schema; the message starts with the JSONPath
+    of the first value that does not fit (`$.components[0].data.x: expected integer, got string`)."""
+
+    code, http_status = "invalid_component_data", 422
+
+
+class UnsupportedComponentSchemaError(InvalidCommandError):
+    """A component schema the ledger will not record: not the canonical prefixed schema of its
+    component, a fingerprint that is not its digest, or a keyword outside the validated subset."""
+
+    code, http_status = "unsupported_schema", 422
+
+
+class MigrationConflictError(CommandError):
+    """A component migration that does not match the ledger: it was recorded differently, or the
+    open commands it rewrites are not all the open commands naming the old fingerprint."""
+
+    code, http_status = "migration_conflict", 409
+
+
 class PermissionDeniedError(CommandError):
     code, http_status = "permission_denied", 403
 

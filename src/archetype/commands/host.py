@@ -23,12 +23,16 @@ from typing import Any
 
 from archetype.commands.authority import Authority
 from archetype.commands.errors import LeaseLostError, StaleWriterError, WorldClosingError
+from archetype.commands.ledger_rows import ComponentMigrationRow, EntityRewrite, PayloadRewrite
 from archetype.commands.scheduler import AuthorityIdSource, CommandScheduler, LedgerPublisher
 from archetype.world.commit import ERROR_TEXT_LIMIT, CommittedTickReceipt
-from archetype.world.components import ComponentValue
+from archetype.world.components import ComponentValue, loaded_components
+from archetype.world.evolution import ComponentMigrations, required_error
 from archetype.world.world import AsyncWorld
 
 LOST_WRITER = (StaleWriterError, LeaseLostError, WorldClosingError)
+OPEN_STATUSES = ("PENDING", "LEASED", "RETRYABLE")
+PAGE = 1_000
 log = logging.getLogger("archetype.worlds")
 
 
@@ -62,6 +66,7 @@ class WorldHost:
         self._stalls: dict[str, _Stall] = {}
         self._loading: dict[str, asyncio.Lock] = {}  # per world: one load at a time, worlds in parallel
         self.on_load: list[Callable[[AsyncWorld], None]] = []
+        self.migrations = ComponentMigrations()
 
     async def get(self, world_id: str) -> AsyncWorld:
         world = self._worlds.get(world_id)
@@ -74,16 +79,27 @@ class WorldHost:
 
     async def _load(self, world_id: str) -> AsyncWorld:
         info = await self.authority.acquire_writer(world_id)
-        entities: dict[int, dict[str, Any]] = {}
+        stored: dict[int, str] = {}
         after = 0
         while True:
             page = await self.authority.load_state(world_id, after_entity_id=after)
             for entity in page["entities"]:
-                values = [ComponentValue.model_validate(v) for v in json.loads(entity["components"])]
-                entities[entity["entity_id"]] = {v.key: v.to_component() for v in values}
+                stored[entity["entity_id"]] = entity["components"]
                 after = entity["entity_id"]
             if not page["entities"]:
                 break
+        if self.migrations.all():
+            await self._migrate(world_id, info["writer_epoch"], stored)
+        entities: dict[int, dict[str, Any]] = {}
+        for entity_id, text in stored.items():
+            values = [ComponentValue.model_validate(v) for v in json.loads(text)]
+            try:
+                entities[entity_id] = {v.key: v.to_component() for v in values}
+            except LookupError:
+                raise self._migration_required(world_id, stored, values) from None
+        # A world idle since it was saved (or since its catalog predates component schemas)
+        # publishes nothing: its types are recorded here, so clients can submit them at once.
+        await self.scheduler.record_named(world_id, stored.values(), admitting=False)
         world = AsyncWorld(
             world_id,
             tick=info["tick_head"],
@@ -96,6 +112,57 @@ class WorldHost:
         for callback in self.on_load:
             callback(world)
         return world
+
+    async def _migrate(self, world_id: str, writer_epoch: int, stored: dict[int, str]) -> None:
+        """Apply, in declaration order, every declared migration whose old fingerprint this world's
+        entities or open commands still name: one ledger transaction each, which the ledger
+        records with a `schema_migrated` outbox event. `stored` is rewritten in place."""
+        done = {m["from_fingerprint"] for m in (await self.authority.components(world_id))["migrations"]}
+        pending = [m for m in self.migrations.all() if m.from_fingerprint not in done]
+        if not pending:
+            return
+        commands = await self._open_payloads(world_id)
+        for migration in pending:
+            old = migration.from_fingerprint
+            entity_ids = [entity_id for entity_id, text in stored.items() if old in text]
+            sequences = [sequence for sequence, payload in commands.items() if old in payload]
+            if not entity_ids and not sequences:
+                continue
+            writes: list[EntityRewrite] = [
+                {"entity_id": e, "components": migration.rewrite_entity(stored[e], f"entity {e}")} for e in entity_ids
+            ]
+            rewrites: list[PayloadRewrite] = [
+                {"sequence": s, "payload": migration.rewrite_text(commands[s], f"command #{s}")} for s in sequences
+            ]
+            await self.scheduler.record_components(world_id, [migration.to])
+            identity: ComponentMigrationRow = {
+                "name": migration.name, "from_fingerprint": old, "to_fingerprint": migration.to_fingerprint,
+            }  # fmt: skip
+            await self.authority.migrate_components(world_id, writer_epoch, identity, writes, rewrites)
+            stored.update((w["entity_id"], w["components"]) for w in writes if w["components"] is not None)
+            commands.update((r["sequence"], r["payload"]) for r in rewrites)
+
+    async def _open_payloads(self, world_id: str) -> dict[int, str]:
+        """The payload of every open command of the world, by sequence."""
+        payloads: dict[int, str] = {}
+        for status in OPEN_STATUSES:
+            after = 0
+            while rows := await self.authority.history(world_id, status, after_sequence=after, limit=PAGE):
+                payloads.update((row["sequence"], row["payload"]) for row in rows)
+                after = rows[-1]["sequence"]
+        return payloads
+
+    def _migration_required(self, world_id: str, stored: dict[int, str], values: list[ComponentValue]) -> LookupError:
+        for value in values:
+            try:
+                value.resolve()
+            except LookupError:
+                count = sum(1 for text in stored.values() if value.fingerprint in text)
+                loaded = [
+                    cls for (name, _), classes in loaded_components().items() if name == value.name for cls in classes
+                ]
+                return required_error(world_id, value.name, value.fingerprint, count, loaded)
+        return LookupError(f"world {world_id!r} holds a component no loaded class decodes")
 
     def drop(self, world_id: str) -> None:
         self._worlds.pop(world_id, None)

@@ -22,22 +22,27 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, cast
 
+from archetype.canonical import canonical_json
 from archetype.commands import ledger_sql as q
 from archetype.commands import migrations
 from archetype.commands.errors import (
     CommandConflictError,
     CommandNotFoundError,
     InvalidCommandError,
+    InvalidComponentDataError,
     LeaseLostError,
     LedgerSchemaError,
+    MigrationConflictError,
     NotDeadLetteredError,
     QuotaExceededError,
     RedriveConflictError,
     ReservationNotOwnedError,
     StaleWriterError,
+    UnknownComponentError,
+    UnsupportedComponentSchemaError,
     WorldClosingError,
     WorldExistsError,
     WorldNotFoundError,
@@ -47,20 +52,35 @@ from archetype.commands.ledger_rows import (
     AdmissionRow,
     Admitted,
     CommandRow,
+    ComponentMigrationRow,
+    ComponentRow,
+    ComponentSchemaRow,
     Destroyed,
+    EntityRewrite,
     LeasedRow,
     ManifestRow,
+    Migrated,
+    MigrationRow,
     OutboxEvent,
+    PayloadRewrite,
     Pruned,
     Published,
     Redriven,
     StatePage,
     StateWrite,
     Watermark,
+    WorldComponents,
     WorldRow,
 )
 from archetype.commands.port import Clock, SqlPort
-from archetype.world.commit import ERROR_TEXT_LIMIT, OUTCOMES
+from archetype.world.commit import ERROR_TEXT_LIMIT, OUTCOMES, chunk_entries
+from archetype.world.component_schema import (
+    SchemaMismatchError,
+    UnsupportedSchemaError,
+    check_record,
+    component_occurrences,
+    validate_data,
+)
 
 COMMAND_FIELDS = tuple(name.strip() for name in q.COMMAND_COLUMNS.split(","))
 WORLD_FIELDS = tuple(name.strip() for name in q.WORLD_COLUMNS.split(","))
@@ -70,6 +90,10 @@ ORIGINS = ("local", "gateway")
 # Destroy cancels open commands in transactions of this many, so no transaction grows with the world.
 CANCEL_BATCH = 1_000
 CRASH_ERROR = "its runner stopped while materializing it (crash guard)"
+MIGRATION_FIELDS = tuple(name.strip() for name in q.MIGRATION_COLUMNS.split(","))
+# fingerprint -> its schema: content-addressed (the fingerprint is the schema's digest), so one
+# parse serves every world and can never go stale.
+_SCHEMAS: dict[str, dict[str, Any]] = {}
 # A state chunk is one row: within the Durable Object's 2 MB row limit with room for its key.
 STATE_CHUNK_LIMIT = 2_000_000 - 4_096
 # `[[<first entity id>,` opens every chunk (docs/storage.md); the ledger reads no more of it at publish.
@@ -87,7 +111,37 @@ LEDGER_METHODS = (
     "reserve_spawn", "admit", "lease", "guard", "publish", "record_tick_failure", "release", "redrive", "destroy",
     "command", "history",
     "manifests", "read_outbox", "read_outbox_columns", "acknowledge_outbox", "watermark", "next_due_tick", "prune",
+    "record_components", "components", "migrate_components",
 )  # fmt: skip
+
+
+def check_components(world_id: str, documents: list[tuple[str, str]],
+                     find: Callable[[list[str]], Sequence[Sequence[Any]]]) -> None:  # fmt: skip
+    """Every component value and type in these JSON documents (each labelled for the message) is
+    one the world recorded and no migration superseded, and each value's data fits its schema:
+    the check every authority runs at admission, without the Python classes. `find` answers the
+    recorded rows (FIND_COMPONENTS' columns) among a list of fingerprints."""
+    found = [(label, occurrence) for label, text in documents for occurrence in component_occurrences(json.loads(text))]
+    if not found:
+        return
+    known = {r[1]: r for r in find(sorted({occurrence[2] for _, occurrence in found}))}
+    for label, (path, name, fingerprint, data) in found:
+        record = known.get(fingerprint)
+        if record is None or record[0] != name:
+            raise UnknownComponentError(
+                f"{path}: world {world_id!r} has recorded no component {name!r} with fingerprint {fingerprint} "
+                f"({label}; GET /worlds/{{id}}/components lists the recorded ones)"
+            )
+        if record[4] is not None:
+            raise UnknownComponentError(f"{path}: component {name!r} {fingerprint} was migrated to {record[4]} ({label})")
+        if data is not None:
+            schema = _SCHEMAS.get(fingerprint)
+            if schema is None:
+                schema = _SCHEMAS.setdefault(fingerprint, json.loads(record[2]))
+            try:
+                validate_data(schema, data, f"{path}.data")
+            except SchemaMismatchError as exc:
+                raise InvalidComponentDataError(f"{exc} ({name} {fingerprint[:12]}, {label})") from None
 
 
 def _row(fields: Sequence[str], values: Sequence[Any]) -> dict[str, Any]:
@@ -213,33 +267,55 @@ class Ledger:
 
         def run() -> StatePage:
             world = self._world(world_id)
-            overlay: dict[int, str | None] = {}  # the deltas since the snapshot, later ticks winning
-            for (body,) in self._port.execute(q.LIST_STATE_DELTAS, (world_id,)):
-                for entity_id, components in json.loads(body):
-                    if entity_id > after_entity_id:
-                        overlay[entity_id] = None if components is None else _state_text(components)
-            page: list[tuple[int, str]] = []
-            floor = self._port.execute(q.STATE_CHUNK_FLOOR, (world_id, after_entity_id))[0][0]
-            cursor, horizon = (-1 if floor is None else floor - 1), None
-            while len(page) < limit:
-                rows = self._port.execute(q.NEXT_STATE_CHUNK, (world_id, cursor))
-                if not rows:
-                    horizon = None  # the snapshot is read to its end: every overlaid entity counts
-                    break
-                cursor, body = rows[0]
-                entries = json.loads(body)
-                page += [(e, _state_text(c)) for e, c in entries if e > after_entity_id and e not in overlay]
-                horizon = entries[-1][0]
-            # an overlaid entity beyond the last snapshot entity read may not be among the lowest ids
-            page += [(e, t) for e, t in overlay.items() if t is not None and (horizon is None or e <= horizon)]
-            page.sort()
             return {
                 "tick_head": world["tick_head"],
                 "writer_epoch": world["writer_epoch"],
-                "entities": [{"entity_id": e, "components": t} for e, t in page[:limit]],
+                "entities": [{"entity_id": e, "components": t} for e, t in self._state_page(world_id, after_entity_id, limit)],
             }
 
         return self._port.transaction(run)
+
+    def _state_page(self, world_id: str, after_entity_id: int, limit: int) -> list[tuple[int, str]]:
+        """The `limit` lowest (entity id, components text) of the published state above
+        `after_entity_id` (inside the caller's transaction; `load_state` describes it)."""
+        overlay: dict[int, str | None] = {}  # the deltas since the snapshot, later ticks winning
+        for (body,) in self._port.execute(q.LIST_STATE_DELTAS, (world_id,)):
+            for entity_id, components in json.loads(body):
+                if entity_id > after_entity_id:
+                    overlay[entity_id] = None if components is None else _state_text(components)
+        page: list[tuple[int, str]] = []
+        floor = self._port.execute(q.STATE_CHUNK_FLOOR, (world_id, after_entity_id))[0][0]
+        cursor, horizon = (-1 if floor is None else floor - 1), None
+        while len(page) < limit:
+            rows = self._port.execute(q.NEXT_STATE_CHUNK, (world_id, cursor))
+            if not rows:
+                horizon = None  # the snapshot is read to its end: every overlaid entity counts
+                break
+            cursor, body = rows[0]
+            entries = json.loads(body)
+            page += [(e, _state_text(c)) for e, c in entries if e > after_entity_id and e not in overlay]
+            horizon = entries[-1][0]
+        # an overlaid entity beyond the last snapshot entity read may not be among the lowest ids
+        page += [(e, t) for e, t in overlay.items() if t is not None and (horizon is None or e <= horizon)]
+        page.sort()
+        return page[:limit]
+
+    def _entities_naming(self, world_id: str, fingerprint: str) -> list[int]:
+        """The published entities whose components text names `fingerprint`, in id order: the
+        state as `load_state` reads it (the deltas overlaid on the snapshot's chunks), in one pass;
+        a chunk that does not contain the fingerprint's text is not parsed."""
+        overlay: dict[int, bool] = {}  # entity -> whether its latest delta entry names it
+        for (body,) in self._port.execute(q.LIST_STATE_DELTAS, (world_id,)):
+            entries = json.loads(body)
+            for entity_id, components in entries:
+                overlay[entity_id] = components is not None and fingerprint in _state_text(components)
+        naming = [entity_id for entity_id, names in overlay.items() if names]
+        cursor = -1
+        while rows := self._port.execute(q.NEXT_STATE_CHUNK, (world_id, cursor)):
+            cursor, body = rows[0]
+            if fingerprint in body:
+                naming += [e for e, c in json.loads(body) if e not in overlay and fingerprint in _state_text(c)]
+        return sorted(naming)
 
     def reserve_entity_ids(self, world_id: str, count: int) -> int:
         """Take `count` never-used entity ids; return the first. Ids are never handed out twice."""
@@ -322,6 +398,7 @@ class Ledger:
                         f"command {command_id!r} is bound to a spawn reservation that this command does not fulfil"
                     )
                 fresh.append(row)
+            self._check_components(world_id, [(f"command {r['command_id']!r}", r["payload"]) for r in fresh])
             self._charge_quota(world_id, fresh, quota)
             now = self._clock.now_ms()
             for offset, row in enumerate(fresh):
@@ -377,6 +454,125 @@ class Ledger:
                     f"{scope or 'trusted caller'} may admit {quota} commands for tick {tick} of world "
                     f"{world_id!r}; {used} already admitted, {count} more asked"
                 )
+
+    def _check_components(self, world_id: str, documents: list[tuple[str, str]]) -> None:
+        check_components(world_id, documents, lambda fps: self._port.execute(q.FIND_COMPONENTS, (json.dumps(fps), world_id)))
+
+    # -- component schemas --
+    def record_components(self, world_id: str, components: list[ComponentSchemaRow]) -> int:
+        """Record the schemas of component types the world uses; answer how many were new.
+        Recording a type again is a no-op (a fingerprint is its schema's digest)."""
+        records = []
+        for index, record in enumerate(components):
+            try:
+                check_record(record["name"], record["fingerprint"], record["schema"])
+            except UnsupportedSchemaError as exc:
+                raise UnsupportedComponentSchemaError(
+                    f"component {record['name']!r} (#{index}): {exc}"
+                ) from None
+            records.append([record["fingerprint"], record["name"], canonical_json(record["schema"])])
+
+        def run() -> int:
+            self._active_world(world_id)
+            fingerprints = json.dumps(sorted({r[0] for r in records}))
+            before = {r[1] for r in self._port.execute(q.FIND_COMPONENTS, (fingerprints, world_id))}
+            fresh = [r for r in records if r[0] not in before]
+            if fresh:
+                self._port.execute(q.INSERT_COMPONENTS, (world_id, self._clock.now_ms(), json.dumps(fresh)))
+            return len({r[0] for r in fresh})
+
+        return self._port.transaction(run)
+
+    def components(self, world_id: str) -> WorldComponents:
+        """The component types a world recorded (by name, then when), and its component migrations."""
+
+        def run() -> WorldComponents:
+            self._world(world_id)
+            rows = self._port.execute(q.LIST_COMPONENTS, (world_id,))
+            migrations = self._port.execute(q.LIST_MIGRATIONS, (world_id,))
+            return {
+                "components": [
+                    cast(ComponentRow, {"name": r[0], "fingerprint": r[1], "schema": json.loads(r[2]),
+                                        "recorded_at": r[3], "superseded_by": r[4]})  # fmt: skip
+                    for r in rows
+                ],
+                "migrations": [cast(MigrationRow, _row(MIGRATION_FIELDS, r)) for r in migrations],
+            }
+
+        return self._port.transaction(run)
+
+    def migrate_components(self, world_id: str, writer_epoch: int, migration: ComponentMigrationRow,
+                           entities: list[EntityRewrite], commands: list[PayloadRewrite]) -> Migrated:  # fmt: skip
+        """Apply a declared component migration in one transaction: rewrite every published entity
+        and every open command that names the old fingerprint (the caller computed the new forms;
+        the ledger checks that they are exactly those, and fit the new schema), record the
+        migration, and append its `schema_migrated` outbox event. The same migration again is
+        recognised (`migrated: false`); another one for that fingerprint is a conflict."""
+        name, old, new = migration["name"], migration["from_fingerprint"], migration["to_fingerprint"]
+
+        def run() -> Migrated:
+            existing = self._port.execute(q.GET_MIGRATION, (world_id, old))
+            if existing:
+                recorded = cast(MigrationRow, _row(MIGRATION_FIELDS, existing[0]))
+                if (recorded["name"], recorded["to_fingerprint"]) != (name, new):
+                    raise MigrationConflictError(
+                        f"component {name!r} {old} was already migrated to {recorded['name']!r} {recorded['to_fingerprint']}"
+                    )
+                return {"migration": recorded, "migrated": False}
+            world = self._writer(world_id, writer_epoch)
+            self._check_rewrites(world_id, old, entities, commands)
+            now = self._clock.now_ms()
+            if entities:  # a delta at the tick head, after that tick's parts: it overlays what was published
+                rewritten = sorted((w["entity_id"], w["components"]) for w in entities)
+                part = self._port.execute(q.NEXT_DELTA_PART, (world_id, world["tick_head"]))[0][0]
+                for offset, chunk in enumerate(chunk_entries(rewritten)):
+                    self._port.execute(q.INSERT_STATE_DELTA, (world_id, world["tick_head"], part + offset, chunk))
+            if commands:
+                rewrites = []
+                for rewrite in commands:
+                    row = self._command_at(world_id, rewrite["sequence"])
+                    assert row is not None  # _check_rewrites found it open
+                    rewrites.append([rewrite["sequence"], rewrite["payload"],
+                                     command_digest({**row, "payload": rewrite["payload"]})])  # fmt: skip
+                self._port.execute(q.REWRITE_PAYLOADS, (world_id, now, json.dumps(rewrites)))
+            recorded = cast(MigrationRow, {
+                "name": name, "from_fingerprint": old, "to_fingerprint": new, "tick": world["tick_head"],
+                "entities": len(entities), "commands": len(commands), "migrated_at": now,
+            })  # fmt: skip
+            self._port.execute(q.INSERT_MIGRATION, (world_id, *(recorded[f] for f in MIGRATION_FIELDS)))  # type: ignore[literal-required]
+            event = world["next_event_seq"]
+            self._port.execute(q.APPEND_SCHEMA_EVENT, (
+                world_id, event, f"schema-migration/{name}/{old}", "schema_migrated", "migrate_components",
+                world["tick_head"], now, canonical_json(dict(recorded)),
+            ))  # fmt: skip
+            self._port.execute(q.TAKE_EVENT_SEQS, (1, world_id))
+            return {"migration": recorded, "migrated": True}
+
+        return self._port.transaction(run)
+
+    def _check_rewrites(self, world_id: str, old: str, entities: list[EntityRewrite], commands: list[PayloadRewrite]) -> None:
+        """The rewrites cover exactly the entities and open commands naming `old`, name it no
+        more, and every component in them is recorded, current and fits its schema."""
+        naming_entities = self._entities_naming(world_id, old)
+        naming_commands = [r[0] for r in self._port.execute(q.OPEN_COMMANDS_NAMING, (world_id, old))]
+        given_entities = sorted(w["entity_id"] for w in entities)
+        given_commands = sorted(c["sequence"] for c in commands)
+        if given_entities != naming_entities or given_commands != naming_commands:
+            raise MigrationConflictError(
+                f"the migration of {old} rewrites entities {given_entities} and commands {given_commands}; "
+                f"the ledger has entities {naming_entities} and open commands {naming_commands} naming it"
+            )
+        documents: list[tuple[str, str]] = []
+        for write in entities:
+            text = write["components"]
+            if text is None or old in text or canonical_json(json.loads(text)) != text:
+                raise InvalidCommandError(f"entity {write['entity_id']}: migrated components are canonical and name {old} no more")
+            documents.append((f"entity {write['entity_id']}", text))
+        for rewrite in commands:
+            if old in rewrite["payload"] or canonical_json(json.loads(rewrite["payload"])) != rewrite["payload"]:
+                raise InvalidCommandError(f"command #{rewrite['sequence']}: a migrated payload is canonical and names {old} no more")
+            documents.append((f"command #{rewrite['sequence']}", rewrite["payload"]))
+        self._check_components(world_id, documents)
 
     # -- leasing --
     def lease(self, world_id: str, owner: str, session: str, writer_epoch: int, tick: int, limit: int,

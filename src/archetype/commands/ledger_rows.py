@@ -8,6 +8,8 @@ against (strictly, unknown fields refused), so they are declared for pydantic to
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import ConfigDict, with_config
 from typing_extensions import TypedDict  # pydantic validates only this TypedDict before Python 3.12
 
@@ -171,6 +173,64 @@ class Watermark(TypedDict):
     committed_seq: int
     projected_seq: int
     pending: int
+
+
+@with_config(WIRE)
+class ComponentSchemaRow(TypedDict):
+    """One component type as a world records it: its wire identity and canonical prefixed schema."""
+
+    name: str
+    fingerprint: str
+    schema: dict[str, Any]
+
+
+class ComponentRow(TypedDict):
+    name: str
+    fingerprint: str
+    schema: dict[str, Any]
+    recorded_at: int
+    superseded_by: str | None  # the fingerprint a declared migration moved this type's values to
+
+
+class MigrationRow(TypedDict):
+    name: str
+    from_fingerprint: str
+    to_fingerprint: str
+    tick: int
+    entities: int
+    commands: int
+    migrated_at: int
+
+
+class WorldComponents(TypedDict):
+    components: list[ComponentRow]
+    migrations: list[MigrationRow]
+
+
+@with_config(WIRE)
+class ComponentMigrationRow(TypedDict):
+    name: str
+    from_fingerprint: str
+    to_fingerprint: str
+
+
+@with_config(WIRE)
+class EntityRewrite(TypedDict):
+    """An entity's components text rewritten by a component migration (docs/storage.md, "One entity")."""
+
+    entity_id: int
+    components: str
+
+
+@with_config(WIRE)
+class PayloadRewrite(TypedDict):
+    sequence: int
+    payload: str
+
+
+class Migrated(TypedDict):
+    migration: MigrationRow
+    migrated: bool  # False: this migration was recorded before (an answer lost), nothing rewritten
 
 
 class Pruned(TypedDict):

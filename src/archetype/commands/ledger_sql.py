@@ -177,6 +177,42 @@ READ_OUTBOX_COLUMNS = (
 )
 DELETE_OUTBOX_UPTO = "DELETE FROM outbox WHERE world_id = ? AND event_seq <= ?"
 
+# -- component schemas and migrations --
+COMPONENT_COLUMNS = "c.name, c.fingerprint, c.schema, c.recorded_at, m.to_fingerprint"
+_SUPERSEDED_JOIN = "LEFT JOIN component_migrations AS m ON m.world_id = c.world_id AND m.from_fingerprint = c.fingerprint"
+# The recorded schemas among these fingerprints, each with what migrated it away (NULL: current).
+FIND_COMPONENTS = f"""SELECT {COMPONENT_COLUMNS} FROM json_each(?) AS j
+    CROSS JOIN world_components AS c ON c.world_id = ? AND c.fingerprint = j.value {_SUPERSEDED_JOIN}"""
+LIST_COMPONENTS = f"""SELECT {COMPONENT_COLUMNS} FROM world_components AS c {_SUPERSEDED_JOIN}
+    WHERE c.world_id = ? ORDER BY c.name, c.recorded_at, c.fingerprint"""
+# Each record is a JSON array [fingerprint, name, schema text].
+INSERT_COMPONENTS = """INSERT INTO world_components (world_id, fingerprint, name, schema, recorded_at)
+    SELECT ?, json_extract(j.value, '$[0]'), json_extract(j.value, '$[1]'), json_extract(j.value, '$[2]'), ?
+    FROM json_each(?) AS j WHERE true
+    ON CONFLICT (world_id, fingerprint) DO NOTHING"""
+MIGRATION_COLUMNS = "name, from_fingerprint, to_fingerprint, tick, entities, commands, migrated_at"
+GET_MIGRATION = f"SELECT {MIGRATION_COLUMNS} FROM component_migrations WHERE world_id = ? AND from_fingerprint = ?"
+LIST_MIGRATIONS = f"SELECT {MIGRATION_COLUMNS} FROM component_migrations WHERE world_id = ? ORDER BY migrated_at, name"
+INSERT_MIGRATION = f"""INSERT INTO component_migrations (world_id, {MIGRATION_COLUMNS})
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?)"""
+# What a migration must rewrite: a fingerprint is 64 hex digits, so its text found in a payload or
+# an entity's components is a reference to it (the ledger then checks each one structurally).
+# (through the open-commands index: a world's settled commands are never visited)
+OPEN_COMMANDS_NAMING = f"""SELECT sequence FROM commands INDEXED BY commands_due
+    WHERE world_id = ? AND status IN {OPEN_STATUSES} AND instr(payload, ?) > 0 ORDER BY sequence"""
+# (the entities naming it are found in the state load_state reads: snapshot chunks under their deltas)
+# A migration's rewritten entities are a delta at the world's tick head, after that tick's own parts.
+NEXT_DELTA_PART = "SELECT coalesce(max(part) + 1, 0) FROM state_deltas WHERE world_id = ? AND tick = ?"
+# Each rewrite is a JSON array [sequence, payload, digest].
+REWRITE_PAYLOADS = """WITH r AS MATERIALIZED (SELECT json_extract(value, '$[0]') AS sequence,
+        json_extract(value, '$[1]') AS payload, json_extract(value, '$[2]') AS digest FROM json_each(?3))
+    UPDATE commands SET payload = r.payload, digest = r.digest, updated_at = ?2
+    FROM r WHERE commands.world_id = ?1 AND commands.sequence = r.sequence"""
+# A schema event (no command behind it): the command id names what happened.
+APPEND_SCHEMA_EVENT = """INSERT INTO outbox (world_id, event_seq, event_id, command_id, event_type, status, operation, tick,
+        principal, origin, occurred_at, payload)
+    VALUES (?1, CAST(?2 AS INTEGER), ?1 || '/' || CAST(?2 AS INTEGER), ?3, ?4, 'APPLIED', ?5, ?6, NULL, 'local', ?7, ?8)"""
+
 # -- quotas --
 GET_QUOTA_USAGE = "SELECT used FROM quota_usage WHERE world_id = ? AND principal = ? AND scheduled_tick = ?"
 ADD_QUOTA_USAGE = """INSERT INTO quota_usage (world_id, principal, scheduled_tick, used) VALUES (?, ?, ?, ?)

@@ -239,7 +239,31 @@ V5_RETENTION = Migration(5, "indexes of what retention prunes: settled commands,
     "CREATE INDEX spawn_reservations_by_time ON spawn_reservations (world_id, created_at, scope, command_id)",
 ))  # fmt: skip
 
-MIGRATIONS = (V1_SCHEMA, V2_EXACTLY_ONCE, V3_STATE_CHUNKS, V4_HEALTH_AND_REDRIVE, V5_RETENTION)
+
+# Version 6: component schemas recorded per world (docs/components.md, "Component schemas") and the
+# declared component migrations applied (docs/guide/schema-evolution.md).
+V6_COMPONENT_SCHEMAS = Migration(6, "component schemas recorded per world, declared component migrations", (
+    # content-addressed: a fingerprint is the digest of its schema, so a row never changes
+    """CREATE TABLE world_components (
+        world_id TEXT NOT NULL,
+        fingerprint TEXT NOT NULL,
+        name TEXT NOT NULL,
+        schema TEXT NOT NULL,
+        recorded_at INTEGER NOT NULL,
+        PRIMARY KEY (world_id, fingerprint)) WITHOUT ROWID""",
+    """CREATE TABLE component_migrations (
+        world_id TEXT NOT NULL,
+        from_fingerprint TEXT NOT NULL,
+        name TEXT NOT NULL,
+        to_fingerprint TEXT NOT NULL,
+        tick INTEGER NOT NULL,
+        entities INTEGER NOT NULL,
+        commands INTEGER NOT NULL,
+        migrated_at INTEGER NOT NULL,
+        PRIMARY KEY (world_id, from_fingerprint)) WITHOUT ROWID""",
+))  # fmt: skip
+
+MIGRATIONS = (V1_SCHEMA, V2_EXACTLY_ONCE, V3_STATE_CHUNKS, V4_HEALTH_AND_REDRIVE, V5_RETENTION, V6_COMPONENT_SCHEMAS)
 SCHEMA_VERSION = MIGRATIONS[-1].version
 
 HAS_META = "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'"

@@ -19,8 +19,13 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from archetype.canonical import NonCanonicalValueError, canonical_json, canonical_text, load_json
-from archetype.commands.errors import InvalidCommandError, NotDurableError, UnregisteredOperationError
+from archetype.canonical import NonCanonicalValueError, canonical_json, canonical_text, load_json, path_step
+from archetype.commands.errors import (
+    InvalidCommandError,
+    InvalidComponentDataError,
+    NotDurableError,
+    UnregisteredOperationError,
+)
 from archetype.commands.options import Role
 from archetype.world.components import ComponentValue, admission_context, live_component, non_canonical_refusal
 from archetype.world.operations import PORTABLE_MUTATIONS
@@ -213,7 +218,9 @@ class OperationSpec:
                 refusal = non_canonical_refusal(exc.errors())
                 if refusal is not None:
                     raise NonCanonicalCommandError.at(where, refusal) from None
-                raise InvalidCommandError(f"{where}: does not validate as {value.name}: {_errors(exc)}") from None
+                first = exc.errors(include_url=False, include_input=False)[0]
+                at = where + "".join(path_step(step) for step in first["loc"])
+                raise InvalidComponentDataError(f"{at}: does not validate as {value.name}: {_errors(exc)}") from None
             except (LookupError, TypeError, ValueError) as exc:
                 raise InvalidCommandError(f"{where}: {value.name} cannot be built from it: {type(exc).__name__}: {exc}") from None
 

@@ -7,23 +7,42 @@ over operation names.
 
 from __future__ import annotations
 
+import re
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from enum import Enum
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from archetype.canonical import digest
+from archetype.canonical import canonical_json, digest
 from archetype.commands.authority import Authority
-from archetype.commands.errors import CommandError, InvalidCommandError
+from archetype.commands.errors import (
+    CommandError,
+    InvalidCommandError,
+    UnsupportedComponentSchemaError,
+    WorldClosingError,
+    WorldNotFoundError,
+)
 from archetype.commands.failures import Permanent, Retryable
 from archetype.commands.identity import COMMAND_ID_PATTERN, command_digest
-from archetype.commands.ledger_rows import AdmissionRow, CommandRow, LeasedRow
+from archetype.commands.ledger import check_components
+from archetype.commands.ledger_rows import AdmissionRow, CommandRow, ComponentSchemaRow, LeasedRow
 from archetype.commands.options import ActorCtx, DurableOptions
 from archetype.commands.registry import OperationRegistry, OperationSpec
 from archetype.world.commit import Outcome, PreparedTick, TickOutcomeUnknownError
+from archetype.world.component_schema import UnsupportedSchemaError, check_record
+from archetype.world.components import DOC_KEYS, Component, canonical_prefixed_schema, resolve_component_class
 from archetype.world.operations import Spawn, SpawnReserved
+
+# A component identity in canonical JSON (sorted keys put these two side by side in a value or a
+# type reference): found in text without parsing it. A stray match in component data can only
+# name a class that is loaded anyway, whose schema is then recorded early: harmless.
+# A world that is gone or closing: the ledger call a schema step runs ahead of refuses it too.
+NOT_THERE = (WorldClosingError, WorldNotFoundError)
+_IDENTITY_MARK = '"fingerprint":"'
+_IDENTITY = re.compile(_IDENTITY_MARK + r'([0-9a-f]{64})","name":"([A-Za-z_][A-Za-z0-9_]{0,127})"')
+
 
 
 # not StrEnum: str() and f-strings of a StrEnum give the bare value; these give "CommandStatus.PENDING"
@@ -140,6 +159,7 @@ class CommandScheduler:
         self.quota = quota
         self._new_session = session_ids
         self._sessions: dict[str, str] = {}
+        self._recorded: dict[str, set[str]] = {}  # world id -> the fingerprints this process recorded there
 
     def session(self, world_id: str) -> str:
         """This incarnation's session for a world's leases."""
@@ -151,6 +171,57 @@ class CommandScheduler:
         """After a process-fatal exception escaped a materializer, the next attempt at this world
         is treated as a restart: what this session holds is recovered like a crashed runner's."""
         self._sessions.pop(world_id, None)
+
+    # -- component schemas --
+    async def record_components(self, world_id: str, classes: Iterable[type[Component]], *, admitting: bool = True) -> None:
+        """Record the schemas of these component classes in the world (once per process and world),
+        so every authority can list them and validate their data at admission.
+
+        A class whose schema the admission validator does not cover cannot be admitted anywhere:
+        while `admitting` that is UnsupportedComponentSchemaError, at publication it is skipped
+        (the world keeps the values; it only cannot list the type)."""
+        fresh = {}
+        for cls in classes:
+            if cls.component_fingerprint() in self._recorded.get(world_id, ()):
+                continue
+            row = schema_row(cls)
+            try:
+                hidden = DOC_KEYS & set(cls.model_fields)
+                if hidden:  # the fingerprint's step 1 drops such a property from the schema itself
+                    raise UnsupportedSchemaError("$.properties", f"fields named {sorted(hidden)} cannot be fingerprinted")
+                check_record(row["name"], row["fingerprint"], row["schema"])
+            except UnsupportedSchemaError as exc:
+                if admitting:
+                    raise UnsupportedComponentSchemaError(f"component {cls.__qualname__}: {exc}") from None
+                continue
+            fresh[row["fingerprint"]] = row
+        if fresh:
+            try:
+                await self.authority.record_components(world_id, list(fresh.values()))
+            except NOT_THERE:
+                return  # the call this records for (admit, reserve_spawn, publish) answers that itself
+            self._recorded.setdefault(world_id, set()).update(fresh)
+
+    async def record_named(self, world_id: str, texts: Iterable[str], *, admitting: bool = True) -> None:
+        """Record the schemas of the loaded classes that canonical JSON `texts` name (payloads, an
+        entity's components). A type no class of this process has is left to whoever has one.
+
+        This runs on every tick's write-set, so the usual answer (nothing new) is found by
+        counting: when every identity in the text is one this process recorded, nothing is parsed."""
+        texts = list(texts)  # (a snapshot's chunks are the whole state: counted in place, never joined)
+        known = self._recorded.setdefault(world_id, set())
+        marks = sum(text.count(_IDENTITY_MARK) for text in texts)
+        if marks == sum(text.count(_IDENTITY_MARK + fingerprint) for text in texts for fingerprint in known):
+            return
+        classes = []
+        for fingerprint, name in {identity for text in texts for identity in _IDENTITY.findall(text)}:
+            if fingerprint in known:
+                continue
+            try:
+                classes.append(resolve_component_class(name, fingerprint))
+            except LookupError:
+                continue
+        await self.record_components(world_id, classes, admitting=admitting)
 
     # -- admission --
     def _admission_row(self, item: DeferredItem, actor: ActorCtx | None, origin: str) -> tuple[str, AdmissionRow]:
@@ -198,6 +269,7 @@ class CommandScheduler:
         if len({row["command_id"] for _, row in prepared}) != len(prepared):
             raise InvalidCommandError("a batch names the same command id twice")
         (world_id,) = worlds
+        await self.record_named(world_id, [row["payload"] for _, row in prepared])
         results = await self.authority.admit(world_id, [row for _, row in prepared], self.quota if actor else None)
         return [CommandIdentity(world_id=world_id, **r) for r in results]
 
@@ -214,7 +286,8 @@ class CommandScheduler:
         command_id = checked_command_id(command_id)
         principal = actor.principal if actor else None
         checked = SpawnReserved(world_id=op.world_id, entity_id=1, components=op.components)
-        self._admission_row(DeferredItem(op=checked, options=options, command_id=command_id), actor, origin)
+        _, row = self._admission_row(DeferredItem(op=checked, options=options, command_id=command_id), actor, origin)
+        await self._check_components(op.world_id, row)
         entity_id = await self.authority.reserve_spawn(
             op.world_id, command_id, principal, self.spawn_request_digest(op, options, principal), options.tick,
             self.quota if actor else None,
@@ -222,6 +295,28 @@ class CommandScheduler:
         reserved = SpawnReserved(world_id=op.world_id, entity_id=entity_id, components=op.components)
         (identity,) = await self.admit([DeferredItem(op=reserved, options=options, command_id=command_id)], actor, origin)
         return SpawnAdmission(command=identity, entity_id=entity_id)
+
+    async def _check_components(self, world_id: str, row: AdmissionRow) -> None:
+        """The ledger's admission check of components, run before a spawn reserves its entity id:
+        a spawn the ledger would refuse reserves nothing."""
+        await self.record_named(world_id, [row["payload"]])
+        try:
+            recorded = (await self.authority.components(world_id))["components"]
+        except NOT_THERE:
+            return  # reserve_spawn refuses it in turn, before reserving anything
+        rows = [(c["name"], c["fingerprint"], canonical_json(c["schema"]), c["recorded_at"], c["superseded_by"]) for c in recorded]
+        try:
+            check_components(world_id, [(f"command {row['command_id']!r}", row["payload"])],
+                             lambda fingerprints: [r for r in rows if r[1] in fingerprints])  # fmt: skip
+        except CommandError:
+            # A closing world still lists its components (and recorded none of these, since
+            # recording refused it): its refusal is reserve_spawn's, as the ledger would answer.
+            try:
+                status = (await self.authority.world_info(world_id))["status"]
+            except NOT_THERE:
+                return
+            if status == "ACTIVE":
+                raise
 
     # -- materialization (AsyncWorld calls this with the world's operation lock held) --
     async def materialize(self, world: Any, tick: int) -> None:
@@ -313,6 +408,11 @@ class CommandScheduler:
         return CommandRecord(**CommandSummary.summary_fields(dict(row)), operation_model=op, problem=problem)
 
 
+def schema_row(cls: type[Component]) -> ComponentSchemaRow:
+    """A component class as a world records it."""
+    return {"name": cls.__name__, "fingerprint": cls.component_fingerprint(), "schema": canonical_prefixed_schema(cls)}
+
+
 def checked_command_id(command_id: str | None) -> str:
     """The caller's idempotency key, or a fresh one; refused unless it matches COMMAND_ID_PATTERN whole."""
     if command_id is None:
@@ -333,6 +433,9 @@ class LedgerPublisher:
         manifest = prepared.manifest
         session = self.scheduler.session(manifest.world_id)
         try:
+            # before the tick, so a published entity's types are always recorded (the identities are
+            # found in the chunks' text, unparsed)
+            await self.scheduler.record_named(manifest.world_id, prepared.chunks, admitting=False)
             # The manifest's JSON is a ManifestRow, a type world/commit.py cannot name (ledger_rows
             # imports it): hence the ignore.
             await self.authority.publish(

@@ -2,6 +2,7 @@
 
 from archetype.world.commit import CommittedTickReceipt, TickManifest, TickOutcomeUnknownError
 from archetype.world.components import Component, ComponentTypeRef, ComponentValue
+from archetype.world.evolution import ComponentMigration, ComponentMigrationError, ComponentMigrationRequiredError
 from archetype.world.operations import (
     AddComponents,
     CreateWorld,
@@ -22,6 +23,9 @@ __all__ = [
     "AsyncWorld",
     "CommittedTickReceipt",
     "Component",
+    "ComponentMigration",
+    "ComponentMigrationError",
+    "ComponentMigrationRequiredError",
     "ComponentTypeRef",
     "ComponentValue",
     "CreateWorld",

@@ -28,7 +28,8 @@ from archetype.canonical import NonCanonicalValueError, canonical_text, check_ca
 
 COMPONENT_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
 FINGERPRINT_PATTERN = r"^[0-9a-f]{64}$"
-_DOC_KEYS = frozenset({"title", "description", "examples"})
+DOC_KEYS = frozenset({"title", "description", "examples"})
+"""Dropped from a schema at every depth before it is fingerprinted (docs/components.md)."""
 
 MAX_DATA_DEPTH = 32
 """The deepest nesting of component data, the data object itself counting as one level. It
@@ -72,7 +73,7 @@ _LOADED: dict[tuple[str, str], list[type[Component]]] = {}
 
 def _strip_docs(node: Any) -> Any:
     if isinstance(node, dict):
-        return {k: _strip_docs(v) for k, v in node.items() if k not in _DOC_KEYS}
+        return {k: _strip_docs(v) for k, v in node.items() if k not in DOC_KEYS}
     if isinstance(node, list):
         return [_strip_docs(v) for v in node]
     return node
@@ -177,6 +178,11 @@ def resolve_component_class(name: str, fingerprint: str) -> type[Component]:
         hint = " (a class of that name is loaded with another schema)" if same_name else ""
         raise LookupError(f"no loaded component {name!r} with fingerprint {fingerprint[:12]}...{hint}")
     return classes[0]
+
+
+def loaded_components() -> dict[tuple[str, str], list[type[Component]]]:
+    """Every loaded component class by wire identity (name, fingerprint), in load order."""
+    return {key: list(classes) for key, classes in _LOADED.items()}
 
 
 class _AffineWireModel(BaseModel):

@@ -1,0 +1,409 @@
+"""Component schemas as the authority keeps them, and the validator that checks data against them.
+
+A world records the canonical prefixed schema of every component type it uses (see
+`canonical_prefixed_schema` and docs/components.md), so an authority without the Python classes
+(the Worker, the Durable Object) can still refuse component data that does not fit before it is
+persisted. This module is that check; it is stdlib only, as it runs on Pyodide.
+
+It implements exactly the part of JSON Schema that pydantic writes for a component: every keyword
+below, and nothing else. `check_schema` refuses to record a schema that uses any other keyword
+(`not`, `if`, `patternProperties`, a `$ref` outside `#/$defs/` ...), so nothing recorded can mean
+more than this validator checks. Annotations (`default`, `format`, `discriminator`, `deprecated`,
+`readOnly`, `writeOnly`) are accepted and not checked: `format` in particular is the class's to
+enforce when the command materializes (docs/components.md, "Component schemas").
+
+Numbers follow JSON, not Python: an `integer` is an int or an integral float (`1.0`), a boolean is
+never a number, and `"1"` is not an integer even though pydantic's lax mode would coerce it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sized
+from typing import Any
+
+from archetype.canonical import digest, path_step
+
+TYPES = ("string", "integer", "number", "boolean", "null", "array", "object")
+ANNOTATIONS = frozenset({"default", "format", "discriminator", "deprecated", "readOnly", "writeOnly"})
+_SCHEMA_LISTS = frozenset({"anyOf", "oneOf", "allOf", "prefixItems"})
+_SCHEMA_VALUES = frozenset({"items", "propertyNames"})
+_COUNTS = frozenset({"minItems", "maxItems", "minLength", "maxLength", "minProperties", "maxProperties"})
+_BOUNDS = frozenset({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"})
+KEYWORDS = ANNOTATIONS | _SCHEMA_LISTS | _SCHEMA_VALUES | _COUNTS | _BOUNDS | {
+    "type", "properties", "required", "additionalProperties", "uniqueItems", "enum", "const", "pattern", "$ref",
+}  # fmt: skip
+RECORD_KEYS = ("component", "defs", "properties", "required")
+REF_PREFIX = "#/$defs/"
+# How many schemas may be entered at one data position ($ref -> anyOf -> $ref ...) before the
+# schema is taken to loop without consuming data.
+_MAX_SCHEMA_CHAIN = 64
+
+
+class UnsupportedSchemaError(ValueError):
+    """A schema outside the recorded subset, or not the canonical prefixed schema of its component."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path, self.reason = path, reason
+
+
+# A path into data is built only when something is refused: while validating it is a chain of
+# (parent, step) pairs ending in the root's JSONPath string, one tuple per value visited.
+Path = Any
+
+
+def render(path: Path) -> str:
+    """The JSONPath string of a (parent, step) chain."""
+    steps = []
+    while not isinstance(path, str):
+        path, step = path
+        steps.append(path_step(step))
+    return path + "".join(reversed(steps))
+
+
+class SchemaMismatchError(ValueError):
+    """Component data that does not fit its recorded schema; `path` is a JSONPath into the data."""
+
+    def __init__(self, path: Path, reason: str) -> None:
+        self.path, self.reason = render(path), reason
+        super().__init__(f"{self.path}: {reason}")
+
+
+def check_record(name: str, fingerprint: str, schema: Any) -> None:
+    """Refuse a (name, fingerprint, schema) record that is not a canonical prefixed schema in the
+    supported subset, or whose fingerprint is not the SHA-256 of its canonical JSON."""
+    if not isinstance(schema, dict) or sorted(schema) != list(RECORD_KEYS):
+        raise UnsupportedSchemaError("$", f"a component schema has exactly the keys {list(RECORD_KEYS)}")
+    if schema["component"] != name:
+        raise UnsupportedSchemaError("$.component", f"names {schema['component']!r}, not {name!r}")
+    if digest(schema) != fingerprint:
+        raise UnsupportedSchemaError("$", f"its fingerprint is {digest(schema)}, not {fingerprint}")
+    properties, required, defs = schema["properties"], schema["required"], schema["defs"]
+    prefix = name.lower() + "__"
+    if not isinstance(properties, dict) or not all(key.startswith(prefix) for key in properties):
+        raise UnsupportedSchemaError("$.properties", f"every property is prefixed {prefix!r}")
+    if not isinstance(required, list) or not set(required) <= set(properties):
+        raise UnsupportedSchemaError("$.required", "names only declared properties")
+    if not isinstance(defs, dict):
+        raise UnsupportedSchemaError("$.defs", "is an object of schemas")
+    for key, node in properties.items():
+        _check_node(node, f"$.properties{path_step(key)}", defs)
+    for key, node in defs.items():
+        _check_node(node, f"$.defs{path_step(key)}", defs)
+
+
+def _check_node(node: Any, path: str, defs: Mapping[str, Any]) -> None:
+    if not isinstance(node, dict):
+        raise UnsupportedSchemaError(path, "a schema is an object")
+    for keyword, value in node.items():
+        where = path + path_step(keyword)
+        if keyword not in KEYWORDS:
+            raise UnsupportedSchemaError(where, "keyword not supported by the admission validator")
+        if keyword == "type":
+            kinds = value if isinstance(value, list) else [value]
+            if not kinds or any(kind not in TYPES for kind in kinds):
+                raise UnsupportedSchemaError(where, f"types are among {list(TYPES)}")
+        elif keyword == "$ref":
+            if not (isinstance(value, str) and value.startswith(REF_PREFIX) and value[len(REF_PREFIX) :] in defs):
+                raise UnsupportedSchemaError(where, f"refers to {REF_PREFIX}<a def of this schema>")
+        elif keyword in ("properties",):
+            if not isinstance(value, dict):
+                raise UnsupportedSchemaError(where, "is an object of schemas")
+            for key, child in value.items():
+                _check_node(child, where + path_step(key), defs)
+        elif keyword == "required":
+            if not (isinstance(value, list) and all(isinstance(item, str) for item in value)):
+                raise UnsupportedSchemaError(where, "is a list of property names")
+        elif keyword == "additionalProperties":
+            if not isinstance(value, bool):
+                _check_node(value, where, defs)
+        elif keyword in _SCHEMA_LISTS:
+            if not (isinstance(value, list) and value):
+                raise UnsupportedSchemaError(where, "is a non-empty list of schemas")
+            for index, child in enumerate(value):
+                _check_node(child, where + path_step(index), defs)
+        elif keyword in _SCHEMA_VALUES:
+            _check_node(value, where, defs)
+        elif keyword in _COUNTS:
+            if type(value) is not int or value < 0:
+                raise UnsupportedSchemaError(where, "is a non-negative integer")
+        elif keyword in _BOUNDS:
+            if type(value) not in (int, float) or (keyword == "multipleOf" and value <= 0):
+                raise UnsupportedSchemaError(where, "is a number" + (" above 0" if keyword == "multipleOf" else ""))
+        elif keyword == "uniqueItems":
+            if type(value) is not bool:
+                raise UnsupportedSchemaError(where, "is a boolean")
+        elif keyword == "enum":
+            if not isinstance(value, list):
+                raise UnsupportedSchemaError(where, "is a list")
+        elif keyword == "pattern":
+            try:
+                re.compile(value)
+            except (re.error, TypeError):
+                raise UnsupportedSchemaError(where, "is not a regular expression this validator runs") from None
+
+
+def validate_data(schema: Mapping[str, Any], data: Any, path: Path = "$") -> None:
+    """Check component `data` (its field JSON, unprefixed names) against its recorded `schema`;
+    SchemaMismatchError names the first value that does not fit."""
+    if not isinstance(data, dict):
+        raise SchemaMismatchError(path, f"component data is an object, not {_kind(data)}")
+    prefix = schema["component"].lower() + "__"
+    properties = schema["properties"]
+    for key, value in data.items():
+        node = properties.get(prefix + key)
+        if node is None:  # components are closed (extra="forbid")
+            raise SchemaMismatchError((path, key), f"{schema['component']} has no field {key!r}")
+        _Validator(schema["defs"]).check(node, value, (path, key), 0)
+    for name in schema["required"]:
+        if name[len(prefix) :] not in data:
+            raise SchemaMismatchError(path, f"missing required field {name[len(prefix) :]!r}")
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "integer" if value.is_integer() else "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    return "object"
+
+
+_IS: dict[str, Callable[[Any], bool]] = {
+    # exact types: parsed JSON holds only these, and bool is not int here
+    "string": lambda v: type(v) is str,
+    "integer": lambda v: type(v) is int or (type(v) is float and v.is_integer()),
+    "number": lambda v: type(v) is int or type(v) is float,
+    "boolean": lambda v: type(v) is bool,
+    "null": lambda v: v is None,
+    "array": lambda v: type(v) is list,
+    "object": lambda v: type(v) is dict,
+}
+
+
+def _is_type(value: Any, kind: str) -> bool:
+    return _IS[kind](value)
+
+
+def json_equal(a: Any, b: Any) -> bool:
+    """Equality as JSON means it: 1 == 1.0, but a boolean equals only a boolean."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(json_equal(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(json_equal(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return a == b
+    return type(a) is type(b) and a == b
+
+
+class _Validator:
+    def __init__(self, defs: Mapping[str, Any]) -> None:
+        self.defs = defs
+
+    def check(self, node: Mapping[str, Any], value: Any, path: Path, chain: int) -> None:
+        if chain > _MAX_SCHEMA_CHAIN:
+            raise SchemaMismatchError(path, "the schema refers to itself without consuming data")
+        for keyword, argument in node.items():
+            check = _CHECKS.get(keyword)
+            if check is not None:
+                check(self, argument, node, value, path, chain)
+
+    def fits(self, node: Mapping[str, Any], value: Any, path: Path, chain: int) -> SchemaMismatchError | None:
+        try:
+            self.check(node, value, path, chain + 1)
+        except SchemaMismatchError as exc:
+            return exc
+        return None
+
+    def children(self, node: Mapping[str, Any], value: Any, path: Path) -> None:
+        self.check(node, value, path, 0)
+
+
+def _type(v: _Validator, kinds: Any, node: Any, value: Any, path: Path, chain: int) -> None:
+    if isinstance(kinds, str) and _is_type(value, kinds):
+        return
+    kinds = kinds if isinstance(kinds, list) else [kinds]
+    if not any(_is_type(value, kind) for kind in kinds):
+        raise SchemaMismatchError(path, f"expected {' or '.join(kinds)}, got {_kind(value)}")
+
+
+def _ref(v: _Validator, ref: str, node: Any, value: Any, path: Path, chain: int) -> None:
+    v.check(v.defs[ref[len(REF_PREFIX) :]], value, path, chain + 1)
+
+
+def _any_of(v: _Validator, options: list[Any], node: Any, value: Any, path: Path, chain: int) -> None:
+    failures = [v.fits(option, value, path, chain) for option in options]
+    if all(failures):
+        deepest = max((f for f in failures if f is not None), key=lambda f: len(f.path))
+        if deepest.path != render(path):  # one option got further into the value: its complaint is the useful one
+            raise deepest
+        raise SchemaMismatchError(path, "fits none of: " + "; ".join(sorted({f.reason for f in failures if f})))
+
+
+def _one_of(v: _Validator, options: list[Any], node: Any, value: Any, path: Path, chain: int) -> None:
+    _any_of(v, options, node, value, path, chain)
+    if sum(v.fits(option, value, path, chain) is None for option in options) > 1:
+        raise SchemaMismatchError(path, "fits more than one of the alternatives")
+
+
+def _all_of(v: _Validator, options: list[Any], node: Any, value: Any, path: Path, chain: int) -> None:
+    for option in options:
+        v.check(option, value, path, chain + 1)
+
+
+def _properties(v: _Validator, properties: dict[str, Any], node: Any, value: Any, path: Path, chain: int) -> None:
+    if isinstance(value, dict):
+        for key, child in properties.items():
+            if key in value:
+                v.children(child, value[key], (path, key))
+
+
+def _required(v: _Validator, names: list[str], node: Any, value: Any, path: Path, chain: int) -> None:
+    if isinstance(value, dict):
+        for name in names:
+            if name not in value:
+                raise SchemaMismatchError(path, f"missing required field {name!r}")
+
+
+def _additional(v: _Validator, extra: Any, node: Any, value: Any, path: Path, chain: int) -> None:
+    if not isinstance(value, dict):
+        return
+    declared = node.get("properties", {})
+    for key, item in value.items():
+        if key in declared:
+            continue
+        if extra is False:
+            raise SchemaMismatchError((path, key), f"unexpected field {key!r}")
+        if isinstance(extra, dict):
+            v.children(extra, item, (path, key))
+
+
+def _property_names(v: _Validator, names: Any, node: Any, value: Any, path: Path, chain: int) -> None:
+    if isinstance(value, dict):
+        for key in value:
+            v.children(names, key, (path, key))
+
+
+def _items(v: _Validator, items: Any, node: Any, value: Any, path: Path, chain: int) -> None:
+    if isinstance(value, list):
+        skip = len(node.get("prefixItems", ()))
+        for index in range(skip, len(value)):
+            v.children(items, value[index], (path, index))
+
+
+def _prefix_items(v: _Validator, items: list[Any], node: Any, value: Any, path: Path, chain: int) -> None:
+    if isinstance(value, list):
+        for index, (child, item) in enumerate(zip(items, value, strict=False)):
+            v.children(child, item, (path, index))
+
+
+def _count(keyword: str) -> Callable[..., None]:
+    kinds: dict[str, tuple[type[Sized], str]] = {
+        "Items": (list, "items"),
+        "Length": (str, "characters"),
+        "Properties": (dict, "fields"),
+    }
+    kind = kinds[keyword[3:]]
+    at_least = keyword.startswith("min")
+
+    def check(v: _Validator, bound: int, node: Any, value: Any, path: Path, chain: int) -> None:
+        if isinstance(value, kind[0]) and (len(value) < bound if at_least else len(value) > bound):
+            raise SchemaMismatchError(
+                path, f"has {len(value)} {kind[1]}, {'at least' if at_least else 'at most'} {bound} allowed"
+            )
+
+    return check
+
+
+def _not_multiple(x: Any, b: Any) -> bool:
+    if isinstance(x, int) and isinstance(b, int):
+        return x % b != 0
+    return not (x / b).is_integer()
+
+
+def _bound(keyword: str) -> Callable[..., None]:
+    fails: dict[str, Callable[[Any, Any], bool]] = {
+        "minimum": lambda x, b: x < b,
+        "maximum": lambda x, b: x > b,
+        "exclusiveMinimum": lambda x, b: x <= b,
+        "exclusiveMaximum": lambda x, b: x >= b,
+        "multipleOf": _not_multiple,
+    }
+    fail = fails[keyword]
+
+    def check(v: _Validator, bound: float, node: Any, value: Any, path: Path, chain: int) -> None:
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and fail(value, bound):
+            raise SchemaMismatchError(path, f"{value!r} breaks {keyword} {bound!r}")
+
+    return check
+
+
+def _unique(v: _Validator, unique: bool, node: Any, value: Any, path: Path, chain: int) -> None:
+    if unique and isinstance(value, list):
+        for i, item in enumerate(value):
+            if any(json_equal(item, earlier) for earlier in value[:i]):
+                raise SchemaMismatchError((path, i), "repeats an earlier item")
+
+
+def _enum(v: _Validator, options: list[Any], node: Any, value: Any, path: Path, chain: int) -> None:
+    if not any(json_equal(value, option) for option in options):
+        raise SchemaMismatchError(path, f"is not one of {options!r}")
+
+
+def _const(v: _Validator, constant: Any, node: Any, value: Any, path: Path, chain: int) -> None:
+    if not json_equal(value, constant):
+        raise SchemaMismatchError(path, f"is not {constant!r}")
+
+
+def _pattern(v: _Validator, pattern: str, node: Any, value: Any, path: Path, chain: int) -> None:
+    if isinstance(value, str) and re.search(pattern, value) is None:
+        raise SchemaMismatchError(path, f"does not match {pattern!r}")
+
+
+_CHECKS: dict[str, Callable[..., None]] = {
+    "type": _type, "$ref": _ref, "anyOf": _any_of, "oneOf": _one_of, "allOf": _all_of, "properties": _properties,
+    "required": _required, "additionalProperties": _additional, "propertyNames": _property_names, "items": _items,
+    "prefixItems": _prefix_items, "uniqueItems": _unique, "enum": _enum, "const": _const, "pattern": _pattern,
+    **{keyword: _count(keyword) for keyword in _COUNTS}, **{keyword: _bound(keyword) for keyword in _BOUNDS},
+}  # fmt: skip
+
+
+VALUE_KEYS = frozenset({"name", "fingerprint", "data"})
+REF_KEYS = frozenset({"name", "fingerprint"})
+
+
+def component_occurrences(value: Any, path: Path = "$") -> list[tuple[str, str, str, Any]]:
+    """Every component value and type reference in a JSON document (a durable payload, an
+    entity's component list), found by its wire shape: an object with exactly the keys
+    name/fingerprint/data is a value, exactly name/fingerprint a reference. Each is
+    `(path, name, fingerprint, data)`, data None for a reference, in document order; a value's data is not searched."""
+    found: list[tuple[str, str, str, Any]] = []
+    pending: list[tuple[Path, Any]] = [(path, value)]
+    while pending:
+        where, node = pending.pop()
+        if isinstance(node, dict):
+            keys = node.keys()
+            if (
+                (keys == VALUE_KEYS or keys == REF_KEYS)
+                and isinstance(node["name"], str)
+                and isinstance(node["fingerprint"], str)
+            ):
+                found.append((render(where), node["name"], node["fingerprint"], node.get("data")))
+                continue
+            children = [((where, key), item) for key, item in node.items()]
+        elif isinstance(node, list):
+            children = [((where, index), item) for index, item in enumerate(node)]
+        else:
+            continue
+        pending.extend(reversed(children))  # a stack: reversed, so the document order comes out
+    return found
