@@ -9,6 +9,7 @@ import httpx
 import pytest
 
 from archetype.commands.scheduler import schema_row
+from archetype.world import Component
 from tests.component_modules.alpha import Position
 
 pytestmark = pytest.mark.timeout(120)
@@ -97,9 +98,17 @@ def test_commands_are_admitted_replayed_refused_and_listed(worker, world):
     assert [c["command_id"] for c in rest["commands"]] == ["b.0", "b.1", "b.2"] and rest["next_after"] is None
 
 
-def record(worker, world: str) -> None:
+class Waypoint(Component):
+    """A type only this test knows: no module the harness loads registers it, so the edge sees it
+    solely through the schema recorded for the world (a staged module's class is recorded by itself)."""
+
+    x: float
+    y: float
+
+
+def record(worker, world: str, component: type[Component] = Position) -> None:
     """What a runner does before clients submit a type: record its schema (the edge has no classes)."""
-    recorded = worker.post(f"/worlds/{world}/ledger/record_components", json={"components": [schema_row(Position)]},
+    recorded = worker.post(f"/worlds/{world}/ledger/record_components", json={"components": [schema_row(component)]},
                            headers=auth("t-operator"))  # fmt: skip
     assert recorded.status_code == 200, recorded.text
 
@@ -111,27 +120,27 @@ def test_the_edge_validates_component_data_against_recorded_schemas(worker):
         body = {
             "type": "spawn",
             "tick": 1,
-            "components": [{"name": "Position", "fingerprint": fingerprint, "data": data}],
+            "components": [{"name": "Waypoint", "fingerprint": fingerprint, "data": data}],
         }
         return worker.post(f"/worlds/{world}/commands", json=body, headers=auth("t-player", **{"Idempotency-Key": key}))
 
-    unknown = spawn("u", Position.component_fingerprint(), x=1, y=2)  # nothing recorded yet
+    unknown = spawn("u", Waypoint.component_fingerprint(), x=1, y=2)  # nothing recorded yet
     assert (unknown.status_code, unknown.json()["code"]) == (422, "unknown_component")
     assert unknown.json()["message"].startswith("$.components[0]: ")
-    record(worker, world)
+    record(worker, world, Waypoint)
     listed = worker.get(f"/worlds/{world}/components", headers=auth("t-viewer")).json()
     assert [(c["name"], c["fingerprint"]) for c in listed["components"]] == [
-        ("Position", Position.component_fingerprint())
+        ("Waypoint", Waypoint.component_fingerprint())
     ]
-    assert listed["components"][0]["schema"] == schema_row(Position)["schema"]
-    wrong = spawn("w", Position.component_fingerprint(), x="abc", y=2)
+    assert listed["components"][0]["schema"] == schema_row(Waypoint)["schema"]
+    wrong = spawn("w", Waypoint.component_fingerprint(), x="abc", y=2)
     assert (wrong.status_code, wrong.json()["code"]) == (422, "invalid_component_data")
     assert wrong.json()["message"].startswith("$.components[0].data.x: expected number, got string")
     made_up = spawn("m", "0" * 64, x=1, y=2)
     assert (made_up.status_code, made_up.json()["code"]) == (422, "unknown_component")
     # nothing persisted: no command, and no entity id reserved by the refused spawns
     assert worker.get(f"/worlds/{world}/commands", headers=auth("t-admin")).json()["commands"] == []
-    fits = spawn("ok", Position.component_fingerprint(), x=1, y=2)
+    fits = spawn("ok", Waypoint.component_fingerprint(), x=1, y=2)
     assert fits.status_code == 202 and fits.json()["entity_id"] == 1
 
 
