@@ -34,7 +34,9 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from archetype.api import create_app
 from archetype.api.auth import TOKENS_ENV, TokenTable, TokenTableError
 from archetype.audit import AuditLog
+from archetype.commands.clock import TickClock
 from archetype.commands.errors import CommandError, WorldClosingError, WorldNotFoundError
+from archetype.commands.port import Clock, SystemClock
 from archetype.dashboard import mount_dashboard
 from archetype.docs_ui import mount_docs
 from archetype.metrics import Metrics, ObservedAuthority, configure_logging, mount_metrics
@@ -186,22 +188,26 @@ def listen(host: str, port: int) -> socket.socket:
 class WorldRunner:
     """Steps the worlds that have work, `tick_rate` passes a second; idle worlds cost nothing.
 
-    A world ticks in a pass when it has processors or PreTick hooks (`AsyncWorld.has_systems`: stepped
-    every pass), or when one of its open commands is due. Due-ness comes from the catalog's index
-    of open commands (`pending_worlds`), never from a walk over every world. Each world's clock
-    runs at one tick per pass from when this runner first saw it, idle or not: a sleeping world
-    woken by a command steps straight to the tick its clock reached, and the empty ticks between
-    are coalesced (docs/ledger.md, *Idle worlds*). The due worlds of a pass step concurrently, so
-    their ledger calls share group commits. Every `sweep_s` the runner lists the worlds once:
-    CLOSING worlds to finish, and (when modules add processors on load) new worlds to load and see.
+    A world ticks in a pass when it has processors or PreTick hooks (`AsyncWorld.has_systems`: at every
+    tick of its clock), or when one of its open commands is due. Due-ness comes from the catalog's
+    index of open commands (`pending_worlds`), never from a walk over every world, and from the
+    world's tick clock (archetype.commands.clock, anchored in its ledger row, the rule the Durable
+    Object's alarm follows too): a sleeping world woken by a command steps straight to the tick its
+    clock reached, and the empty ticks between are coalesced (docs/ledger.md, *Idle worlds*). The
+    due worlds of a pass step concurrently, so their ledger calls share group commits. Every
+    `sweep_s` the runner lists the worlds once: CLOSING worlds to finish, and (when modules add
+    processors on load) new worlds to load and see.
     """
 
     def __init__(self, runtime: Runtime, catalog: WriterThreadAuthority, metrics: Metrics, tick_rate: float,
-                 sweep_s: float = 10.0, concurrency: int = 256) -> None:  # fmt: skip
+                 sweep_s: float = 10.0, concurrency: int = 256, clock: Clock | None = None) -> None:  # fmt: skip
         self.runtime, self.catalog, self.metrics = runtime, catalog, metrics
         self.interval, self.sweep_s = 1.0 / tick_rate, sweep_s
+        self.interval_ms = max(1, round(1000 / tick_rate))
+        self.clock = clock or SystemClock()  # the ledger's clock: the worlds' clocks are anchored on it
         self.passes = 0
-        self.clocks: dict[str, tuple[int, int]] = {}  # world -> (its tick head, the pass it was at then)
+        self._grid_ms: int | None = None  # the first pass's time: passes fall on this grid
+        self.clocks: dict[str, TickClock] = {}  # world -> its tick clock, from its ledger row
         self.ticking: set[str] = set()  # worlds with systems
         self._slots = asyncio.Semaphore(concurrency)
         self._loads_systems = bool(runtime.worlds.on_load)  # modules add processors: a world must be seen
@@ -211,10 +217,18 @@ class WorldRunner:
         if world.has_systems:
             self.ticking.add(world.world_id)
 
-    def tick_of(self, world_id: str, tick_head: int) -> int:
-        """The tick this world's clock is at in this pass."""
-        head, seen = self.clocks.setdefault(world_id, (tick_head, self.passes - 1))
-        return head + self.passes - seen
+    def pass_ms(self) -> int:
+        """This pass's time, on the grid of pass times: the clock rule reads it rather than the
+        moment the pass woke, so a few ms of wake-up jitter never moves a world's step to another pass."""
+        now = self.clock.now_ms()
+        if self._grid_ms is None:
+            self._grid_ms = now
+        return now - (now - self._grid_ms) % self.interval_ms
+
+    async def _clock_of(self, world_id: str) -> TickClock:
+        if world_id not in self.clocks:
+            self.clocks[world_id] = TickClock.of(await self.runtime.authority.world_info(world_id), self.interval_ms)
+        return self.clocks[world_id]
 
     async def run(self, stop: asyncio.Event) -> None:
         loop = asyncio.get_running_loop()
@@ -226,8 +240,9 @@ class WorldRunner:
                 await self.sweep(stop)
             self.passes += 1
             await self.run_pass(stop)
+            to_next_pass = self.interval_ms - (self.clock.now_ms() - (self._grid_ms or 0)) % self.interval_ms
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=max(0.0, self.interval - (loop.time() - started)))
+                await asyncio.wait_for(stop.wait(), timeout=to_next_pass / 1000)
 
     async def sweep(self, stop: asyncio.Event) -> None:
         try:
@@ -242,7 +257,7 @@ class WorldRunner:
             if world["status"] == "CLOSING":  # a destroy that stopped between its transactions
                 await finish_destroy(self.runtime, world["world_id"])
             elif world["status"] == "ACTIVE" and self._loads_systems and world["world_id"] not in self.clocks:
-                self.clocks[world["world_id"]] = (world["tick_head"], self.passes)  # the next pass runs head + 1
+                self.clocks[world["world_id"]] = TickClock.of(world, self.interval_ms)
                 unseen.append(world["world_id"])
         await asyncio.gather(*(self._see(world_id) for world_id in unseen))
 
@@ -258,14 +273,26 @@ class WorldRunner:
         except Exception:
             log.exception("could not read the due worlds; trying again next tick")
             return
+        now = self.pass_ms()
         due: dict[str, int] = {}
         for world in pending:
             if world["status"] == "CLOSING":
                 await finish_destroy(self.runtime, world["world_id"])
-            elif world["status"] == "ACTIVE" and world["next_tick"] <= self.tick_of(world["world_id"], world["tick_head"]):
-                due[world["world_id"]] = self.tick_of(world["world_id"], world["tick_head"])
+            elif world["status"] == "ACTIVE":
+                clock = self.clocks.setdefault(world["world_id"], TickClock.of(world, self.interval_ms))
+                at = clock.next_step_at(world["tick_head"], has_systems=False, next_due_tick=world["next_tick"])
+                if at is not None and at <= now:
+                    due[world["world_id"]] = clock.tick_at(now)
         for world_id in self.ticking - due.keys():
-            due[world_id] = self.tick_of(world_id, -1)
+            try:
+                clock, head = await self._clock_of(world_id), (await self.runtime.worlds.get(world_id)).tick
+            except (WorldClosingError, WorldNotFoundError):
+                self.ticking.discard(world_id)
+                continue
+            except Exception:  # not loadable now (fenced, the catalog did not answer): the next pass tries again
+                continue
+            if clock.step_to(now, head) is not None:  # due: with systems, every tick of the clock
+                due[world_id] = clock.tick_at(now)
         due = {world_id: tick for world_id, tick in due.items() if self.runtime.worlds.retry_due(world_id)}
         if not stop.is_set():
             await asyncio.gather(*(self.step(world_id, tick) for world_id, tick in due.items()))
@@ -274,8 +301,7 @@ class WorldRunner:
         async with self._slots:
             started, ok = time.perf_counter(), False
             try:
-                receipt = await self.runtime.worlds.step(world_id, tick)
-                self.clocks[world_id] = (receipt.tick, self.passes)
+                await self.runtime.worlds.step(world_id, tick)
                 ok = True
             except (WorldClosingError, WorldNotFoundError):
                 self.ticking.discard(world_id)

@@ -22,11 +22,11 @@ from types import ModuleType
 from typing import Any
 
 from archetype.commands.authority import InProcessAuthority
+from archetype.commands.clock import TickClock
 from archetype.commands.families import default_registry
 from archetype.commands.host import WorldHost
 from archetype.commands.ledger import Ledger
 from archetype.commands.scheduler import CommandScheduler
-from archetype.world.commit import CommittedTickReceipt
 
 # The object's writer identity in lease rows: one object per world, so one name serves them all.
 EDGE_OWNER = "edge"
@@ -52,39 +52,44 @@ class EdgeRuntime:
         """Whether the edge steps this world: some module's `edge_hosted(world_id)` says so."""
         return any(bool(getattr(m, "edge_hosted", _runner_hosted)(world_id)) for m in self._modules)
 
-    async def step(self, world_id: str) -> CommittedTickReceipt:
-        return await self.worlds.step(world_id)
+    async def next_step_at(self, world_id: str, interval_ms: int) -> int | None:
+        """When this world's next step is due on its clock (archetype.commands.clock); None: idle."""
+        return (await self._due(world_id, interval_ms))[1]
 
-    async def next_tick_at(self, world_id: str, now_ms: int, interval_ms: int) -> int | None:
+    async def step_due(self, world_id: str, now_ms: int, interval_ms: int) -> int | None:
+        """Step the world if its next step is due by `now_ms`, straight to the tick its clock reached
+        (the empty ticks between are coalesced, as serve does); answer when the next one is due.
+        An alarm that comes early (for audit delivery, or repeated) steps nothing."""
+        clock, at = await self._due(world_id, interval_ms)
+        if at is None or at > now_ms:
+            return at
+        await self.worlds.step(world_id, clock.tick_at(now_ms))  # due: the clock passed the tick head
+        return await self.next_step_at(world_id, interval_ms)
+
+    async def _due(self, world_id: str, interval_ms: int) -> tuple[TickClock, int | None]:
+        info = await self.authority.world_info(world_id)
         world = await self.worlds.get(world_id)
-        return next_tick_at(now_ms, interval_ms, has_systems=world.has_systems,
-                            next_due_tick=await self.authority.next_due_tick(world_id))  # fmt: skip
+        clock = TickClock.of(info, interval_ms)
+        next_due_tick = await self.authority.next_due_tick(world_id)
+        return clock, clock.next_step_at(info["tick_head"], has_systems=world.has_systems, next_due_tick=next_due_tick)
 
 
 def _runner_hosted(world_id: str) -> bool:
     return False
 
 
-def next_tick_at(now_ms: int, interval_ms: int, *, has_systems: bool, next_due_tick: int | None) -> int | None:
-    """When an edge-hosted world ticks next; None: not until an admission re-arms the alarm.
-
-    The one scheduling rule of the edge (kept here alone so it can follow the runner's rule for idle
-    worlds): a world with processors or PreTick hooks ticks every interval; one without ticks only
-    while some command is open, since tick numbers advance only by ticking and a command scheduled
-    for a later tick becomes due only then.
-    """
-    if has_systems or next_due_tick is not None:
-        return now_ms + interval_ms
-    return None
+def env_int(env: Any, name: str, default: int, minimum: int) -> int:
+    """A whole-number Worker var (wrangler.toml [vars]), else `default`."""
+    value = getattr(env, name, None)
+    try:
+        number = int(value) if value is not None else default
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a whole number, not {value!r}") from None
+    if number < minimum:
+        raise ValueError(f"{name} must be at least {minimum}, not {number}")
+    return number
 
 
 def tick_interval_ms(env: Any) -> int:
-    """`TICK_INTERVAL_MS` from the Worker's vars (wrangler.toml [vars]), else one second."""
-    value = getattr(env, "TICK_INTERVAL_MS", None)
-    try:
-        interval = int(value) if value is not None else TICK_INTERVAL_MS
-    except (TypeError, ValueError):
-        raise ValueError(f"TICK_INTERVAL_MS must be a whole number of milliseconds, not {value!r}") from None
-    if interval < 1:
-        raise ValueError(f"TICK_INTERVAL_MS must be at least 1, not {interval}")
-    return interval
+    """`TICK_INTERVAL_MS` from the Worker's vars, else one second."""
+    return env_int(env, "TICK_INTERVAL_MS", TICK_INTERVAL_MS, 1)

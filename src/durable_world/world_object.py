@@ -87,7 +87,7 @@ class WorldObject(DurableObject):  # type: ignore[misc]  # `workers` exists only
         if method in EVENT_WRITERS:
             await self._schedule_delivery(args["world_id"])
         if method in TICK_WAKERS and self.edge.hosts(args["world_id"]):
-            at = await self.edge.next_tick_at(args["world_id"], self.clock.now_ms(), self.tick_interval_ms)
+            at = await self.edge.next_step_at(args["world_id"], self.tick_interval_ms)
             if at is not None:
                 await self._arm_alarm_by(at)
         return success(result)
@@ -147,9 +147,9 @@ class WorldObject(DurableObject):  # type: ignore[misc]  # `workers` exists only
             await self._arm_alarm_by(min(due))
 
     async def _tick(self, world_id: str) -> int | None:
-        """Run one tick of an edge-hosted world; answer when the next one is due (None: idle)."""
+        """Run the tick of an edge-hosted world if one is due; answer when the next one is (None: idle)."""
         try:
-            await self.edge.step(world_id)
+            return await self.edge.step_due(world_id, self.clock.now_ms(), self.tick_interval_ms)
         except CommandError as exc:  # closing or destroyed meanwhile: the host dropped it
             log.warning("world %s not stepped: %s: %s", world_id, exc.code, exc.message)
             return None
@@ -157,7 +157,6 @@ class WorldObject(DurableObject):  # type: ignore[misc]  # `workers` exists only
             # Handled here, not left to the runtime's bounded alarm retries: the world keeps ticking.
             log.exception("world %s failed its tick; it is retried in %d ms", world_id, self.tick_interval_ms)
             return self.clock.now_ms() + self.tick_interval_ms
-        return await self.edge.next_tick_at(world_id, self.clock.now_ms(), self.tick_interval_ms)
 
     async def _deliver(self, worlds: list[Any]) -> int | None:
         """Send the audit outbox; answer when delivery must run again (None: all sent)."""

@@ -35,6 +35,8 @@ class PendingWorld(TypedDict):
     status: str
     tick_head: int
     next_tick: int  # the earliest scheduled tick of its open commands
+    clock_tick: int  # its tick clock's anchor (archetype.commands.clock)
+    clock_ms: int
 
 
 @dataclass
@@ -77,7 +79,8 @@ class WriterThreadAuthority(InProcessAuthority):
         """Every world of the catalog with an open command (a local-catalog read: a Durable Object
         holds one world). What `archetype serve`'s runner steps, besides worlds with processors."""
         rows = await self._call(lambda: self._port.execute(q.PENDING_WORLDS), solo=False)
-        return [{"world_id": r[0], "status": r[1], "tick_head": r[2], "next_tick": r[3]} for r in rows]
+        return [{"world_id": r[0], "status": r[1], "tick_head": r[2], "next_tick": r[3], "clock_tick": r[4], "clock_ms": r[5]}
+                for r in rows]  # fmt: skip
 
     async def _call(self, fn: Callable[[], Any], *, solo: bool) -> Any:
         if self._closed:

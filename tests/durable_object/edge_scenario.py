@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from archetype.canonical import canonical_json
@@ -44,6 +45,22 @@ async def scripted(rt: Runtime, world_id: str, step: Callable[[], Awaitable[Any]
         await step()
 
 
+async def later(rt: Runtime, world_id: str, step: Callable[[], Awaitable[Any]], clock: ManualClock) -> None:
+    """Create the world; a spawn due at once, then (after one tick) commands due 3 and 6 ticks on,
+    and a restart of the host between them (`step` is handed `restart=True` then); ten ticks' time."""
+    await rt.dispatcher.apply(CreateWorld(name="later", world_id=world_id))
+    first = await spawn_mover(rt, world_id, "spawn-now")
+    clock.advance(TICK_INTERVAL_MS)
+    await step()
+    await rt.dispatcher.defer(Despawn(world_id=world_id, entity_id=999), DurableOptions(tick=3), command_id="ghost-3")
+    update = Update(world_id=world_id, entity_id=first, components=[Velocity(dx=5, dy=5)])
+    await rt.dispatcher.defer(update, DurableOptions(tick=6), command_id="turn-6")
+    await spawn_mover(rt, world_id, "spawn-6", tick=6, x=100.0)
+    for n in range(9):
+        clock.advance(TICK_INTERVAL_MS)
+        await step(restart=n == 4)
+
+
 async def hosted_snapshot(authority: Any, world_id: str, delivered: list[Any] | tuple[Any, ...] = ()) -> str:
     """Manifests, the outbox stream (what the audit queue was sent, then what is still unsent) and state."""
     return canonical_json({
@@ -53,23 +70,37 @@ async def hosted_snapshot(authority: Any, world_id: str, delivered: list[Any] | 
     })  # fmt: skip
 
 
-async def serve_hosted_snapshot(directory: Path, world_id: str = PARITY_WORLD) -> str:
-    """The script on a local authority, stepped by `archetype serve`'s own runner loop with the
-    game module set up as `serve --module tests.server.game` does."""
-    clock = ManualClock()
-    serve = await Runtime.open_local(directory, clock=clock, audit=None, owner="serve@host")
-    set_up_modules(serve, [game])
-    stop = asyncio.Event()
-    runner = WorldRunner(serve, serve.authority, Metrics(), tick_rate=1)  # type: ignore[arg-type]
+Script = Callable[[Runtime, str, Callable[..., Awaitable[Any]], ManualClock], Awaitable[None]]
 
-    async def one_pass() -> None:
+
+async def serve_hosted_snapshot(directory: Path, world_id: str = PARITY_WORLD, script: Script = scripted,
+                                module: ModuleType = game) -> str:  # fmt: skip
+    """The script on a local authority, stepped by `archetype serve`'s own runner loop with the
+    module set up as `serve --module` does; a restart is a new runtime and runner on the catalog."""
+    clock = ManualClock()
+    stop = asyncio.Event()
+    host: dict[str, Any] = {}
+
+    async def start() -> None:
+        host["rt"] = serve = await Runtime.open_local(directory, clock=clock, audit=None, owner="serve@host")
+        set_up_modules(serve, [module])
+        host["runner"] = WorldRunner(serve, serve.authority, Metrics(), tick_rate=1, clock=clock)  # type: ignore[arg-type]
+
+    async def one_pass(restart: bool = False) -> None:
+        runner = host["runner"]
+        if restart:
+            await host["rt"].close()
+            await start()
+            runner = host["runner"]
         if not runner.passes:  # the first pass comes after a sweep, as in `serve`
             await runner.sweep(stop)
         runner.passes += 1
         await runner.run_pass(stop)
 
+    await start()
+    admitter = host["rt"]
     try:
-        await scripted(serve, world_id, one_pass, clock)
-        return await hosted_snapshot(serve.authority, world_id)
+        await script(admitter, world_id, one_pass, clock)
+        return await hosted_snapshot(host["rt"].authority, world_id)
     finally:
-        await serve.close()
+        await host["rt"].close()

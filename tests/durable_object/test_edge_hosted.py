@@ -16,11 +16,13 @@ from archetype.runtime import Runtime
 from archetype.server import set_up_modules
 from archetype.world import CreateWorld, Despawn, Spawn
 from durable_world import DurableObjectAuthority
-from durable_world.edge import TICK_INTERVAL_MS, next_tick_at
+from durable_world.edge import TICK_INTERVAL_MS
+from durable_world.world_object import DELIVERY_DELAY_MS
 from tests.component_modules.alpha import Position
 from tests.durable_object.edge_scenario import (
     PARITY_WORLD,
     hosted_snapshot,
+    later,
     scripted,
     serve_hosted_snapshot,
     spawn_mover,
@@ -73,12 +75,6 @@ def settled(manifest):
     return [s["command_id"] for s in manifest["settlements"]]
 
 
-def test_the_scheduling_rule():
-    assert next_tick_at(5, 10, has_systems=True, next_due_tick=None) == 15
-    assert next_tick_at(5, 10, has_systems=False, next_due_tick=3) == 15
-    assert next_tick_at(5, 10, has_systems=False, next_due_tick=None) is None
-
-
 async def test_the_alarm_steps_the_world_through_several_ticks(namespace, admitter, clock):
     authority = admitter.authority
     await admitter.dispatcher.apply(CreateWorld(name="edge", world_id=EDGE))
@@ -104,6 +100,7 @@ async def test_an_idle_world_sets_no_alarm_and_an_admission_re_arms_it(tmp_path,
         await ns.storage(world).setAlarm(clock.now_ms() + 60_000)  # something later is armed
         await rt.dispatcher.defer(Despawn(world_id=world, entity_id=5), DurableOptions(tick=0), command_id="d-1")
         assert ns.alarm_time(world) == clock.now_ms() + TICK_INTERVAL_MS  # the command is due sooner: re-armed
+        clock.advance(TICK_INTERVAL_MS)
         assert await ns.run_alarm(world)
         assert (await rt.scheduler.command(world, "d-1")).status == "REJECTED"  # no entity 5: settled, once
         assert [m["event_type"] for m in queue.messages] == ["admitted", "rejected"]  # audit shared the alarm
@@ -112,17 +109,25 @@ async def test_an_idle_world_sets_no_alarm_and_an_admission_re_arms_it(tmp_path,
         ns.close()
 
 
-async def test_a_command_for_a_later_tick_keeps_an_idle_world_ticking_until_it_is_due(tmp_path, clock, queue):
+async def test_an_idle_world_sleeps_until_a_later_command_is_due_and_steps_straight_to_its_tick(tmp_path, clock, queue):
     ns = namespace_of(tmp_path, clock, queue, IDLE)
     try:
         rt = Runtime(DurableObjectAuthority(ns), owner="gateway")
         world = await rt.dispatcher.apply(CreateWorld(name="idle", world_id="w-later"))
-        await rt.dispatcher.defer(Despawn(world_id=world, entity_id=5), DurableOptions(tick=2), command_id="d-2")
-        ran = 0
-        while await ns.run_alarm(world):
-            ran += 1
-        assert ran == 3 and (await rt.scheduler.command(world, "d-2")).applied_tick is None
-        assert (await rt.authority.world_info(world))["tick_head"] == 2
+        created = clock.now_ms()
+        await rt.dispatcher.defer(Despawn(world_id=world, entity_id=5), DurableOptions(tick=4), command_id="d-4")
+        assert ns.alarm_time(world) == created + DELIVERY_DELAY_MS  # the admitted event's delivery comes first
+        clock.advance(2 * TICK_INTERVAL_MS)
+        ns.evict(world)  # an evicted object reads the same clock from the ledger
+        assert await ns.run_alarm(world)  # delivers; the tick is not due: nothing is stepped
+        assert (await rt.authority.world_info(world))["tick_head"] == -1
+        # the clock started at creation (tick -1): tick 4 is due five intervals on, and not before
+        assert ns.alarm_time(world) == created + 5 * TICK_INTERVAL_MS
+        clock.advance(3 * TICK_INTERVAL_MS)
+        assert await ns.run_alarm(world)
+        assert [m["tick"] for m in await rt.authority.manifests(world)] == [4]  # ticks 0..3 coalesced
+        assert (await rt.scheduler.command(world, "d-4")).status == "REJECTED"
+        assert ns.alarm_time(world) is None  # nothing open, nothing unsent: idle again
     finally:
         ns.close()
 
@@ -131,8 +136,13 @@ async def test_a_repeated_alarm_never_repeats_a_tick(namespace, admitter, clock)
     await admitter.dispatcher.apply(CreateWorld(name="edge", world_id=EDGE))
     await spawn_mover(admitter, EDGE, "spawn-1")
     instance = namespace.instance(EDGE)
+    clock.advance(TICK_INTERVAL_MS)
     await instance.alarm({"retryCount": 0, "isRetry": False})
     await instance.alarm({"retryCount": 1, "isRetry": True})  # the runtime delivered it again
+    assert [m["tick"] for m in await admitter.authority.manifests(EDGE)] == [0]
+    clock.advance(TICK_INTERVAL_MS)
+    await instance.alarm({"retryCount": 0, "isRetry": False})
+    await instance.alarm({"retryCount": 1, "isRetry": True})
     manifests = await admitter.authority.manifests(EDGE)
     assert [m["tick"] for m in manifests] == [0, 1]
     assert len({m["commit_token"] for m in manifests}) == 2
@@ -150,11 +160,15 @@ async def test_a_crash_between_publish_and_re_arm_runs_the_next_tick_not_the_sam
         raise RuntimeError("the object died after its tick published")
 
     storage.setAlarm = crash
+    clock.advance(TICK_INTERVAL_MS)
     with pytest.raises(RuntimeError):
         await namespace.run_alarm(EDGE)
     assert (await admitter.authority.world_info(EDGE))["tick_head"] == 0  # tick 0 published
     assert namespace.alarm_time(EDGE) is not None  # the runtime keeps a failed alarm to retry it
     namespace.evict(EDGE)  # the retry finds a fresh object: it reloads the world from the ledger
+    assert await namespace.run_alarm(EDGE)  # the retry, at once: tick 1 is not due yet
+    assert [m["tick"] for m in await admitter.authority.manifests(EDGE)] == [0]
+    clock.advance(TICK_INTERVAL_MS)
     assert await namespace.run_alarm(EDGE)
     manifests = await admitter.authority.manifests(EDGE)
     assert [(m["tick"], settled(m)) for m in manifests] == [(0, ["spawn-1"]), (1, [])]
@@ -177,11 +191,13 @@ async def test_a_failing_tick_is_retried_at_the_next_interval(tmp_path, clock, q
         world = await rt.dispatcher.apply(CreateWorld(name="flaky", world_id="w-flaky"))
         await rt.dispatcher.defer_spawn(Spawn(world_id=world, components=[Position(x=0, y=0)]), DurableOptions(tick=0),
                                         command_id="s-1")  # fmt: skip
+        clock.advance(TICK_INTERVAL_MS)
         assert await ns.run_alarm(world)  # the processor raises: the tick is discarded whole ...
         assert (await rt.authority.world_info(world))["tick_head"] == -1
         assert ns.alarm_time(world) == clock.now_ms() + TICK_INTERVAL_MS  # ... and the alarm re-armed, not spent
+        clock.advance(TICK_INTERVAL_MS)
         assert await ns.run_alarm(world)
-        assert (await rt.authority.world_info(world))["tick_head"] == 0
+        assert (await rt.authority.world_info(world))["tick_head"] == 1  # the clock went on: tick 0 coalesced
         assert (await rt.scheduler.command(world, "s-1")).status == "APPLIED"
     finally:
         ns.close()
@@ -218,5 +234,32 @@ async def test_an_edge_hosted_world_matches_a_serve_hosted_one_byte_for_byte(tmp
         assert (await edge.authority.world_info(PARITY_WORLD))["tick_head"] == 3
         assert queue.messages  # the alarms delivered the audit stream
         assert await hosted_snapshot(edge.authority, PARITY_WORLD, queue.messages) == served
+    finally:
+        ns.close()
+
+
+@pytest.mark.parametrize("engine", ["standin", "workerd"])
+@pytest.mark.parametrize("module", [game, IDLE], ids=["processors", "no-processors"])
+async def test_commands_due_ticks_later_match_serve_byte_for_byte_across_a_restart(tmp_path, engine, module):
+    """A command due three and six ticks on, with and without processors, the object evicted and
+    `serve` restarted between; the edge's alarms fire early too (the stand-in fires whatever is
+    set when asked), which steps nothing."""
+    world_id = "edge-later"
+    served = await serve_hosted_snapshot(tmp_path / "serve", world_id, later, module)
+    clock, queue = ManualClock(), FakeQueue()
+    sql_engine = workerd_sql_engines() if engine == "workerd" else None
+    ns = world_namespace(tmp_path / "objects", clock, queue=queue, modules=(module,), sql_engine=sql_engine)
+    try:
+
+        async def alarm(restart: bool = False) -> None:
+            if restart:
+                ns.evict(world_id)
+            await ns.run_alarm(world_id)
+
+        edge = Runtime(DurableObjectAuthority(ns), owner="gateway")
+        await later(edge, world_id, alarm, clock)
+        ticks = [m["tick"] for m in await edge.authority.manifests(world_id)]
+        assert ticks == (list(range(10)) if module is game else [0, 3, 6])
+        assert await hosted_snapshot(edge.authority, world_id, queue.messages) == served
     finally:
         ns.close()

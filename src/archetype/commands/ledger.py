@@ -235,7 +235,7 @@ class Ledger:
                     return existing  # an identical retry of the creation
                 raise WorldExistsError(f"world {world_id!r} already exists")
             now = self._clock.now_ms()
-            self._port.execute(q.INSERT_WORLD, (world_id, name, now, now))
+            self._port.execute(q.INSERT_WORLD, (world_id, name, now, now, now))
             return self._world(world_id)
 
         return self._port.transaction(run)

@@ -36,6 +36,8 @@ class WorldRow(TypedDict):
     stalled_since: int | None  # ms since the epoch
     created_at: int
     updated_at: int
+    clock_tick: int  # the world's tick clock read clock_tick at clock_ms (archetype.commands.clock)
+    clock_ms: int
 
 
 @with_config(WIRE)

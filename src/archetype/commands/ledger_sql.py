@@ -16,16 +16,19 @@ OPEN_STATUSES = "('PENDING', 'LEASED', 'RETRYABLE')"
 WORLD_COLUMNS = (
     "world_id, name, status, tick_head, next_entity_id, writer_epoch, next_sequence, "
     "next_event_seq, projected_seq, guard_sequence, guard_session, health, failed_attempts, health_error, "
-    "stalled_since, created_at, updated_at"
+    "stalled_since, created_at, updated_at, clock_tick, clock_ms"
 )
 GET_WORLD = f"SELECT {WORLD_COLUMNS} FROM worlds WHERE world_id = ?"
 LIST_WORLDS = f"SELECT {WORLD_COLUMNS} FROM worlds ORDER BY world_id"
 # The catalog's worlds that have an open command (with the earliest scheduled tick among them): a
 # runner's due-time index. It reads the open-commands index only, so idle worlds cost nothing.
-PENDING_WORLDS = f"""SELECT c.world_id, w.status, w.tick_head, min(c.scheduled_tick) FROM commands AS c
+PENDING_WORLDS = f"""SELECT c.world_id, w.status, w.tick_head, min(c.scheduled_tick), w.clock_tick, w.clock_ms
+    FROM commands AS c
     JOIN worlds AS w ON w.world_id = c.world_id
     WHERE c.status IN {OPEN_STATUSES} GROUP BY c.world_id"""
-INSERT_WORLD = "INSERT INTO worlds (world_id, name, status, created_at, updated_at) VALUES (?, ?, 'ACTIVE', ?, ?)"
+# A world's clock starts when it is created: tick -1 then (the column's default), tick 0 one interval later.
+INSERT_WORLD = """INSERT INTO worlds (world_id, name, status, created_at, updated_at, clock_ms)
+    VALUES (?, ?, 'ACTIVE', ?, ?, ?)"""
 SET_WORLD_STATUS = "UPDATE worlds SET status = ?, updated_at = ? WHERE world_id = ?"
 BUMP_WRITER_EPOCH = "UPDATE worlds SET writer_epoch = writer_epoch + 1, updated_at = ? WHERE world_id = ?"
 TAKE_ENTITY_IDS = "UPDATE worlds SET next_entity_id = next_entity_id + ?, updated_at = ? WHERE world_id = ?"

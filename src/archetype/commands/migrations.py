@@ -263,7 +263,19 @@ V6_COMPONENT_SCHEMAS = Migration(6, "component schemas recorded per world, decla
         PRIMARY KEY (world_id, from_fingerprint)) WITHOUT ROWID""",
 ))  # fmt: skip
 
-MIGRATIONS = (V1_SCHEMA, V2_EXACTLY_ONCE, V3_STATE_CHUNKS, V4_HEALTH_AND_REDRIVE, V5_RETENTION, V6_COMPONENT_SCHEMAS)
+
+# Version 7: the world's tick clock, anchored in its row (docs/ledger.md, "Idle worlds"): the clock
+# read `clock_tick` at `clock_ms`, and every host of the world (serve's runner, the Durable Object's
+# alarm), restarted or evicted meanwhile, reads the same clock from it (archetype.commands.clock).
+# A new world's clock starts at its creation; an existing one's at its tick head, when it last changed.
+V7_TICK_CLOCK = Migration(7, "the world's tick clock anchor", (
+    "ALTER TABLE worlds ADD COLUMN clock_tick INTEGER NOT NULL DEFAULT -1",
+    "ALTER TABLE worlds ADD COLUMN clock_ms INTEGER NOT NULL DEFAULT 0",
+    "UPDATE worlds SET clock_tick = tick_head, clock_ms = updated_at",
+))  # fmt: skip
+
+MIGRATIONS = (V1_SCHEMA, V2_EXACTLY_ONCE, V3_STATE_CHUNKS, V4_HEALTH_AND_REDRIVE, V5_RETENTION, V6_COMPONENT_SCHEMAS,
+              V7_TICK_CLOCK)  # fmt: skip
 SCHEMA_VERSION = MIGRATIONS[-1].version
 
 HAS_META = "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'"
