@@ -18,6 +18,7 @@ runner-hosted one.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
@@ -25,12 +26,13 @@ from archetype.commands.authority import InProcessAuthority
 from archetype.commands.clock import TickClock
 from archetype.commands.families import default_registry
 from archetype.commands.host import WorldHost
-from archetype.commands.ledger import Ledger
+from archetype.commands.ledger import DEFAULT_IDEMPOTENCY_WINDOW_MS, DEFAULT_KEEP_TICKS, PRUNE_LIMIT, Ledger
 from archetype.commands.scheduler import CommandScheduler
 
 # The object's writer identity in lease rows: one object per world, so one name serves them all.
 EDGE_OWNER = "edge"
 TICK_INTERVAL_MS = 1_000
+PRUNE_INTERVAL_MS = 60_000  # serve's --prune-interval default
 
 
 class EdgeRuntime:
@@ -78,7 +80,7 @@ def _runner_hosted(world_id: str) -> bool:
     return False
 
 
-def env_int(env: Any, name: str, default: int, minimum: int) -> int:
+def env_int(env: Any, name: str, default: int, minimum: int, maximum: int | None = None) -> int:
     """A whole-number Worker var (wrangler.toml [vars]), else `default`."""
     value = getattr(env, name, None)
     try:
@@ -87,9 +89,30 @@ def env_int(env: Any, name: str, default: int, minimum: int) -> int:
         raise ValueError(f"{name} must be a whole number, not {value!r}") from None
     if number < minimum:
         raise ValueError(f"{name} must be at least {minimum}, not {number}")
+    if maximum is not None and number > maximum:
+        raise ValueError(f"{name} must be at most {maximum}, not {number}")
     return number
 
 
 def tick_interval_ms(env: Any) -> int:
     """`TICK_INTERVAL_MS` from the Worker's vars, else one second."""
     return env_int(env, "TICK_INTERVAL_MS", TICK_INTERVAL_MS, 1)
+
+
+@dataclass(frozen=True)
+class Retention:
+    """The retention policy `archetype serve` applies (`--keep-ticks`, `--idempotency-window`,
+    `--prune-interval`), from the Worker's vars; `limit` bounds the rows of each kind one alarm
+    removes per world (Ledger.prune's `limit`)."""
+
+    keep_ticks: int = DEFAULT_KEEP_TICKS
+    idempotency_window_ms: int = DEFAULT_IDEMPOTENCY_WINDOW_MS
+    interval_ms: int = PRUNE_INTERVAL_MS
+    limit: int = PRUNE_LIMIT
+
+    @classmethod
+    def of(cls, env: Any) -> Retention:
+        return cls(keep_ticks=env_int(env, "KEEP_TICKS", DEFAULT_KEEP_TICKS, 1),
+                   idempotency_window_ms=env_int(env, "IDEMPOTENCY_WINDOW_MS", DEFAULT_IDEMPOTENCY_WINDOW_MS, 0),
+                   interval_ms=env_int(env, "PRUNE_INTERVAL_MS", PRUNE_INTERVAL_MS, 1),
+                   limit=env_int(env, "PRUNE_LIMIT", PRUNE_LIMIT, 1, 100_000))  # fmt: skip

@@ -22,7 +22,7 @@ from archetype.commands.ledger import LEDGER_METHODS, Ledger
 from archetype.commands.port import Clock, SystemClock
 from durable_world.delivery import deliver_outbox
 from durable_world.directory import WorldDirectory
-from durable_world.edge import EdgeRuntime, tick_interval_ms
+from durable_world.edge import EdgeRuntime, Retention, tick_interval_ms
 from durable_world.envelope import failure, success
 from durable_world.ffi import number_or_none, to_py
 from durable_world.port import DurableObjectSqlPort
@@ -62,6 +62,9 @@ class WorldObject(DurableObject):  # type: ignore[misc]  # `workers` exists only
         self.ledger = Ledger(DurableObjectSqlPort(ctx.storage), self.clock)
         self.edge = EdgeRuntime(self.ledger, self.MODULES if modules is None else modules)
         self.tick_interval_ms = tick_interval_ms(env)
+        self.retention = Retention.of(env)
+        # In memory: a fresh object (after an eviction) prunes at its first alarm, which is bounded anyway.
+        self._prune_due_ms = 0
 
     async def _call(self, method: str, args: Any) -> dict[str, Any]:
         args = to_py(args) if args is not None else {}
@@ -142,6 +145,7 @@ class WorldObject(DurableObject):  # type: ignore[misc]  # `workers` exists only
             if w["status"] == "ACTIVE" and self.edge.hosts(w["world_id"])
         ]
         wake.append(await self._deliver(worlds))
+        wake.append(self._prune(worlds))
         due = [at for at in wake if at is not None]
         if due:
             await self._arm_alarm_by(min(due))
@@ -173,6 +177,31 @@ class WorldObject(DurableObject):  # type: ignore[misc]  # `workers` exists only
                 log.exception("audit delivery of world %s failed; retrying in %d ms", world["world_id"], RETRY_DELAY_MS)
                 return self.clock.now_ms() + RETRY_DELAY_MS
         return self.clock.now_ms() if more else None
+
+
+    def _prune(self, worlds: list[Any]) -> int | None:
+        """Apply the retention policy (docs/ledger.md, "Retention") to the object's worlds, at most
+        every `PRUNE_INTERVAL_MS`, one bounded `prune` per world per alarm; answer when to go on
+        (None: nothing left, and no alarm is kept armed for pruning alone: an idle world is
+        pruned when it next wakes)."""
+        now = self.clock.now_ms()
+        if now < self._prune_due_ms:
+            return None
+        self._prune_due_ms = now + self.retention.interval_ms
+        policy, more = self.retention, False
+        for world in worlds:
+            if world["status"] != "ACTIVE":
+                continue
+            try:
+                pruned = self.ledger.prune(world["world_id"], policy.keep_ticks, policy.idempotency_window_ms, policy.limit)
+            except Exception:  # pruning waits for the next alarm; it never stops a tick or a delivery
+                log.exception("pruning world %s failed; trying again at the next alarm", world["world_id"])
+                continue
+            more = more or not pruned["done"]
+        if more:
+            self._prune_due_ms = now + DELIVERY_DELAY_MS
+            return self._prune_due_ms
+        return None
 
 
 def _rpc_method(method: str) -> Any:

@@ -34,3 +34,13 @@ async def test_a_tick_at_or_before_the_tick_head_is_refused(rt, world_id, author
 async def test_an_earlier_tick_than_the_next_is_not_a_step_backwards(rt, world_id):
     await rt.worlds.step(world_id, 4)
     assert (await rt.worlds.step(world_id, 2)).tick == 5  # the next tick: a world's clock never goes back
+
+
+async def test_a_world_s_tick_clock_is_anchored_at_its_creation_and_stepping_never_moves_it(rt, world_id, authority):
+    """Every host of a world reads its clock from this anchor (archetype.commands.clock), so a
+    restarted runner or an evicted Durable Object goes on with the same clock."""
+    info = await authority.world_info(world_id=world_id)
+    assert (info["clock_tick"], info["clock_ms"]) == (-1, info["created_at"])
+    await rt.worlds.step(world_id, 7)
+    moved = await authority.world_info(world_id=world_id)
+    assert moved["tick_head"] == 7 and (moved["clock_tick"], moved["clock_ms"]) == (-1, info["created_at"])

@@ -41,19 +41,46 @@ pytestmark = [
 ]
 
 
-@pytest.fixture(scope="module")
-def dry_run(tmp_path_factory) -> tuple[Path, str]:
+def wrangler_dry_run(out: Path, *config: str) -> str:
+    """`wrangler deploy --dry-run` (its [build] command stages the bundle first); its output."""
     if not (ROOT / "node_modules" / ".bin" / "wrangler").exists():
         pytest.fail("wrangler is not installed: run `./dev setup` (npm ci from package-lock.json)")
-    out = tmp_path_factory.mktemp("bundle")
     env = {**os.environ, "WRANGLER_SEND_METRICS": "false", "CI": "true", "NO_COLOR": "1"}
     run = subprocess.run(
-        ["npx", "--no-install", "wrangler", "deploy", "--dry-run", "--outdir", str(out)],
+        ["npx", "--no-install", "wrangler", "deploy", "--dry-run", "--outdir", str(out), *config],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL,
     )  # fmt: skip
     assert run.returncode == 0, run.stdout + run.stderr
     assert "env.WORLDS (WorldObject)" in run.stdout and "env.AUDIT_QUEUE (archetype-audit)" in run.stdout
-    return out, run.stdout
+    return run.stdout
+
+
+@pytest.fixture(scope="module")
+def dry_run(tmp_path_factory) -> tuple[Path, str]:
+    out = tmp_path_factory.mktemp("bundle")
+    return out, wrangler_dry_run(out)
+
+
+@pytest.fixture(scope="module")
+def module_dry_run(tmp_path_factory, dry_run) -> tuple[Path, str]:
+    """The dry run of a deployment that ships the user's module (docs/deployment.md, "The module
+    hook"): wrangler.toml with `--module tests.server.game` on its build command, staged apart from
+    build/worker. After `dry_run`: both stage python_modules/, which wrangler reads beside its config."""
+    work = tmp_path_factory.mktemp("module-deploy")
+    (work / "python_modules").symlink_to(ROOT / "python_modules")
+    config = (ROOT / "wrangler.toml").read_text()
+    for line, replaced in (
+        ('main = "build/worker/worker/entry.py"', f'main = "{work}/worker/worker/entry.py"'),
+        ('base_dir = "build/worker"', f'base_dir = "{work}/worker"'),
+        ('command = "python3 src/worker/stage.py build/worker"',
+         f'command = "python3 src/worker/stage.py {work}/worker --module tests.server.game"\ncwd = "{ROOT}"'),
+        ('directory = "build/assets"', f'directory = "{ROOT}/build/assets"'),
+    ):  # fmt: skip
+        assert line in config, f"wrangler.toml no longer says {line}"
+        config = config.replace(line, replaced)
+    (work / "wrangler.toml").write_text(config)
+    out = work / "out"
+    return out, wrangler_dry_run(out, "--config", str(work / "wrangler.toml"))
 
 
 @pytest.fixture(scope="module")
@@ -107,13 +134,33 @@ def test_bundle_holds_no_cpython_only_code(bundle):
 
 
 def test_bundle_fits_the_workers_size_limit(dry_run):
-    _, stdout = dry_run
+    assert_fits(dry_run[1])
+
+
+def assert_fits(stdout: str) -> None:
     sizes = re.search(r"Total Upload: ([\d.]+) KiB / gzip: ([\d.]+) KiB", stdout)
     assert sizes, stdout[-2000:]
     assert re.search(r"Vendored Modules\s*│\s*│\s*[\d.]+ KiB", stdout), "python_modules/ was not uploaded"
     gzip_bytes = float(sizes.group(2)) * 1024
     assert gzip_bytes < FREE_PLAN_GZIP_BYTES < PAID_PLAN_GZIP_BYTES
     print(f"bundle: {sizes.group(1)} KiB, {sizes.group(2)} KiB gzipped")
+
+
+def test_a_bundle_staged_with_the_user_s_module_ships_it_and_its_imports_with_the_packages(module_dry_run):
+    bundle, stdout = module_dry_run
+    found = project_modules(bundle)
+    # the module, what it imports (its components), and worker/modules.py handing it to every object
+    assert {"tests/server/game.py", "tests/component_modules/alpha.py", "worker/modules.py"} <= found
+    assert "import tests.server.game" in (bundle / "worker" / "modules.py").read_text()
+    assert (bundle / "tests" / "server" / "game.py").read_bytes() == (ROOT / "tests" / "server" / "game.py").read_bytes()
+    assert "tests/server/game.py" in stdout  # listed among the uploaded modules
+    assert {"durable_world/world_object.py", "archetype/commands/clock.py", "entry.py"} <= found
+    for module in VENDORED:
+        assert (bundle / "python_modules" / module / "__init__.py").is_file(), f"{module} is not vendored"
+    assert sorted(m for m in found if m.startswith("tests/") and m not in (
+        "tests/__init__.py", "tests/server/__init__.py", "tests/server/game.py",
+        "tests/component_modules/__init__.py", "tests/component_modules/alpha.py")) == []  # fmt: skip
+    assert_fits(stdout)
 
 
 def test_bundle_serves_a_request_on_pyodide_without_src(bundle):

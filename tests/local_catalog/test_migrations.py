@@ -81,6 +81,7 @@ def test_a_version_1_catalog_upgrades_losing_nothing(tmp_path):
         events = db.execute("SELECT count(*) FROM outbox").fetchone()[0]
         v1_entities = db.execute("SELECT entity_id, components FROM entities ORDER BY entity_id").fetchall()
         v1_manifests = [json.loads(r[0]) for r in db.execute("SELECT manifest FROM ticks ORDER BY world_id, tick")]
+        v1_clocks = dict(db.execute("SELECT world_id, updated_at FROM worlds").fetchall())
     ledger = open_local(tmp_path)
     with sqlite3.connect(tmp_path / CATALOG_FILE) as db:
         assert db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == (str(SCHEMA_VERSION),)
@@ -103,6 +104,10 @@ def test_a_version_1_catalog_upgrades_losing_nothing(tmp_path):
     assert {s["outcome"] for m in manifests for s in m["settlements"]} == {"applied"}
     assert [(e["entity_id"], e["components"]) for e in after["v1-world"]["state"]["entities"]] == v1_entities
     assert after["v1-world"]["info"]["tick_head"] == 2
+    # the tick clock of a world older than its anchor starts at its tick head, when it last changed
+    assert {w: (after[w]["info"]["clock_tick"], after[w]["info"]["clock_ms"]) for w in WORLDS} == {
+        w: (after[w]["info"]["tick_head"], v1_clocks[w]) for w in WORLDS
+    }
     assert ledger.command("v1-world", "spawn-hero", scope="pat")["status"] == "APPLIED"
 
 

@@ -213,6 +213,9 @@ class World:
     failed_attempts: int = 0
     health_error: str | None = None
     stalled_since: int | None = None
+    # "Idle worlds": the tick clock's anchor, set at creation (tick -1 then) and never moved
+    clock_tick: int = -1
+    clock_ms: int | None = None
     commands: dict[int, Command] = field(default_factory=dict)  # by sequence
     keys: dict[tuple[str, str], int] = field(default_factory=dict)  # (scope, command id) -> sequence
     reservations: dict[tuple[str, str], tuple[int, tuple]] = field(default_factory=dict)  # -> (entity, request)
@@ -243,7 +246,8 @@ class Ledger:
 
     # -- worlds --
     def create_world(self, world_id: str, name: str, *, first_entity_id: int, first_sequence: int) -> World:
-        world = World(world_id, name, self.now(), next_entity_id=first_entity_id, next_sequence=first_sequence)
+        world = World(world_id, name, self.now(), next_entity_id=first_entity_id, next_sequence=first_sequence,
+                      clock_ms=self.now())  # fmt: skip
         self.worlds[world_id] = world
         return world
 

@@ -745,6 +745,7 @@ class LedgerMachine(RuleBasedStateMachine):
             "projected_seq": world.projected_seq, "created_at": world.created_at,
             "guard_sequence": world.guard[0] if world.guard else None,
             "health": world.health, "failed_attempts": world.failed_attempts, "stalled_since": world.stalled_since,
+            "clock_tick": world.clock_tick, "clock_ms": world.clock_ms,
         }  # fmt: skip
         got = {k: info[k] for k in want}
         assert error_matches(info["health_error"], world.health_error), (info["health_error"], world.health_error)

@@ -32,9 +32,9 @@ def test_an_edge_hosted_world_steps_itself_through_several_alarms(pyodide):
                  "components": [component(Position, x=0, y=0), component(Velocity, dx=1, dy=2)]}  # fmt: skip
         admitted = worker.post("/worlds/edge-py/commands", json=spawn, headers={**ADMIN, "Idempotency-Key": "s-1"})
         assert admitted.status_code == 202, admitted.text
-        for _ in range(3):
-            assert pyodide.call(f"{CONTROL}:run_alarm", world_id="edge-py") is True
-        assert pyodide.call(f"{CONTROL}:alarm_time", world_id="edge-py") == START_MS + TICK_MS  # re-armed each time
+        for tick in range(3):  # the alarm at each tick's time on the world's clock (created at START_MS)
+            assert pyodide.call(f"{CONTROL}:run_alarm", world_id="edge-py", now_ms=START_MS + (tick + 1) * TICK_MS)
+        assert pyodide.call(f"{CONTROL}:alarm_time", world_id="edge-py") == START_MS + 4 * TICK_MS  # re-armed each time
         assert worker.get("/worlds/edge-py", headers=ADMIN).json()["tick_head"] == 2
         assert worker.get("/worlds/edge-py/commands/s-1", headers=ADMIN).json()["status"] == "APPLIED"
         (entity,) = worker.get("/worlds/edge-py/state", headers=ADMIN).json()["entities"]
@@ -45,7 +45,7 @@ def test_an_edge_hosted_world_steps_itself_through_several_alarms(pyodide):
         assert all("principal" in m for m in pyodide.call(f"{CONTROL}:queue_messages"))  # null fields kept
         # evicted, the object reloads the world from its ledger and goes on with the next tick
         pyodide.call(f"{CONTROL}:evict", world_id="edge-py")
-        assert pyodide.call(f"{CONTROL}:run_alarm", world_id="edge-py") is True
+        assert pyodide.call(f"{CONTROL}:run_alarm", world_id="edge-py", now_ms=START_MS + 4 * TICK_MS) is True
         (entity,) = worker.get("/worlds/edge-py/state", headers=ADMIN).json()["entities"]
         assert next(c for c in entity["components"] if c["name"] == "Position")["data"] == {"x": 4.0, "y": 8.0}
         assert [m["tick"] for m in worker.post("/worlds/edge-py/ledger/manifests", json={}, headers=ADMIN).json()] == [

@@ -598,12 +598,13 @@ class StandinEnv:
 
 def world_namespace(directory: Path, clock: Any, *, queue: FakeQueue | None = None,
                     sql_engine: Callable[[DurableObjectId], Any] | None = None,
-                    modules: tuple[Any, ...] = ()) -> DurableObjectNamespace:  # fmt: skip
+                    modules: tuple[Any, ...] = (), variables: dict[str, str] | None = None) -> DurableObjectNamespace:  # fmt: skip
     """The WORLDS namespace running the real `WorldObject` (with the user's `modules`, as a bundle
-    staged with `--module` carries them), with an audit queue bound."""
+    staged with `--module` carries them), with an audit queue bound and the Worker's `variables`
+    (wrangler.toml [vars]) in its env."""
     from durable_world import WorldObject
 
-    env = StandinEnv(AUDIT_QUEUE=queue if queue is not None else FakeQueue())
+    env = StandinEnv(AUDIT_QUEUE=queue if queue is not None else FakeQueue(), **(variables or {}))
     factory = functools.partial(WorldObject, clock=clock, modules=modules)
     namespace = DurableObjectNamespace(factory, env, directory, sql_engine)
     env.WORLDS = namespace
