@@ -1,5 +1,6 @@
 """Durable Object SQL rows written per tick of an EDGE-HOSTED world (the object's alarm runs the
-tick and the audit delivery), idle, with 1 command and with 100 commands per tick.
+tick and the audit delivery), idle, with 1 command and with 100 commands per tick; and over the ten
+tick intervals until a command due 10 ticks later runs in a world without processors.
 
 Runs the real `WorldObject` on the Durable Object stand-in (tests/support) with the module hook's
 game module (a processor moving every entity), summing every SQL cursor's `rowsWritten`, with the
@@ -7,7 +8,9 @@ object's SQL on the stand-in's engine and on the real Durable Object SQL engine 
 tests/support/workerd), whose count includes the index rows Cloudflare bills. The baseline,
 measured in the same run, is the same world RUNNER-HOSTED: a CPython runner steps it through the
 object's RPC, then the object's alarm delivers the audit events. Admission is not counted (it
-costs the same either way).
+costs the same either way). The baseline of the later command is the same world stepped at every
+interval (a processor that does nothing: what the alarm did for an open command before the shared
+tick clock, archetype.commands.clock).
 
     .venv/bin/python bench/edge_ticks.py [--ticks 5] [--engine standin|workerd|both]
 """
@@ -18,6 +21,7 @@ import argparse
 import asyncio
 import sys
 import tempfile
+import types
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the stand-in and the game live in tests/
@@ -68,6 +72,7 @@ async def measure(world_id: str, commands: int, ticks: int, engine: str) -> floa
                 await runner.worlds.step(world_id)
             await namespace.run_alarm(world_id)  # edge: the tick and the delivery; runner: the delivery
 
+        clock.advance(1_000)  # tick 0 is due one interval after the creation
         await tick()  # load the world once: steady state from here
         meter = RowsWritten(namespace.storage(world_id).sql)
         written = 0
@@ -89,6 +94,46 @@ async def measure(world_id: str, commands: int, ticks: int, engine: str) -> floa
         return written / ticks
 
 
+def world_module(name: str, processor: bool) -> types.ModuleType:
+    """A user's module hosting every world at the edge, with a processor that does nothing or none."""
+    module = types.ModuleType(name)
+    module.edge_hosted = lambda world_id: True  # type: ignore[attr-defined]
+    if processor:
+        module.setup = lambda rt: rt.worlds.on_load.append(lambda w: w.add_processor(lambda *_: None, Position))  # type: ignore[attr-defined]
+    return module
+
+
+async def measure_later(engine: str, every_interval: bool, later: int = 10) -> tuple[float, int]:
+    """Rows written, and manifests published, over the `later` intervals from admitting one command
+    due `later` ticks on to its tick (alarms fire at their times; audit delivery included)."""
+    with tempfile.TemporaryDirectory() as directory:
+        clock = ManualClock()
+        sql_engine = workerd_sql_engines() if engine == "workerd" else None
+        module = world_module("bench_later", processor=every_interval)
+        namespace = world_namespace(Path(directory), clock, modules=(module,), sql_engine=sql_engine)
+        authority = DurableObjectAuthority(namespace)
+        admitter = Runtime(authority, owner="gateway", origin="gateway")
+        world_id = "later-bench"
+        await admitter.dispatcher.apply(CreateWorld(name="bench", world_id=world_id))
+        op = Spawn(world_id=world_id, components=[Position(x=0, y=0)])
+        await admitter.dispatcher.defer(op, DurableOptions(tick=0), command_id="warm")
+        clock.advance(1_000)
+        await namespace.run_alarm(world_id)  # tick 0 loads the world
+        while (at := namespace.alarm_time(world_id)) is not None and at <= clock.now_ms():
+            await namespace.run_alarm(world_id)  # the warm-up's delivery: steady state from here
+        meter = RowsWritten(namespace.storage(world_id).sql)
+        ticks_before = len(await authority.manifests(world_id, limit=1000))
+        await admitter.dispatcher.defer(op, DurableOptions(tick=later), command_id="later")
+        end = clock.now_ms() + later * 1_000
+        while (at := namespace.alarm_time(world_id)) is not None and at <= end:
+            clock.advance(max(0, at - clock.now_ms()))
+            await namespace.run_alarm(world_id)
+        assert (await admitter.scheduler.command(world_id, "later")).status == "APPLIED"
+        published = len(await authority.manifests(world_id, limit=1000)) - ticks_before
+        namespace.close()
+        return meter.total, published
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ticks", type=int, default=5)
@@ -102,6 +147,13 @@ async def main() -> None:
             edge = await measure("edge-bench", commands, args.ticks, engine)
             runner = await measure("w-bench", commands, args.ticks, engine)
             print(f"{engine:<8} {commands:>13} {edge:>30.1f} {runner:>25.1f} {edge / runner:>6.2f}")
+    print(f"\n{'engine':<8} {'a command due 10 ticks later, no processors':>44} {'stepped every interval (baseline)':>34} "
+          f"{'ratio':>6}")  # fmt: skip
+    for engine in engines:
+        rows, ticks = await measure_later(engine, every_interval=False)
+        base_rows, base_ticks = await measure_later(engine, every_interval=True)
+        print(f"{engine:<8} {f'{rows:.0f} rows, {ticks} manifest(s)':>44} {f'{base_rows:.0f} rows, {base_ticks} manifests':>34} "
+              f"{rows / base_rows:>6.2f}")  # fmt: skip
 
 
 if __name__ == "__main__":
