@@ -3,7 +3,8 @@
 The object runs the runner's own machinery: the `WorldHost` and `CommandScheduler` that
 `archetype serve` uses (archetype.commands.host / scheduler), over an `InProcessAuthority` on the
 object's ledger, so a tick is materialize -> PreTick -> processors -> publish exactly as on a
-CPython runner, with no RPC in between.
+CPython runner, with no RPC in between; and the tick is due when serve's runner would step it
+(archetype.commands.clock: one tick clock per world, anchored in its ledger row).
 
 The user's code arrives through the module hook `archetype serve --module` uses: a module whose
 import registers its components and whose `setup(runtime)` adds processors through

@@ -2,8 +2,9 @@
 
 Every method in `LEDGER_METHODS` is an RPC method taking one plain-JSON object of keyword
 arguments and answering the envelope of `durable_world.envelope`. Calls that can append outbox
-events arm the alarm, and the alarm sends the outbox to the audit Queue. For an edge-hosted world
-(durable_world.edge) the same alarm also runs the world's tick and re-arms for the next one.
+events arm the alarm, and the alarm sends the outbox to the audit Queue and applies the retention
+policy (bounded per alarm). For an edge-hosted world (durable_world.edge) the same alarm also runs
+the world's tick when its clock says one is due, and re-arms for the next one.
 
 One alarm, at least once: the runtime may run it again after a crash or a failed handler. That
 never repeats a tick: each tick publishes as the successor of the ledger's tick head under its own
