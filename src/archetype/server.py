@@ -202,7 +202,7 @@ class WorldRunner:
     def __init__(self, runtime: Runtime, catalog: WriterThreadAuthority, metrics: Metrics, tick_rate: float,
                  sweep_s: float = 10.0, concurrency: int = 256, clock: Clock | None = None) -> None:  # fmt: skip
         self.runtime, self.catalog, self.metrics = runtime, catalog, metrics
-        self.interval, self.sweep_s = 1.0 / tick_rate, sweep_s
+        self.sweep_s = sweep_s
         self.interval_ms = max(1, round(1000 / tick_rate))
         self.clock = clock or SystemClock()  # the ledger's clock: the worlds' clocks are anchored on it
         self.passes = 0
