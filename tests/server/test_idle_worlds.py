@@ -6,9 +6,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sqlite3
+import types
 from collections import Counter
 
 from archetype.commands import DurableOptions
+from archetype.commands.clock import TickClock
+from archetype.commands.port import ManualClock
 from archetype.metrics import Metrics
 from archetype.runtime import Runtime
 from archetype.server import WorldRunner
@@ -105,3 +108,20 @@ async def test_a_world_with_processors_ticks_every_pass(tmp_path):
         await runner.sweep(asyncio.Event())  # a new world is seen at the next sweep; here at once
         await asyncio.sleep(0.5)
         assert len(await rt.authority.manifests("busy")) >= 5
+
+
+def test_a_pass_reads_the_worlds_clocks_on_its_grid_so_wake_up_jitter_moves_no_step():
+    clock = ManualClock()
+    runtime = types.SimpleNamespace(worlds=types.SimpleNamespace(on_load=[]))
+    runner = WorldRunner(runtime, None, Metrics(), tick_rate=10, clock=clock)  # type: ignore[arg-type]
+    start = clock.now_ms()
+    assert runner.pass_ms() == start  # the first pass starts the grid
+    times = []
+    for late in (3, 0, 99, 1):  # each pass woke up a little late (never a whole interval)
+        clock.advance(100 - (clock.now_ms() - start) % 100 + late)
+        times.append(runner.pass_ms() - start)
+    assert times == [100, 200, 300, 400]
+    # a world created 99 ms after the grid's start: its tick 0 falls due at the pass that follows it,
+    # and each later pass reaches exactly one more tick of its clock, whatever the jitter
+    world = TickClock(-1, start + 99, runner.interval_ms)
+    assert [world.tick_at(start + t) for t in times] == [-1, 0, 1, 2]
