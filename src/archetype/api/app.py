@@ -113,13 +113,14 @@ def readable_scope(actor: ActorCtx, principal: str | None, trusted: bool) -> str
     return actor.principal
 
 
-def _admitting(request: Request) -> None:
+# The dependencies are coroutines although they never wait: see `require`.
+async def _admitting(request: Request) -> None:
     request.app.state.admission.check()
 
 
-def _ledger_actor(method: str, request: Request, credentials: Bearer) -> ActorCtx:
+async def _ledger_actor(method: str, request: Request, credentials: Bearer) -> ActorCtx:
     role = LEDGER_ROUTE_ROLES.get(method)
-    actor = require(role or Role.operator)(request, credentials)
+    actor = await require(role or Role.operator)(request, credentials)
     if role is None:
         raise UnregisteredOperationError(f"{method!r} is not a runner-protocol method")
     if method in ADMISSION_METHODS:
