@@ -16,6 +16,7 @@ from fastapi.responses import JSONResponse
 
 from archetype.api.auth import Bearer, TokenTable, require
 from archetype.api.errors import InvalidRequestError, ShuttingDownError, install_error_handlers
+from archetype.api.hot import HotRoutes
 from archetype.api.limits import DEFAULT_BODY_TIMEOUT_S, DEFAULT_MAX_BODY_BYTES, BodyLimit
 from archetype.api.models import (
     MAX_BATCH,
@@ -154,6 +155,17 @@ def create_app(
     app.state.tokens = tokens if isinstance(tokens, TokenTable) else TokenTable(tokens or {})
     app.state.admission = AdmissionGate()
     install_error_handlers(app)
+
+    async def admit_one(world_id: str, body: SubmitCommand, actor: ActorCtx, idempotency_key: str | None) -> CommandAccepted:
+        """The single-command admission route's work (taken by the route and by HotRoutes)."""
+        item = translate(world_id, body, idempotency_key=idempotency_key)
+        if type(item.op) is Spawn:
+            admission = await dispatcher.defer_spawn_as(actor, item.op, item.options, command_id=item.command_id)
+            return CommandAccepted.of(admission.command, admission.entity_id)
+        return CommandAccepted.of(await dispatcher.defer_as(actor, item.op, item.options, command_id=item.command_id))
+
+    # added first, so it runs inside BodyLimit: it gets the body read, checked and parsed
+    app.add_middleware(HotRoutes, state=app.state, admit_one=admit_one, routes=lambda: app.router.routes)
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes, body_timeout_s=body_timeout_s)
 
     viewer, player, operator, admin = (
@@ -206,11 +218,7 @@ def create_app(
               responses=error_responses(WORLD_PATH, SUBMITTING))
     async def submit(world_id: WorldIdPath, body: SubmitCommand, actor: ActorCtx = player, _: None = admitting,
                      idempotency_key: IdempotencyKey = None) -> CommandAccepted:  # fmt: skip
-        item = translate(world_id, body, idempotency_key=idempotency_key)
-        if type(item.op) is Spawn:
-            admission = await dispatcher.defer_spawn_as(actor, item.op, item.options, command_id=item.command_id)
-            return CommandAccepted.of(admission.command, admission.entity_id)
-        return CommandAccepted.of(await dispatcher.defer_as(actor, item.op, item.options, command_id=item.command_id))
+        return await admit_one(world_id, body, actor, idempotency_key)
 
     @app.post("/worlds/{world_id}/commands:batch", status_code=202, response_model=BatchAccepted,
               responses=error_responses(WORLD_PATH, SUBMITTING))

@@ -38,6 +38,9 @@ from archetype.commands.registry import NonCanonicalCommandError
 DEFAULT_MAX_BODY_BYTES = 1 << 20
 DEFAULT_BODY_TIMEOUT_S = 20.0
 SINGLE_VALUED_HEADERS = (b"authorization", b"idempotency-key", b"content-type")
+# The scope key under which a JSON body that passed the strict parser is handed on, parsed (the
+# hot routes use it instead of parsing the body again; archetype.api.hot).
+PARSED_BODY = "archetype.parsed_body"
 MAX_BODY_DEPTH = MAX_DEPTH
 """The deepest nesting a JSON request body may have (component data has its own, smaller limit)."""
 
@@ -53,15 +56,15 @@ def parsed_as_json(content_type: bytes | None) -> bool:
     return message.get_content_maintype() == "application" and (subtype == "json" or subtype.endswith("+json"))
 
 
-def strict_json_refusal(body: bytes) -> NonCanonicalCommandError | None:
-    """Why `body` must not reach a route (None when it may): it is JSON without a canonical value."""
+def strict_json(body: bytes) -> tuple[Any, NonCanonicalCommandError | None]:
+    """`body` parsed (None when it is not JSON at all: the route says so), and why it must not
+    reach a route (None when it may): it is JSON without a canonical value."""
     try:
-        parse_json(body, max_depth=MAX_BODY_DEPTH, integers=False)  # integer fields have their own bounds
+        return parse_json(body, max_depth=MAX_BODY_DEPTH, integers=False), None  # integer fields have their own bounds
     except NonCanonicalValueError as exc:
-        return NonCanonicalCommandError.at("$", exc)
-    except ValueError:  # not JSON at all (json.JSONDecodeError, UnicodeDecodeError): the route says so
-        return None
-    return None
+        return None, NonCanonicalCommandError.at("$", exc)
+    except ValueError:  # not JSON at all (json.JSONDecodeError, UnicodeDecodeError)
+        return None, None
 
 
 class BodyLimit:
@@ -101,11 +104,13 @@ class BodyLimit:
         if body is None:
             return  # the client went away before sending its body
         if body and parsed_as_json(headers.get(b"content-type")):
-            refusal = strict_json_refusal(body)
+            value, refusal = strict_json(body)
             if refusal is not None:
                 await error_response(refusal)(scope, receive, send)
                 return
-        await self.app(scope, _replay(body, receive), send)
+            if value is not None:
+                scope[PARSED_BODY] = value
+        await self.app(scope, replay(body, receive), send)
 
     async def _read_body(self, receive: Any) -> bytes | None:
         """The whole body; None when the client went away before sending it."""
@@ -124,7 +129,8 @@ class BodyLimit:
         return PayloadTooLargeError(f"request bodies are limited to {self.max_bytes} bytes")
 
 
-def _replay(body: bytes, receive: Any) -> Any:
+def replay(body: bytes, receive: Any) -> Any:
+    """`receive`, giving `body` as the first message (the body was read already)."""
     sent = False
 
     async def replayed() -> dict[str, Any]:
