@@ -22,6 +22,7 @@ text that is not JSON at all is left to the route (400 `invalid_json`).
 from __future__ import annotations
 
 import asyncio
+import functools
 from email.message import Message
 from typing import Any
 
@@ -45,6 +46,7 @@ MAX_BODY_DEPTH = MAX_DEPTH
 """The deepest nesting a JSON request body may have (component data has its own, smaller limit)."""
 
 
+@functools.lru_cache(maxsize=64)  # clients send a few spellings; parsing one as a MIME header costs more than the admission's SQL
 def parsed_as_json(content_type: bytes | None) -> bool:
     """Whether a route may parse a body with this Content-Type as JSON (no type at all included,
     as some framework versions do)."""
