@@ -43,7 +43,7 @@ from archetype.settings import ConfigurationError, ServeSettings
 from archetype.world.operations import DestroyWorld
 from archetype.world.world import AsyncWorld
 from local_catalog import open_local_authority
-from local_catalog.writer import WriterThreadAuthority
+from local_catalog.writer import BacklogWorld, WriterThreadAuthority
 
 log = logging.getLogger("archetype.serve")
 
@@ -322,7 +322,12 @@ async def _serve(config: ServeSettings, runner_id: str, tokens: TokenTable, modu
     catalog = open_local_authority(config.data, synchronous=config.synchronous)
     assert isinstance(catalog, WriterThreadAuthority)  # serve runs on CPython, which has threads
     authority = ObservedAuthority(catalog, metrics)
-    runtime = Runtime(authority, owner=runner_id, audit=AuditLog.open_local(config.data, authority))
+    async def backlog() -> list[BacklogWorld]:  # the projector's round: the worlds with events pending, not all
+        worlds = await catalog.outbox_backlog()
+        metrics.observe_backlog(worlds)
+        return worlds
+
+    runtime = Runtime(authority, owner=runner_id, audit=AuditLog.open_local(config.data, authority, backlog=backlog))
     set_up_modules(runtime, modules)
     app = create_app(authority, registry=runtime.registry, tokens=tokens, quota=config.quota, worlds=runtime.worlds,
                      audit=runtime.audit, body_timeout_s=config.body_timeout)  # fmt: skip
