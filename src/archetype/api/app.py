@@ -64,6 +64,7 @@ from archetype.commands.identity import COMMAND_ID_PATTERN
 from archetype.commands.options import ActorCtx, Role
 from archetype.commands.registry import OperationRegistry
 from archetype.commands.scheduler import CommandScheduler, CommandStatus
+from archetype.world.family import create_world_row
 from archetype.world.operations import WORLD_ID_PATTERN, CreateWorld, DestroyWorld, Spawn
 
 # Commands one principal may have admitted for one target tick of one world (ledger-enforced).
@@ -181,8 +182,9 @@ def create_app(
     # -- worlds --
     @app.post("/worlds", status_code=201, response_model=WorldView, responses=error_responses(CREATE_WORLD))
     async def create_world(body: CreateWorldRequest, actor: ActorCtx = admin, _: None = admitting) -> WorldView:
-        world_id = await dispatcher.apply_as(actor, CreateWorld(name=body.name, world_id=body.world_id))
-        return WorldView.of(await authority.world_info(world_id))
+        op = CreateWorld(name=body.name, world_id=body.world_id)
+        dispatcher.authorize_as(actor, op)  # then the handler's own ledger call, whose row is the answer
+        return WorldView.of(await create_world_row(authority, op))
 
     @app.get("/worlds", response_model=WorldList, responses=error_responses())
     async def list_worlds(actor: ActorCtx = viewer) -> WorldList:
