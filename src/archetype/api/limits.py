@@ -95,7 +95,8 @@ class BodyLimit:
                 await error_response(self._too_large())(scope, receive, send)
                 return
         try:
-            body = await asyncio.wait_for(self._read_body(receive), self.body_timeout_s)
+            async with asyncio.timeout(self.body_timeout_s):  # in this task: wait_for would start one per request
+                body = await self._read_body(receive)
         except TimeoutError:
             late = RequestTimeoutError(f"the request body did not arrive within {self.body_timeout_s:g} s")
             await error_response(late, headers={"Connection": "close"})(scope, receive, send)
