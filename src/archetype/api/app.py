@@ -16,7 +16,7 @@ from fastapi.responses import JSONResponse
 
 from archetype.api.auth import Bearer, TokenTable, require
 from archetype.api.errors import InvalidRequestError, ShuttingDownError, install_error_handlers
-from archetype.api.hot import HotRoutes
+from archetype.api.hot import HotRoutes, hot_route
 from archetype.api.limits import DEFAULT_BODY_TIMEOUT_S, DEFAULT_MAX_BODY_BYTES, BodyLimit
 from archetype.api.models import (
     MAX_BATCH,
@@ -157,16 +157,23 @@ def create_app(
     app.state.admission = AdmissionGate()
     install_error_handlers(app)
 
+    # The work of the two routes HotRoutes may answer as well (archetype.api.hot).
     async def admit_one(world_id: str, body: SubmitCommand, actor: ActorCtx, idempotency_key: str | None) -> CommandAccepted:
-        """The single-command admission route's work (taken by the route and by HotRoutes)."""
         item = translate(world_id, body, idempotency_key=idempotency_key)
         if type(item.op) is Spawn:
             admission = await dispatcher.defer_spawn_as(actor, item.op, item.options, command_id=item.command_id)
             return CommandAccepted.of(admission.command, admission.entity_id)
         return CommandAccepted.of(await dispatcher.defer_as(actor, item.op, item.options, command_id=item.command_id))
 
+    async def create_one(_: None, body: CreateWorldRequest, actor: ActorCtx, __: str | None) -> WorldView:
+        op = CreateWorld(name=body.name, world_id=body.world_id)
+        dispatcher.authorize_as(actor, op)  # then the handler's own ledger call, whose row is the answer
+        return WorldView.of(await create_world_row(authority, op))
+
+    hot = (hot_route("/worlds/{world_id}/commands", Role.player, SubmitCommand, 202, admit_one, keyed=True),
+           hot_route("/worlds", Role.admin, CreateWorldRequest, 201, create_one, keyed=False))  # fmt: skip
     # added first, so it runs inside BodyLimit: it gets the body read, checked and parsed
-    app.add_middleware(HotRoutes, state=app.state, admit_one=admit_one, routes=lambda: app.router.routes)
+    app.add_middleware(HotRoutes, state=app.state, routes=lambda: app.router.routes, hot=hot)
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes, body_timeout_s=body_timeout_s)
 
     viewer, player, operator, admin = (
@@ -182,9 +189,7 @@ def create_app(
     # -- worlds --
     @app.post("/worlds", status_code=201, response_model=WorldView, responses=error_responses(CREATE_WORLD))
     async def create_world(body: CreateWorldRequest, actor: ActorCtx = admin, _: None = admitting) -> WorldView:
-        op = CreateWorld(name=body.name, world_id=body.world_id)
-        dispatcher.authorize_as(actor, op)  # then the handler's own ledger call, whose row is the answer
-        return WorldView.of(await create_world_row(authority, op))
+        return await create_one(None, body, actor, None)
 
     @app.get("/worlds", response_model=WorldList, responses=error_responses())
     async def list_worlds(actor: ActorCtx = viewer) -> WorldList:

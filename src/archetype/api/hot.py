@@ -1,5 +1,5 @@
 """The hot routes without the framework's per-request machinery: `POST /worlds/{id}/commands`
-(single-command admission) and `GET /health`.
+(single-command admission), `POST /worlds` (world creation) and `GET /health`.
 
 FastAPI's routing and dependency solving cost more CPU per admission than the admission itself
 (route matching over every route, a dependency graph solved per request, the body parsed a
@@ -9,48 +9,68 @@ the body, checked its headers and parsed it strictly) and answers a request of t
 itself only when every check the framework would make passes: a known bearer token with the
 role, the admission gate open, a world id and Idempotency-Key of the declared patterns, a JSON
 content type and a body that validates. Anything else goes to the framework unchanged, which
-gives every refusal its usual answer. The work and the answer are the route's own
-(`admit_one`, the same serialisation as the route's `response_model`), so the bytes are the
-same either way (tests/api/test_hot_routes.py holds the two paths to identical answers).
+gives every refusal its usual answer. The work and the answer are the route's own (its
+`handler`, the same serialisation as the route's `response_model`), so the bytes are the same
+either way (tests/api/test_hot_routes.py holds the two paths to identical answers).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi.security.utils import get_authorization_scheme_param
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from starlette.responses import Response
 
 from archetype.api.auth import TokenTable
 from archetype.api.errors import UnauthenticatedError, error_response, validation_error
 from archetype.api.limits import PARSED_BODY, parsed_as_json, replay
-from archetype.api.models import CommandAccepted, Health, SubmitCommand
+from archetype.api.models import Health
 from archetype.commands.errors import CommandError
 from archetype.commands.identity import COMMAND_ID_PATTERN
 from archetype.commands.options import ActorCtx, Role
 from archetype.world.operations import WORLD_ID_PATTERN
 
-SUBMIT_PATH = re.compile(r"/worlds/(" + WORLD_ID_PATTERN.strip("^$") + r")/commands")
-SUBMIT_ROUTE, HEALTH_ROUTE = "/worlds/{world_id}/commands", "/health"
-AdmitOne = Callable[[str, SubmitCommand, ActorCtx, "str | None"], Awaitable[CommandAccepted]]
+HEALTH_ROUTE = "/health"
 _HEALTH_OK = Health(status="ok").__pydantic_serializer__.to_json(Health(status="ok"))
+# (world id from the path or None, the body, the actor, the Idempotency-Key or None) -> the answer
+Handler = Callable[[Any, Any, ActorCtx, "str | None"], Awaitable[BaseModel]]
 
 
-def _json(model: Any, status: int) -> Response:
+@dataclass(frozen=True)
+class HotRoute:
+    """A framework route HotRoutes may answer: its template, what its dependencies demand and its
+    success status; `handler` is the route's own work."""
+
+    template: str
+    pattern: re.Pattern[str]
+    role: Role
+    body: type[BaseModel]
+    status: int
+    handler: Handler
+    keyed: bool  # the route takes an Idempotency-Key header (checked against its pattern)
+
+
+def hot_route(template: str, role: Role, body: type[BaseModel], status: int, handler: Handler, *, keyed: bool) -> HotRoute:
+    pattern = re.compile(re.escape(template).replace(re.escape("{world_id}"), "(" + WORLD_ID_PATTERN.strip("^$") + ")"))
+    return HotRoute(template, pattern, role, body, status, handler, keyed)
+
+
+def _json(model: BaseModel, status: int) -> Response:
     # what FastAPI sends for a `response_model` route: the model's JSON bytes, application/json
     return Response(model.__pydantic_serializer__.to_json(model), status_code=status, media_type="application/json")
 
 
 class HotRoutes:
-    def __init__(self, app: Any, *, state: Any, admit_one: AdmitOne, routes: Callable[[], list[Any]]) -> None:
+    def __init__(self, app: Any, *, state: Any, routes: Callable[[], list[Any]], hot: Sequence[HotRoute]) -> None:
         self.app = app
         self.state = state  # the application's state: its token table and admission gate
-        self.admit_one = admit_one
         self._routes = routes
         self._route: dict[tuple[str, str], Any] = {}
+        self.hot = hot
 
     def route(self, method: str, path: str) -> Any:
         """The framework's route object (the metrics label requests by its template)."""
@@ -66,38 +86,40 @@ class HotRoutes:
                 scope["route"] = self.route("GET", HEALTH_ROUTE)
                 await Response(_HEALTH_OK, media_type="application/json")(scope, receive, send)
                 return
-            match = SUBMIT_PATH.fullmatch(scope["path"]) if scope["method"] == "POST" else None
-            if match is not None:
-                answered, receive = await self._submit(scope, receive, send, match.group(1))
-                if answered:
-                    return
+            if scope["method"] == "POST":
+                for hot in self.hot:
+                    match = hot.pattern.fullmatch(scope["path"])
+                    if match is not None:
+                        answered, receive = await self._answer(hot, scope, receive, send, match.group(1) if match.groups() else None)
+                        if answered:
+                            return
+                        break
         await self.app(scope, receive, send)
 
-    async def _submit(self, scope: dict[str, Any], receive: Any, send: Any, world_id: str) -> tuple[bool, Any]:
-        """Answer the admission when the framework would reach the route; else leave it to the
+    async def _answer(self, hot: HotRoute, scope: dict[str, Any], receive: Any, send: Any,
+                      world_id: str | None) -> tuple[bool, Any]:  # fmt: skip
+        """Answer the request when the framework would reach the route; else leave it to the
         framework (with the body replayed)."""
         headers = dict(scope["headers"])
-        actor = self._actor(headers.get(b"authorization"), Role.player)
-        key = headers.get(b"idempotency-key")
+        actor = self._actor(headers.get(b"authorization"), hot.role)
+        key = headers.get(b"idempotency-key") if hot.keyed else None
         content_type = headers.get(b"content-type")
         if actor is None or not self.state.admission.open or not content_type or not parsed_as_json(content_type):
             return False, receive
         if key is not None and not COMMAND_ID_PATTERN.fullmatch(key.decode("latin-1")):
             return False, receive
         message = await receive()
-        body = message.get("body", b"")
-        receive = replay(body, receive)
+        receive = replay(message.get("body", b""), receive)
         if message.get("more_body") or PARSED_BODY not in scope:  # BodyLimit hands the whole body over, parsed
             return False, receive
         try:
-            command = SubmitCommand.model_validate(scope[PARSED_BODY])
+            body = hot.body.model_validate(scope[PARSED_BODY])
         except Exception:  # whatever refuses it, the framework answers it as it always does
             return False, receive
-        scope["route"] = self.route("POST", SUBMIT_ROUTE)
-        scope["path_params"] = {"world_id": world_id}
+        scope["route"] = self.route("POST", hot.template)
+        scope["path_params"] = {} if world_id is None else {"world_id": world_id}
         try:
-            idempotency_key = None if key is None else key.decode("latin-1")
-            response = _json(await self.admit_one(world_id, command, actor, idempotency_key), 202)
+            response = _json(await hot.handler(world_id, body, actor, None if key is None else key.decode("latin-1")), hot.status)
         except CommandError as exc:
             response = error_response(exc)
         except ValidationError as exc:
