@@ -4,7 +4,8 @@
                                           [--idle-seconds 30] [--admissions 600] [--no-record]
 
 Two `serve` processes on 127.0.0.1, one after the other, each on a fresh data directory (catalog
-`synchronous=FULL`), and this process as their only client:
+`synchronous=FULL`), and this process as their only client (bench/lean_http.py: keep-alive
+connections and next to no CPU per request, so the figures are the server's, not httpx's):
 
  1. baseline: `busy` worlds alone; each gets one command per tick (a `despawn` of no entity, due at
     once: it settles `rejected`, so every tick of a busy world has work) for `busy-seconds`, while a
@@ -35,10 +36,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
-import httpx
+from lean_http import Pool
 
 ROOT = Path(__file__).resolve().parents[1]
 PERFORMANCE_DOC = ROOT / "docs" / "performance.md"
@@ -96,15 +97,15 @@ class Serve:
             self.process.wait()
 
 
-async def create_worlds(http: httpx.AsyncClient, ids: list[str], concurrency: int = 8, limit_s: float = PHASE_LIMIT_S) -> float:
+async def create_worlds(http: Pool, ids: list[str], concurrency: int = 8, limit_s: float = PHASE_LIMIT_S) -> float:
     """Create these worlds; answer worlds created per second."""
     pending = iter(ids)
     started = time.perf_counter()
 
     async def worker() -> None:
         for world_id in pending:
-            response = await http.post("/worlds", json={"name": world_id, "world_id": world_id}, headers=ADMIN)
-            assert response.status_code == 201, response.text
+            status, text = await http.request("POST", "/worlds", {"name": world_id, "world_id": world_id}, ADMIN)
+            assert status == 201, text
             if time.perf_counter() - started > limit_s:
                 raise RuntimeError(f"world creation did not finish in {limit_s} s")
 
@@ -112,29 +113,29 @@ async def create_worlds(http: httpx.AsyncClient, ids: list[str], concurrency: in
     return len(ids) / (time.perf_counter() - started)
 
 
-async def busy_load(http: httpx.AsyncClient, serve: Serve, busy: list[str], tick_rate: float,
+async def busy_load(http: Pool, serve: Serve, busy: list[str], tick_rate: float,
                     seconds: float) -> dict[str, float]:  # fmt: skip
-    """One command per tick into every busy world, /health probed meanwhile; the phase's figures."""
+    """One command per tick into every busy world (32 in flight), /health probed meanwhile on a
+    connection of its own; the phase's figures."""
     interval = 1.0 / tick_rate
     stop = asyncio.Event()
     health: list[float] = []
-    slots = asyncio.Semaphore(32)
     counter = iter(range(10**12))
+    prober_pool = Pool(serve.url, 1)
 
     async def probe() -> None:
         while not stop.is_set():
             t0 = time.perf_counter()
-            response = await http.get("/health")
+            status, _ = await prober_pool.request("GET", "/health")
             health.append(time.perf_counter() - t0)
-            assert response.status_code == 200
+            assert status == 200
             await asyncio.sleep(HEALTH_EVERY_S)
 
     async def submit(world_id: str) -> None:
-        async with slots:
-            command = {"type": "despawn", "tick": 0, "entity_id": 10**9}
-            response = await http.post(f"/worlds/{world_id}/commands", json=command,
-                                       headers={**PLAYER, "Idempotency-Key": f"b{next(counter)}"})  # fmt: skip
-            assert response.status_code == 202, response.text
+        command = {"type": "despawn", "tick": 0, "entity_id": 10**9}
+        status, text = await http.request("POST", f"/worlds/{world_id}/commands", command,
+                                          {**PLAYER, "Idempotency-Key": f"b{next(counter)}"})  # fmt: skip
+        assert status == 202, text
 
     prober = asyncio.create_task(probe())
     started_ms = time.time() * 1000
@@ -156,6 +157,7 @@ async def busy_load(http: httpx.AsyncClient, serve: Serve, busy: list[str], tick
     await asyncio.sleep(2 * interval + 1.0)  # the last commands settle
     stop.set()
     await prober
+    prober_pool.close()
 
     marks = ",".join("?" * len(busy))
     with serve.catalog() as db:
@@ -182,7 +184,7 @@ async def busy_load(http: httpx.AsyncClient, serve: Serve, busy: list[str], tick
     }
 
 
-async def admission(http: httpx.AsyncClient, world_id: str, count: int, in_flight: int) -> dict[str, float]:
+async def admission(http: Pool, world_id: str, count: int, in_flight: int) -> dict[str, float]:
     latencies: list[float] = []
     pending = iter(range(count))
     started = time.perf_counter()
@@ -190,10 +192,11 @@ async def admission(http: httpx.AsyncClient, world_id: str, count: int, in_fligh
     async def worker() -> None:
         for index in pending:
             t0 = time.perf_counter()
-            response = await http.post(f"/worlds/{world_id}/commands", json={"type": "despawn", "tick": FAR_TICK, "entity_id": index + 1},
-                                       headers={**PLAYER, "Idempotency-Key": f"a{in_flight}-{index}"})  # fmt: skip
+            status, text = await http.request("POST", f"/worlds/{world_id}/commands",
+                                              {"type": "despawn", "tick": FAR_TICK, "entity_id": index + 1},
+                                              {**PLAYER, "Idempotency-Key": f"a{in_flight}-{index}"})  # fmt: skip
             latencies.append(time.perf_counter() - t0)
-            assert response.status_code == 202, response.text
+            assert status == 202, text
             if time.perf_counter() - started > PHASE_LIMIT_S:
                 return
 
@@ -203,8 +206,13 @@ async def admission(http: httpx.AsyncClient, world_id: str, count: int, in_fligh
             "p99_ms": quantile(latencies, 0.99) * 1000}  # fmt: skip
 
 
-def client(url: str) -> httpx.AsyncClient:
-    return httpx.AsyncClient(base_url=url, timeout=60, limits=httpx.Limits(max_connections=64))
+@contextlib.asynccontextmanager
+async def client(url: str) -> AsyncIterator[Pool]:
+    pool = Pool(url, 32)  # the busy load's and the admissions' most in flight
+    try:
+        yield pool
+    finally:
+        pool.close()
 
 
 async def baseline_run(directory: Path, args: argparse.Namespace) -> dict[str, float]:

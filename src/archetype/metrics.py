@@ -80,6 +80,8 @@ class Metrics:
                                ["world"], registry=r)  # fmt: skip
         self.stalled = Gauge("archetype_worlds_stalled", "Worlds whose ticks fail before they are prepared (health STALLED).",
                              registry=r)  # fmt: skip
+        self._lagging: set[str] = set()  # world labels whose audit lag was last set above 0
+        self._stalled: set[str] = set()
         self.http_seconds = Histogram("archetype_http_request_duration_seconds", "HTTP request latency.",
                                       ["method", "route", "status"], registry=r)  # fmt: skip
 
@@ -88,20 +90,40 @@ class Metrics:
 
     # -- the runner loop --
     def observe_worlds(self, worlds: Sequence[Mapping[str, Any]]) -> None:
-        """Audit lag per world (summed for `_other`); a destroyed world's series go."""
-        lag: dict[str, int] = {}
+        """Every world's row: audit lag per world (summed for `_other`), the stalled ones; a
+        destroyed world's series go."""
+        for world in worlds:
+            if world["status"] == "DESTROYED" and self.world.forget(world["world_id"]):
+                self._lagging.discard(world["world_id"])
+                for metric, labels in ((self.tick_seconds, ()), (self.audit_lag, ()), (self.ticks, ("ok",)), (self.ticks, ("failed",))):
+                    with contextlib.suppress(KeyError):  # a series it never had
+                        metric.remove(world["world_id"], *labels)
+        self._stalled.clear()
+        self._observe([{**w, "pending": w["next_event_seq"] - 1 - w["projected_seq"]} for w in worlds], every_label=True)
+
+    def observe_backlog(self, worlds: Sequence[Mapping[str, Any]]) -> None:
+        """The worlds with audit events pending (each with `pending`, `status` and `health`):
+        every other world's lag is 0, and its health is as last seen (a health change appends an
+        event, so a world whose health changed is among these)."""
+        self._observe(worlds, every_label=False)
+
+    def _observe(self, worlds: Sequence[Mapping[str, Any]], *, every_label: bool) -> None:
+        lag: dict[str, int] = dict.fromkeys(self._lagging, 0)
         for world in worlds:
             if world["status"] == "DESTROYED":
-                if self.world.forget(world["world_id"]):
-                    for metric, labels in ((self.tick_seconds, ()), (self.audit_lag, ()), (self.ticks, ("ok",)), (self.ticks, ("failed",))):
-                        with contextlib.suppress(KeyError):  # a series it never had
-                            metric.remove(world["world_id"], *labels)
+                self._stalled.discard(world["world_id"])
                 continue
             label = self.world(world["world_id"])
-            lag[label] = lag.get(label, 0) + world["next_event_seq"] - 1 - world["projected_seq"]
+            lag[label] = lag.get(label, 0) + world["pending"]
+            if world["health"] == "STALLED":
+                self._stalled.add(world["world_id"])
+            else:
+                self._stalled.discard(world["world_id"])
         for label, pending in lag.items():
-            self.audit_lag.labels(label).set(pending)
-        self.stalled.set(sum(1 for world in worlds if world["status"] != "DESTROYED" and world["health"] == "STALLED"))
+            if pending or every_label or label in self._lagging:
+                self.audit_lag.labels(label).set(pending)
+        self._lagging = {label for label, pending in lag.items() if pending}
+        self.stalled.set(len(self._stalled))
 
     def observe_tick(self, world_id: str, seconds: float, ok: bool) -> None:
         label = self.world(world_id)
@@ -127,7 +149,7 @@ class ObservedAuthority(Authority):
         if method == "admit":
             for admitted in result:
                 self.metrics.admissions.labels("replayed" if admitted["replayed"] else "admitted").inc()
-        elif method == "list_worlds":  # the audit projector lists them every round: lag rides along
+        elif method == "list_worlds":  # the runner lists them every sweep (the projector reads its backlog): lag rides along
             self.metrics.observe_worlds(result)
         elif method == "lease":
             self.metrics.takeovers.inc(sum(1 for row in result if row["suspect"]))

@@ -27,9 +27,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import h11
 import uvicorn
-from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from archetype.api import create_app
 from archetype.api.auth import TOKENS_ENV, TokenTable, TokenTableError
@@ -46,7 +45,7 @@ from archetype.settings import ConfigurationError, ServeSettings
 from archetype.world.operations import DestroyWorld
 from archetype.world.world import AsyncWorld
 from local_catalog import open_local_authority
-from local_catalog.writer import WriterThreadAuthority
+from local_catalog.writer import BacklogWorld, WriterThreadAuthority
 
 log = logging.getLogger("archetype.serve")
 
@@ -90,22 +89,30 @@ def hold_data_directory(data: Path, runner_id: str | None) -> Iterator[str]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-class HeadDeadline(H11Protocol):
-    """uvicorn's HTTP/1.1 protocol, except that a connection whose request head (request line and
-    headers) is not complete `head_timeout_s` after it opened, or after its previous answer, is
-    closed. uvicorn has no such limit: a client trickling its headers would hold a connection
-    forever. (A slow body is the app's to refuse: 408 `request_timeout`, archetype.api.limits.)"""
+class HeadDeadline(HttpToolsProtocol):
+    """uvicorn's HTTP/1.1 protocol (on httptools, the C parser: h11's pure-Python one cost about a
+    fifth of an admission request's CPU), except that a connection whose request head (request
+    line and headers) is not complete `head_timeout_s` after it opened, or after its previous
+    answer, is closed. uvicorn has no such limit: a client trickling its headers would hold a
+    connection forever. (A slow body is the app's to refuse: 408 `request_timeout`,
+    archetype.api.limits.)"""
 
     def __init__(self, *args: Any, head_timeout_s: float, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.head_timeout_s = head_timeout_s
         self._waiting: object = None
+        self._heads = self._answers = 0  # a head beyond the answered ones is complete (pipelined ones too)
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._await_head()
 
+    def on_headers_complete(self) -> None:
+        self._heads += 1
+        super().on_headers_complete()
+
     def on_response_complete(self) -> None:
+        self._answers += 1
         super().on_response_complete()
         self._await_head()
 
@@ -116,7 +123,7 @@ class HeadDeadline(H11Protocol):
     def _head_late(self, waiting: object) -> None:
         if waiting is not self._waiting:
             return
-        if self.conn.their_state is h11.IDLE and not self.transport.is_closing():  # IDLE: no complete head yet
+        if self._heads == self._answers and not self.transport.is_closing():
             self.transport.close()
 
 
@@ -341,7 +348,12 @@ async def _serve(config: ServeSettings, runner_id: str, tokens: TokenTable, modu
     catalog = open_local_authority(config.data, synchronous=config.synchronous)
     assert isinstance(catalog, WriterThreadAuthority)  # serve runs on CPython, which has threads
     authority = ObservedAuthority(catalog, metrics)
-    runtime = Runtime(authority, owner=runner_id, audit=AuditLog.open_local(config.data, authority))
+    async def backlog() -> list[BacklogWorld]:  # the projector's round: the worlds with events pending, not all
+        worlds = await catalog.outbox_backlog()
+        metrics.observe_backlog(worlds)
+        return worlds
+
+    runtime = Runtime(authority, owner=runner_id, audit=AuditLog.open_local(config.data, authority, backlog=backlog))
     set_up_modules(runtime, modules)
     app = create_app(authority, registry=runtime.registry, tokens=tokens, quota=config.quota, worlds=runtime.worlds,
                      audit=runtime.audit, body_timeout_s=config.body_timeout)  # fmt: skip

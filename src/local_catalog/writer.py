@@ -21,6 +21,7 @@ from archetype.commands import ledger_sql as q
 from archetype.commands.authority import InProcessAuthority
 from archetype.commands.errors import UnregisteredOperationError
 from archetype.commands.ledger import LEDGER_METHODS, Ledger
+from archetype.commands.ledger_rows import Watermark
 from local_catalog.port import SqliteSqlPort
 
 # Runs of its own: destroy is a series of short transactions by design (docs/ledger.md), which a
@@ -28,6 +29,11 @@ from local_catalog.port import SqliteSqlPort
 SOLO_METHODS = frozenset({"destroy"})
 # Bounds how long one group holds the catalog's write lock.
 MAX_GROUP = 256
+
+
+class BacklogWorld(Watermark):
+    status: str
+    health: str
 
 
 class PendingWorld(TypedDict):
@@ -81,6 +87,14 @@ class WriterThreadAuthority(InProcessAuthority):
         rows = await self._call(lambda: self._port.execute(q.PENDING_WORLDS), solo=False)
         return [{"world_id": r[0], "status": r[1], "tick_head": r[2], "next_tick": r[3], "clock_tick": r[4], "clock_ms": r[5]}
                 for r in rows]  # fmt: skip
+
+    async def outbox_backlog(self) -> list[BacklogWorld]:
+        """The worlds of the catalog with outbox events not yet projected, each with its watermark,
+        status and health (a local-catalog read, like `pending_worlds`): what `archetype serve`'s
+        audit projector drains each round, found without a walk over every world."""
+        rows = await self._call(lambda: self._port.execute(q.BACKLOG_WORLDS), solo=False)
+        return [{"world_id": r[0], "status": r[1], "health": r[2], "committed_seq": r[3], "projected_seq": r[4],
+                 "pending": r[3] - r[4]} for r in rows]  # fmt: skip
 
     async def _call(self, fn: Callable[[], Any], *, solo: bool) -> Any:
         if self._closed:

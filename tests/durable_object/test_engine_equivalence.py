@@ -207,6 +207,7 @@ async def test_every_ledger_statement_answers_alike_on_the_local_port_the_real_e
         await ledger_script(authority, clock)
         await authority.list_worlds()
         port.execute(ledger_sql.PENDING_WORLDS)  # the local catalog's runner read, not a ledger method
+        port.execute(ledger_sql.BACKLOG_WORLDS)  # the local catalog's audit projector read, not a ledger method
         Ledger(port, clock)  # re-opened: reads the schema version it wrote
     finally:
         await authority.close()

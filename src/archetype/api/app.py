@@ -16,6 +16,7 @@ from fastapi.responses import JSONResponse
 
 from archetype.api.auth import Bearer, TokenTable, require
 from archetype.api.errors import InvalidRequestError, ShuttingDownError, install_error_handlers
+from archetype.api.hot import HotRoutes, hot_route
 from archetype.api.limits import DEFAULT_BODY_TIMEOUT_S, DEFAULT_MAX_BODY_BYTES, BodyLimit
 from archetype.api.models import (
     MAX_BATCH,
@@ -63,6 +64,7 @@ from archetype.commands.identity import COMMAND_ID_PATTERN
 from archetype.commands.options import ActorCtx, Role
 from archetype.commands.registry import OperationRegistry
 from archetype.commands.scheduler import CommandScheduler, CommandStatus
+from archetype.world.family import create_world_row
 from archetype.world.operations import WORLD_ID_PATTERN, CreateWorld, DestroyWorld, Spawn
 
 # Commands one principal may have admitted for one target tick of one world (ledger-enforced).
@@ -113,13 +115,14 @@ def readable_scope(actor: ActorCtx, principal: str | None, trusted: bool) -> str
     return actor.principal
 
 
-def _admitting(request: Request) -> None:
+# The dependencies are coroutines although they never wait: see `require`.
+async def _admitting(request: Request) -> None:
     request.app.state.admission.check()
 
 
-def _ledger_actor(method: str, request: Request, credentials: Bearer) -> ActorCtx:
+async def _ledger_actor(method: str, request: Request, credentials: Bearer) -> ActorCtx:
     role = LEDGER_ROUTE_ROLES.get(method)
-    actor = require(role or Role.operator)(request, credentials)
+    actor = await require(role or Role.operator)(request, credentials)
     if role is None:
         raise UnregisteredOperationError(f"{method!r} is not a runner-protocol method")
     if method in ADMISSION_METHODS:
@@ -153,6 +156,24 @@ def create_app(
     app.state.tokens = tokens if isinstance(tokens, TokenTable) else TokenTable(tokens or {})
     app.state.admission = AdmissionGate()
     install_error_handlers(app)
+
+    # The work of the two routes HotRoutes may answer as well (archetype.api.hot).
+    async def admit_one(world_id: str, body: SubmitCommand, actor: ActorCtx, idempotency_key: str | None) -> CommandAccepted:
+        item = translate(world_id, body, idempotency_key=idempotency_key)
+        if type(item.op) is Spawn:
+            admission = await dispatcher.defer_spawn_as(actor, item.op, item.options, command_id=item.command_id)
+            return CommandAccepted.of(admission.command, admission.entity_id)
+        return CommandAccepted.of(await dispatcher.defer_as(actor, item.op, item.options, command_id=item.command_id))
+
+    async def create_one(_: None, body: CreateWorldRequest, actor: ActorCtx, __: str | None) -> WorldView:
+        op = CreateWorld(name=body.name, world_id=body.world_id)
+        dispatcher.authorize_as(actor, op)  # then the handler's own ledger call, whose row is the answer
+        return WorldView.of(await create_world_row(authority, op))
+
+    hot = (hot_route("/worlds/{world_id}/commands", Role.player, SubmitCommand, 202, admit_one, keyed=True),
+           hot_route("/worlds", Role.admin, CreateWorldRequest, 201, create_one, keyed=False))  # fmt: skip
+    # added first, so it runs inside BodyLimit: it gets the body read, checked and parsed
+    app.add_middleware(HotRoutes, state=app.state, routes=lambda: app.router.routes, hot=hot)
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes, body_timeout_s=body_timeout_s)
 
     viewer, player, operator, admin = (
@@ -168,8 +189,7 @@ def create_app(
     # -- worlds --
     @app.post("/worlds", status_code=201, response_model=WorldView, responses=error_responses(CREATE_WORLD))
     async def create_world(body: CreateWorldRequest, actor: ActorCtx = admin, _: None = admitting) -> WorldView:
-        world_id = await dispatcher.apply_as(actor, CreateWorld(name=body.name, world_id=body.world_id))
-        return WorldView.of(await authority.world_info(world_id))
+        return await create_one(None, body, actor, None)
 
     @app.get("/worlds", response_model=WorldList, responses=error_responses())
     async def list_worlds(actor: ActorCtx = viewer) -> WorldList:
@@ -205,11 +225,7 @@ def create_app(
               responses=error_responses(WORLD_PATH, SUBMITTING))
     async def submit(world_id: WorldIdPath, body: SubmitCommand, actor: ActorCtx = player, _: None = admitting,
                      idempotency_key: IdempotencyKey = None) -> CommandAccepted:  # fmt: skip
-        item = translate(world_id, body, idempotency_key=idempotency_key)
-        if type(item.op) is Spawn:
-            admission = await dispatcher.defer_spawn_as(actor, item.op, item.options, command_id=item.command_id)
-            return CommandAccepted.of(admission.command, admission.entity_id)
-        return CommandAccepted.of(await dispatcher.defer_as(actor, item.op, item.options, command_id=item.command_id))
+        return await admit_one(world_id, body, actor, idempotency_key)
 
     @app.post("/worlds/{world_id}/commands:batch", status_code=202, response_model=BatchAccepted,
               responses=error_responses(WORLD_PATH, SUBMITTING))

@@ -13,7 +13,7 @@ entry by its position (never by its token, a secret) and what to fix.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Annotated, Any, Literal
 
 from fastapi import Request, Security
@@ -106,10 +106,13 @@ class TokenTable:
         return actor
 
 
-def require(role: Role) -> Callable[..., ActorCtx]:
-    """A route dependency: authenticate, then deny a missing role before the route touches a world."""
+def require(role: Role) -> Callable[..., Awaitable[ActorCtx]]:
+    """A route dependency: authenticate, then deny a missing role before the route touches a world.
 
-    def dependency(request: Request, credentials: Bearer) -> ActorCtx:
+    A coroutine although it never waits: FastAPI runs a plain function dependency in a worker
+    thread, a thread hop (and GIL hand-over) per dependency of every request."""
+
+    async def dependency(request: Request, credentials: Bearer) -> ActorCtx:
         actor = request.app.state.tokens.authenticate(credentials.credentials if credentials else None)
         if not actor.has(role):
             raise PermissionDeniedError(f"this route needs the {role.name} role")

@@ -22,6 +22,7 @@ text that is not JSON at all is left to the route (400 `invalid_json`).
 from __future__ import annotations
 
 import asyncio
+import functools
 from email.message import Message
 from typing import Any
 
@@ -38,10 +39,14 @@ from archetype.commands.registry import NonCanonicalCommandError
 DEFAULT_MAX_BODY_BYTES = 1 << 20
 DEFAULT_BODY_TIMEOUT_S = 20.0
 SINGLE_VALUED_HEADERS = (b"authorization", b"idempotency-key", b"content-type")
+# The scope key under which a JSON body that passed the strict parser is handed on, parsed (the
+# hot routes use it instead of parsing the body again; archetype.api.hot).
+PARSED_BODY = "archetype.parsed_body"
 MAX_BODY_DEPTH = MAX_DEPTH
 """The deepest nesting a JSON request body may have (component data has its own, smaller limit)."""
 
 
+@functools.lru_cache(maxsize=64)  # clients send a few spellings; parsing one as a MIME header costs more than the admission's SQL
 def parsed_as_json(content_type: bytes | None) -> bool:
     """Whether a route may parse a body with this Content-Type as JSON (no type at all included,
     as some framework versions do)."""
@@ -53,15 +58,15 @@ def parsed_as_json(content_type: bytes | None) -> bool:
     return message.get_content_maintype() == "application" and (subtype == "json" or subtype.endswith("+json"))
 
 
-def strict_json_refusal(body: bytes) -> NonCanonicalCommandError | None:
-    """Why `body` must not reach a route (None when it may): it is JSON without a canonical value."""
+def strict_json(body: bytes) -> tuple[Any, NonCanonicalCommandError | None]:
+    """`body` parsed (None when it is not JSON at all: the route says so), and why it must not
+    reach a route (None when it may): it is JSON without a canonical value."""
     try:
-        parse_json(body, max_depth=MAX_BODY_DEPTH, integers=False)  # integer fields have their own bounds
+        return parse_json(body, max_depth=MAX_BODY_DEPTH, integers=False), None  # integer fields have their own bounds
     except NonCanonicalValueError as exc:
-        return NonCanonicalCommandError.at("$", exc)
-    except ValueError:  # not JSON at all (json.JSONDecodeError, UnicodeDecodeError): the route says so
-        return None
-    return None
+        return None, NonCanonicalCommandError.at("$", exc)
+    except ValueError:  # not JSON at all (json.JSONDecodeError, UnicodeDecodeError)
+        return None, None
 
 
 class BodyLimit:
@@ -90,7 +95,8 @@ class BodyLimit:
                 await error_response(self._too_large())(scope, receive, send)
                 return
         try:
-            body = await asyncio.wait_for(self._read_body(receive), self.body_timeout_s)
+            async with asyncio.timeout(self.body_timeout_s):  # in this task: wait_for would start one per request
+                body = await self._read_body(receive)
         except TimeoutError:
             late = RequestTimeoutError(f"the request body did not arrive within {self.body_timeout_s:g} s")
             await error_response(late, headers={"Connection": "close"})(scope, receive, send)
@@ -101,11 +107,13 @@ class BodyLimit:
         if body is None:
             return  # the client went away before sending its body
         if body and parsed_as_json(headers.get(b"content-type")):
-            refusal = strict_json_refusal(body)
+            value, refusal = strict_json(body)
             if refusal is not None:
                 await error_response(refusal)(scope, receive, send)
                 return
-        await self.app(scope, _replay(body, receive), send)
+            if value is not None:
+                scope[PARSED_BODY] = value
+        await self.app(scope, replay(body, receive), send)
 
     async def _read_body(self, receive: Any) -> bytes | None:
         """The whole body; None when the client went away before sending it."""
@@ -124,7 +132,8 @@ class BodyLimit:
         return PayloadTooLargeError(f"request bodies are limited to {self.max_bytes} bytes")
 
 
-def _replay(body: bytes, receive: Any) -> Any:
+def replay(body: bytes, receive: Any) -> Any:
+    """`receive`, giving `body` as the first message (the body was read already)."""
     sent = False
 
     async def replayed() -> dict[str, Any]:

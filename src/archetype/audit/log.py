@@ -13,7 +13,7 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,12 +30,17 @@ log = logging.getLogger(__name__)
 
 DEFAULT_BATCH = 5_000
 Progress = Callable[[int], None]
+Backlog = Callable[[], Awaitable[Sequence[Watermark]]]
 
 
 class AuditLog:
     def __init__(self, open_table: Callable[[], AuditTable], authority: Authority | None = None,
-                 writer: ProcessWriter | None = None, *, batch_size: int = DEFAULT_BATCH) -> None:  # fmt: skip
+                 writer: ProcessWriter | None = None, *, batch_size: int = DEFAULT_BATCH,
+                 backlog: Backlog | None = None) -> None:  # fmt: skip
+        """`backlog` answers the worlds with events pending (at least those; the default, `lag`,
+        reads every world's row)."""
         self.authority = authority
+        self.backlog = backlog
         self.writer = writer
         self.batch_size = batch_size
         self._open_table = open_table
@@ -113,7 +118,7 @@ class AuditLog:
     async def project_once(self, progress: Progress | None = None) -> dict[str, int]:
         """One pass over every world with pending events; return rows appended per world."""
         appended = {}
-        for lag in await self.lag():
+        for lag in await (self.backlog or self.lag)():
             if lag["pending"]:
                 appended[lag["world_id"]] = await self.project_world(lag["world_id"], progress)
         return appended

@@ -179,6 +179,16 @@ READ_OUTBOX_COLUMNS = (
     + f" FROM ({READ_OUTBOX})"
 )
 DELETE_OUTBOX_UPTO = "DELETE FROM outbox WHERE world_id = ? AND event_seq <= ?"
+# The catalog's worlds with events left to project (acknowledging deletes them, so the outbox holds
+# only those), with their watermarks: a skip-scan of the outbox key, one look-up per such world,
+# so the audit projector's round costs nothing for the worlds with nothing pending.
+BACKLOG_WORLDS = """WITH RECURSIVE pending(world_id) AS (
+        SELECT min(world_id) FROM outbox
+        UNION ALL
+        SELECT (SELECT min(o.world_id) FROM outbox AS o WHERE o.world_id > pending.world_id) FROM pending
+        WHERE pending.world_id IS NOT NULL)
+    SELECT w.world_id, w.status, w.health, w.next_event_seq - 1, w.projected_seq
+    FROM pending JOIN worlds AS w ON w.world_id = pending.world_id ORDER BY w.world_id"""
 
 # -- component schemas and migrations --
 COMPONENT_COLUMNS = "c.name, c.fingerprint, c.schema, c.recorded_at, m.to_fingerprint"

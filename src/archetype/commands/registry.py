@@ -202,7 +202,7 @@ class OperationSpec:
 
         A value whose class is not loaded in this process (an edge that admits for runners) is left
         to materialization, which runs the same check and rejects that one command."""
-        for index, value in enumerate(getattr(op, "components", None) or ()):
+        for index, value in enumerate(_components_of(op) or ()):
             if not isinstance(value, ComponentValue):
                 continue
             where = f"$.components[{index}].data"
@@ -223,6 +223,20 @@ class OperationSpec:
                 raise InvalidComponentDataError(f"{at}: does not validate as {value.name}: {_errors(exc)}") from None
             except (LookupError, TypeError, ValueError) as exc:
                 raise InvalidCommandError(f"{where}: {value.name} cannot be built from it: {type(exc).__name__}: {exc}") from None
+
+
+_HAS_COMPONENTS: dict[type, bool] = {}
+
+
+def _components_of(op: BaseModel) -> Any:
+    """`op.components`, None when it has none, with whether its class has any asked once per class:
+    pydantic says an attribute is missing by raising through two `__getattr__`s, which every
+    admission of an operation without components paid."""
+    cls = type(op)
+    has = _HAS_COMPONENTS.get(cls)
+    if has is None:
+        has = _HAS_COMPONENTS.setdefault(cls, "components" in cls.model_fields or hasattr(cls, "components"))
+    return getattr(op, "components", None) if has else None
 
 
 def _json_text(data: Any) -> str | None:

@@ -10,8 +10,10 @@ import uuid
 from collections.abc import Callable
 from typing import Any, TypedDict
 
+from archetype.commands.authority import Authority
 from archetype.commands.dispatcher import HandlerContext
 from archetype.commands.errors import OperationUnavailableError
+from archetype.commands.ledger_rows import WorldRow
 from archetype.commands.options import Role
 from archetype.commands.registry import DurableOperation, OperationRegistry, OperationSpec
 from archetype.world.operations import (
@@ -77,10 +79,14 @@ async def _spawn_reserved_direct(ctx: HandlerContext, op: SpawnReserved) -> None
 
 
 # -- direct-only operations --
+async def create_world_row(authority: Authority, op: CreateWorld) -> WorldRow:
+    """CreateWorld's ledger call, answering the world's row (the HTTP route answers it as it is,
+    without a second call to read it back)."""
+    return await authority.create_world(op.world_id or uuid.uuid4().hex, op.name)
+
+
 async def _create_world(ctx: HandlerContext, op: CreateWorld) -> str:
-    world_id = op.world_id or uuid.uuid4().hex
-    info = await ctx.scheduler.authority.create_world(world_id, op.name)
-    return info["world_id"]
+    return (await create_world_row(ctx.scheduler.authority, op))["world_id"]
 
 
 async def _destroy_world(ctx: HandlerContext, op: DestroyWorld) -> int:

@@ -1,0 +1,139 @@
+"""The hot routes without the framework's per-request machinery: `POST /worlds/{id}/commands`
+(single-command admission), `POST /worlds` (world creation) and `GET /health`.
+
+FastAPI's routing and dependency solving cost more CPU per admission than the admission itself
+(route matching over every route, a dependency graph solved per request, the body parsed a
+second time); on `archetype serve`'s one event loop that CPU is what caps HTTP admission and
+what `/health` queues behind. This ASGI layer sits inside `BodyLimit` (which has already read
+the body, checked its headers and parsed it strictly) and answers a request of these routes
+itself only when every check the framework would make passes: a known bearer token with the
+role, the admission gate open, a world id and Idempotency-Key of the declared patterns, a JSON
+content type and a body that validates. Anything else goes to the framework unchanged, which
+gives every refusal its usual answer. The work and the answer are the route's own (its
+`handler`, the same serialisation as the route's `response_model`), so the bytes are the same
+either way (tests/api/test_hot_routes.py holds the two paths to identical answers).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi.security.utils import get_authorization_scheme_param
+from pydantic import BaseModel, ValidationError
+from starlette.responses import Response
+
+from archetype.api.auth import TokenTable
+from archetype.api.errors import UnauthenticatedError, error_response, validation_error
+from archetype.api.limits import PARSED_BODY, parsed_as_json, replay
+from archetype.api.models import Health
+from archetype.commands.errors import CommandError
+from archetype.commands.identity import COMMAND_ID_PATTERN
+from archetype.commands.options import ActorCtx, Role
+from archetype.world.operations import WORLD_ID_PATTERN
+
+HEALTH_ROUTE = "/health"
+_HEALTH_OK = Health(status="ok").__pydantic_serializer__.to_json(Health(status="ok"))
+# (world id from the path or None, the body, the actor, the Idempotency-Key or None) -> the answer
+Handler = Callable[[Any, Any, ActorCtx, "str | None"], Awaitable[BaseModel]]
+
+
+@dataclass(frozen=True)
+class HotRoute:
+    """A framework route HotRoutes may answer: its template, what its dependencies demand and its
+    success status; `handler` is the route's own work."""
+
+    template: str
+    pattern: re.Pattern[str]
+    role: Role
+    body: type[BaseModel]
+    status: int
+    handler: Handler
+    keyed: bool  # the route takes an Idempotency-Key header (checked against its pattern)
+
+
+def hot_route(template: str, role: Role, body: type[BaseModel], status: int, handler: Handler, *, keyed: bool) -> HotRoute:
+    pattern = re.compile(re.escape(template).replace(re.escape("{world_id}"), "(" + WORLD_ID_PATTERN.strip("^$") + ")"))
+    return HotRoute(template, pattern, role, body, status, handler, keyed)
+
+
+def _json(model: BaseModel, status: int) -> Response:
+    # what FastAPI sends for a `response_model` route: the model's JSON bytes, application/json
+    return Response(model.__pydantic_serializer__.to_json(model), status_code=status, media_type="application/json")
+
+
+class HotRoutes:
+    def __init__(self, app: Any, *, state: Any, routes: Callable[[], list[Any]], hot: Sequence[HotRoute]) -> None:
+        self.app = app
+        self.state = state  # the application's state: its token table and admission gate
+        self._routes = routes
+        self._route: dict[tuple[str, str], Any] = {}
+        self.hot = hot
+
+    def route(self, method: str, path: str) -> Any:
+        """The framework's route object (the metrics label requests by its template)."""
+        key = (method, path)
+        if key not in self._route:
+            self._route[key] = next(r for r in self._routes() if getattr(r, "path", None) == path
+                                    and method in getattr(r, "methods", ()))  # fmt: skip
+        return self._route[key]
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            if scope["method"] == "GET" and scope["path"] == HEALTH_ROUTE and self.state.admission.open:
+                scope["route"] = self.route("GET", HEALTH_ROUTE)
+                await Response(_HEALTH_OK, media_type="application/json")(scope, receive, send)
+                return
+            if scope["method"] == "POST":
+                for hot in self.hot:
+                    match = hot.pattern.fullmatch(scope["path"])
+                    if match is not None:
+                        answered, receive = await self._answer(hot, scope, receive, send, match.group(1) if match.groups() else None)
+                        if answered:
+                            return
+                        break
+        await self.app(scope, receive, send)
+
+    async def _answer(self, hot: HotRoute, scope: dict[str, Any], receive: Any, send: Any,
+                      world_id: str | None) -> tuple[bool, Any]:  # fmt: skip
+        """Answer the request when the framework would reach the route; else leave it to the
+        framework (with the body replayed)."""
+        headers = dict(scope["headers"])
+        actor = self._actor(headers.get(b"authorization"), hot.role)
+        key = headers.get(b"idempotency-key") if hot.keyed else None
+        content_type = headers.get(b"content-type")
+        if actor is None or not self.state.admission.open or not content_type or not parsed_as_json(content_type):
+            return False, receive
+        if key is not None and not COMMAND_ID_PATTERN.fullmatch(key.decode("latin-1")):
+            return False, receive
+        message = await receive()
+        receive = replay(message.get("body", b""), receive)
+        if message.get("more_body") or PARSED_BODY not in scope:  # BodyLimit hands the whole body over, parsed
+            return False, receive
+        try:
+            body = hot.body.model_validate(scope[PARSED_BODY])
+        except Exception:  # whatever refuses it, the framework answers it as it always does
+            return False, receive
+        scope["route"] = self.route("POST", hot.template)
+        scope["path_params"] = {} if world_id is None else {"world_id": world_id}
+        try:
+            response = _json(await hot.handler(world_id, body, actor, None if key is None else key.decode("latin-1")), hot.status)
+        except CommandError as exc:
+            response = error_response(exc)
+        except ValidationError as exc:
+            response = error_response(validation_error(exc.errors()))
+        await response(scope, receive, send)
+        return True, receive
+
+    def _actor(self, authorization: bytes | None, role: Role) -> ActorCtx | None:
+        scheme, token = get_authorization_scheme_param(authorization.decode("latin-1") if authorization else None)
+        if scheme.lower() != "bearer" or not token:
+            return None
+        tokens: TokenTable = self.state.tokens
+        try:
+            actor = tokens.authenticate(token)
+        except UnauthenticatedError:
+            return None
+        return actor if actor.has(role) else None

@@ -1,0 +1,126 @@
+"""HotRoutes (archetype.api.hot) answers single-command admission, world creation and /health byte
+for byte as the framework's routes do, and leaves every request it is not sure of to them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+
+from archetype.api import create_app
+from archetype.api.hot import HotRoutes
+from local_catalog import open_local_authority
+from tests.api.conftest import MAX_BODY, QUOTA, TOKENS, auth
+from tests.api.test_routes import value
+from tests.component_modules.alpha import Position
+
+COMMANDS = "/worlds/w1/commands"
+
+
+def despawn(entity_id: int = 1, tick: int = 0) -> dict[str, Any]:
+    return {"type": "despawn", "tick": tick, "entity_id": entity_id}
+
+
+def keyed(key: str, token: str = "t-player") -> dict[str, str]:
+    return auth(token, **{"Idempotency-Key": key})
+
+
+# (method, path, body as JSON or raw bytes, headers); `hot` marks what HotRoutes itself answers
+REQUESTS: list[tuple[str, str, Any, dict[str, str], bool]] = [
+    ("GET", "/health", None, {}, True),
+    ("POST", COMMANDS, despawn(), keyed("k1"), True),
+    ("POST", COMMANDS, despawn(), keyed("k1"), True),  # a replay
+    ("POST", COMMANDS, despawn(entity_id=2), keyed("k1"), True),  # a conflict: 409 from the ledger
+    ("POST", COMMANDS, {**despawn(entity_id=3), "command_id": "k-field"}, auth("t-player"), True),  # no header key
+    ("POST", COMMANDS, {"type": "spawn", "tick": 0, "components": [value(Position(x=0, y=0))]}, keyed("ship"), True),
+    *[("POST", COMMANDS, despawn(entity_id=9, tick=5), keyed(f"q{i}"), True) for i in range(QUOTA + 1)],  # the last: quota
+    ("POST", "/worlds/nowhere/commands", despawn(), keyed("k2"), True),  # world_not_found
+    ("POST", COMMANDS, {"type": "despawn", "tick": 0, "entity_id": 1, "command_id": "k-a"}, keyed("k-b"), True),
+    ("POST", COMMANDS, despawn(), keyed("k3", "t-viewer"), False),  # no player role
+    ("POST", COMMANDS, despawn(), keyed("k3", "t-unknown"), False),
+    ("POST", COMMANDS, despawn(), {"Authorization": "Basic dXNlcjpwYXNz", "Idempotency-Key": "k3"}, False),
+    ("POST", COMMANDS, despawn(), {"Idempotency-Key": "k3"}, False),
+    ("POST", COMMANDS, despawn(), keyed("no spaces allowed"), False),
+    ("POST", COMMANDS, {"type": "despawn", "tick": 0}, keyed("k4"), False),  # fails validation
+    ("POST", COMMANDS, {"type": "teleport", "tick": 0}, keyed("k4"), False),
+    ("POST", COMMANDS, b'{"type": "despawn",', {**keyed("k4"), "Content-Type": "application/json"}, False),
+    ("POST", COMMANDS, b'{"type": "despawn", "tick": 0, "entity_id": 1}', {**keyed("k5"), "Content-Type": "text/plain"}, False),
+    ("POST", COMMANDS, b"", {**keyed("k5"), "Content-Type": "application/json"}, False),
+    ("POST", "/worlds/bad world/commands", despawn(), keyed("k6"), False),
+    ("GET", COMMANDS, None, auth("t-player"), False),
+    ("GET", "/health?x=1", None, {}, True),
+    ("POST", "/worlds", {"name": "second", "world_id": "w2"}, auth("t-admin"), True),
+    ("POST", "/worlds", {"name": "second", "world_id": "w2"}, auth("t-admin", **{"Idempotency-Key": "not a key"}), True),
+    ("POST", "/worlds", {"name": "other", "world_id": "w2"}, auth("t-admin"), True),  # world_exists
+    ("POST", "/worlds", {"name": "third", "world_id": "w3"}, auth("t-player"), False),
+    ("POST", "/worlds", {"name": "third", "world_id": "w3", "extra": 1}, auth("t-admin"), False),
+    ("POST", "/worlds", {"name": "third", "world_id": "not valid"}, auth("t-admin"), False),
+]
+
+
+def without_hot_routes(app: Any) -> Any:
+    app.user_middleware = [m for m in app.user_middleware if m.cls is not HotRoutes]
+    return app
+
+
+async def answers(app: Any, count: dict[str, int] | None = None) -> list[tuple[int, str | None, bytes]]:
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://edge") as client:
+        created = await client.post("/worlds", json={"name": "arena", "world_id": "w1"}, headers=auth("t-admin"))
+        assert created.status_code == 201
+        found = []
+        for method, path, body, headers, _ in REQUESTS:
+            before = dict(count or {})
+            kwargs: dict[str, Any] = {"content": body} if isinstance(body, bytes) else {"json": body} if body is not None else {}
+            response = await client.request(method, path, headers=headers, **kwargs)
+            if count is not None:
+                found.append((response.status_code, response.headers.get("content-type"), response.content, count != before))
+            else:
+                found.append((response.status_code, response.headers.get("content-type"), response.content))
+        return found
+
+
+def counting(app: Any, count: dict[str, int]) -> None:
+    """Count what HotRoutes answers itself: it names the framework's route of every request it
+    answers (its middleware instance exists once the stack is built)."""
+    layer = app.build_middleware_stack()
+    app.middleware_stack = layer
+    while not isinstance(layer, HotRoutes):
+        layer = layer.app
+    named = layer.route
+
+    def route(method: str, path: str) -> Any:
+        count["hot"] = count.get("hot", 0) + 1
+        return named(method, path)
+
+    layer.route = route  # type: ignore[method-assign]
+
+
+@pytest.fixture
+async def authorities(tmp_path, clock):
+    made = [open_local_authority(tmp_path / name, clock=clock) for name in ("hot", "framework")]
+    yield made
+    for authority in made:
+        await authority.close()
+
+
+async def test_hot_routes_answer_as_the_framework_does(authorities):
+    hot_app = create_app(authorities[0], tokens=TOKENS, quota=QUOTA, max_body_bytes=MAX_BODY)
+    count: dict[str, int] = {}
+    counting(hot_app, count)
+    framework = without_hot_routes(create_app(authorities[1], tokens=TOKENS, quota=QUOTA, max_body_bytes=MAX_BODY))
+    hot_answers = await answers(hot_app, count)
+    framework_answers = await answers(framework)
+    assert [a[:3] for a in hot_answers] == framework_answers
+    assert [a[3] for a in hot_answers] == [r[4] for r in REQUESTS]  # each answered by the path expected
+    statuses = [a[0] for a in framework_answers]
+    assert statuses[:6] == [200, 202, 202, 409, 202, 202] and 429 in statuses and 404 in statuses
+
+
+async def test_a_closed_admission_gate_is_the_frameworks_to_answer(authorities):
+    app = create_app(authorities[0], tokens=TOKENS, quota=QUOTA, max_body_bytes=MAX_BODY)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://edge") as client:
+        await client.post("/worlds", json={"name": "arena", "world_id": "w1"}, headers=auth("t-admin"))
+        app.state.admission.close()
+        assert (await client.get("/health")).status_code == 503
+        assert (await client.post(COMMANDS, json=despawn(), headers=keyed("k1"))).json()["code"] == "shutting_down"
