@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import fcntl
 import functools
+import hashlib
 import importlib
 import json
 import logging
@@ -22,10 +23,10 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import IO, Any
 
 import h11
 import uvicorn
@@ -34,7 +35,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from archetype.api import create_app
 from archetype.api.auth import TOKENS_ENV, TokenTable, TokenTableError
 from archetype.audit import AuditLog
-from archetype.commands.errors import CommandError, WorldClosingError, WorldNotFoundError
+from archetype.commands.errors import CommandError, WorldClosingError, WorldLeaseHeldError, WorldNotFoundError
 from archetype.dashboard import mount_dashboard
 from archetype.docs_ui import mount_docs
 from archetype.metrics import Metrics, ObservedAuthority, configure_logging, mount_metrics
@@ -44,48 +45,126 @@ from archetype.settings import ConfigurationError, ServeSettings
 from archetype.world.operations import DestroyWorld
 from archetype.world.world import AsyncWorld
 from local_catalog import open_local_authority
-from local_catalog.writer import WriterThreadAuthority
+from local_catalog.writer import PendingWorld, WriterThreadAuthority
 
 log = logging.getLogger("archetype.serve")
 
 RUNNER_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@:-]{0,127}")
 
 
-class DataDirectoryBusyError(ConfigurationError):
-    """Another live `archetype serve` already runs on this data directory."""
+class RunnerBusyError(ConfigurationError):
+    """A live `archetype serve` on this data directory already runs this runner id."""
 
 
-SERVE_LOCK = "serve.lock"
+RUNNERS_DIR = "runners"  # <data>/runners/<runner id>.lock: held by the live process of that id
+DUTIES_LOCK = "serve.lock"  # held by the one runner doing the singleton duties (audit projector, retention)
+
+
+def _hold(path: Path) -> IO[str] | None:
+    """`path` opened and exclusively flock'ed, or None when a live process holds it."""
+    handle = open(path, "a+")  # stays open for as long as the lock is held
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        return None
+    return handle
+
+
+def _holder(path: Path) -> str:
+    with contextlib.suppress(OSError):
+        return path.read_text().strip() or "another process"
+    return "another process"
+
+
+def _is_held(path: Path) -> bool:
+    """Whether some live process holds the flock on `path` (the OS drops it when the process dies)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # closing drops the probe's own shared lock
+    return False
+
+
+def host_of(world_id: str, runners: list[str]) -> str:
+    """The runner that should host `world_id` among the live `runners` (rendezvous hashing): each
+    runner's fair share, and when a runner joins or dies only the worlds it gains or loses move."""
+    return max(runners, key=lambda runner: hashlib.blake2b(f"{runner}\0{world_id}".encode(), digest_size=8).digest())
+
+
+class Runners:
+    """This runner's place among the cooperating `serve` processes of one data directory.
+
+    Each process holds `<data>/runners/<runner id>.lock` for its life (the OS drops it however the
+    process dies), so the live runners are the lock files whose lock is held: no heartbeat rows, no
+    clock. One of them, whoever holds `<data>/serve.lock`, does the singleton duties: the audit
+    projector (one writer of the Iceberg table) and retention. When it dies another takes them on.
+    """
+
+    def __init__(self, data: Path, runner_id: str, handle: IO[str]) -> None:
+        self.data, self.runner_id = data, runner_id
+        self._handle = handle
+        self._duties: IO[str] | None = None
+
+    def live(self) -> list[str]:
+        """The runner ids with a live process now, this one included, sorted."""
+        found = {path.name.removesuffix(".lock") for path in (self.data / RUNNERS_DIR).glob("*.lock") if _is_held(path)}
+        return sorted(found | {self.runner_id})
+
+    def take_duties(self) -> bool:
+        """Whether this runner does the singleton duties: it holds their lock, or takes it now."""
+        if self._duties is None:
+            self._duties = _hold(self.data / DUTIES_LOCK)
+            if self._duties is not None:
+                self._duties.truncate(0)
+                self._duties.write(f"runner {self.runner_id!r} (pid {os.getpid()})")
+                self._duties.flush()
+        return self._duties is not None
+
+    def close(self) -> None:
+        for handle in (self._duties, self._handle):
+            if handle is not None:
+                handle.close()  # closing the descriptor drops its flock
 
 
 @contextlib.contextmanager
-def hold_data_directory(data: Path, runner_id: str | None) -> Iterator[str]:
-    """Hold the data directory, and this runner's id, for the life of the process.
+def hold_data_directory(data: Path, runner_id: str | None) -> Iterator[Runners]:
+    """Hold this runner's id on the data directory for the life of the process.
 
-    One `serve` per data directory: two would fight over every world (each load fences the other's
-    writer), so a second one is refused by an OS lock on `<data>/serve.lock`, which the OS drops
-    when the process dies, however it dies. The runner id is stable across restarts (so a
-    restarted runner takes back its own leases at once and a crash is recognised as one).
+    Several runners share a data directory, each under its own stable id (a restarted runner takes
+    back its own leases at once, and a crash is recognised as one); the same id twice is refused,
+    with one line. Which worlds each steps is decided by world leases (docs/ledger.md).
     """
     runner_id = runner_id or f"serve@{socket.gethostname()}"
     if not RUNNER_ID_PATTERN.fullmatch(runner_id):
         raise ConfigurationError(f"--runner-id {runner_id!r} must match {RUNNER_ID_PATTERN.pattern}")
-    with open(data / SERVE_LOCK, "a+") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.seek(0)
-            holder = handle.read().strip() or "another process"
-            raise DataDirectoryBusyError(
-                f"{data} is already served by {holder}; stop it, or give this one another --data"
-            ) from None
-        try:
-            handle.truncate(0)
-            handle.write(f"runner {runner_id!r} (pid {os.getpid()})")
-            handle.flush()
-            yield runner_id
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    (data / RUNNERS_DIR).mkdir(exist_ok=True)
+    path = data / RUNNERS_DIR / f"{runner_id}.lock"
+    handle = None
+    for _ in range(5):  # another runner's liveness probe holds the lock for an instant
+        handle = _hold(path)
+        if handle is not None:
+            break
+        time.sleep(0.02)
+    if handle is None:
+        raise RunnerBusyError(
+            f"{data} already has a live runner {runner_id!r}: {_holder(path)}; give this one another --runner-id to "
+            f"join it as a cooperating runner, or another --data"
+        )
+    handle.truncate(0)
+    handle.write(f"runner {runner_id!r} (pid {os.getpid()})")
+    handle.flush()
+    runners = Runners(data, runner_id, handle)
+    try:
+        yield runners
+    finally:
+        runners.close()
 
 
 class HeadDeadline(H11Protocol):
@@ -194,12 +273,21 @@ class WorldRunner:
     are coalesced (docs/ledger.md, *Idle worlds*). The due worlds of a pass step concurrently, so
     their ledger calls share group commits. Every `sweep_s` the runner lists the worlds once:
     CLOSING worlds to finish, and (when modules add processors on load) new worlds to load and see.
+
+    With `runners` (cooperating runners on one data directory) it steps only the worlds that are
+    its share (`host_of` over the live runners) and that no other live host holds, under world
+    leases: a heartbeat every third of the lease renews them, and hands a world to the runner
+    whose share it became (a runner joined) by releasing it. A dead runner's worlds become the
+    others' share and are claimed once its leases expired.
     """
 
     def __init__(self, runtime: Runtime, catalog: WriterThreadAuthority, metrics: Metrics, tick_rate: float,
-                 sweep_s: float = 10.0, concurrency: int = 256) -> None:  # fmt: skip
+                 sweep_s: float = 10.0, concurrency: int = 256, runners: Runners | None = None) -> None:  # fmt: skip
         self.runtime, self.catalog, self.metrics = runtime, catalog, metrics
         self.interval, self.sweep_s = 1.0 / tick_rate, sweep_s
+        self.runners = runners
+        self.live = [runners.runner_id] if runners else []
+        self._share: dict[str, bool] = {}  # world -> whether it is this runner's share of `live`
         self.passes = 0
         self.clocks: dict[str, tuple[int, int]] = {}  # world -> (its tick head, the pass it was at then)
         self.ticking: set[str] = set()  # worlds with systems
@@ -210,6 +298,14 @@ class WorldRunner:
     def _loaded(self, world: AsyncWorld) -> None:
         if world.has_systems:
             self.ticking.add(world.world_id)
+
+    def mine(self, world_id: str) -> bool:
+        if self.runners is None:
+            return True
+        share = self._share.get(world_id)
+        if share is None:
+            share = self._share[world_id] = host_of(world_id, self.live) == self.runners.runner_id
+        return share
 
     def tick_of(self, world_id: str, tick_head: int) -> int:
         """The tick this world's clock is at in this pass."""
@@ -229,6 +325,30 @@ class WorldRunner:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=max(0.0, self.interval - (loop.time() - started)))
 
+    async def heartbeat(self, stop: asyncio.Event, every_s: float) -> None:
+        """Renew this runner's world leases, follow the live runners, hand over what is no longer its share."""
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=every_s)
+            if stop.is_set() or self.runners is None:
+                return
+            live = self.runners.live()
+            if live != self.live:
+                log.info("runners on this data directory: %s", ", ".join(live))
+                self.live, self._share = live, {}
+            try:
+                for world_id in await self.runtime.worlds.renew():
+                    log.warning("world %s: its world lease was taken over; no longer stepping it", world_id)
+            except Exception:
+                log.exception("could not renew the world leases; trying again")
+            await asyncio.gather(*(self.runtime.worlds.release(w) for w in self.runtime.worlds.loaded if not self.mine(w)))
+
+    def _held_elsewhere(self, world: PendingWorld, now_ms: int) -> bool:
+        """Another live host holds its world lease: leave it alone (claiming would be refused)."""
+        owner = world["host_owner"]
+        return owner is not None and self.runners is not None and owner != self.runners.runner_id and (
+            world["host_expires_at"] or 0) > now_ms  # fmt: skip
+
     async def sweep(self, stop: asyncio.Event) -> None:
         try:
             worlds = await self.runtime.authority.list_worlds()
@@ -239,6 +359,8 @@ class WorldRunner:
         for world in worlds:
             if stop.is_set():
                 return
+            if not self.mine(world["world_id"]):
+                continue
             if world["status"] == "CLOSING":  # a destroy that stopped between its transactions
                 await finish_destroy(self.runtime, world["world_id"])
             elif world["status"] == "ACTIVE" and self._loads_systems and world["world_id"] not in self.clocks:
@@ -258,14 +380,18 @@ class WorldRunner:
         except Exception:
             log.exception("could not read the due worlds; trying again next tick")
             return
+        now_ms = int(time.time() * 1000)
         due: dict[str, int] = {}
         for world in pending:
+            if not self.mine(world["world_id"]) or self._held_elsewhere(world, now_ms):
+                continue
             if world["status"] == "CLOSING":
                 await finish_destroy(self.runtime, world["world_id"])
             elif world["status"] == "ACTIVE" and world["next_tick"] <= self.tick_of(world["world_id"], world["tick_head"]):
                 due[world["world_id"]] = self.tick_of(world["world_id"], world["tick_head"])
         for world_id in self.ticking - due.keys():
-            due[world_id] = self.tick_of(world_id, -1)
+            if self.mine(world_id):
+                due[world_id] = self.tick_of(world_id, -1)
         due = {world_id: tick for world_id, tick in due.items() if self.runtime.worlds.retry_due(world_id)}
         if not stop.is_set():
             await asyncio.gather(*(self.step(world_id, tick) for world_id, tick in due.items()))
@@ -280,6 +406,8 @@ class WorldRunner:
             except (WorldClosingError, WorldNotFoundError):
                 self.ticking.discard(world_id)
                 self.clocks.pop(world_id, None)
+            except WorldLeaseHeldError:
+                return  # another live runner hosts it (it was its share until a moment ago): not a tick
             except CommandError as exc:  # fenced, or leases taken over: the host reloads it next tick
                 log.warning("world %s not stepped: %s: %s", world_id, exc.code, exc.message)
             except Exception:
@@ -302,20 +430,34 @@ async def serve(config: ServeSettings) -> None:
     sock = listen(config.host, config.port)
     try:
         config.data.mkdir(parents=True, exist_ok=True)
-        with hold_data_directory(config.data, config.runner_id) as runner_id:
+        with hold_data_directory(config.data, config.runner_id) as runners:
             if generated:
                 print(f"no token table given; admin token for this run: {generated}", file=sys.stderr, flush=True)
-            await _serve(config, runner_id, tokens, modules, sock)
+            await _serve(config, runners, tokens, modules, sock)
     finally:
         sock.close()
 
 
-async def _serve(config: ServeSettings, runner_id: str, tokens: TokenTable, modules: list[ModuleType], sock: socket.socket) -> None:
+async def singleton_duties(runners: Runners, stop: asyncio.Event, every_s: float, *duties: Callable[[], Awaitable[None]]) -> None:
+    """Run the duties only one runner of a data directory may run, once this runner holds their
+    lock: at once if no other live runner does, else when that one dies."""
+    while not runners.take_duties():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=every_s)
+        if stop.is_set():
+            return
+    log.info("runner %s runs the audit projector and retention for %s", runners.runner_id, runners.data)
+    await asyncio.gather(*(duty() for duty in duties))
+
+
+async def _serve(config: ServeSettings, runners: Runners, tokens: TokenTable, modules: list[ModuleType], sock: socket.socket) -> None:
+    runner_id = runners.runner_id
     metrics = Metrics(config.metrics_worlds)
     catalog = open_local_authority(config.data, synchronous=config.synchronous)
     assert isinstance(catalog, WriterThreadAuthority)  # serve runs on CPython, which has threads
     authority = ObservedAuthority(catalog, metrics)
-    runtime = Runtime(authority, owner=runner_id, audit=AuditLog.open_local(config.data, authority))
+    lease_ms = round(config.world_lease * 1000)
+    runtime = Runtime(authority, owner=runner_id, audit=AuditLog.open_local(config.data, authority), world_lease_ms=lease_ms)
     set_up_modules(runtime, modules)
     app = create_app(authority, registry=runtime.registry, tokens=tokens, quota=config.quota, worlds=runtime.worlds,
                      audit=runtime.audit, body_timeout_s=config.body_timeout)  # fmt: skip
@@ -340,14 +482,20 @@ async def _serve(config: ServeSettings, runner_id: str, tokens: TokenTable, modu
     host, port = server.servers[0].sockets[0].getsockname()[:2]
     print(json.dumps({"serving": f"http://{host}:{port}", "data": str(config.data)}), flush=True)
 
-    runner = asyncio.create_task(WorldRunner(runtime, catalog, metrics, config.tick_rate).run(stop))
-    projector = asyncio.create_task(runtime.audit.run_forever(stop))
-    retention = asyncio.create_task(run_retention(authority, RetentionPolicy.of(config), stop, config.prune_interval))
+    world_runner = WorldRunner(runtime, catalog, metrics, config.tick_rate, runners=runners)
+    beat_s = config.world_lease / 3
+    tasks = [
+        asyncio.create_task(world_runner.run(stop)),
+        asyncio.create_task(world_runner.heartbeat(stop, beat_s)),
+        asyncio.create_task(singleton_duties(
+            runners, stop, beat_s, lambda: runtime.audit.run_forever(stop),
+            lambda: run_retention(authority, RetentionPolicy.of(config), stop, config.prune_interval),
+        )),
+    ]  # fmt: skip
     await stop.wait()
     app.state.admission.close()
-    await runner
-    await projector
-    await retention
+    for task in tasks:
+        await task
     server.should_exit = True
     await serving
     await runtime.close()

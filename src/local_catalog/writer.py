@@ -35,6 +35,8 @@ class PendingWorld(TypedDict):
     status: str
     tick_head: int
     next_tick: int  # the earliest scheduled tick of its open commands
+    host_owner: str | None  # its world lease (docs/ledger.md, "World leases")
+    host_expires_at: int | None
 
 
 @dataclass
@@ -77,7 +79,8 @@ class WriterThreadAuthority(InProcessAuthority):
         """Every world of the catalog with an open command (a local-catalog read: a Durable Object
         holds one world). What `archetype serve`'s runner steps, besides worlds with processors."""
         rows = await self._call(lambda: self._port.execute(q.PENDING_WORLDS), solo=False)
-        return [{"world_id": r[0], "status": r[1], "tick_head": r[2], "next_tick": r[3]} for r in rows]
+        return [{"world_id": r[0], "status": r[1], "tick_head": r[2], "next_tick": r[3], "host_owner": r[4],
+                 "host_expires_at": r[5]} for r in rows]  # fmt: skip
 
     async def _call(self, fn: Callable[[], Any], *, solo: bool) -> Any:
         if self._closed:

@@ -1,7 +1,11 @@
 """WorldHost: the worlds one runtime is stepping, loaded from and published to its authority.
 
-Loading a world acquires its writer (fencing every earlier writer), reads its published state at
-the tick head and wires the world's materializer, publisher and entity-id source to the ledger.
+Loading a world takes its writer, reads its published state at the tick head and wires the
+world's materializer, publisher and entity-id source to the ledger. A host with a world lease
+(`world_lease_ms`: cooperating `archetype serve` runners) claims the world: it resumes its own lease
+at once, takes over only an expired or released one, and is refused (`WorldLeaseHeldError`) a world
+another live host holds; `renew` is its heartbeat. A host without one (an embedded runtime)
+acquires the writer outright, fencing every earlier writer.
 A world whose writer was fenced or whose leases were taken over is dropped, never patched up:
 the next use loads it afresh from the authority.
 
@@ -56,8 +60,10 @@ class _Stall:
 
 class WorldHost:
     def __init__(self, authority: Authority, scheduler: CommandScheduler, *, backoff: Backoff | None = None,
-                 log_every_s: float = 30.0, clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
+                 log_every_s: float = 30.0, clock: Callable[[], float] = time.monotonic,
+                 world_lease_ms: int | None = None) -> None:  # fmt: skip
         self.authority = authority
+        self.world_lease_ms = world_lease_ms
         self.scheduler = scheduler
         self.backoff = backoff or Backoff()
         self.log_every_s = log_every_s
@@ -78,7 +84,10 @@ class WorldHost:
             return self._worlds[world_id]
 
     async def _load(self, world_id: str) -> AsyncWorld:
-        info = await self.authority.acquire_writer(world_id)
+        if self.world_lease_ms is None:
+            info = await self.authority.acquire_writer(world_id)
+        else:
+            info = await self.authority.claim_world(world_id, self.scheduler.owner, self.world_lease_ms)
         stored: dict[int, str] = {}
         after = 0
         while True:
@@ -217,16 +226,48 @@ class WorldHost:
                 log.warning("world %s: could not record the failed tick: %s: %s", world.world_id,
                             type(report).__name__, report)  # fmt: skip
 
+    async def renew(self) -> list[str]:
+        """The heartbeat of a host with world leases: renew every loaded world's lease (concurrently,
+        so a catalog's calls share group commits). A world whose lease was taken over is dropped;
+        answers those."""
+        lease_ms = self.world_lease_ms
+        if lease_ms is None:
+            return []
+
+        async def renew(world_id: str, world: AsyncWorld) -> str | None:
+            try:
+                await self.authority.renew_world(world_id, self.scheduler.owner, world.writer_epoch, lease_ms)
+            except LOST_WRITER:
+                if self._worlds.get(world_id) is world:
+                    self.drop(world_id)
+                return world_id
+            return None
+
+        lost = await asyncio.gather(*(renew(w, world) for w, world in list(self._worlds.items())), return_exceptions=True)
+        return [world_id for world_id in lost if isinstance(world_id, str)]
+
+    async def release(self, world_id: str) -> None:
+        """Stop hosting a world: after its tick in progress, give back its command leases and its
+        world lease (another runner may claim it at once), and drop it."""
+        world = self._worlds.get(world_id)
+        if world is None:
+            return
+        try:
+            async with world.lock:
+                await self.authority.release(world_id, self.scheduler.owner, self.scheduler.session(world_id),
+                                             world.writer_epoch)  # fmt: skip
+                if self.world_lease_ms is not None:
+                    await self.authority.release_world(world_id, self.scheduler.owner, world.writer_epoch)
+        except Exception as exc:  # fenced or gone: its leases are another writer's now, or expire
+            log.warning("world %s: leases not released: %s: %s", world_id, type(exc).__name__, exc)
+        finally:
+            if self._worlds.get(world_id) is world:
+                self.drop(world_id)
+
     async def close(self) -> None:
         """Give back every lease this host's worlds hold (a clean shutdown leaves nothing LEASED)."""
-        for world_id, world in list(self._worlds.items()):
-            try:
-                async with world.lock:
-                    await self.authority.release(world_id, self.scheduler.owner, self.scheduler.session(world_id),
-                                                 world.writer_epoch)  # fmt: skip
-            except Exception as exc:  # fenced or gone: its leases are another writer's now, or expire
-                log.warning("world %s: leases not released at shutdown: %s: %s", world_id, type(exc).__name__, exc)
-        self._worlds.clear()
+        for world_id in list(self._worlds):
+            await self.release(world_id)
 
     @property
     def loaded(self) -> list[str]:
