@@ -154,8 +154,8 @@ def hold_data_directory(data: Path, runner_id: str | None) -> Iterator[Runners]:
         time.sleep(0.02)
     if handle is None:
         raise RunnerBusyError(
-            f"{data} already has a live runner {runner_id!r}: {_holder(path)}; give this one another --runner-id to "
-            f"join it as a cooperating runner, or another --data"
+            f"{data} is already served by {_holder(path)}; give this one another --runner-id to join it as a "
+            f"cooperating runner, or another --data"
         )
     handle.truncate(0)
     handle.write(f"runner {runner_id!r} (pid {os.getpid()})")
