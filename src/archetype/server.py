@@ -441,13 +441,13 @@ async def serve(config: ServeSettings) -> None:
 async def singleton_duties(runners: Runners, stop: asyncio.Event, every_s: float, *duties: Callable[[], Awaitable[None]]) -> None:
     """Run the duties only one runner of a data directory may run, once this runner holds their
     lock: at once if no other live runner does, else when that one dies."""
-    while not runners.take_duties():
+    while not stop.is_set():
+        if runners.take_duties():
+            log.info("runner %s runs the audit projector and retention for %s", runners.runner_id, runners.data)
+            await asyncio.gather(*(duty() for duty in duties))
+            return
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), timeout=every_s)
-        if stop.is_set():
-            return
-    log.info("runner %s runs the audit projector and retention for %s", runners.runner_id, runners.data)
-    await asyncio.gather(*(duty() for duty in duties))
 
 
 async def _serve(config: ServeSettings, runners: Runners, tokens: TokenTable, modules: list[ModuleType], sock: socket.socket) -> None:
