@@ -81,12 +81,19 @@ class Runner:
         tokens.write_text(json.dumps(TOKENS))
         command = [sys.executable, "-m", "archetype.cli", "serve", "--data", str(data), "--port", "0",
                    "--tokens", str(tokens), "--tick-rate", str(tick_rate), "--runner-id", runner_id,
-                   "--log-level", "error"]  # fmt: skip
+                   "--log-level", "warning"]  # fmt: skip
         self.runner_id = runner_id
-        self.process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, text=True,
-                                        env={**os.environ, "PYTHONPATH": str(ROOT / "src")})  # fmt: skip
+        self.log = directory / f"{runner_id}.log"
+        with self.log.open("w") as log:
+            self.process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=log, text=True,
+                                            env={**os.environ, "PYTHONPATH": str(ROOT / "src")})  # fmt: skip
         assert self.process.stdout is not None
         self.url = json.loads(self.process.stdout.readline())["serving"]
+
+    def warnings(self) -> list[str]:
+        """What the runner logged about its worlds: leases taken over, worlds not stepped or not released."""
+        return [line for line in self.log.read_text(errors="replace").splitlines() if "world " in line and (
+            "taken over" in line or "not stepped" in line or "not released" in line)]  # fmt: skip
 
     def takeovers(self) -> float:
         text = httpx.get(f"{self.url}/metrics", headers=ADMIN, timeout=30).text
@@ -148,6 +155,8 @@ def run(directory: Path, seeded: Path, count: int, args: argparse.Namespace) -> 
             runner.process.send_signal(signal.SIGTERM)
         for runner in runners:
             runner.stop()
+        for line in [line for runner in runners for line in runner.warnings()][:20]:
+            print(f"  runner log: {line}", flush=True)
     bumps = sum(max(0, end[w][1] - split[w][1]) for w in end) if split else float("nan")
     shares = [sum(1 for owner, _ in end.values() if owner == r) for r in ids]
     return {"runners": count, "settled": done - first, "per_s": (done - first) / elapsed, "split_s": split_at if split_at else float("nan"),

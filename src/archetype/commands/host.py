@@ -243,8 +243,8 @@ class WorldHost:
                 return world_id
             return None
 
-        lost = await asyncio.gather(*(renew(w, world) for w, world in list(self._worlds.items())), return_exceptions=True)
-        return [world_id for world_id in lost if isinstance(world_id, str)]
+        lost = await asyncio.gather(*(renew(w, world) for w, world in list(self._worlds.items())))
+        return [world_id for world_id in lost if world_id is not None]
 
     async def release(self, world_id: str) -> None:
         """Stop hosting a world: after its tick in progress, give back its command leases and its
@@ -265,9 +265,9 @@ class WorldHost:
                 self.drop(world_id)
 
     async def close(self) -> None:
-        """Give back every lease this host's worlds hold (a clean shutdown leaves nothing LEASED)."""
-        for world_id in list(self._worlds):
-            await self.release(world_id)
+        """Give back every lease this host's worlds hold (a clean shutdown leaves nothing LEASED);
+        concurrently, so a catalog's calls share group commits."""
+        await asyncio.gather(*(self.release(world_id) for world_id in list(self._worlds)))
 
     @property
     def loaded(self) -> list[str]:
