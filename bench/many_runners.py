@@ -153,8 +153,10 @@ def run(directory: Path, seeded: Path, count: int, args: argparse.Namespace) -> 
     finally:
         for runner in runners:
             runner.process.send_signal(signal.SIGTERM)
+        stopping = time.perf_counter()
         for runner in runners:
             runner.stop()
+        print(f"  {count} runners stopped {time.perf_counter() - stopping:.1f} s after SIGTERM", flush=True)
         for line in [line for runner in runners for line in runner.warnings()][:20]:
             print(f"  runner log: {line}", flush=True)
     bumps = sum(max(0, end[w][1] - split[w][1]) for w in end) if split else float("nan")
@@ -195,7 +197,7 @@ def record(lines: list[str]) -> None:
         end = text.find("\n## ", start + len(HEADING))
         section = text[start:end] if end != -1 else text[start:]
         marker = "\n### Reading it"
-        kept = section[section.index(marker):].rstrip("\n") + "\n" if marker in section else ""
+        kept = section[section.index(marker) :].rstrip("\n") + "\n" if marker in section else ""
         text = text[:start] + text[end + 1 :] if end != -1 else text[:start]
     PERFORMANCE_DOC.write_text(text.rstrip("\n") + "\n\n" + "\n".join(lines) + "\n" + kept)
 
