@@ -286,8 +286,11 @@ class WorldRunner:
         self.runtime, self.catalog, self.metrics = runtime, catalog, metrics
         self.interval, self.sweep_s = 1.0 / tick_rate, sweep_s
         self.runners = runners
-        self.live = [runners.runner_id] if runners else []
+        self.live = runners.live() if runners else []  # a joining runner knows the others from its first pass
         self._share: dict[str, bool] = {}  # world -> whether it is this runner's share of `live`
+        self._handing_over: dict[str, asyncio.Task[None]] = {}  # worlds being given back (a runner joined)
+        self.sweep_soon = False  # a sweep at the next pass: the live runners changed, or a world could not load
+        self._unseen_failed = False
         self.passes = 0
         self.clocks: dict[str, tuple[int, int]] = {}  # world -> (its tick head, the pass it was at then)
         self.ticking: set[str] = set()  # worlds with systems
@@ -317,8 +320,8 @@ class WorldRunner:
         swept = -self.sweep_s
         while not stop.is_set():
             started = loop.time()
-            if started - swept >= self.sweep_s:
-                swept = started
+            if started - swept >= self.sweep_s or self.sweep_soon:
+                swept, self.sweep_soon = started, False
                 await self.sweep(stop)
             self.passes += 1
             await self.run_pass(stop)
@@ -333,15 +336,28 @@ class WorldRunner:
             if stop.is_set() or self.runners is None:
                 return
             live = self.runners.live()
-            if live != self.live:
+            moved = live != self.live  # a runner joined or died: the shares moved, and worlds to see with them
+            if moved:
                 log.info("runners on this data directory: %s", ", ".join(live))
                 self.live, self._share = live, {}
+            self.sweep_soon |= moved or self._unseen_failed
+            self._unseen_failed = False
             try:
                 for world_id in await self.runtime.worlds.renew():
                     log.warning("world %s: its world lease was taken over; no longer stepping it", world_id)
             except Exception:
                 log.exception("could not renew the world leases; trying again")
-            await asyncio.gather(*(self.runtime.worlds.release(w) for w in self.runtime.worlds.loaded if not self.mine(w)))
+            for world_id in self.runtime.worlds.loaded:
+                if not self.mine(world_id) and world_id not in self._handing_over:
+                    self._handing_over[world_id] = asyncio.create_task(self._hand_over(world_id))
+
+    async def _hand_over(self, world_id: str) -> None:
+        """Give a world that became another runner's share back, once its tick in progress is done;
+        in a task of its own, so that the heartbeat never waits for a tick."""
+        try:
+            await self.runtime.worlds.release(world_id)
+        finally:
+            del self._handing_over[world_id]
 
     def _held_elsewhere(self, world: PendingWorld, now_ms: int) -> bool:
         """Another live host holds its world lease: leave it alone (claiming would be refused)."""
@@ -371,8 +387,11 @@ class WorldRunner:
     async def _see(self, world_id: str) -> None:
         """Load a world to learn whether the modules give it systems (concurrently: loads share commits)."""
         async with self._slots:
-            with contextlib.suppress(Exception):  # a world that cannot load now is retried when it is due
+            try:
                 await self.runtime.worlds.get(world_id)
+            except Exception:  # held by a runner that died and whose lease has not expired yet, or failing
+                self.clocks.pop(world_id, None)
+                self._unseen_failed = True  # seen again at a sweep after the next heartbeat
 
     async def run_pass(self, stop: asyncio.Event) -> None:
         try:

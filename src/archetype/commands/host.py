@@ -27,7 +27,7 @@ from typing import Any
 
 from archetype.commands.authority import Authority
 from archetype.commands.errors import LeaseLostError, StaleWriterError, WorldClosingError
-from archetype.commands.ledger_rows import ComponentMigrationRow, EntityRewrite, PayloadRewrite
+from archetype.commands.ledger_rows import ComponentMigrationRow, EntityRewrite, PayloadRewrite, WorldRow
 from archetype.commands.scheduler import AuthorityIdSource, CommandScheduler, LedgerPublisher
 from archetype.world.commit import ERROR_TEXT_LIMIT, CommittedTickReceipt
 from archetype.world.components import ComponentValue, loaded_components
@@ -69,6 +69,9 @@ class WorldHost:
         self.log_every_s = log_every_s
         self._clock = clock
         self._worlds: dict[str, AsyncWorld] = {}
+        # world -> the writer epoch of the world lease this host holds: from its claim on, before the
+        # load finishes, so the heartbeat keeps a world alive that is slow to load
+        self._leases: dict[str, int] = {}
         self._stalls: dict[str, _Stall] = {}
         self._loading: dict[str, asyncio.Lock] = {}  # per world: one load at a time, worlds in parallel
         self.on_load: list[Callable[[AsyncWorld], None]] = []
@@ -88,6 +91,16 @@ class WorldHost:
             info = await self.authority.acquire_writer(world_id)
         else:
             info = await self.authority.claim_world(world_id, self.scheduler.owner, self.world_lease_ms)
+            self._leases[world_id] = info["writer_epoch"]
+            try:
+                return await self._loaded(world_id, info)
+            except BaseException:
+                self._leases.pop(world_id, None)  # not hosted after all: left to expire (resumed by a retry)
+                raise
+        return await self._loaded(world_id, info)
+
+    async def _loaded(self, world_id: str, info: WorldRow) -> AsyncWorld:
+        """The world at its tick head, for the writer `info` names."""
         stored: dict[int, str] = {}
         after = 0
         while True:
@@ -175,6 +188,7 @@ class WorldHost:
 
     def drop(self, world_id: str) -> None:
         self._worlds.pop(world_id, None)
+        self._leases.pop(world_id, None)
 
     async def step(self, world_id: str, tick: int | None = None) -> CommittedTickReceipt:
         world = await self.get(world_id)
@@ -227,23 +241,23 @@ class WorldHost:
                             type(report).__name__, report)  # fmt: skip
 
     async def renew(self) -> list[str]:
-        """The heartbeat of a host with world leases: renew every loaded world's lease (concurrently,
+        """The heartbeat of a host with world leases: renew every world lease it holds (concurrently,
         so a catalog's calls share group commits). A world whose lease was taken over is dropped;
         answers those."""
         lease_ms = self.world_lease_ms
         if lease_ms is None:
             return []
 
-        async def renew(world_id: str, world: AsyncWorld) -> str | None:
+        async def renew(world_id: str, writer_epoch: int) -> str | None:
             try:
-                await self.authority.renew_world(world_id, self.scheduler.owner, world.writer_epoch, lease_ms)
+                await self.authority.renew_world(world_id, self.scheduler.owner, writer_epoch, lease_ms)
             except LOST_WRITER:
-                if self._worlds.get(world_id) is world:
+                if self._leases.get(world_id) == writer_epoch:
                     self.drop(world_id)
                 return world_id
             return None
 
-        lost = await asyncio.gather(*(renew(w, world) for w, world in list(self._worlds.items())))
+        lost = await asyncio.gather(*(renew(w, epoch) for w, epoch in list(self._leases.items())))
         return [world_id for world_id in lost if world_id is not None]
 
     async def release(self, world_id: str) -> None:
