@@ -1,9 +1,12 @@
 """`archetype serve`: the local authority, the shared HTTP application under uvicorn, and a runner
 stepping the worlds that have work at a fixed tick rate, all in one process (CPython only).
+Several of them, with distinct runner ids, may share one data directory: they split its worlds
+under world leases (`Runners`, `WorldRunner`; docs/cli.md, "Cooperating runners").
 
 SIGTERM or SIGINT shuts down in order: admission closes first (admitting routes answer 503
 `shutting_down`), the tick in progress finishes, the HTTP server drains its connections, and the
-catalog closes. Nothing is left LEASED by a clean shutdown.
+catalog closes. Nothing is left LEASED by a clean shutdown, and its world leases are given back,
+so the other runners take its worlds over at once.
 """
 
 from __future__ import annotations
@@ -417,6 +420,8 @@ class WorldRunner:
 
     async def step(self, world_id: str, tick: int) -> None:
         async with self._slots:
+            if not self.mine(world_id):  # a runner joined since this pass began: the world is being handed over
+                return
             started, ok = time.perf_counter(), False
             try:
                 receipt = await self.runtime.worlds.step(world_id, tick)
