@@ -289,7 +289,7 @@ class WorldRunner:
         self.runtime, self.catalog, self.metrics = runtime, catalog, metrics
         self.interval, self.sweep_s = 1.0 / tick_rate, sweep_s
         self.runners = runners
-        self.live = runners.live() if runners else []  # a joining runner knows the others from its first pass
+        self.live = runners.live() if runners else []
         self._share: dict[str, bool] = {}  # world -> whether it is this runner's share of `live`
         self._handing_over: dict[str, asyncio.Task[None]] = {}  # worlds being given back (a runner joined)
         self.sweep_soon = False  # a sweep at the next pass: the live runners changed, or a world could not load
@@ -338,12 +338,8 @@ class WorldRunner:
                 await asyncio.wait_for(stop.wait(), timeout=every_s)
             if stop.is_set() or self.runners is None:
                 return
-            live = self.runners.live()
-            moved = live != self.live  # a runner joined or died: the shares moved, and worlds to see with them
-            if moved:
-                log.info("runners on this data directory: %s", ", ".join(live))
-                self.live, self._share = live, {}
-            self.sweep_soon |= moved or self._unseen_failed
+            self.follow_runners()
+            self.sweep_soon |= self._unseen_failed
             self._unseen_failed = False
             try:
                 for world_id in await self.runtime.worlds.renew():
@@ -361,6 +357,16 @@ class WorldRunner:
             await self.runtime.worlds.release(world_id)
         finally:
             del self._handing_over[world_id]
+
+    def follow_runners(self) -> None:
+        """Which runners live now (a few lock probes: cheap enough for every pass); when a runner
+        joined or died the shares moved, and there are worlds to see with them."""
+        if self.runners is None:
+            return
+        live = self.runners.live()
+        if live != self.live:
+            log.info("runners on this data directory: %s", ", ".join(live))
+            self.live, self._share, self.sweep_soon = live, {}, True
 
     def _held_elsewhere(self, world: PendingWorld, now_ms: int) -> bool:
         """Another live host holds its world lease: leave it alone (claiming would be refused)."""
@@ -397,6 +403,7 @@ class WorldRunner:
                 self._unseen_failed = True  # seen again at a sweep after the next heartbeat
 
     async def run_pass(self, stop: asyncio.Event) -> None:
+        self.follow_runners()
         try:
             pending = await self.catalog.pending_worlds()
         except Exception:
