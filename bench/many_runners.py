@@ -212,7 +212,8 @@ def main() -> None:
     parser.add_argument("--no-record", action="store_true", help="print only; leave docs/performance.md alone")
     args = parser.parse_args()
     counts = [int(c) for c in args.runners.split(",")]
-    with tempfile.TemporaryDirectory(prefix="archetype-runners-") as tmp:
+    # a runner killed after its stop timed out may leave its audit writer finishing a round in there
+    with tempfile.TemporaryDirectory(prefix="archetype-runners-", ignore_cleanup_errors=True) as tmp:
         seeded = Path(tmp) / "seeded"
         t0 = time.perf_counter()
         asyncio.run(seed(seeded, args.worlds, args.ticks))
