@@ -85,7 +85,10 @@ def client_options(fn: Any) -> Any:
 @click.option("--synchronous", default=None, help="SQLite durability of the catalog: FULL (default) or NORMAL.")
 @click.option("--runner-id", default=None,
               help="This runner's stable identity in the catalog (default: serve@<hostname>). A restarted runner "
-                   "with the same id recovers its own leases at once; two live runners never share one.")
+                   "with the same id recovers its own leases at once; two live runners never share one. Runners "
+                   "with distinct ids on one --data split its worlds between them.")
+@click.option("--world-lease", type=float, default=None,
+              help="Seconds a world lease lasts unrenewed (default 10): how soon a dead runner's worlds are taken over.")
 @click.option("--log-level", default=None, help="Log level: critical, error, warning (default), info, debug.")
 @click.option("--log-format", default=None, help="text (default) or json: one JSON object per log line, one per request.")
 @click.option("--body-timeout", type=float, default=None, help="Seconds a request's head, then its body, may take to arrive (default 20).")

@@ -15,11 +15,13 @@ from archetype.commands.scheduler import CommandScheduler
 
 class Runtime:
     def __init__(self, authority: Authority, *, owner: str | None = None, lease_ms: int = 30_000,
-                 origin: str = "local", audit: Any = None) -> None:  # fmt: skip
+                 origin: str = "local", audit: Any = None, world_lease_ms: int | None = None) -> None:  # fmt: skip
+        """`world_lease_ms`: host worlds under world leases of that length (cooperating runners,
+        docs/ledger.md "World leases"); None: loading a world takes its writer outright."""
         self.authority = authority
         self.registry = default_registry()
         self.scheduler = CommandScheduler(self.registry, authority, owner=owner, lease_ms=lease_ms)
-        self.worlds = WorldHost(authority, self.scheduler)
+        self.worlds = WorldHost(authority, self.scheduler, world_lease_ms=world_lease_ms)
         self.audit = audit
         self.dispatcher = CommandDispatcher(self.registry, self.scheduler, self.worlds, origin=origin, audit=audit)
 

@@ -1,9 +1,12 @@
 """`archetype serve`: the local authority, the shared HTTP application under uvicorn, and a runner
 stepping the worlds that have work at a fixed tick rate, all in one process (CPython only).
+Several of them, with distinct runner ids, may share one data directory: they split its worlds
+under world leases (`Runners`, `WorldRunner`; docs/cli.md, "Cooperating runners").
 
 SIGTERM or SIGINT shuts down in order: admission closes first (admitting routes answer 503
 `shutting_down`), the tick in progress finishes, the HTTP server drains its connections, and the
-catalog closes. Nothing is left LEASED by a clean shutdown.
+catalog closes. Nothing is left LEASED by a clean shutdown, and its world leases are given back,
+so the other runners take its worlds over at once.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import asyncio
 import contextlib
 import fcntl
 import functools
+import hashlib
 import importlib
 import json
 import logging
@@ -22,10 +26,10 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import IO, Any
 
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -34,7 +38,7 @@ from archetype.api import create_app
 from archetype.api.auth import TOKENS_ENV, TokenTable, TokenTableError
 from archetype.audit import AuditLog
 from archetype.commands.clock import TickClock
-from archetype.commands.errors import CommandError, WorldClosingError, WorldNotFoundError
+from archetype.commands.errors import CommandError, WorldClosingError, WorldLeaseHeldError, WorldNotFoundError
 from archetype.commands.port import Clock, SystemClock
 from archetype.dashboard import mount_dashboard
 from archetype.docs_ui import mount_docs
@@ -45,48 +49,126 @@ from archetype.settings import ConfigurationError, ServeSettings
 from archetype.world.operations import DestroyWorld
 from archetype.world.world import AsyncWorld
 from local_catalog import open_local_authority
-from local_catalog.writer import BacklogWorld, WriterThreadAuthority
+from local_catalog.writer import BacklogWorld, PendingWorld, WriterThreadAuthority
 
 log = logging.getLogger("archetype.serve")
 
 RUNNER_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@:-]{0,127}")
 
 
-class DataDirectoryBusyError(ConfigurationError):
-    """Another live `archetype serve` already runs on this data directory."""
+class RunnerBusyError(ConfigurationError):
+    """A live `archetype serve` on this data directory already runs this runner id."""
 
 
-SERVE_LOCK = "serve.lock"
+RUNNERS_DIR = "runners"  # <data>/runners/<runner id>.lock: held by the live process of that id
+DUTIES_LOCK = "serve.lock"  # held by the one runner doing the singleton duties (audit projector, retention)
+
+
+def _hold(path: Path) -> IO[str] | None:
+    """`path` opened and exclusively flock'ed, or None when a live process holds it."""
+    handle = open(path, "a+")  # stays open for as long as the lock is held
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        return None
+    return handle
+
+
+def _holder(path: Path) -> str:
+    with contextlib.suppress(OSError):
+        return path.read_text().strip() or "another process"
+    return "another process"
+
+
+def _is_held(path: Path) -> bool:
+    """Whether some live process holds the flock on `path` (the OS drops it when the process dies)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # closing drops the probe's own shared lock
+    return False
+
+
+def host_of(world_id: str, runners: list[str]) -> str:
+    """The runner that should host `world_id` among the live `runners` (rendezvous hashing): each
+    runner's fair share, and when a runner joins or dies only the worlds it gains or loses move."""
+    return max(runners, key=lambda runner: hashlib.blake2b(f"{runner}\0{world_id}".encode(), digest_size=8).digest())
+
+
+class Runners:
+    """This runner's place among the cooperating `serve` processes of one data directory.
+
+    Each process holds `<data>/runners/<runner id>.lock` for its life (the OS drops it however the
+    process dies), so the live runners are the lock files whose lock is held: no heartbeat rows, no
+    clock. One of them, whoever holds `<data>/serve.lock`, does the singleton duties: the audit
+    projector (one writer of the Iceberg table) and retention. When it dies another takes them on.
+    """
+
+    def __init__(self, data: Path, runner_id: str, handle: IO[str]) -> None:
+        self.data, self.runner_id = data, runner_id
+        self._handle = handle
+        self._duties: IO[str] | None = None
+
+    def live(self) -> list[str]:
+        """The runner ids with a live process now, this one included, sorted."""
+        found = {path.name.removesuffix(".lock") for path in (self.data / RUNNERS_DIR).glob("*.lock") if _is_held(path)}
+        return sorted(found | {self.runner_id})
+
+    def take_duties(self) -> bool:
+        """Whether this runner does the singleton duties: it holds their lock, or takes it now."""
+        if self._duties is None:
+            self._duties = _hold(self.data / DUTIES_LOCK)
+            if self._duties is not None:
+                self._duties.truncate(0)
+                self._duties.write(f"runner {self.runner_id!r} (pid {os.getpid()})")
+                self._duties.flush()
+        return self._duties is not None
+
+    def close(self) -> None:
+        for handle in (self._duties, self._handle):
+            if handle is not None:
+                handle.close()  # closing the descriptor drops its flock
 
 
 @contextlib.contextmanager
-def hold_data_directory(data: Path, runner_id: str | None) -> Iterator[str]:
-    """Hold the data directory, and this runner's id, for the life of the process.
+def hold_data_directory(data: Path, runner_id: str | None) -> Iterator[Runners]:
+    """Hold this runner's id on the data directory for the life of the process.
 
-    One `serve` per data directory: two would fight over every world (each load fences the other's
-    writer), so a second one is refused by an OS lock on `<data>/serve.lock`, which the OS drops
-    when the process dies, however it dies. The runner id is stable across restarts (so a
-    restarted runner takes back its own leases at once and a crash is recognised as one).
+    Several runners share a data directory, each under its own stable id (a restarted runner takes
+    back its own leases at once, and a crash is recognised as one); the same id twice is refused,
+    with one line. Which worlds each steps is decided by world leases (docs/ledger.md).
     """
     runner_id = runner_id or f"serve@{socket.gethostname()}"
     if not RUNNER_ID_PATTERN.fullmatch(runner_id):
         raise ConfigurationError(f"--runner-id {runner_id!r} must match {RUNNER_ID_PATTERN.pattern}")
-    with open(data / SERVE_LOCK, "a+") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.seek(0)
-            holder = handle.read().strip() or "another process"
-            raise DataDirectoryBusyError(
-                f"{data} is already served by {holder}; stop it, or give this one another --data"
-            ) from None
-        try:
-            handle.truncate(0)
-            handle.write(f"runner {runner_id!r} (pid {os.getpid()})")
-            handle.flush()
-            yield runner_id
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    (data / RUNNERS_DIR).mkdir(exist_ok=True)
+    path = data / RUNNERS_DIR / f"{runner_id}.lock"
+    handle = None
+    for _ in range(5):  # another runner's liveness probe holds the lock for an instant
+        handle = _hold(path)
+        if handle is not None:
+            break
+        time.sleep(0.02)
+    if handle is None:
+        raise RunnerBusyError(
+            f"{data} is already served by {_holder(path)}; give this one another --runner-id to join it as a "
+            f"cooperating runner, or another --data"
+        )
+    handle.truncate(0)
+    handle.write(f"runner {runner_id!r} (pid {os.getpid()})")
+    handle.flush()
+    runners = Runners(data, runner_id, handle)
+    try:
+        yield runners
+    finally:
+        runners.close()
 
 
 class HeadDeadline(HttpToolsProtocol):
@@ -204,14 +286,27 @@ class WorldRunner:
     due worlds of a pass step concurrently, so their ledger calls share group commits. Every
     `sweep_s` the runner lists the worlds once: CLOSING worlds to finish, and (when modules add
     processors on load) new worlds to load and see.
+
+    With `runners` (cooperating runners on one data directory) it steps only the worlds that are
+    its share (`host_of` over the live runners) and that no other live host holds, under world
+    leases: a heartbeat every third of the lease renews them, and hands a world to the runner
+    whose share it became (a runner joined) by releasing it. A dead runner's worlds become the
+    others' share and are claimed once its leases expired.
     """
 
     def __init__(self, runtime: Runtime, catalog: WriterThreadAuthority, metrics: Metrics, tick_rate: float,
-                 sweep_s: float = 10.0, concurrency: int = 256, clock: Clock | None = None) -> None:  # fmt: skip
+                 sweep_s: float = 10.0, concurrency: int = 256, runners: Runners | None = None,
+                 clock: Clock | None = None) -> None:  # fmt: skip
         self.runtime, self.catalog, self.metrics = runtime, catalog, metrics
         self.sweep_s = sweep_s
         self.interval_ms = max(1, round(1000 / tick_rate))
         self.clock = clock or SystemClock()  # the ledger's clock: the worlds' clocks are anchored on it
+        self.runners = runners
+        self.live = runners.live() if runners else []
+        self._share: dict[str, bool] = {}  # world -> whether it is this runner's share of `live`
+        self._handing_over: dict[str, asyncio.Task[None]] = {}  # worlds being given back (a runner joined)
+        self.sweep_soon = False  # a sweep at the next pass: the live runners changed, or a world could not load
+        self._unseen_failed = False
         self.passes = 0
         self._grid_ms: int | None = None  # the first pass's time: passes fall on this grid
         self.clocks: dict[str, TickClock] = {}  # world -> its tick clock, from its ledger row
@@ -237,19 +332,70 @@ class WorldRunner:
             self.clocks[world_id] = TickClock.of(await self.runtime.authority.world_info(world_id), self.interval_ms)
         return self.clocks[world_id]
 
+    def mine(self, world_id: str) -> bool:
+        if self.runners is None:
+            return True
+        share = self._share.get(world_id)
+        if share is None:
+            share = self._share[world_id] = host_of(world_id, self.live) == self.runners.runner_id
+        return share
+
     async def run(self, stop: asyncio.Event) -> None:
         loop = asyncio.get_running_loop()
         swept = -self.sweep_s
         while not stop.is_set():
             started = loop.time()
-            if started - swept >= self.sweep_s:
-                swept = started
+            if started - swept >= self.sweep_s or self.sweep_soon:
+                swept, self.sweep_soon = started, False
                 await self.sweep(stop)
             self.passes += 1
             await self.run_pass(stop)
             to_next_pass = self.interval_ms - (self.clock.now_ms() - (self._grid_ms or 0)) % self.interval_ms
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=to_next_pass / 1000)
+
+    async def heartbeat(self, stop: asyncio.Event, every_s: float) -> None:
+        """Renew this runner's world leases, follow the live runners, hand over what is no longer its share."""
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=every_s)
+            if stop.is_set() or self.runners is None:
+                return
+            self.follow_runners()
+            self.sweep_soon |= self._unseen_failed
+            self._unseen_failed = False
+            try:
+                for world_id in await self.runtime.worlds.renew():
+                    log.warning("world %s: its world lease was taken over; no longer stepping it", world_id)
+            except Exception:
+                log.exception("could not renew the world leases; trying again")
+            for world_id in self.runtime.worlds.loaded:
+                if not self.mine(world_id) and world_id not in self._handing_over:
+                    self._handing_over[world_id] = asyncio.create_task(self._hand_over(world_id))
+
+    async def _hand_over(self, world_id: str) -> None:
+        """Give a world that became another runner's share back, once its tick in progress is done;
+        in a task of its own, so that the heartbeat never waits for a tick."""
+        try:
+            await self.runtime.worlds.release(world_id)
+        finally:
+            del self._handing_over[world_id]
+
+    def follow_runners(self) -> None:
+        """Which runners live now (a few lock probes: cheap enough for every pass); when a runner
+        joined or died the shares moved, and there are worlds to see with them."""
+        if self.runners is None:
+            return
+        live = self.runners.live()
+        if live != self.live:
+            log.info("runners on this data directory: %s", ", ".join(live))
+            self.live, self._share, self.sweep_soon = live, {}, True
+
+    def _held_elsewhere(self, world: PendingWorld, now_ms: int) -> bool:
+        """Another live host holds its world lease: leave it alone (claiming would be refused)."""
+        owner = world["host_owner"]
+        return owner is not None and self.runners is not None and owner != self.runners.runner_id and (
+            world["host_expires_at"] or 0) > now_ms  # fmt: skip
 
     async def sweep(self, stop: asyncio.Event) -> None:
         try:
@@ -261,6 +407,8 @@ class WorldRunner:
         for world in worlds:
             if stop.is_set():
                 return
+            if not self.mine(world["world_id"]):
+                continue
             if world["status"] == "CLOSING":  # a destroy that stopped between its transactions
                 await finish_destroy(self.runtime, world["world_id"])
             elif world["status"] == "ACTIVE" and self._loads_systems and world["world_id"] not in self.clocks:
@@ -271,10 +419,14 @@ class WorldRunner:
     async def _see(self, world_id: str) -> None:
         """Load a world to learn whether the modules give it systems (concurrently: loads share commits)."""
         async with self._slots:
-            with contextlib.suppress(Exception):  # a world that cannot load now is retried when it is due
+            try:
                 await self.runtime.worlds.get(world_id)
+            except Exception:  # held by a runner that died and whose lease has not expired yet, or failing
+                self.clocks.pop(world_id, None)
+                self._unseen_failed = True  # seen again at a sweep after the next heartbeat
 
     async def run_pass(self, stop: asyncio.Event) -> None:
+        self.follow_runners()
         try:
             pending = await self.catalog.pending_worlds()
         except Exception:
@@ -283,6 +435,8 @@ class WorldRunner:
         now = self.pass_ms()
         due: dict[str, int] = {}
         for world in pending:
+            if not self.mine(world["world_id"]) or self._held_elsewhere(world, self.clock.now_ms()):
+                continue
             if world["status"] == "CLOSING":
                 await finish_destroy(self.runtime, world["world_id"])
             elif world["status"] == "ACTIVE":
@@ -291,6 +445,8 @@ class WorldRunner:
                 if at is not None and at <= now:
                     due[world["world_id"]] = clock.tick_at(now)
         for world_id in self.ticking - due.keys():
+            if not self.mine(world_id):
+                continue
             try:
                 clock, head = await self._clock_of(world_id), (await self.runtime.worlds.get(world_id)).tick
             except (WorldClosingError, WorldNotFoundError):
@@ -306,6 +462,8 @@ class WorldRunner:
 
     async def step(self, world_id: str, tick: int) -> None:
         async with self._slots:
+            if not self.mine(world_id):  # a runner joined since this pass began: the world is being handed over
+                return
             started, ok = time.perf_counter(), False
             try:
                 await self.runtime.worlds.step(world_id, tick)
@@ -313,6 +471,8 @@ class WorldRunner:
             except (WorldClosingError, WorldNotFoundError):
                 self.ticking.discard(world_id)
                 self.clocks.pop(world_id, None)
+            except WorldLeaseHeldError:
+                return  # another live runner hosts it (it was its share until a moment ago): not a tick
             except CommandError as exc:  # fenced, or leases taken over: the host reloads it next tick
                 log.warning("world %s not stepped: %s: %s", world_id, exc.code, exc.message)
             except Exception:
@@ -335,15 +495,28 @@ async def serve(config: ServeSettings) -> None:
     sock = listen(config.host, config.port)
     try:
         config.data.mkdir(parents=True, exist_ok=True)
-        with hold_data_directory(config.data, config.runner_id) as runner_id:
+        with hold_data_directory(config.data, config.runner_id) as runners:
             if generated:
                 print(f"no token table given; admin token for this run: {generated}", file=sys.stderr, flush=True)
-            await _serve(config, runner_id, tokens, modules, sock)
+            await _serve(config, runners, tokens, modules, sock)
     finally:
         sock.close()
 
 
-async def _serve(config: ServeSettings, runner_id: str, tokens: TokenTable, modules: list[ModuleType], sock: socket.socket) -> None:
+async def singleton_duties(runners: Runners, stop: asyncio.Event, every_s: float, *duties: Callable[[], Awaitable[None]]) -> None:
+    """Run the duties only one runner of a data directory may run, once this runner holds their
+    lock: at once if no other live runner does, else when that one dies."""
+    while not stop.is_set():
+        if runners.take_duties():
+            log.info("runner %s runs the audit projector and retention for %s", runners.runner_id, runners.data)
+            await asyncio.gather(*(duty() for duty in duties))
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=every_s)
+
+
+async def _serve(config: ServeSettings, runners: Runners, tokens: TokenTable, modules: list[ModuleType], sock: socket.socket) -> None:
+    runner_id = runners.runner_id
     metrics = Metrics(config.metrics_worlds)
     catalog = open_local_authority(config.data, synchronous=config.synchronous)
     assert isinstance(catalog, WriterThreadAuthority)  # serve runs on CPython, which has threads
@@ -353,7 +526,9 @@ async def _serve(config: ServeSettings, runner_id: str, tokens: TokenTable, modu
         metrics.observe_backlog(worlds)
         return worlds
 
-    runtime = Runtime(authority, owner=runner_id, audit=AuditLog.open_local(config.data, authority, backlog=backlog))
+    lease_ms = round(config.world_lease * 1000)
+    runtime = Runtime(authority, owner=runner_id, audit=AuditLog.open_local(config.data, authority, backlog=backlog),
+                      world_lease_ms=lease_ms)
     set_up_modules(runtime, modules)
     app = create_app(authority, registry=runtime.registry, tokens=tokens, quota=config.quota, worlds=runtime.worlds,
                      audit=runtime.audit, body_timeout_s=config.body_timeout)  # fmt: skip
@@ -378,14 +553,20 @@ async def _serve(config: ServeSettings, runner_id: str, tokens: TokenTable, modu
     host, port = server.servers[0].sockets[0].getsockname()[:2]
     print(json.dumps({"serving": f"http://{host}:{port}", "data": str(config.data)}), flush=True)
 
-    runner = asyncio.create_task(WorldRunner(runtime, catalog, metrics, config.tick_rate).run(stop))
-    projector = asyncio.create_task(runtime.audit.run_forever(stop))
-    retention = asyncio.create_task(run_retention(authority, RetentionPolicy.of(config), stop, config.prune_interval))
+    world_runner = WorldRunner(runtime, catalog, metrics, config.tick_rate, runners=runners)
+    beat_s = config.world_lease / 3
+    tasks = [
+        asyncio.create_task(world_runner.run(stop)),
+        asyncio.create_task(world_runner.heartbeat(stop, beat_s)),
+        asyncio.create_task(singleton_duties(
+            runners, stop, beat_s, lambda: runtime.audit.run_forever(stop),
+            lambda: run_retention(authority, RetentionPolicy.of(config), stop, config.prune_interval),
+        )),
+    ]  # fmt: skip
     await stop.wait()
     app.state.admission.close()
-    await runner
-    await projector
-    await retention
+    for task in tasks:
+        await task
     server.should_exit = True
     await serving
     await runtime.close()

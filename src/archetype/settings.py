@@ -104,6 +104,7 @@ class ServeSettings(_Settings):
     modules: tuple[str, ...] = ()
     synchronous: Literal["FULL", "NORMAL"] = "FULL"
     runner_id: str | None = None
+    world_lease: float = Field(default=10.0, ge=0.5, le=3600)  # seconds a runner's world lease lasts unrenewed
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "warning"
     log_format: Literal["text", "json"] = "text"
     body_timeout: float = Field(default=DEFAULT_BODY_TIMEOUT_S, gt=0, le=3600)

@@ -77,7 +77,7 @@ class WorldObject(DurableObject):  # type: ignore[misc]  # `workers` exists only
                 inspect.signature(ledger_method).bind(**args)
             except TypeError as exc:
                 raise InvalidCommandError(f"bad arguments for {method}: {exc}") from None
-            if method == "acquire_writer" and self.edge.hosts(args["world_id"]):
+            if method in ("acquire_writer", "claim_world") and self.edge.hosts(args["world_id"]):
                 raise WorldEdgeHostedError(
                     f"world {args['world_id']!r} is stepped by its Durable Object; a remote runner cannot take its writer"
                 )

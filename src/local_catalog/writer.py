@@ -43,6 +43,8 @@ class PendingWorld(TypedDict):
     next_tick: int  # the earliest scheduled tick of its open commands
     clock_tick: int  # its tick clock's anchor (archetype.commands.clock)
     clock_ms: int
+    host_owner: str | None  # its world lease (docs/ledger.md, "World leases")
+    host_expires_at: int | None
 
 
 @dataclass
@@ -85,8 +87,8 @@ class WriterThreadAuthority(InProcessAuthority):
         """Every world of the catalog with an open command (a local-catalog read: a Durable Object
         holds one world). What `archetype serve`'s runner steps, besides worlds with processors."""
         rows = await self._call(lambda: self._port.execute(q.PENDING_WORLDS), solo=False)
-        return [{"world_id": r[0], "status": r[1], "tick_head": r[2], "next_tick": r[3], "clock_tick": r[4], "clock_ms": r[5]}
-                for r in rows]  # fmt: skip
+        return [{"world_id": r[0], "status": r[1], "tick_head": r[2], "next_tick": r[3], "clock_tick": r[4], "clock_ms": r[5],
+                 "host_owner": r[6], "host_expires_at": r[7]} for r in rows]  # fmt: skip
 
     async def outbox_backlog(self) -> list[BacklogWorld]:
         """The worlds of the catalog with outbox events not yet projected, each with its watermark,

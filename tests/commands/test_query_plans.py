@@ -20,6 +20,9 @@ WHOLE_WORLD = {"OPEN_SEQUENCES", "CLEAR_STATE_CHUNKS", "CLEAR_STATE_DELTAS", "LI
 # A component migration reads every open command of its world once (and its state, through the
 # state reads above), as loading the world does anyway.
 WHOLE_WORLD |= {"OPEN_COMMANDS_NAMING"}
+# A world lease's takeover ends the other owners' command leases: it reads the world's entries of
+# the partial index of LEASED commands (what its hosts' ticks hold), never its settled history.
+WHOLE_WORLD |= {"EXPIRE_OTHER_OWNERS_LEASES"}
 # Statements that read the first entry of an index in its own order (LIMIT 1, no sort): one row.
 FIRST_ENTRY = {"NEXT_DUE_TICK"}
 

@@ -11,6 +11,7 @@ from archetype.commands import (
     ReservationNotOwnedError,
     Role,
     WorldClosingError,
+    WorldLeaseHeldError,
 )
 from archetype.commands.port import ManualClock
 from archetype.runtime import Runtime
@@ -120,6 +121,20 @@ async def run_scenario(authority, clock: ManualClock) -> None:
     await a.scheduler.materialize(world, world.tick + 1)
     clock.advance(1_000)
     await b.worlds.step(w)
+
+    # world leases: a leased runner claims the world (taking it from the forced writers above), dies
+    # holding command leases, and another takes the world over once its world lease expired
+    c = Runtime(authority, owner="runner-c", lease_ms=60_000, world_lease_ms=1_000)
+    d = Runtime(authority, owner="runner-d", lease_ms=60_000, world_lease_ms=1_000)
+    await a.dispatcher.defer(Update(world_id=w, entity_id=hero.entity_id, components=[Health(hp=4)]), at(4),
+                             command_id="leased-heal")  # fmt: skip
+    held = await c.worlds.get(w)
+    assert await c.worlds.renew() == []
+    await c.scheduler.materialize(held, held.tick + 1)
+    await expect(WorldLeaseHeldError, d.worlds.get(w))
+    clock.advance(1_000)
+    await d.worlds.step(w)
+    await d.worlds.close()  # gives the world lease back
 
     # destroy: open commands cancelled, later admissions refused
     await a.dispatcher.defer(Despawn(world_id=doomed, entity_id=1), at(3), command_id="never")

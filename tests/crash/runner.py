@@ -3,8 +3,8 @@
 It runs under a stable owner (`--owner`, default `crash-runner`), as `archetype serve --runner-id`
 does: a restarted runner takes its own leases back at once instead of waiting for them to expire,
 and the crash guard tells its crashes apart. It holds the owner exclusively with an OS lock on
-`<data>/runners/<owner>.lock` (crash tests run several runners on one catalog, which a serve's
-`<data>/serve.lock` would refuse); a second live process with the same owner exits with code 2.
+`<data>/runners/<owner>.lock`, the lock a `serve` of that runner id holds too; a second live process
+with the same owner exits with code 2.
 
 The simulated calibration outage (see model.Beacon) is switched on only while the world
 materializes its due commands, so loading published state after a restart never trips it.

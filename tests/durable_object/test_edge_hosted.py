@@ -211,7 +211,11 @@ async def test_a_remote_runner_is_refused_an_edge_hosted_world_and_the_edge_leav
     runner = Runtime(authority, owner="cpython-runner")
     with pytest.raises(WorldEdgeHostedError):
         await runner.worlds.step(EDGE)
-    assert (await authority.world_info(EDGE))["writer_epoch"] == epoch  # refused before anything changed
+    leased = Runtime(authority, owner="leased-runner", world_lease_ms=10_000)  # a runner under world leases
+    with pytest.raises(WorldEdgeHostedError):  # never claims an edge-hosted world: the object hosts it
+        await leased.worlds.step(EDGE)
+    info = await authority.world_info(EDGE)
+    assert (info["writer_epoch"], info["host_owner"]) == (epoch, None)  # refused before anything changed
 
     await spawn_mover(admitter, "w-runner", "spawn-r")  # arms audit delivery only
     assert await namespace.run_alarm("w-runner")

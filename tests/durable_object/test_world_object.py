@@ -64,6 +64,11 @@ async def ledger_script(authority, clock):
     await call("create_world", world_id=WORLD, name="other")  # world_exists
     await call("world_info", world_id=WORLD)
     await call("world_info", world_id="w-missing")  # world_not_found
+    host = (await call("claim_world", world_id=WORLD, owner="host", lease_ms=1_000))["writer_epoch"]
+    await call("claim_world", world_id=WORLD, owner="other-host", lease_ms=1_000)  # world_lease_held
+    await call("renew_world", world_id=WORLD, owner="host", writer_epoch=host, lease_ms=1_000)
+    await call("release_world", world_id=WORLD, owner="other-host", writer_epoch=host)  # stale_writer: not the host
+    await call("release_world", world_id=WORLD, owner="host", writer_epoch=host)
     epoch = (await call("acquire_writer", world_id=WORLD))["writer_epoch"]
     await call("reserve_entity_ids", world_id=WORLD, count=3)
     reserve = {"world_id": WORLD, "command_id": "c-spawn", "principal": "alice", "scheduled_tick": 0}
@@ -195,7 +200,7 @@ async def test_every_ledger_method_answers_like_the_local_authority(tmp_path, au
     assert codes == {"world_exists", "world_not_found", "command_conflict", "quota_exceeded", "stale_writer",
                      "lease_lost", "invalid_command", "world_closing", "reservation_not_owned", "command_not_found",
                      "not_dead_lettered", "already_redriven", "unsupported_schema", "invalid_component_data",
-                     "unknown_component", "migration_conflict"}  # fmt: skip
+                     "unknown_component", "migration_conflict", "world_lease_held"}  # fmt: skip
 
 
 async def test_the_worker_over_http_answers_like_the_local_authority(tmp_path):

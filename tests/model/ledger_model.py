@@ -216,6 +216,8 @@ class World:
     # "Idle worlds": the tick clock's anchor, set at creation (tick -1 then) and never moved
     clock_tick: int = -1
     clock_ms: int | None = None
+    host_owner: str | None = None  # "World leases": the host, and until when it holds the world
+    host_expires_at: int | None = None
     commands: dict[int, Command] = field(default_factory=dict)  # by sequence
     keys: dict[tuple[str, str], int] = field(default_factory=dict)  # (scope, command id) -> sequence
     reservations: dict[tuple[str, str], tuple[int, tuple]] = field(default_factory=dict)  # -> (entity, request)
@@ -275,6 +277,39 @@ class Ledger:
         # assumes it does (a runner cannot load a destroyed world).
         world = self.active(world_id)
         world.writer_epoch += 1
+        world.host_owner = world.host_expires_at = None  # "a forced writer holds no world lease"
+        return world.writer_epoch
+
+    # -- world leases --
+    def claim_world(self, world_id: str, owner: str, lease_ms: int) -> int:
+        world = self.active(world_id)
+        now = self.now()
+        if world.host_owner == owner:  # "its own lease: resumed, the epoch stays"
+            world.host_expires_at = now + lease_ms
+            return world.writer_epoch
+        if world.host_owner is not None and world.host_expires_at is not None and world.host_expires_at > now:
+            raise ModelError("lease_held")
+        world.host_owner, world.host_expires_at = owner, now + lease_ms
+        world.writer_epoch += 1  # "that takeover alone bumps the epoch"
+        for command in world.commands.values():  # "the previous hosts' command leases end at once"
+            if command.status == "LEASED" and command.lease_owner != owner and (command.lease_expires_at or 0) > now:
+                command.lease_expires_at = now
+        return world.writer_epoch
+
+    def _host(self, world_id: str, owner: str, writer_epoch: int) -> World:
+        world = self.writer(world_id, writer_epoch)
+        if world.host_owner != owner:
+            raise ModelError("stale")
+        return world
+
+    def renew_world(self, world_id: str, owner: str, writer_epoch: int, lease_ms: int) -> int:
+        world = self._host(world_id, owner, writer_epoch)
+        world.host_expires_at = self.now() + lease_ms
+        return world.writer_epoch
+
+    def release_world(self, world_id: str, owner: str, writer_epoch: int) -> int:
+        world = self._host(world_id, owner, writer_epoch)
+        world.host_expires_at = min(self.now(), world.host_expires_at or 0)  # "it expires now; its owner is kept"
         return world.writer_epoch
 
     def reserve_entity_ids(self, world_id: str, count: int) -> int:

@@ -52,6 +52,7 @@ from archetype.commands import (
     StaleWriterError,
     UnknownComponentError,
     WorldClosingError,
+    WorldLeaseHeldError,
     WorldNotFoundError,
 )
 from archetype.commands.port import ManualClock
@@ -186,7 +187,7 @@ def kind_of(exc: BaseException) -> str:
         (CommandConflictError, "conflict"), (ReservationNotOwnedError, "reservation_not_owned"),
         (CommandNotFoundError, "command_not_found"), (NotDeadLetteredError, "not_dead_lettered"),
         (RedriveConflictError, "already_redriven"), (UnknownComponentError, "unknown_component"),
-        (InvalidCommandError, "invalid"),
+        (InvalidCommandError, "invalid"), (WorldLeaseHeldError, "lease_held"),
     ):  # fmt: skip
         if isinstance(exc, cls):
             return kind
@@ -602,6 +603,36 @@ class LedgerMachine(RuleBasedStateMachine):
         self.ctx.clock.advance(LEASE_MS + 1)
         self.step_world(owner, self.worlds[index])
 
+    # -- world leases (docs/ledger.md, "World leases"): a host claims, renews and releases; a claim
+    # of a free lease by another owner is a takeover, which fences the runtimes stepping the world.
+    def _world_lease(self, model_call: Any, real_call: Any) -> None:
+        answers = self.both(model_call, real_call)
+        if answers is not None:
+            assert answers[0] == answers[1]["writer_epoch"], f"writer epoch: model {answers[0]}, authority {answers[1]}"
+
+    @rule(owner=st.sampled_from(OWNERS), index=st.integers(0, 1))
+    def claim_world(self, owner: str, index: int) -> None:
+        self._count("claim_world")
+        world_id = self.worlds[index]
+        self._world_lease(lambda: self.model.claim_world(world_id, owner, LEASE_MS),
+                          self.seam.claim_world(world_id, owner, LEASE_MS))  # fmt: skip
+
+    @rule(owner=st.sampled_from(OWNERS), index=st.integers(0, 1), stale=st.booleans())
+    def renew_world(self, owner: str, index: int, stale: bool) -> None:
+        self._count("renew_world")
+        world_id = self.worlds[index]
+        epoch = self.model.worlds[world_id].writer_epoch - stale
+        self._world_lease(lambda: self.model.renew_world(world_id, owner, epoch, LEASE_MS),
+                          self.seam.renew_world(world_id, owner, epoch, LEASE_MS))  # fmt: skip
+
+    @rule(owner=st.sampled_from(OWNERS), index=st.integers(0, 1))
+    def release_world(self, owner: str, index: int) -> None:
+        self._count("release_world")
+        world_id = self.worlds[index]
+        epoch = self.model.worlds[world_id].writer_epoch
+        self._world_lease(lambda: self.model.release_world(world_id, owner, epoch),
+                          self.seam.release_world(world_id, owner, epoch))  # fmt: skip
+
     @rule(method=st.sampled_from(FAULT_METHODS), mode=st.sampled_from(("before", "after")))
     def fault(self, method: str, mode: str) -> None:
         """The next `method` call at the Authority seam fails before it runs, or loses its answer."""
@@ -746,6 +777,7 @@ class LedgerMachine(RuleBasedStateMachine):
             "guard_sequence": world.guard[0] if world.guard else None,
             "health": world.health, "failed_attempts": world.failed_attempts, "stalled_since": world.stalled_since,
             "clock_tick": world.clock_tick, "clock_ms": world.clock_ms,
+            "host_owner": world.host_owner, "host_expires_at": world.host_expires_at,
         }  # fmt: skip
         got = {k: info[k] for k in want}
         assert error_matches(info["health_error"], world.health_error), (info["health_error"], world.health_error)

@@ -97,15 +97,16 @@ def test_bad_settings_from_flags_the_environment_and_the_config_file(tmp_path):
     assert refused(tmp_path).startswith("error: config file archetype.toml: ")
 
 
-def test_a_second_serve_on_the_same_data_directory_is_one_line(tmp_path):
+def test_a_second_serve_with_the_same_runner_id_is_one_line(tmp_path):
     first = serve(tmp_path, "--data", "data", "--port", "0", "--runner-id", "r1", ARCHETYPE_TOKENS="{}")
     try:
         json.loads(first.stdout.readline())
-        second = serve(tmp_path, "--data", "data", "--port", "0", "--runner-id", "r2", ARCHETYPE_TOKENS="{}")
+        second = serve(tmp_path, "--data", "data", "--port", "0", "--runner-id", "r1", ARCHETYPE_TOKENS="{}")
         _, err = second.communicate(timeout=WAIT_S)
         assert second.returncode == 2
         assert err.strip().splitlines() == [
-            f"error: data is already served by runner 'r1' (pid {first.pid}); stop it, or give this one another --data"
+            f"error: data is already served by runner 'r1' (pid {first.pid}); give this one another --runner-id to "
+            "join it as a cooperating runner, or another --data"
         ]
     finally:
         first.terminate()

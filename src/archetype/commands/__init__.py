@@ -25,6 +25,7 @@ from archetype.commands.errors import (
     WorldClosingError,
     WorldEdgeHostedError,
     WorldExistsError,
+    WorldLeaseHeldError,
     WorldNotFoundError,
 )
 from archetype.commands.failures import Permanent, Retryable
@@ -84,6 +85,7 @@ __all__ = [
     "UnsupportedComponentSchemaError",
     "WorldClosingError",
     "WorldEdgeHostedError",
+    "WorldLeaseHeldError",
     "WorldExistsError",
     "WorldHealth",
     "WorldNotFoundError",

@@ -69,6 +69,17 @@ class Authority(ABC):
     async def acquire_writer(self, world_id: str) -> WorldRow:
         return await self.rpc("acquire_writer", {"world_id": world_id})
 
+    async def claim_world(self, world_id: str, owner: str, lease_ms: int) -> WorldRow:
+        return await self.rpc("claim_world", {"world_id": world_id, "owner": owner, "lease_ms": lease_ms})
+
+    async def renew_world(self, world_id: str, owner: str, writer_epoch: int, lease_ms: int) -> WorldRow:
+        return await self.rpc("renew_world", {
+            "world_id": world_id, "owner": owner, "writer_epoch": writer_epoch, "lease_ms": lease_ms,
+        })  # fmt: skip
+
+    async def release_world(self, world_id: str, owner: str, writer_epoch: int) -> WorldRow:
+        return await self.rpc("release_world", {"world_id": world_id, "owner": owner, "writer_epoch": writer_epoch})
+
     async def load_state(self, world_id: str, after_entity_id: int = 0, limit: int = 10_000) -> StatePage:
         return await self.rpc("load_state", {"world_id": world_id, "after_entity_id": after_entity_id, "limit": limit})
 

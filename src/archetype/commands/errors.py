@@ -119,6 +119,13 @@ class WorldEdgeHostedError(CommandError):
     code, http_status = "world_edge_hosted", 409
 
 
+class WorldLeaseHeldError(CommandError):
+    """Another host holds the world lease and it has not expired: a claim changes nothing. The
+    caller leaves the world to its host, and may claim it once the lease expired."""
+
+    code, http_status = "world_lease_held", 409
+
+
 class QuotaExceededError(CommandError):
     code, http_status = "quota_exceeded", 429
 

@@ -1,7 +1,11 @@
 """WorldHost: the worlds one runtime is stepping, loaded from and published to its authority.
 
-Loading a world acquires its writer (fencing every earlier writer), reads its published state at
-the tick head and wires the world's materializer, publisher and entity-id source to the ledger.
+Loading a world takes its writer, reads its published state at the tick head and wires the
+world's materializer, publisher and entity-id source to the ledger. A host with a world lease
+(`world_lease_ms`: cooperating `archetype serve` runners) claims the world: it resumes its own lease
+at once, takes over only an expired or released one, and is refused (`WorldLeaseHeldError`) a world
+another live host holds; `renew` is its heartbeat. A host without one (an embedded runtime)
+acquires the writer outright, fencing every earlier writer.
 A world whose writer was fenced or whose leases were taken over is dropped, never patched up:
 the next use loads it afresh from the authority.
 
@@ -23,7 +27,7 @@ from typing import Any
 
 from archetype.commands.authority import Authority
 from archetype.commands.errors import LeaseLostError, StaleWriterError, WorldClosingError
-from archetype.commands.ledger_rows import ComponentMigrationRow, EntityRewrite, PayloadRewrite
+from archetype.commands.ledger_rows import ComponentMigrationRow, EntityRewrite, PayloadRewrite, WorldRow
 from archetype.commands.scheduler import AuthorityIdSource, CommandScheduler, LedgerPublisher
 from archetype.world.commit import ERROR_TEXT_LIMIT, CommittedTickReceipt
 from archetype.world.components import ComponentValue, loaded_components
@@ -56,13 +60,18 @@ class _Stall:
 
 class WorldHost:
     def __init__(self, authority: Authority, scheduler: CommandScheduler, *, backoff: Backoff | None = None,
-                 log_every_s: float = 30.0, clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
+                 log_every_s: float = 30.0, clock: Callable[[], float] = time.monotonic,
+                 world_lease_ms: int | None = None) -> None:  # fmt: skip
         self.authority = authority
+        self.world_lease_ms = world_lease_ms
         self.scheduler = scheduler
         self.backoff = backoff or Backoff()
         self.log_every_s = log_every_s
         self._clock = clock
         self._worlds: dict[str, AsyncWorld] = {}
+        # world -> the writer epoch of the world lease this host holds: from its claim on, before the
+        # load finishes, so the heartbeat keeps a world alive that is slow to load
+        self._leases: dict[str, int] = {}
         self._stalls: dict[str, _Stall] = {}
         self._loading: dict[str, asyncio.Lock] = {}  # per world: one load at a time, worlds in parallel
         self.on_load: list[Callable[[AsyncWorld], None]] = []
@@ -78,7 +87,20 @@ class WorldHost:
             return self._worlds[world_id]
 
     async def _load(self, world_id: str) -> AsyncWorld:
-        info = await self.authority.acquire_writer(world_id)
+        if self.world_lease_ms is None:
+            info = await self.authority.acquire_writer(world_id)
+        else:
+            info = await self.authority.claim_world(world_id, self.scheduler.owner, self.world_lease_ms)
+            self._leases[world_id] = info["writer_epoch"]
+            try:
+                return await self._loaded(world_id, info)
+            except BaseException:
+                self._leases.pop(world_id, None)  # not hosted after all: left to expire (resumed by a retry)
+                raise
+        return await self._loaded(world_id, info)
+
+    async def _loaded(self, world_id: str, info: WorldRow) -> AsyncWorld:
+        """The world at its tick head, for the writer `info` names."""
         stored: dict[int, str] = {}
         after = 0
         while True:
@@ -166,6 +188,7 @@ class WorldHost:
 
     def drop(self, world_id: str) -> None:
         self._worlds.pop(world_id, None)
+        self._leases.pop(world_id, None)
 
     async def step(self, world_id: str, tick: int | None = None) -> CommittedTickReceipt:
         world = await self.get(world_id)
@@ -217,16 +240,48 @@ class WorldHost:
                 log.warning("world %s: could not record the failed tick: %s: %s", world.world_id,
                             type(report).__name__, report)  # fmt: skip
 
-    async def close(self) -> None:
-        """Give back every lease this host's worlds hold (a clean shutdown leaves nothing LEASED)."""
-        for world_id, world in list(self._worlds.items()):
+    async def renew(self) -> list[str]:
+        """The heartbeat of a host with world leases: renew every world lease it holds (concurrently,
+        so a catalog's calls share group commits). A world whose lease was taken over is dropped;
+        answers those."""
+        lease_ms = self.world_lease_ms
+        if lease_ms is None:
+            return []
+
+        async def renew(world_id: str, writer_epoch: int) -> str | None:
             try:
-                async with world.lock:
-                    await self.authority.release(world_id, self.scheduler.owner, self.scheduler.session(world_id),
-                                                 world.writer_epoch)  # fmt: skip
-            except Exception as exc:  # fenced or gone: its leases are another writer's now, or expire
-                log.warning("world %s: leases not released at shutdown: %s: %s", world_id, type(exc).__name__, exc)
-        self._worlds.clear()
+                await self.authority.renew_world(world_id, self.scheduler.owner, writer_epoch, lease_ms)
+            except LOST_WRITER:
+                if self._leases.get(world_id) == writer_epoch:
+                    self.drop(world_id)
+                return world_id
+            return None
+
+        lost = await asyncio.gather(*(renew(w, epoch) for w, epoch in list(self._leases.items())))
+        return [world_id for world_id in lost if world_id is not None]
+
+    async def release(self, world_id: str) -> None:
+        """Stop hosting a world: after its tick in progress, give back its command leases and its
+        world lease (another runner may claim it at once), and drop it."""
+        world = self._worlds.get(world_id)
+        if world is None:
+            return
+        try:
+            async with world.lock:
+                await self.authority.release(world_id, self.scheduler.owner, self.scheduler.session(world_id),
+                                             world.writer_epoch)  # fmt: skip
+                if self.world_lease_ms is not None:
+                    await self.authority.release_world(world_id, self.scheduler.owner, world.writer_epoch)
+        except Exception as exc:  # fenced or gone: its leases are another writer's now, or expire
+            log.warning("world %s: leases not released: %s: %s", world_id, type(exc).__name__, exc)
+        finally:
+            if self._worlds.get(world_id) is world:
+                self.drop(world_id)
+
+    async def close(self) -> None:
+        """Give back every lease this host's worlds hold (a clean shutdown leaves nothing LEASED);
+        concurrently, so a catalog's calls share group commits."""
+        await asyncio.gather(*(self.release(world_id) for world_id in list(self._worlds)))
 
     @property
     def loaded(self) -> list[str]:

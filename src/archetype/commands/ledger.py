@@ -45,6 +45,7 @@ from archetype.commands.errors import (
     UnsupportedComponentSchemaError,
     WorldClosingError,
     WorldExistsError,
+    WorldLeaseHeldError,
     WorldNotFoundError,
 )
 from archetype.commands.identity import COMMAND_ID_PATTERN, command_digest
@@ -107,7 +108,8 @@ PRUNE_LIMIT = 1_000
 # Public operations, in the order docs/ledger.md describes them. The Durable Object exposes
 # exactly these, and `Authority` (authority.py) has one typed method for each.
 LEDGER_METHODS = (
-    "create_world", "world_info", "list_worlds", "acquire_writer", "load_state", "reserve_entity_ids",
+    "create_world", "world_info", "list_worlds", "acquire_writer", "claim_world", "renew_world", "release_world",
+    "load_state", "reserve_entity_ids",
     "reserve_spawn", "admit", "lease", "guard", "publish", "record_tick_failure", "release", "redrive", "destroy",
     "command", "history",
     "manifests", "read_outbox", "read_outbox_columns", "acknowledge_outbox", "watermark", "next_due_tick", "prune",
@@ -152,6 +154,11 @@ def _state_text(components: Any) -> str:
     """One entity's components, parsed from a chunk, in the layout they were sent in (the
     canonical layout: compact, ASCII, keys as parsed, which is sorted)."""
     return json.dumps(components, separators=(",", ":"), ensure_ascii=True)
+
+
+def _check_lease_ms(lease_ms: int) -> None:
+    if not 0 < lease_ms <= 86_400_000:
+        raise InvalidCommandError(f"a world lease lasts 1 ms to a day, not {lease_ms} ms")
 
 
 def scope_of(principal: str | None) -> str:
@@ -257,6 +264,66 @@ class Ledger:
             return self._world(world_id)
 
         return self._port.transaction(run)
+
+    # -- world leases --
+    def claim_world(self, world_id: str, owner: str, lease_ms: int) -> WorldRow:
+        """Become the world's host until `now + lease_ms`, fenced by the writer epoch.
+
+        The lease's own owner resumes it (unexpired after a restart, or expired or released with no
+        other host since) and the epoch stays. Any other owner takes it only when it is free (never
+        claimed, expired, released, or forced by `acquire_writer`): that takeover alone bumps the
+        epoch, and the previous hosts' command leases end at once. An unexpired lease of another
+        owner is `WorldLeaseHeldError`, changing nothing.
+        """
+        _check_lease_ms(lease_ms)
+
+        def run() -> WorldRow:
+            world = self._active_world(world_id)
+            now = self._clock.now_ms()
+            if world["host_owner"] == owner:
+                self._port.execute(q.SET_WORLD_LEASE_EXPIRY, (now + lease_ms, world_id))
+            elif world["host_owner"] is not None and cast(int, world["host_expires_at"]) > now:
+                raise WorldLeaseHeldError(
+                    f"world {world_id!r} is hosted by {world['host_owner']!r} until {world['host_expires_at']}"
+                )
+            else:
+                self._port.execute(q.TAKE_WORLD_LEASE, (owner, now + lease_ms, now, world_id))
+                self._port.execute(q.EXPIRE_OTHER_OWNERS_LEASES, (now, world_id, owner, now))
+            return self._world(world_id)
+
+        return self._port.transaction(run)
+
+    def renew_world(self, world_id: str, owner: str, writer_epoch: int, lease_ms: int) -> WorldRow:
+        """The host's heartbeat: its world lease now runs until `now + lease_ms`. Fenced like every
+        write of a host: a taken-over (or forced) writer gets `StaleWriterError` and changes nothing.
+        A lease that expired with no other host since is renewed: nobody else held the epoch."""
+        _check_lease_ms(lease_ms)
+
+        def run() -> WorldRow:
+            self._host(world_id, owner, writer_epoch)
+            self._port.execute(q.SET_WORLD_LEASE_EXPIRY, (self._clock.now_ms() + lease_ms, world_id))
+            return self._world(world_id)
+
+        return self._port.transaction(run)
+
+    def release_world(self, world_id: str, owner: str, writer_epoch: int) -> WorldRow:
+        """Give the world lease back (a host stopping cleanly, or handing a world to another runner):
+        it expires now, so any runner may claim it at once; its owner is kept, so claiming it back
+        does not move the epoch. Fenced by the writer epoch. Command leases are `release`'s."""
+
+        def run() -> WorldRow:
+            world = self._host(world_id, owner, writer_epoch)
+            now = self._clock.now_ms()
+            self._port.execute(q.SET_WORLD_LEASE_EXPIRY, (min(now, cast(int, world["host_expires_at"])), world_id))
+            return self._world(world_id)
+
+        return self._port.transaction(run)
+
+    def _host(self, world_id: str, owner: str, writer_epoch: int) -> WorldRow:
+        world = self._writer(world_id, writer_epoch)
+        if world["host_owner"] != owner:
+            raise StaleWriterError(f"{owner!r} does not hold the world lease of {world_id!r}")
+        return world
 
     def load_state(self, world_id: str, after_entity_id: int = 0, limit: int = 10_000) -> StatePage:
         """The world's published state at its tick head, one page of entities at a time: the

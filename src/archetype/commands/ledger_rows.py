@@ -34,6 +34,8 @@ class WorldRow(TypedDict):
     failed_attempts: int  # ticks failed before they were prepared, since the last published one
     health_error: str | None
     stalled_since: int | None  # ms since the epoch
+    host_owner: str | None  # the runner (or Durable Object) holding the world lease, docs/ledger.md
+    host_expires_at: int | None  # ms since the epoch; at or before now: expired (or released)
     created_at: int
     updated_at: int
     clock_tick: int  # the world's tick clock read clock_tick at clock_ms (archetype.commands.clock)

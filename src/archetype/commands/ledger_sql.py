@@ -16,13 +16,14 @@ OPEN_STATUSES = "('PENDING', 'LEASED', 'RETRYABLE')"
 WORLD_COLUMNS = (
     "world_id, name, status, tick_head, next_entity_id, writer_epoch, next_sequence, "
     "next_event_seq, projected_seq, guard_sequence, guard_session, health, failed_attempts, health_error, "
-    "stalled_since, created_at, updated_at, clock_tick, clock_ms"
+    "stalled_since, host_owner, host_expires_at, created_at, updated_at, clock_tick, clock_ms"
 )
 GET_WORLD = f"SELECT {WORLD_COLUMNS} FROM worlds WHERE world_id = ?"
 LIST_WORLDS = f"SELECT {WORLD_COLUMNS} FROM worlds ORDER BY world_id"
 # The catalog's worlds that have an open command (with the earliest scheduled tick among them): a
 # runner's due-time index. It reads the open-commands index only, so idle worlds cost nothing.
-PENDING_WORLDS = f"""SELECT c.world_id, w.status, w.tick_head, min(c.scheduled_tick), w.clock_tick, w.clock_ms
+PENDING_WORLDS = f"""SELECT c.world_id, w.status, w.tick_head, min(c.scheduled_tick), w.clock_tick, w.clock_ms,
+        w.host_owner, w.host_expires_at
     FROM commands AS c
     JOIN worlds AS w ON w.world_id = c.world_id
     WHERE c.status IN {OPEN_STATUSES} GROUP BY c.world_id"""
@@ -30,7 +31,20 @@ PENDING_WORLDS = f"""SELECT c.world_id, w.status, w.tick_head, min(c.scheduled_t
 INSERT_WORLD = """INSERT INTO worlds (world_id, name, status, created_at, updated_at, clock_ms)
     VALUES (?, ?, 'ACTIVE', ?, ?, ?)"""
 SET_WORLD_STATUS = "UPDATE worlds SET status = ?, updated_at = ? WHERE world_id = ?"
-BUMP_WRITER_EPOCH = "UPDATE worlds SET writer_epoch = writer_epoch + 1, updated_at = ? WHERE world_id = ?"
+# A forced writer: it holds no world lease, and any runner's claim fences it in turn.
+BUMP_WRITER_EPOCH = """UPDATE worlds SET writer_epoch = writer_epoch + 1, host_owner = NULL, host_expires_at = NULL,
+        updated_at = ? WHERE world_id = ?"""
+# -- world leases --
+# A new host: the world lease changes hands and the writer epoch moves, fencing every earlier writer.
+TAKE_WORLD_LEASE = """UPDATE worlds SET host_owner = ?, host_expires_at = ?, writer_epoch = writer_epoch + 1,
+        updated_at = ? WHERE world_id = ?"""
+# The same host: renewed, resumed after a restart, or given back (expiry = now); the epoch stays.
+SET_WORLD_LEASE_EXPIRY = "UPDATE worlds SET host_expires_at = ? WHERE world_id = ?"
+# At a takeover, the previous hosts' command leases end at once: their epoch is fenced, so they can
+# settle nothing, and the new host's lease takes the rows over as suspects instead of waiting.
+EXPIRE_OTHER_OWNERS_LEASES = """UPDATE commands SET lease_expires_at = ?
+    WHERE world_id = ? AND status = 'LEASED' AND lease_owner != ? AND lease_expires_at > ?"""
+
 TAKE_ENTITY_IDS = "UPDATE worlds SET next_entity_id = next_entity_id + ?, updated_at = ? WHERE world_id = ?"
 TAKE_ADMISSION_SEQS = """UPDATE worlds SET next_sequence = next_sequence + ?, next_event_seq = next_event_seq + ?
     WHERE world_id = ?"""

@@ -274,8 +274,17 @@ V7_TICK_CLOCK = Migration(7, "the world's tick clock anchor", (
     "UPDATE worlds SET clock_tick = tick_head, clock_ms = updated_at",
 ))  # fmt: skip
 
+# Version 8: world leases (docs/ledger.md, "World leases"): the world's host and until when it holds
+# the world. A released lease keeps its owner with an expiry of the release time, so that owner
+# claims it back without moving the writer epoch; NULL owner: never claimed, or forced by
+# acquire_writer.
+V8_WORLD_LEASES = Migration(8, "world leases: the host of each world and its expiry", (
+    "ALTER TABLE worlds ADD COLUMN host_owner TEXT",
+    "ALTER TABLE worlds ADD COLUMN host_expires_at INTEGER",
+))  # fmt: skip
+
 MIGRATIONS = (V1_SCHEMA, V2_EXACTLY_ONCE, V3_STATE_CHUNKS, V4_HEALTH_AND_REDRIVE, V5_RETENTION, V6_COMPONENT_SCHEMAS,
-              V7_TICK_CLOCK)  # fmt: skip
+              V7_TICK_CLOCK, V8_WORLD_LEASES)  # fmt: skip
 SCHEMA_VERSION = MIGRATIONS[-1].version
 
 HAS_META = "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'"

@@ -1,0 +1,232 @@
+"""Cooperating runners: 1, 2 and 4 `archetype serve` processes sharing one data directory of busy worlds.
+
+    .venv/bin/python bench/many_runners.py [--worlds 1000] [--ticks 120] [--tick-rate 20] [--seconds 20]
+                                           [--runners 1,2,4] [--no-record]
+
+One seeded catalog (`synchronous=FULL`): `worlds` worlds, each with one command due at every tick
+0 .. `ticks`-1 (a `despawn` of no entity: it settles `rejected`, so every tick of every world has
+work), admitted in-process before any runner starts. For each runner count, a fresh copy of that
+catalog and that many `serve` processes on it (distinct `--runner-id`s, started one after the
+other, so the first claims everything and hands worlds over as the others join), run for
+`seconds`:
+
+- the split: how long after every runner serves each world is hosted by the runner that
+  `archetype.server.host_of` names among the live ones (the hand-over on join included), and the
+  writer-epoch bumps after that (must be 0);
+- throughput: commands settled per second in the `seconds` after the split (the 1-runner run is
+  the baseline), or until every command settled;
+- commands leased twice: the sum over every runner of `archetype_lease_takeovers_total` (a leased
+  command taken over from another session; must be 0, no runner dies here);
+- every world hosted by exactly one runner at the end.
+
+The tick rate is set above what the runners sustain, so throughput measures how many ticks the
+runners publish, not the clock. Every run is bounded; the figures are printed and recorded in
+docs/performance.md under their own heading.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from archetype.commands import DeferredItem, DurableOptions  # noqa: E402 - after the path set-up
+from archetype.runtime import Runtime  # noqa: E402
+from archetype.server import host_of  # noqa: E402
+from archetype.world import CreateWorld, Despawn  # noqa: E402
+
+PERFORMANCE_DOC = ROOT / "docs" / "performance.md"
+HEADING = "## Cooperating runners (bench/many_runners.py)"
+TOKENS = {"admin": {"principal": "root", "roles": ["admin"]}}
+ADMIN = {"Authorization": "Bearer admin"}
+OPEN = "('PENDING', 'LEASED', 'RETRYABLE')"
+POLL_S = 0.25
+SPLIT_LIMIT_S = 90.0  # no run waits longer for its split, whatever the machine
+
+
+async def seed(data: Path, worlds: int, ticks: int) -> None:
+    rt = await Runtime.open_local(data, audit=None)
+    try:
+        for w in range(worlds):
+            world_id = f"busy-{w:05d}"
+            await rt.dispatcher.apply(CreateWorld(name=world_id, world_id=world_id))
+            items = [DeferredItem(op=Despawn(world_id=world_id, entity_id=10**9), options=DurableOptions(tick=t))
+                     for t in range(ticks)]  # fmt: skip
+            await rt.dispatcher.defer_batch(items)
+    finally:
+        await rt.close()
+
+
+class Runner:
+    def __init__(self, directory: Path, data: Path, runner_id: str, tick_rate: float) -> None:
+        tokens = directory / "tokens.json"
+        tokens.write_text(json.dumps(TOKENS))
+        command = [sys.executable, "-m", "archetype.cli", "serve", "--data", str(data), "--port", "0",
+                   "--tokens", str(tokens), "--tick-rate", str(tick_rate), "--runner-id", runner_id,
+                   "--log-level", "warning"]  # fmt: skip
+        self.runner_id = runner_id
+        self.log = directory / f"{runner_id}.log"
+        with self.log.open("w") as log:
+            self.process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=log, text=True,
+                                            env={**os.environ, "PYTHONPATH": str(ROOT / "src")})  # fmt: skip
+        assert self.process.stdout is not None
+        self.url = json.loads(self.process.stdout.readline())["serving"]
+
+    def warnings(self) -> list[str]:
+        """What the runner logged about its worlds: leases taken over, worlds not stepped or not released."""
+        return [line for line in self.log.read_text(errors="replace").splitlines() if "world " in line and (
+            "taken over" in line or "not stepped" in line or "not released" in line)]  # fmt: skip
+
+    def takeovers(self) -> float:
+        text = httpx.get(f"{self.url}/metrics", headers=ADMIN, timeout=30).text
+        return sum(float(v) for v in re.findall(r"^archetype_lease_takeovers_total (\S+)$", text, re.M))
+
+    def stop(self) -> None:
+        """After SIGTERM (sent to every runner first, so none takes over the others' duties on the way out)."""
+        try:
+            self.process.wait(60)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+@contextlib.contextmanager
+def catalog(data: Path) -> Iterator[sqlite3.Connection]:
+    db = sqlite3.connect(f"file:{data / 'catalog.sqlite3'}?mode=ro", uri=True, timeout=30)
+    try:
+        yield db
+    finally:
+        db.close()
+
+
+def hosts(data: Path) -> dict[str, tuple[str | None, int]]:
+    with catalog(data) as db:
+        return {w: (o, e) for w, o, e in db.execute("SELECT world_id, host_owner, writer_epoch FROM worlds")}
+
+
+def settled(data: Path) -> int:
+    with catalog(data) as db:
+        return int(db.execute(f"SELECT count(*) FROM commands WHERE status NOT IN {OPEN}").fetchone()[0])
+
+
+def run(directory: Path, seeded: Path, count: int, args: argparse.Namespace) -> dict[str, float]:
+    data = directory / "data"
+    shutil.copytree(seeded, data)
+    ids = [f"r{i}" for i in range(count)]
+    runners: list[Runner] = []
+    try:
+        for runner_id in ids:
+            runners.append(Runner(directory, data, runner_id, args.tick_rate))
+        serving, total = time.perf_counter(), args.worlds * args.ticks
+        split_at, split = None, None
+        while split is None and time.perf_counter() < serving + SPLIT_LIMIT_S:
+            time.sleep(POLL_S)
+            now = hosts(data)
+            if all(owner == host_of(w, ids) for w, (owner, _) in now.items()):
+                split_at, split = time.perf_counter() - serving, now
+        started, first = time.perf_counter(), settled(data)  # split done (or given up on): the window opens
+        deadline, done = started + args.seconds, first
+        while time.perf_counter() < deadline and done < total:
+            time.sleep(POLL_S)
+            done = settled(data)
+        elapsed = time.perf_counter() - started
+        takeovers = sum(r.takeovers() for r in runners)
+        end = hosts(data)
+    finally:
+        for runner in runners:
+            runner.process.send_signal(signal.SIGTERM)
+        stopping = time.perf_counter()
+        for runner in runners:
+            runner.stop()
+        print(f"  {count} runners stopped {time.perf_counter() - stopping:.1f} s after SIGTERM", flush=True)
+        for line in [line for runner in runners for line in runner.warnings()][:20]:
+            print(f"  runner log: {line}", flush=True)
+    bumps = sum(max(0, end[w][1] - split[w][1]) for w in end) if split else float("nan")
+    shares = [sum(1 for owner, _ in end.values() if owner == r) for r in ids]
+    return {"runners": count, "settled": done - first, "per_s": (done - first) / elapsed, "split_s": split_at if split_at else float("nan"),
+            "bumps_after_split": bumps, "leased_twice": takeovers, "min_share": min(shares), "max_share": max(shares),
+            "epoch_max": max(e for _, e in end.values())}  # fmt: skip
+
+
+def report(results: list[dict[str, float]], args: argparse.Namespace) -> list[str]:
+    base = results[0]["per_s"]
+    lines = [
+        HEADING, "",
+        f"`.venv/bin/python bench/many_runners.py --worlds {args.worlds} --ticks {args.ticks} --tick-rate "
+        f"{args.tick_rate:g} --seconds {args.seconds:g}`; Python {platform.python_version()}, "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} cores shared with other work (load "
+        f"average {os.getloadavg()[0]:.1f} at the end). {args.worlds:,} worlds with a command due at every tick, "
+        f"{', '.join(str(int(r['runners'])) for r in results)} `serve` runners on one catalog (`synchronous=FULL`), "
+        f"{args.seconds:g} s each after the split, against one runner in the same run.",
+        "",
+        "| runners | commands settled/s | vs one runner | split done after | epoch bumps after the split | "
+        "commands leased twice | worlds per runner (min-max) |",
+        "|---|---|---|---|---|---|---|",
+    ]  # fmt: skip
+    for r in results:
+        lines.append(
+            f"| {int(r['runners'])} | {r['per_s']:,.0f} | {r['per_s'] / base:.2f}x | {r['split_s']:.1f} s | "
+            f"{r['bumps_after_split']:.0f} | {r['leased_twice']:.0f} | {int(r['min_share'])}-{int(r['max_share'])} |"
+        )
+    return lines
+
+
+def record(lines: list[str]) -> None:
+    text = PERFORMANCE_DOC.read_text() if PERFORMANCE_DOC.exists() else "# Performance\n\n"
+    kept = ""
+    if HEADING in text:
+        start = text.index(HEADING)
+        end = text.find("\n## ", start + len(HEADING))
+        section = text[start:end] if end != -1 else text[start:]
+        marker = "\n### Reading it"
+        kept = section[section.index(marker) :].rstrip("\n") + "\n" if marker in section else ""
+        text = text[:start] + text[end + 1 :] if end != -1 else text[:start]
+    PERFORMANCE_DOC.write_text(text.rstrip("\n") + "\n\n" + "\n".join(lines) + "\n" + kept)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--worlds", type=int, default=1_000)
+    parser.add_argument("--ticks", type=int, default=120, help="commands per world, one due at each tick")
+    parser.add_argument("--tick-rate", type=float, default=20.0)
+    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--runners", default="1,2,4")
+    parser.add_argument("--no-record", action="store_true", help="print only; leave docs/performance.md alone")
+    args = parser.parse_args()
+    counts = [int(c) for c in args.runners.split(",")]
+    # a runner killed after its stop timed out may leave its audit writer finishing a round in there
+    with tempfile.TemporaryDirectory(prefix="archetype-runners-", ignore_cleanup_errors=True) as tmp:
+        seeded = Path(tmp) / "seeded"
+        t0 = time.perf_counter()
+        asyncio.run(seed(seeded, args.worlds, args.ticks))
+        print(f"seeded {args.worlds} worlds x {args.ticks} commands in {time.perf_counter() - t0:.1f} s", flush=True)
+        results = []
+        for count in counts:
+            results.append(run(Path(tmp) / f"runners-{count}", seeded, count, args))
+            print(json.dumps(results[-1]), flush=True)
+    lines = report(results, args)
+    print("\n".join(lines))
+    if not args.no_record:
+        record(lines)
+
+
+if __name__ == "__main__":
+    main()
