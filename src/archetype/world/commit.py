@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict
 
 from archetype.canonical import canonical_json
 from archetype.world.components import Component, component_text
-from archetype.world.state import Components, Layer
+from archetype.world.state import Components, Layer, WorldState
 
 # What a tick did with each command it leased and materialized, in ledger order. "failed" is a
 # retryable failure: the ledger makes it RETRYABLE, or DEAD_LETTER once the budget is spent;
@@ -87,77 +87,59 @@ CHUNK_BYTES = 1_000_000
 """The most characters a state chunk holds (unless one entity alone is larger): half the Durable
 Object's 2 MB row limit, so a chunk is always one row on every authority."""
 
-# A cached encoding: the components it was made of, its text, and each component's own text.
-_Encoded = tuple["Components", str, dict[str, tuple[Component, str]]]
-
 
 class EntityEncoder:
-    """The canonical text of each entity's components, cached per world.
+    """The canonical text of the entities a tick wrote as entries (docs/storage.md).
 
-    A layer's entries are replaced, never mutated (components are immutable too), so an entry
-    that is still the same object (`is`) still has the same text, and a component that is still
-    the same object inside a changed entity keeps its own text: a tick encodes what it changed.
+    Components are immutable, so a component that is still the very object the committed table
+    holds keeps the text the table has for it (an entity whose `Position` moved encodes its
+    `Position` only); the texts made here are handed to the tables when the tick commits
+    (`text_of`), so no component is encoded twice.
     """
 
-    def __init__(self) -> None:
-        self._known: dict[int, _Encoded] = {}
+    def __init__(self, state: WorldState) -> None:
+        self._state = state
         # texts written for new components by whoever made them in bulk (archetype.vector): by
         # the component's id, with the component itself, so a recycled id never matches
         self._offered: dict[int, tuple[Component, str]] = {}
+        self._made: dict[int, tuple[Component, str]] = {}  # texts made since the last commit, the same way
 
     def offer(self, component: Component, text: str) -> None:
         """`component_text(component)`, computed by its maker (who guarantees it is exactly that)."""
         self._offered[id(component)] = (component, text)
 
+    def text_of(self, component: Component) -> str | None:
+        """The text made for `component` since the last commit, if any."""
+        made = self._made.get(id(component))
+        return made[1] if made is not None and made[0] is component else None
+
+    def committed(self) -> None:
+        """The sealed write-set is in the tables, with its texts: forget them."""
+        self._made.clear()
+
     def text(self, entity_id: int, components: Components) -> str:
         """`[<component>,...]` in component-key order (see `component_text`); NonCanonicalValueError
         when a value has no canonical form."""
-        known = self._known.get(entity_id)
-        if known is not None and known[0] is components:
-            return known[1]
-        previous = known[2] if known is not None else _NOTHING
-        offered = self._offered
-        parts: dict[str, tuple[Component, str]] = {}
+        committed_text, offered, made = self._state.committed_text, self._offered, self._made
         texts = []
         for key in sorted(components):
             component = components[key]
-            cached = previous.get(key)
-            if cached is None or cached[0] is not component:
-                cached = offered.pop(id(component), None) if offered else None
+            text = committed_text(entity_id, key, component)
+            if text is None:
+                cached = made.get(id(component)) or offered.get(id(component))
                 if cached is None or cached[0] is not component:
                     cached = (component, component_text(component))
-            parts[key] = cached
-            texts.append(cached[1])
-        text = "[" + ",".join(texts) + "]"
-        self._known[entity_id] = (components, text, parts)
-        return text
+                made[id(component)] = cached
+                text = cached[1]
+            texts.append(text)
+        return "[" + ",".join(texts) + "]"
 
     def encode(self, layer: Layer) -> list[tuple[int, str | None]]:
         """Every entry of `layer` by entity id: its text, or None when it was despawned."""
-        entries = [(entity_id, self._text_or_none(entity_id, layer[entity_id])) for entity_id in sorted(layer)]
+        text = self.text
+        entries = [(e, None if layer[e] is None else text(e, layer[e])) for e in sorted(layer)]  # type: ignore[arg-type]
         self._offered.clear()  # an offer is for the tick it was made in
         return entries
-
-    def _text_or_none(self, entity_id: int, components: Components | None) -> str | None:
-        if components is None:
-            self._known.pop(entity_id, None)
-            return None
-        return self.text(entity_id, components)
-
-    def snapshot(self, entities: Iterable[tuple[int, Components]]) -> list[tuple[int, str]]:
-        """Every live entity by id, encoded; the cache keeps only these from now on."""
-        entries = sorted(((entity_id, self.text(entity_id, components)) for entity_id, components in entities), key=_first)
-        self._offered.clear()
-        live = {entity_id for entity_id, _ in entries}
-        self._known = {entity_id: known for entity_id, known in self._known.items() if entity_id in live}
-        return entries
-
-
-_NOTHING: dict[str, tuple[Component, str]] = {}
-
-
-def _first(entry: tuple[int, Any]) -> int:
-    return entry[0]
 
 
 def chunk_entries(entries: Iterable[tuple[int, str | None]], limit: int | None = None) -> list[str]:
