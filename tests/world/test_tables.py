@@ -61,10 +61,10 @@ async def test_the_tables_hold_what_a_per_entity_model_holds():
                     new = world.atomically(lambda components=components: world.spawn(components))
                     model[new] = {type(c): c for c in components}
                 elif kind == "update":
-                    world.atomically(lambda e=entity: world.update(e, [Position(x=-tick, y=0.5)]))
+                    world.atomically(lambda e=entity, t=tick: world.update(e, [Position(x=-t, y=0.5)]))
                     model[entity][Position] = Position(x=-tick, y=0.5)
                 elif kind == "add" and Velocity not in model[entity]:
-                    world.atomically(lambda e=entity: world.add_components(e, [Velocity(dx=tick, dy=1.0)]))
+                    world.atomically(lambda e=entity, t=tick: world.add_components(e, [Velocity(dx=t, dy=1.0)]))
                     model[entity][Velocity] = Velocity(dx=tick, dy=1.0)
                 elif kind == "remove" and Health in model[entity]:
                     world.atomically(lambda e=entity: world.remove_components(e, [Health]))
@@ -87,7 +87,9 @@ async def test_the_tables_hold_what_a_per_entity_model_holds():
 async def test_an_entity_joining_a_table_below_its_highest_id_keeps_it_in_id_order():
     world = await _world(10)
     async with world.lock:
-        a, b, c = world.atomically(lambda: [world.spawn([Position(x=i, y=0.0)] + ([Health(hp=i)] if i else [])) for i in range(3)])
+        a, b, c = world.atomically(
+            lambda: [world.spawn([Position(x=i, y=0.0)] + ([Health(hp=i)] if i else [])) for i in range(3)]
+        )
     await world.step()
     async with world.lock:
         world.atomically(lambda: world.add_components(a, [Health(hp=9)]))

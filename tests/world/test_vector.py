@@ -86,7 +86,9 @@ async def test_it_runs_once_per_table_in_id_order_on_columns_kept_across_ticks()
     calls = []
 
     def record(world, tick, table):
-        calls.append((table.ids.tolist(), table[Velocity].dx.base if table[Velocity].dx.base is not None else table[Velocity].dx))
+        calls.append(
+            (table.ids.tolist(), table[Velocity].dx.base if table[Velocity].dx.base is not None else table[Velocity].dx)
+        )
         table[Position].x += 1.0
 
     world = await _world(lambda w: add_vector_processor(w, record, Position, Velocity, writes=[Position]))
