@@ -193,6 +193,14 @@ class NumpyColumn:
         template = item.template
         return [template % row for row in zip(*values, strict=True)]
 
+    def field_values(self, rows: Sequence[int], field: str) -> np.ndarray:
+        import numpy as np
+
+        array = self.arrays[field]
+        if isinstance(rows, range) and len(rows) == len(array):
+            return array
+        return array[np.asarray(rows, dtype=np.intp)]
+
     def changed_rows(self, base: Column) -> list[int]:
         import numpy as np
 

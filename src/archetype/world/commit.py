@@ -120,19 +120,24 @@ class EntityEncoder:
     def text(self, entity_id: int, components: Components) -> str:
         """`[<component>,...]` in component-key order (see `component_text`); NonCanonicalValueError
         when a value has no canonical form."""
-        committed_text, offered, made = self._state.committed_text, self._offered, self._made
-        texts = []
-        for key in sorted(components):
-            component = components[key]
-            text = committed_text(entity_id, key, component)
-            if text is None:
-                cached = made.get(id(component)) or offered.get(id(component))
-                if cached is None or cached[0] is not component:
-                    cached = (component, component_text(component))
-                made[id(component)] = cached
-                text = cached[1]
-            texts.append(text)
-        return "[" + ",".join(texts) + "]"
+        part = self.component
+        return "[" + ",".join([part(entity_id, key, components[key]) for key in sorted(components)]) + "]"
+
+    def component(self, entity_id: int, key: str, component: Component) -> str:
+        """`component_text(component)`, component `key` of entity `entity_id`, encoded once."""
+        text = self._state.committed_text(entity_id, key, component)
+        if text is None:
+            made = self._made
+            cached = made.get(id(component)) or self._offered.get(id(component))
+            if cached is None or cached[0] is not component:
+                cached = (component, component_text(component))
+            made[id(component)] = cached
+            text = cached[1]
+        return text
+
+    def offers_done(self) -> None:
+        """An offer is for the tick it was made in."""
+        self._offered.clear()
 
     def encode(self, layer: Layer) -> list[tuple[int, str | None]]:
         """Every entry of `layer` by entity id: its text, or None when it was despawned."""
@@ -195,11 +200,11 @@ class CommitCoordinator:
     def settlements(self) -> tuple[Settlement, ...]:
         return tuple(self._settlements)
 
-    def prepare(self, tick: int, writer_epoch: int, written: Sequence[int], entries: Iterable[tuple[int, str | None]],
-                *, snapshot: bool) -> PreparedTick:  # fmt: skip
-        """Seal the tick: `written` are the entities it changed, `entries` the state it sends (the
-        changed entities for a delta, every live entity for a snapshot), by entity id."""
-        chunks = tuple(chunk_entries(entries))
+    def prepare(self, tick: int, writer_epoch: int, written: Sequence[int], chunks: Sequence[str], *,
+                snapshot: bool) -> PreparedTick:  # fmt: skip
+        """Seal the tick: `written` are the entities it changed, `chunks` the state it sends (the
+        changed entities for a delta, every live entity for a snapshot: docs/storage.md)."""
+        chunks = tuple(chunks)
         head = {
             "world_id": self.world_id,
             "tick": tick,

@@ -28,8 +28,9 @@ component key (`use_columns`: archetype.vector's numpy columns, on CPython runne
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
+from archetype.world.columnar import Part, Section, as_list, numeric_fields
 from archetype.world.components import Component, component_text
 
 Components = dict[str, Component]  # type key -> live component
@@ -60,11 +61,16 @@ class Column(Protocol):
     def texts(self, rows: Sequence[int]) -> list[str]:
         """`component_text` of each of these rows' components (NonCanonicalValueError as it)."""
 
+    def field_values(self, rows: Sequence[int], field: str) -> Any:
+        """Field `field` of these rows' components (a numeric type's), as a sequence or an array."""
+
     def changed_rows(self, base: Column) -> list[int]:
         """The rows whose value differs from `base`'s (a column of the same rows), ascending."""
 
 
 ColumnMaker = Callable[[Sequence[Component]], Column]
+# An entry's component text: (entity id, component key, component) -> `component_text`.
+PartText = Callable[[int, str, Component], str]
 # The text a component was already encoded to (by the write-set's encoder), if any.
 TextOf = Callable[[Component], str | None]
 
@@ -107,6 +113,10 @@ class ObjectColumn:
                 text = texts[row] = component_text(components[row])
             found.append(text)
         return found
+
+    def field_values(self, rows: Sequence[int], field: str) -> list[Any]:
+        components = self._components
+        return [components[row].__dict__[field] for row in rows]
 
     def changed_rows(self, base: Column) -> list[int]:
         return [row for row, component in enumerate(self._components) if base.value(row) is not component]
@@ -308,38 +318,65 @@ class WorldState:
             count += (components is not None) - (entity_id in self._table_of)
         return count
 
-    def committed_texts(self, write_set: WriteSet, ids: Sequence[int]) -> list[tuple[int, str]]:
-        """The components text of each committed entity of `ids` (none with an entry in
-        `write_set`), its overridden columns as `write_set` has them, in `ids` order: encoded in
-        bulk, a column at a time."""
-        by_table: dict[Signature, list[int]] = {}
-        table_of = self._table_of
-        for entity_id in ids:
-            by_table.setdefault(table_of[entity_id].signature, []).append(entity_id)
-        found: list[tuple[int, str]] = []
-        for signature, members in by_table.items():
-            found += self._table_texts(self._tables[signature], write_set, members)
-        found.sort(key=_first)
-        return found
-
-    def all_committed_texts(self, write_set: WriteSet) -> list[tuple[int, str]]:
-        """`committed_texts` of every committed entity without an entry in `write_set`, by id."""
+    def sections(self, write_set: WriteSet, changed: Sequence[int] | None, text: PartText) -> tuple[list[Section], list[int]]:
+        """What a tick sends, as columnar sections (archetype.world.columnar): every live entity
+        once `write_set` commits (`changed` None: a snapshot), or the entities of `changed` (a
+        delta, with the despawned ones as removed ids). `text(entity_id, key, component)` is an
+        entry's component text (the encoder's)."""
         entries = write_set.entries
-        found: list[tuple[int, str]] = []
-        for table in self._tables.values():
-            members = table.ids if not entries else [e for e in table.ids if e not in entries]
-            found += self._table_texts(table, write_set, members)
-        if len(self._tables) > 1:
-            found.sort(key=_first)
-        return found
+        removed = [] if changed is None else sorted(e for e, c in entries.items() if c is None)
+        rows: dict[Signature, Sequence[int]] = {}
+        if changed is None:
+            for signature, table in self._tables.items():
+                inside = [e for e in entries if e in table.index]
+                rows[signature] = range(len(table)) if not inside else [r for r, e in enumerate(table.ids) if e not in entries]
+        else:
+            table_of = self._table_of
+            for entity_id in changed:
+                if entity_id not in entries:
+                    table = table_of[entity_id]
+                    rows.setdefault(table.signature, []).append(table.index[entity_id])  # type: ignore[attr-defined]
+        entered: dict[Signature, list[tuple[int, Components]]] = {}
+        for entity_id in sorted(entries):
+            components = entries[entity_id]
+            if components is not None:
+                entered.setdefault(frozenset(components), []).append((entity_id, components))
+        sections = []
+        for signature in sorted({*rows, *entered}, key=sorted):
+            section = self._section(write_set, signature, rows.get(signature, ()), entered.get(signature, []), text)
+            if section is not None:
+                sections.append(section)
+        return sections, removed
 
-    def _table_texts(self, table: Table, write_set: WriteSet, members: list[int]) -> list[tuple[int, str]]:
-        overridden = write_set.overrides.get(table.signature, {})
-        rows: Sequence[int] = range(len(table)) if len(members) == len(table) else [table.index[e] for e in members]
-        parts = [(overridden.get(key) or table.columns[key]).texts(rows) for key in table.keys]
-        if len(parts) == 1:
-            return list(zip(members, ["[" + text + "]" for text in parts[0]], strict=True))
-        return list(zip(members, ["[" + ",".join(texts) + "]" for texts in zip(*parts, strict=True)], strict=True))
+    def _section(self, write_set: WriteSet, signature: Signature, rows: Sequence[int],
+                 entered: list[tuple[int, Components]], text: PartText) -> Section | None:  # fmt: skip
+        table = self._tables.get(signature)
+        if table is None or not rows:
+            rows = ()
+        if not rows and not entered:
+            return None
+        overridden = write_set.overrides.get(signature, {})
+        ids: list[int] = list(table.ids) if table is not None and isinstance(rows, range) else [table.ids[r] for r in rows]  # type: ignore[union-attr]
+        ids += [entity_id for entity_id, _ in entered]
+        order = None if not rows or not entered else sorted(range(len(ids)), key=ids.__getitem__)
+        parts = []
+        for key in sorted(signature):
+            column = None if not rows else (overridden.get(key) or table.columns[key])  # type: ignore[union-attr]
+            cls = type(entered[0][1][key] if entered else column.value(rows[0]))  # type: ignore[union-attr]
+            fields = numeric_fields(cls)
+            if fields is None:
+                texts = column.texts(rows) if column is not None else []
+                texts += [text(entity_id, key, components[key]) for entity_id, components in entered]
+                parts.append(Part(cls, texts=_ordered(texts, order)))
+                continue
+            values: dict[str, Any] = {}
+            for field, _ in fields:
+                found = column.field_values(rows, field) if column is not None else []
+                if entered:
+                    found = [*as_list(found), *(components[key].__dict__[field] for _, components in entered)]
+                values[field] = _ordered(found, order)
+            parts.append(Part(cls, fields=values))
+        return Section(sorted(ids) if order is not None else ids, parts)
 
     def seal(self, write_set: WriteSet) -> None:
         """Freeze the prepared tick's write-set; later mutations go to a fresh layer above it."""
@@ -412,6 +449,12 @@ class WorldState:
 
     def _maker(self, key: str) -> ColumnMaker:
         return self._makers.get(key, ObjectColumn)
+
+
+def _ordered(values: Any, order: list[int] | None) -> Any:
+    if order is None:
+        return values
+    return [values[i] for i in order]
 
 
 def _unknown(component: Component) -> None:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from archetype.canonical import MAX_SAFE_INTEGER
+from archetype.world import columnar
 from archetype.world.commit import (
     CommitCoordinator,
     CommittedTickReceipt,
@@ -24,7 +25,7 @@ from archetype.world.commit import (
     TickPublisher,
 )
 from archetype.world.components import Component, ComponentTypeRef, type_key
-from archetype.world.state import Components, Layer, WorldState, WriteSet
+from archetype.world.state import Components, WorldState, WriteSet
 
 
 # -- hooks: each class is both the hook kind and the event it receives --
@@ -297,17 +298,10 @@ class AsyncWorld:
                 self.atomically(lambda: self._run_systems(tick), validate=False)
                 write_set = self.state.write_set()
                 written = self.state.changed(write_set)
-                entries = write_set.entries
                 snapshot = self._snapshot_due(write_set, written)
-                sent: list[tuple[int, str | None]]
-                if snapshot:
-                    live: Layer = {e: components for e, components in entries.items() if components is not None}
-                    sent = [*self.encoder.encode(live), *self.state.all_committed_texts(write_set)]
-                else:
-                    rows = [e for e in written if e not in entries]
-                    sent = [*self.encoder.encode(entries), *self.state.committed_texts(write_set, rows)]
-                sent.sort(key=_first)  # two ascending runs
-                self.coordinator.prepare(tick, self.writer_epoch, written, sent, snapshot=snapshot)
+                sections, removed = self.state.sections(write_set, None if snapshot else written, self.encoder.component)
+                self.encoder.offers_done()
+                self.coordinator.prepare(tick, self.writer_epoch, written, columnar.encode(sections, removed), snapshot=snapshot)
         except BaseException:
             self.state.unwind(base)
             self.coordinator.clear()
@@ -356,10 +350,6 @@ def _collection_paused() -> Iterator[None]:
         yield
     finally:
         gc.enable()
-
-
-def _first(entry: tuple[int, str | None]) -> int:
-    return entry[0]
 
 
 def _by_key(components: Iterable[Component]) -> Components:
