@@ -20,7 +20,7 @@ async def _all_state(authority, world_id, limit):
 
 async def test_snapshots_and_deltas_read_back_as_the_published_entities(rt, world_id, authority, monkeypatch):
     # small chunks, so a little state spans several chunk rows
-    monkeypatch.setattr("archetype.world.commit.CHUNK_BYTES", 400)
+    monkeypatch.setattr("archetype.world.columnar.CHUNK_BYTES", 400)
     world = await rt.worlds.get(world_id)
     await world.ensure_entity_ids(40)
     async with world.lock:

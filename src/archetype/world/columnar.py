@@ -41,9 +41,13 @@ from archetype.canonical import MAX_SAFE_INTEGER, NonCanonicalValueError
 from archetype.world.components import Component
 
 CHUNK_HEAD = '{"first":'
-# A chunk's budget, in thirds of a character: a numeric value is 8 bytes, 32/3 characters of base64.
-_BUDGET = 3 * 900_000
+CHUNK_BYTES = 1_000_000
+"""About the most characters a state chunk holds (unless one entity alone is larger): its values
+take at most 90% of it, its headers the rest; half the Durable Object's 2 MB row limit, so a chunk
+is always one row on every authority."""
+# costs are in thirds of a character: a numeric value is 8 bytes, 32/3 characters of base64
 _NUMERIC_COST = 32
+_HEAD_COST = 100  # '{"first":<id>,"last":<id>,"removed":[],"sections":[]}' and the sections' commas
 _KINDS = {float: "f8", int: "i8"}
 _ARRAY_CODES = {"f8": "d", "i8": "q"}
 _FIELDS: dict[type[Component], tuple[tuple[str, str], ...] | None] = {}
@@ -94,10 +98,10 @@ class Section:
 
 def encode(sections: Sequence[Section], removed: Sequence[int]) -> list[str]:
     """The chunks of a state write: `sections` (each a different signature) and the `removed`
-    ids, packed greedily in id order into chunks of about 900,000 characters (an entity alone
-    larger than that gets a chunk of its own). NonCanonicalValueError for a value that has none."""
-    costs = [_row_costs(section) for section in sections]
-    bounds = _bounds(sections, costs, removed)
+    ids, packed greedily in id order into chunks of at most CHUNK_BYTES characters, headers
+    counted (an entity alone larger than that gets a chunk of its own). NonCanonicalValueError
+    for a value that has no canonical form."""
+    bounds = _bounds(sections, removed, 3 * (CHUNK_BYTES - _HEAD_COST))
     return [_chunk(sections, removed, low, high) for low, high in bounds]
 
 
@@ -116,25 +120,39 @@ def _row_costs(section: Section) -> int | list[int]:
     return [fixed + 3 * sum(len(t) for t in row) for row in zip(*texts, strict=True)]
 
 
-def _bounds(sections: Sequence[Section], costs: list[int | list[int]], removed: Sequence[int]) -> list[tuple[int, int]]:
+def _header_cost(section: Section) -> int:
+    """At least what a section's text adds besides its values (identities, keys, base64 padding)."""
+    cost = 40
+    for part in section.parts:
+        cost += 80 + len(part.cls.__name__) + (0 if part.fields is None else 20 * len(part.fields) + sum(map(len, part.fields)))
+    return 3 * cost
+
+
+def _bounds(sections: Sequence[Section], removed: Sequence[int], budget: int) -> list[tuple[int, int]]:
     """The id range [low, high] of each chunk."""
+    costs = [_row_costs(section) for section in sections]
+    headers = [_header_cost(section) for section in sections]
     if len(sections) == 1 and not removed and isinstance(costs[0], int):
-        ids, per = sections[0].ids, max(1, _BUDGET // costs[0])
+        ids, per = sections[0].ids, max(1, (budget - headers[0]) // costs[0])
         return [(int(ids[start]), int(ids[min(start + per, len(ids)) - 1])) for start in range(0, len(ids), per)]
-    rows: list[tuple[int, int]] = [(entity_id, _NUMERIC_COST) for entity_id in removed]
-    for section, cost in zip(sections, costs, strict=True):
+    rows: list[tuple[int, int, int]] = [(entity_id, 3 * 17, -1) for entity_id in removed]
+    for index, (section, cost) in enumerate(zip(sections, costs, strict=True)):
         ids = as_list(section.ids)
-        rows += zip(ids, [cost] * len(ids) if isinstance(cost, int) else cost, strict=True)
+        rows += zip(ids, [cost] * len(ids) if isinstance(cost, int) else cost, [index] * len(ids), strict=True)
     rows.sort()
     bounds: list[tuple[int, int]] = []
     used, low, high = 0, 0, 0
-    for entity_id, cost in rows:
-        if used and used + cost > _BUDGET:
+    present: set[int] = set()
+    for entity_id, cost, index in rows:
+        header = headers[index] if index >= 0 and index not in present else 0
+        if used and used + header + cost > budget:
             bounds.append((low, high))
-            used = 0
+            used, present = 0, set()
+            header = headers[index] if index >= 0 else 0
         if not used:
             low = entity_id
-        used += cost
+        used += header + cost
+        present.add(index)
         high = entity_id
     if used:
         bounds.append((low, high))

@@ -19,6 +19,7 @@ from typing import Any, Literal, Protocol, get_args
 from pydantic import BaseModel, ConfigDict
 
 from archetype.canonical import canonical_json
+from archetype.world import columnar
 from archetype.world.components import Component, component_text
 from archetype.world.state import Components, Layer, WorldState
 
@@ -83,11 +84,6 @@ class TickOutcomeUnknownError(RuntimeError):
     code = "tick_outcome_unknown"
 
 
-CHUNK_BYTES = 1_000_000
-"""The most characters a state chunk holds (unless one entity alone is larger): half the Durable
-Object's 2 MB row limit, so a chunk is always one row on every authority."""
-
-
 class EntityEncoder:
     """The canonical text of the entities a tick wrote as entries (docs/storage.md).
 
@@ -148,9 +144,10 @@ class EntityEncoder:
 
 
 def chunk_entries(entries: Iterable[tuple[int, str | None]], limit: int | None = None) -> list[str]:
-    """`[[entity_id,components|null],...]` texts of at most `limit` (CHUNK_BYTES) characters each
+    """The per-entity chunk layout (what a component migration writes; docs/storage.md):
+    `[[entity_id,components|null],...]` texts of at most `limit` (CHUNK_BYTES) characters each
     (a single entry larger than that gets a chunk of its own), in entry order."""
-    limit = CHUNK_BYTES if limit is None else limit
+    limit = columnar.CHUNK_BYTES if limit is None else limit
     chunks: list[str] = []
     items: list[str] = []
     size = 2
@@ -169,11 +166,22 @@ def chunk_entries(entries: Iterable[tuple[int, str | None]], limit: int | None =
 def commit_token(head: dict[str, Any], chunks: Sequence[str]) -> str:
     """SHA-256 (hex) of the bytes a publication sends: the canonical JSON of the manifest's head,
     then each chunk after a newline (all of it ASCII)."""
-    hasher = hashlib.sha256(canonical_json(head).encode("ascii"))
+    hasher = hashlib.sha256(_head_text(head).encode("ascii"))
     for chunk in chunks:
         hasher.update(b"\n")
         hasher.update(chunk.encode("ascii"))
     return hasher.hexdigest()
+
+
+def _head_text(head: dict[str, Any]) -> str:
+    """`canonical_json(head)`, its `written_entity_ids` (the last key, ids checked at spawn to be
+    integers within 1..2**53-1) written without checking every id again: a moving world's head
+    lists every entity."""
+    written = head.get("written_entity_ids")
+    if not isinstance(written, list) or not all(type(e) is int for e in written[:1]):
+        return canonical_json(head)
+    rest = canonical_json({k: v for k, v in head.items() if k != "written_entity_ids"})
+    return rest[:-1] + ',"written_entity_ids":[' + ",".join(map(str, written)) + "]}"
 
 
 class CommitCoordinator:

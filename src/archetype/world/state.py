@@ -301,15 +301,16 @@ class WorldState:
     def changed(self, write_set: WriteSet) -> list[int]:
         """The ids `write_set` (this state's `write_set()`) changes, ascending: its entries, and the
         rows of other entities whose overridden columns hold another value than the committed."""
-        changed = set(write_set.entries)
+        runs: list[list[int]] = [sorted(write_set.entries)] if write_set.entries else []
         for signature, by_key in write_set.overrides.items():
             table = self._tables[signature]
-            rows: set[int] = set()
-            for key, column in by_key.items():
-                rows.update(column.changed_rows(table.columns[key]))
+            found = [column.changed_rows(table.columns[key]) for key, column in by_key.items()]
+            rows = found[0] if len(found) == 1 else sorted(set().union(*found))
             ids = table.ids
-            changed.update(ids[row] for row in rows)
-        return sorted(changed)
+            runs.append(list(ids) if len(rows) == len(ids) else [ids[row] for row in rows])
+        if len(runs) == 1:
+            return runs[0]
+        return sorted({entity_id for run in runs for entity_id in run})
 
     def count_after(self, write_set: WriteSet) -> int:
         """How many entities live once `write_set` (this state's `write_set()`, nothing sealed) commits."""
