@@ -4,8 +4,11 @@ publishes in chunks, `load_state` answers entity by entity, paged, exactly as it
 import pytest
 
 from archetype.commands import InvalidCommandError
+from archetype.vector import add_vector_processor
 from tests.component_modules.alpha import Health, Position
+from tests.component_modules.mixed import Tag
 from tests.conformance.helpers import step
+from tests.world.test_storage import wire
 
 
 async def _all_state(authority, world_id, limit):
@@ -34,7 +37,9 @@ async def test_snapshots_and_deltas_read_back_as_the_published_entities(rt, worl
     async with world.lock:
         world.atomically(lambda: world.despawn(ids[3]))
     await world.step()
-    expected = [(entity_id, world.encoder.text(entity_id, components)) for entity_id, components in sorted(world.state.items())]
+    expected = [
+        (entity_id, world.encoder.text(entity_id, components)) for entity_id, components in sorted(world.state.items())
+    ]
     assert len(expected) == 29
     for limit in (1, 4, 7, 10_000):
         assert await _all_state(authority, world_id, limit) == expected
@@ -57,3 +62,41 @@ async def test_a_malformed_state_chunk_is_refused(rt, world_id, authority):
             await authority.publish(world_id=world_id, owner="o", session="s", manifest=manifest,
                                     writes={"snapshot": True, "chunks": chunks})  # fmt: skip
     assert await authority.manifests(world_id=world_id) == []
+
+
+async def test_a_columnar_state_loads_identically_everywhere(rt, world_id, authority, monkeypatch):
+    # numeric columns held in numpy by this runner (a vectorised processor), data rows, removed
+    # ids, over several chunk rows: every authority answers the per-entity canonical text
+    monkeypatch.setattr("archetype.world.columnar.CHUNK_BYTES", 2_000)
+    world = await rt.worlds.get(world_id)
+    sent = []
+    publish = world.publisher.publish
+
+    async def recorded(prepared):
+        sent.append((prepared.snapshot, prepared.chunks))
+        await publish(prepared)
+
+    world.publisher.publish = recorded
+    add_vector_processor(world, _drift, Position, writes=[Position])
+    await world.ensure_entity_ids(80)
+    async with world.lock:
+        ids = world.atomically(lambda: [world.spawn(
+            [Position(x=i / 7, y=-0.0)] + ([Health(hp=2**53 - 1 - i)] if i % 2 else [])
+            + ([Tag(label=f"t{i}\u00e9\"", weight=1e-300 * i)] if i % 3 == 0 else [])
+        ) for i in range(60)])  # fmt: skip
+    await world.step()
+    async with world.lock:
+        world.atomically(lambda: (world.despawn(ids[5]), world.update(ids[7], [Health(hp=-1)]),
+                                  world.add_components(ids[0], [Health(hp=1)])))  # fmt: skip
+    await world.step()
+    assert [snapshot for snapshot, _ in sent] == [True, False] and len(sent[0][1]) > 1
+    assert all(chunk.startswith('{"first":') for _, chunks in sent for chunk in chunks)
+    expected = [(entity_id, wire(components.values())) for entity_id, components in sorted(world.state.items())]
+    assert len(expected) == 59 and '"x":0.25' in expected[0][1]  # drifted in the first tick
+    for limit in (3, 10_000):
+        assert await _all_state(authority, world_id, limit) == expected
+
+
+def _drift(world, tick, table):
+    if tick == 0:
+        table[Position].x += 0.25
