@@ -8,7 +8,7 @@ import pytest
 
 from archetype.canonical import NonCanonicalValueError, canonical_json
 from archetype.world import AsyncWorld, ComponentValue
-from archetype.world.commit import EntityEncoder, chunk_entries, commit_token
+from archetype.world.commit import EntityEncoder, chunk_entries, commit_token, listing_text
 from archetype.world.components import component_text
 from archetype.world.state import WorldState
 from tests.component_modules.alpha import Health, Position
@@ -65,6 +65,14 @@ def test_the_commit_token_digests_the_bytes_sent():
     head = {"tick": 1, "world_id": "w"}
     expected = hashlib.sha256(b'{"tick":1,"world_id":"w"}\n[[1,null]]\n[[2,null]]').hexdigest()
     assert commit_token(head, ["[[1,null]]", "[[2,null]]"]) == expected
+
+
+def test_the_commit_token_head_lists_the_written_ids_canonically():
+    head = {"chunks": 1, "settlements": [], "snapshot": False, "tick": 3, "world_id": "w", "writer_epoch": 0,
+            "written_entity_ids": [1, 5, 2**53 - 1]}  # fmt: skip
+    expected = hashlib.sha256(canonical_json(head).encode() + b"\n[[1,null]]").hexdigest()
+    assert commit_token(head, ["[[1,null]]"]) == expected
+    assert listing_text({"written_entity_ids": [1]}) == canonical_json({"written_entity_ids": [1]})
 
 
 async def test_a_tick_sends_a_delta_until_the_deltas_outgrow_the_state():

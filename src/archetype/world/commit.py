@@ -166,21 +166,22 @@ def chunk_entries(entries: Iterable[tuple[int, str | None]], limit: int | None =
 def commit_token(head: dict[str, Any], chunks: Sequence[str]) -> str:
     """SHA-256 (hex) of the bytes a publication sends: the canonical JSON of the manifest's head,
     then each chunk after a newline (all of it ASCII)."""
-    hasher = hashlib.sha256(_head_text(head).encode("ascii"))
+    hasher = hashlib.sha256(listing_text(head).encode("ascii"))
     for chunk in chunks:
         hasher.update(b"\n")
         hasher.update(chunk.encode("ascii"))
     return hasher.hexdigest()
 
 
-def _head_text(head: dict[str, Any]) -> str:
-    """`canonical_json(head)`, its `written_entity_ids` (the last key, ids checked at spawn to be
-    integers within 1..2**53-1) written without checking every id again: a moving world's head
-    lists every entity."""
-    written = head.get("written_entity_ids")
-    if not isinstance(written, list) or not all(type(e) is int for e in written[:1]):
-        return canonical_json(head)
-    rest = canonical_json({k: v for k, v in head.items() if k != "written_entity_ids"})
+def listing_text(document: dict[str, Any]) -> str:
+    """`canonical_json(document)` of a commit token's head or a manifest, its `written_entity_ids`
+    (the last key; ids checked at spawn to be integers within 1..2**53-1) written without checking
+    every id again: a moving world's tick lists every entity."""
+    written = document.get("written_entity_ids")
+    if not isinstance(written, list) or not written or type(written[0]) is not int or len(document) < 2 \
+            or max(document) != "written_entity_ids":  # fmt: skip
+        return canonical_json(document)
+    rest = canonical_json({k: v for k, v in document.items() if k != "written_entity_ids"})
     return rest[:-1] + ',"written_entity_ids":[' + ",".join(map(str, written)) + "]}"
 
 
@@ -246,5 +247,5 @@ class InMemoryPublisher:
         self.manifests: list[TickManifest] = []
 
     async def publish(self, prepared: PreparedTick) -> None:
-        canonical_json(prepared.manifest.model_dump(mode="json"))
+        listing_text(prepared.manifest.model_dump(mode="json"))
         self.manifests.append(prepared.manifest)
