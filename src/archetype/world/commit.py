@@ -182,7 +182,12 @@ def listing_text(document: dict[str, Any]) -> str:
             or max(document) != "written_entity_ids":  # fmt: skip
         return canonical_json(document)
     rest = canonical_json({k: v for k, v in document.items() if k != "written_entity_ids"})
-    return rest[:-1] + ',"written_entity_ids":[' + ",".join(map(str, written)) + "]}"
+    if _LAST_LISTING[0] != written:  # a moving world lists the same ids tick after tick
+        _LAST_LISTING[:] = [list(written), ",".join(map(str, written))]
+    return rest[:-1] + ',"written_entity_ids":[' + _LAST_LISTING[1] + "]}"
+
+
+_LAST_LISTING: list[Any] = [None, ""]  # the last ids listed, and their text
 
 
 class CommitCoordinator:
