@@ -33,8 +33,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from archetype.canonical import MAX_SAFE_INTEGER, NonCanonicalValueError
-from archetype.world.components import Component, type_key
+from archetype.world.columnar import numeric_fields
+from archetype.world.components import Component, component_text, type_key
 from archetype.world.state import Column, Components
 from archetype.world.state import Table as StateTable
 
@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 
     from archetype.world.world import AsyncWorld
 
-_KINDS = {float: "float64", int: "int64"}
+_DTYPES = {"f8": "float64", "i8": "int64"}
 
 
 @dataclass(frozen=True)
@@ -55,8 +55,6 @@ class _Layout:
     fields: tuple[str, ...]  # in sorted order: the canonical order of the component's data
     dtypes: tuple[str, ...]
     declared: tuple[str, ...]  # in the class's order: the order pydantic keeps a model's values in
-    # a component's canonical text from its values in `fields` order (see NumpyColumn._format)
-    template: str
 
     def build(self, values: dict[str, Any]) -> Component:
         """A component of exactly these values (by field name, in sorted order), unvalidated: what
@@ -80,46 +78,25 @@ def layout(cls: type[Component]) -> _Layout:
         return known
     if not (isinstance(cls, type) and issubclass(cls, Component)):
         raise TypeError(f"{cls!r} is not a Component subclass")
-    decorators = cls.__pydantic_decorators__
-    plain = (
-        not cls.__private_attributes__
-        and not cls.model_computed_fields
-        and not decorators.field_serializers
-        and not decorators.model_serializers
-        and not cls.__pydantic_post_init__
-    )
-    fields = sorted(cls.model_fields.items())
-    for name, info in fields:
-        if (
-            info.annotation not in _KINDS
-            or info.alias not in (None, name)
-            or info.serialization_alias not in (None, name)
-        ):
-            plain = False
-        if not name.isascii():
-            plain = False
-    if not plain or not fields:
+    fields = numeric_fields(cls)
+    if fields is None:
         raise TypeError(
             f"{cls.__qualname__} cannot be a column table: a vectorised processor takes components whose fields "
             "are all plain float or int (no aliases, serializers, computed fields or private attributes)"
         )
-    dtypes = tuple(_KINDS[info.annotation] for _, info in fields)  # type: ignore[index]  # annotation checked above
     names = tuple(name for name, _ in fields)
-    suffix = cls.__component_wire_suffix__.replace("%", "%%")
-    template = '{"data":{' + ",".join(f'"{name}":%r' for name in names) + "}" + suffix
-    made = _Layout(cls, type_key(cls), names, dtypes, tuple(cls.model_fields), template)
+    made = _Layout(cls, type_key(cls), names, tuple(_DTYPES[kind] for _, kind in fields), tuple(cls.model_fields))
     _LAYOUTS[cls] = made
     return made
 
 
 class NumpyColumn:
     """An eligible component type's values in one table (`archetype.world.state.Column`): an
-    array per field, and the rows' texts once they were asked for."""
+    array per field. A chunk takes its values as they are (archetype.world.columnar)."""
 
     def __init__(self, item: _Layout, arrays: dict[str, np.ndarray]) -> None:
         self.layout = item
         self.arrays = arrays
-        self._texts: list[str | None] | None = None
 
     @classmethod
     def of(cls, item: _Layout, components: Sequence[Component]) -> NumpyColumn:
@@ -139,26 +116,18 @@ class NumpyColumn:
     def set(self, row: int, component: Component, text: str | None) -> None:
         for field in self.layout.fields:
             self.arrays[field][row] = component.__dict__[field]
-        if self._texts is not None:
-            self._texts[row] = text
 
     def append(self, components: Sequence[Component], texts: Sequence[str | None]) -> None:
         import numpy as np
 
         added = NumpyColumn.of(self.layout, components)
         self.arrays = {field: np.concatenate((self.arrays[field], added.arrays[field])) for field in self.layout.fields}
-        if self._texts is not None:
-            self._texts += texts
 
     def select(self, rows: Sequence[int]) -> NumpyColumn:
         import numpy as np
 
         taken = np.asarray(rows, dtype=np.intp)
-        selected = NumpyColumn(self.layout, {field: array[taken] for field, array in self.arrays.items()})
-        if self._texts is not None:
-            texts = self._texts
-            selected._texts = [texts[row] for row in rows]
-        return selected
+        return NumpyColumn(self.layout, {field: array[taken] for field, array in self.arrays.items()})
 
     def copy(self) -> NumpyColumn:
         return NumpyColumn(self.layout, {field: array.copy() for field, array in self.arrays.items()})
@@ -167,31 +136,7 @@ class NumpyColumn:
         return None  # a row is values, not that component object
 
     def texts(self, rows: Sequence[int]) -> list[str]:
-        if self._texts is None:
-            if len(rows) < len(self):
-                return self._format(rows)
-            self._texts = list(self._format(range(len(self))))
-        texts = self._texts
-        missing = [row for row in rows if texts[row] is None]
-        for row, text in zip(missing, self._format(missing), strict=True):
-            texts[row] = text
-        return [texts[row] for row in rows]  # type: ignore[misc]  # every row is filled above
-
-    def _format(self, rows: Sequence[int]) -> list[str]:
-        """The rows' texts: `{"data":{"x":%r,...}` with the fields in sorted order (%r is how `json`
-        writes a float or an int), after checking the values canonical."""
-        import numpy as np
-
-        item = self.layout
-        whole = isinstance(rows, range) and len(rows) == len(self)
-        taken = None if whole else np.asarray(rows, dtype=np.intp)
-        values = []
-        for field in item.fields:
-            array = self.arrays[field] if taken is None else self.arrays[field][taken]
-            _check_canonical(array, item, field)
-            values.append(array.tolist())
-        template = item.template
-        return [template % row for row in zip(*values, strict=True)]
+        return [component_text(self.value(row)) for row in rows]  # (a chunk encodes the values, not these)
 
     def field_values(self, rows: Sequence[int], field: str) -> np.ndarray:
         import numpy as np
@@ -324,7 +269,8 @@ def _ids_of(table: StateTable, rows: np.ndarray | None) -> Callable[[], np.ndarr
 def _run_on_entries(world: AsyncWorld, tick: int, fn: VectorProcessor, layouts: list[_Layout], written: list[_Layout],
                     live: list[tuple[int, Components]]) -> None:  # fmt: skip
     """`fn` over entities the tick changed as entries: columns made from their components, and
-    the rows it changed written back as entries, with their texts for the encoder."""
+    the rows it changed written back as entries (their values are checked canonical when they
+    are encoded, a column at a time, like a table's)."""
     import numpy as np
 
     columns = {
@@ -337,19 +283,17 @@ def _run_on_entries(world: AsyncWorld, tick: int, fn: VectorProcessor, layouts: 
     for item in written:
         for field in item.fields:
             values = _checked_column(columns[item.cls][field], item, field, len(live))
-            _check_canonical(values, item, field)
             columns[item.cls].__dict__[field] = values
             changed |= values.view(np.int64) != originals[item.cls][field].view(np.int64)
     rows = np.flatnonzero(changed).tolist()
-    put, offer = world.state.put, world.encoder.offer
+    state = world.state
     for item in written:
         rows_values = zip(*[columns[item.cls][field][rows].tolist() for field in item.fields], strict=True)
-        build, key, fields, template = item.build, item.key, item.fields, item.template
+        build, key, fields = item.build, item.key, item.fields
         for row, row_values in zip(rows, rows_values, strict=True):
             entity_id, components = live[row]
             component = build(dict(zip(fields, row_values, strict=True)))
-            offer(component, template % row_values)
-            put(entity_id, {**(world.state.get(entity_id) or components), key: component})
+            state.put(entity_id, {**(state.get(entity_id) or components), key: component})
 
 
 def _checked_column(values: Any, item: _Layout, field: str, rows: int) -> np.ndarray:
@@ -369,20 +313,3 @@ def _checked_column(values: Any, item: _Layout, field: str, rows: int) -> np.nda
             raise TypeError(f"{item.cls.__name__}.{field} is an int column; got {array.dtype}")
         array = array.astype(np.int64)
     return array
-
-
-def _check_canonical(array: np.ndarray, item: _Layout, field: str) -> None:
-    """NonCanonicalValueError unless every value is finite / within the integer bound."""
-    import numpy as np
-
-    if array.dtype == np.float64:
-        if not np.isfinite(array).all():
-            raise NonCanonicalValueError(
-                f"$.{field}: {item.cls.__name__}.{field} has a value that is not a finite number",
-                path=f"$.{field}", reason="not a finite number (JSON has no NaN or infinities)",
-            )  # fmt: skip
-    elif len(array) and (array.max() > MAX_SAFE_INTEGER or array.min() < -MAX_SAFE_INTEGER):
-        raise NonCanonicalValueError(
-            f"$.{field}: {item.cls.__name__}.{field} has an integer outside +/-(2**53-1)",
-            path=f"$.{field}", reason="integer outside +/-(2**53-1)",
-        )  # fmt: skip

@@ -95,14 +95,9 @@ class EntityEncoder:
 
     def __init__(self, state: WorldState) -> None:
         self._state = state
-        # texts written for new components by whoever made them in bulk (archetype.vector): by
-        # the component's id, with the component itself, so a recycled id never matches
-        self._offered: dict[int, tuple[Component, str]] = {}
-        self._made: dict[int, tuple[Component, str]] = {}  # texts made since the last commit, the same way
-
-    def offer(self, component: Component, text: str) -> None:
-        """`component_text(component)`, computed by its maker (who guarantees it is exactly that)."""
-        self._offered[id(component)] = (component, text)
+        # texts made since the last commit: by the component's id, with the component itself, so
+        # a recycled id never matches
+        self._made: dict[int, tuple[Component, str]] = {}
 
     def text_of(self, component: Component) -> str | None:
         """The text made for `component` since the last commit, if any."""
@@ -124,23 +119,18 @@ class EntityEncoder:
         text = self._state.committed_text(entity_id, key, component)
         if text is None:
             made = self._made
-            cached = made.get(id(component)) or self._offered.get(id(component))
+            cached = made.get(id(component))
             if cached is None or cached[0] is not component:
                 cached = (component, component_text(component))
             made[id(component)] = cached
             text = cached[1]
         return text
 
-    def offers_done(self) -> None:
-        """An offer is for the tick it was made in."""
-        self._offered.clear()
 
     def encode(self, layer: Layer) -> list[tuple[int, str | None]]:
         """Every entry of `layer` by entity id: its text, or None when it was despawned."""
         text = self.text
-        entries = [(e, None if layer[e] is None else text(e, layer[e])) for e in sorted(layer)]  # type: ignore[arg-type]
-        self._offered.clear()  # an offer is for the tick it was made in
-        return entries
+        return [(e, None if layer[e] is None else text(e, layer[e])) for e in sorted(layer)]  # type: ignore[arg-type]
 
 
 def chunk_entries(entries: Iterable[tuple[int, str | None]], limit: int | None = None) -> list[str]:

@@ -300,7 +300,6 @@ class AsyncWorld:
                 written = self.state.changed(write_set)
                 snapshot = self._snapshot_due(write_set, written)
                 sections, removed = self.state.sections(write_set, None if snapshot else written, self.encoder.component)
-                self.encoder.offers_done()
                 self.coordinator.prepare(tick, self.writer_epoch, written, columnar.encode(sections, removed), snapshot=snapshot)
         except BaseException:
             self.state.unwind(base)
