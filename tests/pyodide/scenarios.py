@@ -85,6 +85,44 @@ async def ledger_cycle() -> dict[str, Any]:
     }
 
 
+async def columnar_state() -> dict[str, Any]:
+    """A world of numeric and data components published as columnar chunks (a snapshot, then a
+    delta with a despawn) on this interpreter's sqlite3, and the state `load_state` answers."""
+    from archetype.commands.port import ManualClock
+    from archetype.runtime import Runtime
+    from archetype.world import CreateWorld
+    from local_catalog import open_local_authority
+    from tests.component_modules.mixed import Tag
+
+    sent: list[str] = []
+    with tempfile.TemporaryDirectory() as directory:
+        rt = Runtime(open_local_authority(directory, clock=ManualClock()), owner="runner", lease_ms=1_000)
+        try:
+            world_id = await rt.dispatcher.apply(CreateWorld(name="columns", world_id="w-columns"))
+            world = await rt.worlds.get(world_id)
+            publish = world.publisher.publish
+
+            async def recorded(prepared: Any) -> None:
+                sent.extend(prepared.chunks)
+                await publish(prepared)
+
+            world.publisher.publish = recorded  # type: ignore[method-assign]
+            await world.ensure_entity_ids(20)
+            async with world.lock:
+                ids = world.atomically(lambda: [world.spawn(
+                    [Position(x=i / 7, y=-0.0)] + ([Health(hp=2**53 - 1 - i)] if i % 2 else [])
+                    + ([Tag(label=f"t{i}\u00e9", weight=1e-300 * i)] if i % 3 == 0 else [])
+                ) for i in range(12)])  # fmt: skip
+            await world.step()
+            async with world.lock:
+                world.atomically(lambda: (world.despawn(ids[4]), world.update(ids[3], [Health(hp=-3)])))
+            await world.step()
+            state = await rt.authority.load_state(world_id=world_id, after_entity_id=0, limit=100)
+        finally:
+            await rt.close()
+    return {"chunks": sent, "entities": state["entities"]}
+
+
 # -- Pyodide only ------------------------------------------------------------------------------
 
 

@@ -46,3 +46,9 @@ async def test_a_command_is_admitted_stepped_and_applied_on_pyodide_sqlite(pyodi
     assert answer["applied_per_step"] == [1, 1]
     assert answer["history"] == [["spawn-1", "APPLIED", 1, 0], ["hurt", "APPLIED", 1, 1]]
     assert "Health(hp=7)" in answer["health"]
+
+
+async def test_a_columnar_state_is_encoded_and_loaded_the_same_on_pyodide(pyodide):
+    answer = await on_both(pyodide, "columnar_state")
+    assert [chunk[:9] for chunk in answer["chunks"]] == ['{"first":'] * 2  # a snapshot, then a delta
+    assert len(answer["entities"]) == 11

@@ -8,8 +8,9 @@ import pytest
 
 from archetype.canonical import NonCanonicalValueError, canonical_json
 from archetype.world import AsyncWorld, ComponentValue
-from archetype.world.commit import EntityEncoder, chunk_entries, commit_token
+from archetype.world.commit import EntityEncoder, chunk_entries, commit_token, listing_text
 from archetype.world.components import component_text
+from archetype.world.state import WorldState
 from tests.component_modules.alpha import Health, Position
 
 
@@ -24,21 +25,29 @@ def test_a_component_text_is_its_canonical_wire_value(component):
     assert component_text(component) == canonical_json(ComponentValue.from_component(component).model_dump(mode="json"))
 
 
-def test_an_entity_is_encoded_once_per_change_and_unchanged_components_keep_their_text():
-    encoder = EntityEncoder()
+async def test_an_entity_is_encoded_once_per_change_and_unchanged_components_keep_their_text(monkeypatch):
+    world = AsyncWorld("w")
+    await world.ensure_entity_ids(1)
     position, health = Position(x=1.0, y=2.0), Health(hp=3)
-    components = {"Position:" + Position.component_fingerprint(): position, "Health:" + Health.component_fingerprint(): health}
-    text = encoder.text(7, components)
-    assert text == wire([position, health])
-    assert encoder.text(7, components) is text  # the same entry: the cached text
-    moved = {**components, "Position:" + Position.component_fingerprint(): Position(x=5.0, y=2.0)}
-    assert encoder.text(7, moved) == wire([Position(x=5.0, y=2.0), health])
+    async with world.lock:
+        entity = world.atomically(lambda: world.spawn([position, health]))
+    await world.step()
+    encoded = []
+    monkeypatch.setattr("archetype.world.commit.component_text", lambda c: encoded.append(c) or component_text(c))
+    assert world.encoder.text(entity, world.state.get(entity)) == wire([position, health])
+    assert encoded == []  # the committed table's texts, made when the spawn was encoded
+    moved = Position(x=5.0, y=2.0)
+    async with world.lock:
+        world.atomically(lambda: world.update(entity, [moved]))
+    await world.step()
+    assert encoded == [moved]  # Health kept its text
+    assert world.encoder.text(entity, world.state.get(entity)) == wire([moved, health]) and encoded == [moved]
 
 
 def test_a_value_without_a_canonical_form_is_refused():
     bad = Position.model_construct(x=float("nan"), y=0.0)
     with pytest.raises(NonCanonicalValueError):
-        EntityEncoder().text(1, {"Position:" + Position.component_fingerprint(): bad})
+        EntityEncoder(WorldState()).text(1, {"Position:" + Position.component_fingerprint(): bad})
 
 
 def test_chunks_are_bounded_ordered_and_parse_back():
@@ -56,6 +65,14 @@ def test_the_commit_token_digests_the_bytes_sent():
     head = {"tick": 1, "world_id": "w"}
     expected = hashlib.sha256(b'{"tick":1,"world_id":"w"}\n[[1,null]]\n[[2,null]]').hexdigest()
     assert commit_token(head, ["[[1,null]]", "[[2,null]]"]) == expected
+
+
+def test_the_commit_token_head_lists_the_written_ids_canonically():
+    head = {"chunks": 1, "settlements": [], "snapshot": False, "tick": 3, "world_id": "w", "writer_epoch": 0,
+            "written_entity_ids": [1, 5, 2**53 - 1]}  # fmt: skip
+    expected = hashlib.sha256(canonical_json(head).encode() + b"\n[[1,null]]").hexdigest()
+    assert commit_token(head, ["[[1,null]]"]) == expected
+    assert listing_text({"written_entity_ids": [1]}) == canonical_json({"written_entity_ids": [1]})
 
 
 async def test_a_tick_sends_a_delta_until_the_deltas_outgrow_the_state():
@@ -85,7 +102,8 @@ async def test_an_idle_tick_sends_nothing_and_visits_no_entity():
     async with world.lock:
         world.atomically(lambda: [world.spawn([Health(hp=i)]) for i in range(100)])
     await world.step()
-    world.state._committed = _Untouchable(world.state._committed)
+    world.state._table_of = _Untouchable(world.state._table_of)
+    world.state._tables = {s: _UntouchableTable(t) for s, t in world.state._tables.items()}
     await world.step()
     assert world.coordinator.prepared is None
 
@@ -96,3 +114,12 @@ class _Untouchable(dict):
 
     def __iter__(self):
         raise AssertionError("an idle tick iterated the committed entities")
+
+
+class _UntouchableTable:
+    def __init__(self, table):
+        self.signature, self.keys, self.columns, self.index = table.signature, table.keys, table.columns, table.index
+
+    @property
+    def ids(self):
+        raise AssertionError("an idle tick iterated a table's entities")

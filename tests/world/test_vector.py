@@ -7,8 +7,8 @@ import pytest
 
 from archetype.canonical import NonCanonicalValueError
 from archetype.vector import add_vector_processor, layout
-from archetype.world import AsyncWorld, Component
-from archetype.world.components import component_text
+from archetype.world import AsyncWorld, Component, PreTick
+from archetype.world.components import component_text, type_key
 from tests.component_modules.alpha import Health, Position, Velocity
 
 
@@ -45,13 +45,12 @@ async def test_a_vector_processor_does_what_the_per_entity_one_does():
 
 
 async def test_only_changed_rows_are_written():
-    def nudge_first(world, tick, table):
-        table[Position].x[0] += 1.0
+    def nudge_third(world, tick, table):
+        table[Position].x[table.ids == 3] += 1.0
 
-    world = await _world(lambda w: add_vector_processor(w, nudge_first, Position, Velocity))
+    world = await _world(lambda w: add_vector_processor(w, nudge_third, Position, Velocity))
     await world.step()
-    first = min(e for e, _ in world.query(Position, Velocity))
-    assert world.publisher.manifests[-1].written_entity_ids == (first,)
+    assert world.publisher.manifests[-1].written_entity_ids == (3,)
 
 
 @pytest.mark.parametrize("bad", [math.nan, math.inf])
@@ -81,3 +80,86 @@ def test_only_plain_numeric_components_have_columns():
 
     with pytest.raises(TypeError):
         layout(Named)
+
+
+async def test_it_runs_once_per_table_in_id_order_on_columns_kept_across_ticks():
+    calls = []
+
+    def record(world, tick, table):
+        calls.append(
+            (table.ids.tolist(), table[Velocity].dx.base if table[Velocity].dx.base is not None else table[Velocity].dx)
+        )
+        table[Position].x += 1.0
+
+    world = await _world(lambda w: add_vector_processor(w, record, Position, Velocity, writes=[Position]))
+    await world.step()
+    with_health = [i + 1 for i in range(12) if i % 2]
+    without = [i + 1 for i in range(12) if not i % 2]
+    assert [ids for ids, _ in calls] == [with_health, without]  # the tables, by their sorted component keys
+    first = [column for _, column in calls]
+    calls.clear()
+    await world.step()
+    assert all(a is b for a, b in zip(first, [column for _, column in calls], strict=True))  # not rebuilt
+
+
+async def test_a_read_only_column_cannot_be_written():
+    def cheat(world, tick, table):
+        table[Velocity].dx += 1.0
+
+    world = await _world(lambda w: add_vector_processor(w, cheat, Position, Velocity, writes=[Position]))
+    before = sorted(world.state.items())
+    with pytest.raises(ValueError, match="read-only"):
+        await world.step()
+    assert sorted(world.state.items()) == before
+
+
+async def test_entities_changed_earlier_in_the_tick_are_processed_as_they_are_then():
+    def boost(world, tick, entity_id, components):
+        if entity_id % 4 == 1:
+            world.update(entity_id, [Velocity(dx=100.0, dy=0.0)])
+
+    def spawner(world, event):
+        world.spawn([Position(x=0.5, y=0.5), Velocity(dx=1.0, dy=1.0)])
+
+    seen = []
+
+    def counted(world, tick, table):
+        seen.extend(table.ids.tolist())
+        move(world, tick, table)
+
+    def setup(vectorised):
+        def register(world):
+            world.add_hook(PreTick, spawner)
+            world.add_processor(boost, Velocity)
+            if vectorised:
+                add_vector_processor(world, counted, Position, Velocity, writes=[Position])
+            else:
+                world.add_processor(move_each, Position, Velocity)
+
+        return register
+
+    vector, each = await _world(setup(True)), await _world(setup(False))
+    for _ in range(3):
+        seen.clear()
+        a, b = await vector.step(), await each.step()
+        assert a.commit_token == b.commit_token
+        assert sorted(seen) == [e for e, _ in vector.query(Position, Velocity)]  # each entity once
+    assert sorted(vector.state.items()) == sorted(each.state.items())
+
+
+async def test_a_failing_processor_leaves_no_column_behind():
+    fail = [True]
+
+    def move_then_fail(world, tick, table):
+        table[Position].x += 1.0
+        if fail[0] and len(table) < 10:  # after the first table's columns were overridden
+            raise RuntimeError("boom")
+
+    world = await _world(lambda w: add_vector_processor(w, move_then_fail, Position, Velocity, writes=[Position]))
+    before = sorted(world.state.items())
+    with pytest.raises(RuntimeError):
+        await world.step()
+    assert sorted(world.state.items()) == before and world.tick == 0
+    fail[0] = False
+    await world.step()
+    assert [c[type_key(Position)].x for _, c in sorted(world.state.items())][:2] == [x + 1.0 for x in (0.0, 0.1)]

@@ -74,6 +74,7 @@ from archetype.commands.ledger_rows import (
     WorldRow,
 )
 from archetype.commands.port import Clock, SqlPort
+from archetype.world import columnar
 from archetype.world.commit import ERROR_TEXT_LIMIT, OUTCOMES, chunk_entries
 from archetype.world.component_schema import (
     SchemaMismatchError,
@@ -97,8 +98,9 @@ MIGRATION_FIELDS = tuple(name.strip() for name in q.MIGRATION_COLUMNS.split(",")
 _SCHEMAS: dict[str, dict[str, Any]] = {}
 # A state chunk is one row: within the Durable Object's 2 MB row limit with room for its key.
 STATE_CHUNK_LIMIT = 2_000_000 - 4_096
-# `[[<first entity id>,` opens every chunk (docs/storage.md); the ledger reads no more of it at publish.
-_CHUNK_HEAD = re.compile(r"\[\[([1-9][0-9]{0,15}),")
+# `{"first":<first entity id>,` opens a columnar chunk, `[[<first entity id>,` one of per-entity
+# entries (docs/storage.md); the ledger reads no more of it at publish.
+_CHUNK_HEAD = re.compile(r'(?:\{"first":|\[\[)([1-9][0-9]{0,15}),')
 WORLD_EVENTS = ("world_stalled", "world_recovered")
 # Retention defaults (docs/ledger.md, "Retention"): what `archetype serve` and `catalog prune` use.
 DEFAULT_KEEP_TICKS = 1_000
@@ -148,12 +150,6 @@ def check_components(world_id: str, documents: list[tuple[str, str]],
 
 def _row(fields: Sequence[str], values: Sequence[Any]) -> dict[str, Any]:
     return dict(zip(fields, values, strict=True))
-
-
-def _state_text(components: Any) -> str:
-    """One entity's components, parsed from a chunk, in the layout they were sent in (the
-    canonical layout: compact, ASCII, keys as parsed, which is sorted)."""
-    return json.dumps(components, separators=(",", ":"), ensure_ascii=True)
 
 
 def _check_lease_ms(lease_ms: int) -> None:
@@ -347,9 +343,9 @@ class Ledger:
         `after_entity_id` (inside the caller's transaction; `load_state` describes it)."""
         overlay: dict[int, str | None] = {}  # the deltas since the snapshot, later ticks winning
         for (body,) in self._port.execute(q.LIST_STATE_DELTAS, (world_id,)):
-            for entity_id, components in json.loads(body):
+            for entity_id, text in columnar.decode(body):
                 if entity_id > after_entity_id:
-                    overlay[entity_id] = None if components is None else _state_text(components)
+                    overlay[entity_id] = text
         page: list[tuple[int, str]] = []
         floor = self._port.execute(q.STATE_CHUNK_FLOOR, (world_id, after_entity_id))[0][0]
         cursor, horizon = (-1 if floor is None else floor - 1), None
@@ -359,8 +355,8 @@ class Ledger:
                 horizon = None  # the snapshot is read to its end: every overlaid entity counts
                 break
             cursor, body = rows[0]
-            entries = json.loads(body)
-            page += [(e, _state_text(c)) for e, c in entries if e > after_entity_id and e not in overlay]
+            entries = columnar.decode(body)
+            page += [(e, t) for e, t in entries if e > after_entity_id and e not in overlay and t is not None]
             horizon = entries[-1][0]
         # an overlaid entity beyond the last snapshot entity read may not be among the lowest ids
         page += [(e, t) for e, t in overlay.items() if t is not None and (horizon is None or e <= horizon)]
@@ -373,15 +369,14 @@ class Ledger:
         a chunk that does not contain the fingerprint's text is not parsed."""
         overlay: dict[int, bool] = {}  # entity -> whether its latest delta entry names it
         for (body,) in self._port.execute(q.LIST_STATE_DELTAS, (world_id,)):
-            entries = json.loads(body)
-            for entity_id, components in entries:
-                overlay[entity_id] = components is not None and fingerprint in _state_text(components)
+            for entity_id, text in columnar.decode(body):
+                overlay[entity_id] = text is not None and fingerprint in text
         naming = [entity_id for entity_id, names in overlay.items() if names]
         cursor = -1
         while rows := self._port.execute(q.NEXT_STATE_CHUNK, (world_id, cursor)):
             cursor, body = rows[0]
             if fingerprint in body:
-                naming += [e for e, c in json.loads(body) if e not in overlay and fingerprint in _state_text(c)]
+                naming += [e for e, t in columnar.decode(body) if e not in overlay and t is not None and fingerprint in t]
         return sorted(naming)
 
     def reserve_entity_ids(self, world_id: str, count: int) -> int:
@@ -751,10 +746,10 @@ class Ledger:
         firsts = []
         for chunk in chunks:
             head = _CHUNK_HEAD.match(chunk)
-            if head is None or not chunk.endswith("]]") or len(chunk) > STATE_CHUNK_LIMIT:
+            if head is None or not chunk.endswith("]]" if chunk[0] == "[" else "]}") or len(chunk) > STATE_CHUNK_LIMIT:
                 raise InvalidCommandError(
-                    f"a state chunk is a JSON array of [entity_id, components] entries of at most "
-                    f"{STATE_CHUNK_LIMIT:,} characters"
+                    f"a state chunk is a columnar chunk or a JSON array of [entity_id, components] entries of at most "
+                    f"{STATE_CHUNK_LIMIT:,} characters (docs/storage.md)"
                 )
             firsts.append(int(head.group(1)))
         if not writes["snapshot"]:

@@ -19,8 +19,9 @@ from typing import Any, Literal, Protocol, get_args
 from pydantic import BaseModel, ConfigDict
 
 from archetype.canonical import canonical_json
+from archetype.world import columnar
 from archetype.world.components import Component, component_text
-from archetype.world.state import Components, Layer
+from archetype.world.state import Components, Layer, WorldState
 
 # What a tick did with each command it leased and materialized, in ledger order. "failed" is a
 # retryable failure: the ledger makes it RETRYABLE, or DEAD_LETTER once the budget is spent;
@@ -83,87 +84,60 @@ class TickOutcomeUnknownError(RuntimeError):
     code = "tick_outcome_unknown"
 
 
-CHUNK_BYTES = 1_000_000
-"""The most characters a state chunk holds (unless one entity alone is larger): half the Durable
-Object's 2 MB row limit, so a chunk is always one row on every authority."""
-
-# A cached encoding: the components it was made of, its text, and each component's own text.
-_Encoded = tuple["Components", str, dict[str, tuple[Component, str]]]
-
-
 class EntityEncoder:
-    """The canonical text of each entity's components, cached per world.
+    """The canonical text of the entities a tick wrote as entries (docs/storage.md).
 
-    A layer's entries are replaced, never mutated (components are immutable too), so an entry
-    that is still the same object (`is`) still has the same text, and a component that is still
-    the same object inside a changed entity keeps its own text: a tick encodes what it changed.
+    Components are immutable, so a component that is still the very object the committed table
+    holds keeps the text the table has for it (an entity whose `Position` moved encodes its
+    `Position` only); the texts made here are handed to the tables when the tick commits
+    (`text_of`), so no component is encoded twice.
     """
 
-    def __init__(self) -> None:
-        self._known: dict[int, _Encoded] = {}
-        # texts written for new components by whoever made them in bulk (archetype.vector): by
-        # the component's id, with the component itself, so a recycled id never matches
-        self._offered: dict[int, tuple[Component, str]] = {}
+    def __init__(self, state: WorldState) -> None:
+        self._state = state
+        # texts made since the last commit: by the component's id, with the component itself, so
+        # a recycled id never matches
+        self._made: dict[int, tuple[Component, str]] = {}
 
-    def offer(self, component: Component, text: str) -> None:
-        """`component_text(component)`, computed by its maker (who guarantees it is exactly that)."""
-        self._offered[id(component)] = (component, text)
+    def text_of(self, component: Component) -> str | None:
+        """The text made for `component` since the last commit, if any."""
+        made = self._made.get(id(component))
+        return made[1] if made is not None and made[0] is component else None
+
+    def committed(self) -> None:
+        """The sealed write-set is in the tables, with its texts: forget them."""
+        self._made.clear()
 
     def text(self, entity_id: int, components: Components) -> str:
         """`[<component>,...]` in component-key order (see `component_text`); NonCanonicalValueError
         when a value has no canonical form."""
-        known = self._known.get(entity_id)
-        if known is not None and known[0] is components:
-            return known[1]
-        previous = known[2] if known is not None else _NOTHING
-        offered = self._offered
-        parts: dict[str, tuple[Component, str]] = {}
-        texts = []
-        for key in sorted(components):
-            component = components[key]
-            cached = previous.get(key)
+        part = self.component
+        return "[" + ",".join([part(entity_id, key, components[key]) for key in sorted(components)]) + "]"
+
+    def component(self, entity_id: int, key: str, component: Component) -> str:
+        """`component_text(component)`, component `key` of entity `entity_id`, encoded once."""
+        text = self._state.committed_text(entity_id, key, component)
+        if text is None:
+            made = self._made
+            cached = made.get(id(component))
             if cached is None or cached[0] is not component:
-                cached = offered.pop(id(component), None) if offered else None
-                if cached is None or cached[0] is not component:
-                    cached = (component, component_text(component))
-            parts[key] = cached
-            texts.append(cached[1])
-        text = "[" + ",".join(texts) + "]"
-        self._known[entity_id] = (components, text, parts)
+                cached = (component, component_text(component))
+            made[id(component)] = cached
+            text = cached[1]
         return text
+
 
     def encode(self, layer: Layer) -> list[tuple[int, str | None]]:
         """Every entry of `layer` by entity id: its text, or None when it was despawned."""
-        entries = [(entity_id, self._text_or_none(entity_id, layer[entity_id])) for entity_id in sorted(layer)]
-        self._offered.clear()  # an offer is for the tick it was made in
-        return entries
-
-    def _text_or_none(self, entity_id: int, components: Components | None) -> str | None:
-        if components is None:
-            self._known.pop(entity_id, None)
-            return None
-        return self.text(entity_id, components)
-
-    def snapshot(self, entities: Iterable[tuple[int, Components]]) -> list[tuple[int, str]]:
-        """Every live entity by id, encoded; the cache keeps only these from now on."""
-        entries = sorted(((entity_id, self.text(entity_id, components)) for entity_id, components in entities), key=_first)
-        self._offered.clear()
-        live = {entity_id for entity_id, _ in entries}
-        self._known = {entity_id: known for entity_id, known in self._known.items() if entity_id in live}
-        return entries
-
-
-_NOTHING: dict[str, tuple[Component, str]] = {}
-
-
-def _first(entry: tuple[int, Any]) -> int:
-    return entry[0]
+        text = self.text
+        return [(e, None if layer[e] is None else text(e, layer[e])) for e in sorted(layer)]  # type: ignore[arg-type]
 
 
 def chunk_entries(entries: Iterable[tuple[int, str | None]], limit: int | None = None) -> list[str]:
-    """`[[entity_id,components|null],...]` texts of at most `limit` (CHUNK_BYTES) characters each
+    """The per-entity chunk layout (what a component migration writes; docs/storage.md):
+    `[[entity_id,components|null],...]` texts of at most `limit` (CHUNK_BYTES) characters each
     (a single entry larger than that gets a chunk of its own), in entry order."""
-    limit = CHUNK_BYTES if limit is None else limit
+    limit = columnar.CHUNK_BYTES if limit is None else limit
     chunks: list[str] = []
     items: list[str] = []
     size = 2
@@ -182,11 +156,28 @@ def chunk_entries(entries: Iterable[tuple[int, str | None]], limit: int | None =
 def commit_token(head: dict[str, Any], chunks: Sequence[str]) -> str:
     """SHA-256 (hex) of the bytes a publication sends: the canonical JSON of the manifest's head,
     then each chunk after a newline (all of it ASCII)."""
-    hasher = hashlib.sha256(canonical_json(head).encode("ascii"))
+    hasher = hashlib.sha256(listing_text(head).encode("ascii"))
     for chunk in chunks:
         hasher.update(b"\n")
         hasher.update(chunk.encode("ascii"))
     return hasher.hexdigest()
+
+
+def listing_text(document: dict[str, Any]) -> str:
+    """`canonical_json(document)` of a commit token's head or a manifest, its `written_entity_ids`
+    (the last key; ids checked at spawn to be integers within 1..2**53-1) written without checking
+    every id again: a moving world's tick lists every entity."""
+    written = document.get("written_entity_ids")
+    if not isinstance(written, list) or not written or type(written[0]) is not int or len(document) < 2 \
+            or max(document) != "written_entity_ids":  # fmt: skip
+        return canonical_json(document)
+    rest = canonical_json({k: v for k, v in document.items() if k != "written_entity_ids"})
+    if _LAST_LISTING[0] != written:  # a moving world lists the same ids tick after tick
+        _LAST_LISTING[:] = [list(written), ",".join(map(str, written))]
+    return rest[:-1] + ',"written_entity_ids":[' + _LAST_LISTING[1] + "]}"
+
+
+_LAST_LISTING: list[Any] = [None, ""]  # the last ids listed, and their text
 
 
 class CommitCoordinator:
@@ -213,11 +204,11 @@ class CommitCoordinator:
     def settlements(self) -> tuple[Settlement, ...]:
         return tuple(self._settlements)
 
-    def prepare(self, tick: int, writer_epoch: int, written: Sequence[int], entries: Iterable[tuple[int, str | None]],
-                *, snapshot: bool) -> PreparedTick:  # fmt: skip
-        """Seal the tick: `written` are the entities it changed, `entries` the state it sends (the
-        changed entities for a delta, every live entity for a snapshot), by entity id."""
-        chunks = tuple(chunk_entries(entries))
+    def prepare(self, tick: int, writer_epoch: int, written: Sequence[int], chunks: Sequence[str], *,
+                snapshot: bool) -> PreparedTick:  # fmt: skip
+        """Seal the tick: `written` are the entities it changed, `chunks` the state it sends (the
+        changed entities for a delta, every live entity for a snapshot: docs/storage.md)."""
+        chunks = tuple(chunks)
         head = {
             "world_id": self.world_id,
             "tick": tick,
@@ -251,5 +242,5 @@ class InMemoryPublisher:
         self.manifests: list[TickManifest] = []
 
     async def publish(self, prepared: PreparedTick) -> None:
-        canonical_json(prepared.manifest.model_dump(mode="json"))
+        listing_text(prepared.manifest.model_dump(mode="json"))
         self.manifests.append(prepared.manifest)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from archetype.canonical import MAX_SAFE_INTEGER
+from archetype.world import columnar
 from archetype.world.commit import (
     CommitCoordinator,
     CommittedTickReceipt,
@@ -24,7 +25,7 @@ from archetype.world.commit import (
     TickPublisher,
 )
 from archetype.world.components import Component, ComponentTypeRef, type_key
-from archetype.world.state import Components, Layer, WorldState
+from archetype.world.state import Components, WorldState, WriteSet
 
 
 # -- hooks: each class is both the hook kind and the event it receives --
@@ -51,8 +52,9 @@ class OnDestroy:
 HOOK_KINDS = (PreTick, PostTick, OnSpawn, OnDestroy)
 Hook = Callable[["AsyncWorld", Any], None]
 Processor = Callable[["AsyncWorld", int, int, tuple[Component, ...]], None]
-# Called once per tick with every matching entity id, in id order (see archetype.vector).
-BatchProcessor = Callable[["AsyncWorld", int, list[int]], None]
+# Called once per tick, in its place among the processors; it finds its entities itself, through
+# the world's tables (archetype.vector).
+BatchProcessor = Callable[["AsyncWorld", int], None]
 Materializer = Callable[["AsyncWorld", int], Awaitable[None]]
 
 
@@ -114,7 +116,7 @@ class AsyncWorld:
         self._id_source = id_source or CounterIdSource(max((e for e, _ in self.state.items()), default=0) + 1)
         self._ids = range(0)
         self._processors: list[_ProcessorEntry] = []
-        self.encoder = EntityEncoder()
+        self.encoder = EntityEncoder(self.state)
         # entries published as deltas since the last snapshot; None until this world publishes one
         self._delta_entries: int | None = None
         self._hooks: dict[type, list[Hook]] = {kind: [] for kind in HOOK_KINDS}
@@ -126,10 +128,12 @@ class AsyncWorld:
         order = tuple(type_key(t) for t in component_types)
         self._processors.append(_ProcessorEntry(name or fn.__name__, fn, frozenset(order), order))
 
-    def add_batch_processor(self, fn: BatchProcessor, *component_types: type[Component], name: str | None = None) -> None:
-        """A processor called once per tick with the ids of every entity that has all of
-        `component_types` (in id order), in its place among the processors: what a vectorised
-        processor (archetype.vector) runs on. It reads and writes through the world as usual."""
+    def add_batch_processor(
+        self, fn: BatchProcessor, *component_types: type[Component], name: str | None = None
+    ) -> None:
+        """A processor called once per tick, in its place among the processors, that finds the
+        entities with `component_types` itself (`state.tables`, `state.matching`): what a
+        vectorised processor (archetype.vector) runs on. It writes through the layered state."""
         if not component_types:
             raise ValueError("a processor needs at least one component type")
         order = tuple(type_key(t) for t in component_types)
@@ -263,8 +267,11 @@ class AsyncWorld:
             tick = prepared.manifest.tick
             await self.publisher.publish(prepared)
             with _collection_paused():
-                self.state.commit_sealed()
-            self._delta_entries = 0 if prepared.snapshot else (self._delta_entries or 0) + len(prepared.manifest.written_entity_ids)
+                self.state.commit_sealed(self.encoder.text_of)
+                self.encoder.committed()
+            self._delta_entries = (
+                0 if prepared.snapshot else (self._delta_entries or 0) + len(prepared.manifest.written_entity_ids)
+            )
             self.tick = tick
             manifest = prepared.manifest
             self.coordinator.clear()
@@ -290,12 +297,10 @@ class AsyncWorld:
             with _collection_paused():
                 self.atomically(lambda: self._run_systems(tick), validate=False)
                 write_set = self.state.write_set()
-                written = sorted(write_set)
-                if self._snapshot_due(write_set):
-                    self.coordinator.prepare(tick, self.writer_epoch, written, self.encoder.snapshot(self.state.items()),
-                                             snapshot=True)  # fmt: skip
-                else:
-                    self.coordinator.prepare(tick, self.writer_epoch, written, self.encoder.encode(write_set), snapshot=False)
+                written = self.state.changed(write_set)
+                snapshot = self._snapshot_due(write_set, written)
+                sections, removed = self.state.sections(write_set, None if snapshot else written, self.encoder.component)
+                self.coordinator.prepare(tick, self.writer_epoch, written, columnar.encode(sections, removed), snapshot=snapshot)
         except BaseException:
             self.state.unwind(base)
             self.coordinator.clear()
@@ -303,15 +308,15 @@ class AsyncWorld:
             raise
         self.state.seal(write_set)
 
-    def _snapshot_due(self, write_set: Layer) -> bool:
+    def _snapshot_due(self, write_set: WriteSet, written: list[int]) -> bool:
         """Publish the whole state instead of a delta once the deltas since the last snapshot would
         outgrow it (so the authority's overlay stays smaller than the state it overlays), and on
         this world's first publication with a change (it does not know what the overlay holds)."""
-        if not write_set:
+        if not written:
             return False
         if self._delta_entries is None:
             return True
-        return self._delta_entries + len(write_set) >= self.state.count_after(write_set)
+        return self._delta_entries + len(written) >= self.state.count_after(write_set)
 
     def _run_systems(self, tick: int) -> None:
         self._fire(PreTick(tick))
@@ -319,7 +324,7 @@ class AsyncWorld:
         for processor in self._processors:
             keys, order, fn = processor.keys, processor.order, processor.fn
             if processor.batch is not None:
-                processor.batch(self, tick, self.state.matching(keys))
+                processor.batch(self, tick)
                 continue
             assert fn is not None  # an entry has a per-entity or a batch function
             for entity_id in self.state.matching(keys):

@@ -1,0 +1,278 @@
+"""The columnar state chunk (docs/storage.md): how a tick's state write is encoded in bulk, a
+column at a time, and decoded back into each entity's components text by any host (stdlib
+`array`, `base64` and `json` only: the ledger decodes on Pyodide too).
+
+A chunk covers the entities of one ascending id range; it is canonical JSON (compact, keys
+sorted, ASCII):
+
+    {"first":<id>,"last":<id>,"removed":[<id>,...],"sections":[<section>,...]}
+
+`removed` are the entities a delta despawned (always empty in a snapshot); each section is the
+entities of one signature (sections by their sorted component keys, each section's rows in id
+order):
+
+    {"components":[<component>,...],"ids":"<base64 of little-endian int64 ids>"}
+
+and each component, in component-key order (`<name>:<fingerprint>`), is either numeric columns,
+for a type whose fields are all plain `float` / `int` (`numeric_fields`), or its rows' data:
+
+    {"columns":{"<field>":{"f8"|"i8":"<base64 of little-endian float64/int64 values>"},...},
+     "fingerprint":"<64 hex>","name":"<class>"}
+    {"fingerprint":"<64 hex>","name":"<class>","rows":[<canonical data JSON>,...]}
+
+with the fields in sorted order. Decoding writes each entity's components text exactly as
+`component_text` would (`{"data":{"x":<repr>,...},...}`: a float64 read back is the float that
+was written, and `repr` is how `json` writes it), so the text `load_state` answers is the text
+the per-entity encoding defines, whoever encoded it.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import sys
+from array import array
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from archetype.canonical import MAX_SAFE_INTEGER, NonCanonicalValueError
+from archetype.world.components import Component
+
+CHUNK_HEAD = '{"first":'
+CHUNK_BYTES = 1_000_000
+"""About the most characters a state chunk holds (unless one entity alone is larger): its values
+take at most 90% of it, its headers the rest; half the Durable Object's 2 MB row limit, so a chunk
+is always one row on every authority."""
+# costs are in thirds of a character: a numeric value is 8 bytes, 32/3 characters of base64
+_NUMERIC_COST = 32
+_HEAD_COST = 100  # '{"first":<id>,"last":<id>,"removed":[],"sections":[]}' and the sections' commas
+_KINDS = {float: "f8", int: "i8"}
+_ARRAY_CODES = {"f8": "d", "i8": "q"}
+_FIELDS: dict[type[Component], tuple[tuple[str, str], ...] | None] = {}
+
+
+def numeric_fields(cls: type[Component]) -> tuple[tuple[str, str], ...] | None:
+    """`(field, "f8" | "i8")` in field-name order when `cls` is encoded as numeric columns (every
+    field a plain `float` or `int`: no aliases, serializers, computed fields, private attributes
+    or post-init hook, so a component is exactly its field values); None otherwise."""
+    if cls in _FIELDS:
+        return _FIELDS[cls]
+    decorators = cls.__pydantic_decorators__
+    plain = bool(cls.model_fields) and not (
+        cls.__private_attributes__
+        or cls.model_computed_fields
+        or decorators.field_serializers
+        or decorators.model_serializers
+        or cls.__pydantic_post_init__
+    )
+    for name, info in cls.model_fields.items():
+        if info.annotation not in _KINDS or info.alias not in (None, name) or info.serialization_alias not in (None, name):
+            plain = False
+        if not name.isascii():
+            plain = False
+    found = tuple((name, _KINDS[cls.model_fields[name].annotation]) for name in sorted(cls.model_fields)) if plain else None  # type: ignore[index]
+    _FIELDS[cls] = found
+    return found
+
+
+@dataclass
+class Part:
+    """One component type's values in a section: `fields` (field name -> its values, a sequence
+    or a numpy array, for a numeric type) or `texts` (each row's `component_text`)."""
+
+    cls: type[Component]
+    fields: dict[str, Any] | None = None
+    texts: Sequence[str] | None = None
+
+
+@dataclass
+class Section:
+    """The entities of one signature: ascending `ids` (a sequence or a numpy array), a `Part` per
+    component type in component-key order, each with a value per id."""
+
+    ids: Any
+    parts: list[Part]
+
+
+def encode(sections: Sequence[Section], removed: Sequence[int]) -> list[str]:
+    """The chunks of a state write: `sections` (each a different signature) and the `removed`
+    ids, packed greedily in id order into chunks of at most CHUNK_BYTES characters, headers
+    counted (an entity alone larger than that gets a chunk of its own). NonCanonicalValueError
+    for a value that has no canonical form."""
+    bounds = _bounds(sections, removed, 3 * (CHUNK_BYTES - _HEAD_COST))
+    return [_chunk(sections, removed, low, high) for low, high in bounds]
+
+
+def _row_costs(section: Section) -> int | list[int]:
+    """A row's cost: the same for every row of a numeric section, else one per row."""
+    fixed = _NUMERIC_COST  # the id
+    texts: list[Sequence[str]] = []
+    for part in section.parts:
+        if part.fields is not None:
+            fixed += _NUMERIC_COST * len(part.fields)
+        else:
+            assert part.texts is not None
+            texts.append(part.texts)
+    if not texts:
+        return fixed
+    return [fixed + 3 * sum(len(t) for t in row) for row in zip(*texts, strict=True)]
+
+
+def _header_cost(section: Section) -> int:
+    """At least what a section's text adds besides its values (identities, keys, base64 padding)."""
+    cost = 40
+    for part in section.parts:
+        cost += 80 + len(part.cls.__name__) + (0 if part.fields is None else 20 * len(part.fields) + sum(map(len, part.fields)))
+    return 3 * cost
+
+
+def _bounds(sections: Sequence[Section], removed: Sequence[int], budget: int) -> list[tuple[int, int]]:
+    """The id range [low, high] of each chunk."""
+    costs = [_row_costs(section) for section in sections]
+    headers = [_header_cost(section) for section in sections]
+    if len(sections) == 1 and not removed and isinstance(costs[0], int):
+        ids, per = sections[0].ids, max(1, (budget - headers[0]) // costs[0])
+        return [(int(ids[start]), int(ids[min(start + per, len(ids)) - 1])) for start in range(0, len(ids), per)]
+    rows: list[tuple[int, int, int]] = [(entity_id, 3 * 17, -1) for entity_id in removed]
+    for index, (section, cost) in enumerate(zip(sections, costs, strict=True)):
+        ids = as_list(section.ids)
+        rows += zip(ids, [cost] * len(ids) if isinstance(cost, int) else cost, [index] * len(ids), strict=True)
+    rows.sort()
+    bounds: list[tuple[int, int]] = []
+    used, low, high = 0, 0, 0
+    present: set[int] = set()
+    for entity_id, cost, index in rows:
+        header = headers[index] if index >= 0 and index not in present else 0
+        if used and used + header + cost > budget:
+            bounds.append((low, high))
+            used, present = 0, set()
+            header = headers[index] if index >= 0 else 0
+        if not used:
+            low = entity_id
+        used += header + cost
+        present.add(index)
+        high = entity_id
+    if used:
+        bounds.append((low, high))
+    return bounds
+
+
+def _chunk(sections: Sequence[Section], removed: Sequence[int], low: int, high: int) -> str:
+    gone = ",".join(str(e) for e in removed if low <= e <= high)
+    texts = []
+    for section in sections:
+        start, stop = _span(section.ids, low, high)
+        if start == stop:
+            continue
+        components = [_component(part, start, stop) for part in section.parts]
+        ids = _b64(section.ids[start:stop], "i8")
+        texts.append('{"components":[' + ",".join(components) + '],"ids":"' + ids + '"}')
+    return f'{{"first":{low},"last":{high},"removed":[{gone}],"sections":[{",".join(texts)}]}}'
+
+
+def _component(part: Part, start: int, stop: int) -> str:
+    cls = part.cls
+    identity = f'"fingerprint":"{cls.__component_fingerprint__}","name":"{cls.__name__}"'
+    if part.fields is None:
+        assert part.texts is not None
+        cut = len(cls.__component_wire_suffix__)
+        rows = ",".join(text[8:-cut] for text in part.texts[start:stop])  # each text's data: after '{"data":'
+        return "{" + identity + ',"rows":[' + rows + "]}"
+    fields = numeric_fields(cls)
+    assert fields is not None
+    columns = []
+    for field, kind in fields:
+        values = part.fields[field][start:stop]
+        _check(values, kind, cls, field)
+        columns.append(f'"{field}":{{"{kind}":"{_b64(values, kind)}"}}')
+    return '{"columns":{' + ",".join(columns) + "}," + identity + "}"
+
+
+def _span(ids: Any, low: int, high: int) -> tuple[int, int]:
+    """The rows of ascending `ids` within [low, high]."""
+    if hasattr(ids, "searchsorted"):
+        return int(ids.searchsorted(low, "left")), int(ids.searchsorted(high, "right"))
+    from bisect import bisect_left, bisect_right
+
+    return bisect_left(ids, low), bisect_right(ids, high)
+
+
+def as_list(values: Any) -> list[Any]:
+    """A sequence or a numpy array as a list of Python numbers."""
+    return values.tolist() if hasattr(values, "tolist") else list(values)
+
+
+def _check(values: Any, kind: str, cls: type[Component], field: str) -> None:
+    """NonCanonicalValueError unless every value is a finite float / an integer within +/-(2**53-1)."""
+    if not len(values):
+        return
+    if kind == "f8":
+        finite = bool((abs(values) <= sys.float_info.max).all()) if hasattr(values, "all") else all(map(math.isfinite, values))
+        if not finite:
+            raise NonCanonicalValueError(
+                f"$.{field}: {cls.__name__}.{field} has a value that is not a finite number",
+                path=f"$.{field}", reason="not a finite number (JSON has no NaN or infinities)",
+            )  # fmt: skip
+    elif max(values) > MAX_SAFE_INTEGER or min(values) < -MAX_SAFE_INTEGER:
+        raise NonCanonicalValueError(
+            f"$.{field}: {cls.__name__}.{field} has an integer outside +/-(2**53-1)",
+            path=f"$.{field}", reason="integer outside +/-(2**53-1)",
+        )  # fmt: skip
+
+
+def _b64(values: Any, kind: str) -> str:
+    """Base64 of the values as little-endian float64 / int64."""
+    if hasattr(values, "astype"):
+        raw = values.astype("<f8" if kind == "f8" else "<i8").tobytes()
+    else:
+        packed = array(_ARRAY_CODES[kind], values)
+        if sys.byteorder == "big":
+            packed.byteswap()
+        raw = packed.tobytes()
+    return base64.b64encode(raw).decode("ascii")
+
+
+def _unpack(text: str, kind: str) -> list[Any]:
+    packed = array(_ARRAY_CODES[kind])
+    packed.frombytes(base64.b64decode(text))
+    if sys.byteorder == "big":
+        packed.byteswap()
+    return packed.tolist()
+
+
+def _data_text(value: Any) -> str:
+    """Parsed canonical JSON, written back in the same layout (docs/storage.md, load_state)."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=True)
+
+
+def decode(body: str) -> list[tuple[int, str | None]]:
+    """Every entity of a chunk (either layout: columnar, or the per-entity `[[id,components],...]`)
+    by id: its components text, or None when the chunk removes it."""
+    if not body.startswith(CHUNK_HEAD):
+        return [(e, None if c is None else _data_text(c)) for e, c in json.loads(body)]
+    chunk = json.loads(body)
+    found: list[tuple[int, str | None]] = [(entity_id, None) for entity_id in chunk["removed"]]
+    for section in chunk["sections"]:
+        ids = _unpack(section["ids"], "i8")
+        columns: list[list[str]] = []
+        for component in section["components"]:
+            suffix = f',"fingerprint":"{component["fingerprint"]}","name":"{component["name"]}"}}'
+            if "rows" in component:
+                columns.append(['{"data":' + _data_text(data) + suffix for data in component["rows"]])
+                continue
+            names, values = [], []
+            for name, column in component["columns"].items():
+                ((kind, text),) = column.items()
+                names.append(name)
+                values.append(_unpack(text, kind))
+            template = '{"data":{' + ",".join(f'"{name}":%r' for name in names) + "}" + suffix.replace("%", "%%")
+            columns.append([template % row for row in zip(*values, strict=True)])
+        found += zip(ids, ["[" + ",".join(row) + "]" for row in zip(*columns, strict=True)], strict=True)
+    found.sort(key=_first)
+    return found
+
+
+def _first(entry: tuple[int, str | None]) -> int:
+    return entry[0]
