@@ -15,25 +15,11 @@ import gc
 import sys
 import time
 from pathlib import Path
-from typing import Any
+
+from moving import Position, Velocity, move_each
 
 from archetype.runtime import Runtime
-from archetype.world import AsyncWorld, Component, CreateWorld
-
-
-class Position(Component):
-    x: float
-    y: float
-
-
-class Velocity(Component):
-    dx: float
-    dy: float
-
-
-def move_each(world: Any, tick: int, entity_id: int, components: tuple[Any, ...]) -> None:
-    position, velocity = components
-    world.update(entity_id, [Position(x=position.x + velocity.dx, y=position.y + velocity.dy)])
+from archetype.world import AsyncWorld, CreateWorld
 
 
 async def serve(n: int, kind: str, directory: Path) -> None:

@@ -35,10 +35,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the DO stand-in lives in tests/support
 
+from moving import Position, Velocity, move_each
+
 from archetype.commands.port import ManualClock
 from archetype.runtime import Runtime
 from archetype.vector import add_vector_processor
-from archetype.world import AsyncWorld, Component, CreateWorld
+from archetype.world import AsyncWorld, CreateWorld
 from archetype.world.columnar import CHUNK_BYTES
 from durable_world import DurableObjectAuthority
 from local_catalog import CATALOG_FILE, open_local_authority
@@ -53,21 +55,6 @@ TARGET_PROCESSOR_VS_NUMPY = 3.0  # vectorised processor phase / numpy alone
 TARGET_ENTITY_SPEEDUP = 5.0  # per-entity API, durable, against the code before (--baseline-src)
 TARGET_IDLE_MS = 1.0
 TARGET_PUBLISH_US = 1.0
-
-
-class Position(Component):
-    x: float
-    y: float
-
-
-class Velocity(Component):
-    dx: float
-    dy: float
-
-
-def move_each(world: Any, tick: int, entity_id: int, components: tuple[Any, ...]) -> None:
-    position, velocity = components
-    world.update(entity_id, [Position(x=position.x + velocity.dx, y=position.y + velocity.dy)])
 
 
 def move_columns(world: Any, tick: int, table: Any) -> None:
