@@ -45,8 +45,8 @@ class Column(Protocol):
 
     def value(self, row: int) -> Component: ...
 
-    def set(self, row: int, component: Component, text: str | None) -> None:
-        """Row `row` is now `component`, whose `component_text` is `text` when known."""
+    def set(self, row: int, component: Component, text_of: TextOf) -> None:
+        """Row `row` is now `component`, whose `component_text` is `text_of(component)` when known."""
 
     def append(self, components: Sequence[Component], texts: Sequence[str | None]) -> None: ...
 
@@ -85,10 +85,10 @@ class ObjectColumn:
     def value(self, row: int) -> Component:
         return self._components[row]
 
-    def set(self, row: int, component: Component, text: str | None) -> None:
+    def set(self, row: int, component: Component, text_of: TextOf) -> None:
         if self._components[row] is not component:
             self._components[row] = component
-            self._texts[row] = text
+            self._texts[row] = text_of(component)
 
     def append(self, components: Sequence[Component], texts: Sequence[str | None]) -> None:
         self._components += components
@@ -159,6 +159,9 @@ class WorldState:
         self._sealed = WriteSet({}, {})
         self._layers: list[Layer] = [{}]
         self._overrides: list[Overrides] = [{}]
+        # each table's columns as `column` resolves them, in key order: read once per processed
+        # entity, so kept until an override, a dropped layer or a commit can change the answer
+        self._views: dict[Signature, list[Column]] = {}
         self._move(dict(entities or {}), _unknown)
 
     def use_columns(self, key: str, maker: ColumnMaker) -> None:
@@ -167,6 +170,7 @@ class WorldState:
         if self._sealed or any(self._overrides):
             raise RuntimeError("columns change kind between ticks only")
         self._makers[key] = maker
+        self._views.clear()
         for table in self._tables.values():
             if key in table.columns:
                 column = table.columns[key]
@@ -179,20 +183,54 @@ class WorldState:
 
     # -- reads through the layers --
     def get(self, entity_id: int) -> Components | None:
-        # the hottest read (once per processed entity): a plain loop, not the `_stack` generator
+        found = self._entry(entity_id)
+        if found is not _ABSENT:
+            return found  # type: ignore[return-value]
+        table = self._table_of.get(entity_id)
+        if table is None:
+            return None
+        row = table.index[entity_id]
+        return {key: column.value(row) for key, column in zip(table.keys, self.view(table), strict=True)}
+
+    def view(self, table: Table) -> list[Column]:
+        """Every column of `table` as this tick sees it (`column`), in `table.keys` order."""
+        found = self._views.get(table.signature)
+        if found is None:
+            found = self._views[table.signature] = [self.column(table, key) for key in table.keys]
+        return found
+
+    def scan(self, keys: frozenset[str], order: Sequence[str]) -> Iterator[tuple[int, tuple[Component, ...]]]:
+        """Every entity that has all of `keys` when the scan starts, in id order, with its
+        components of `order`, each read only when it is reached: an entity written, despawned
+        or stripped of one of `keys` meanwhile (by whoever consumes the scan) is seen as it is
+        then, or skipped."""
+        tables = [table for table in self._tables.values() if keys <= table.signature]
+        entered = any(self._layers) or bool(self._sealed.entries)
+        ids: Sequence[int] = tables[0].ids if len(tables) == 1 and not entered else self.matching(keys)
+        picks: dict[Signature, list[int]] = {}  # a table's column positions of `order`
+        for entity_id in ids:
+            components = self._entry(entity_id)
+            if components is _ABSENT:
+                table = self._table_of.get(entity_id)
+                if table is None:
+                    continue
+                pick = picks.get(table.signature)
+                if pick is None:
+                    pick = picks[table.signature] = [table.keys.index(key) for key in order]
+                view, row = self.view(table), table.index[entity_id]
+                yield entity_id, tuple([view[index].value(row) for index in pick])
+            elif components is not None and keys <= components.keys():
+                yield entity_id, tuple([components[key] for key in order])  # type: ignore[index]
+
+    def _entry(self, entity_id: int) -> Components | None | object:
+        """The newest entry for `entity_id` in the layers or the sealed write-set, else _ABSENT (a
+        hot read, once or twice per processed entity: a plain loop, not the `_stack` generator)."""
         layers = self._layers
         for index in range(len(layers) - 1, -1, -1):
             layer = layers[index]
             if entity_id in layer:
                 return layer[entity_id]
-        sealed = self._sealed.entries
-        if entity_id in sealed:
-            return sealed[entity_id]
-        table = self._table_of.get(entity_id)
-        if table is None:
-            return None
-        row = table.index[entity_id]
-        return {key: self.column(table, key).value(row) for key in table.keys}
+        return self._sealed.entries.get(entity_id, _ABSENT)
 
     def column(self, table: Table, key: str) -> Column:
         """Table `table`'s column `key` as this tick sees it: the newest override, or the committed one."""
@@ -259,6 +297,7 @@ class WorldState:
     def override(self, table: Table, key: str, column: Column) -> None:
         """Every row of `table`'s column `key` is now `column`'s (see the module's rule on entries)."""
         self._overrides[-1].setdefault(table.signature, {})[key] = column
+        self._views.pop(table.signature, None)
 
     @property
     def top(self) -> Layer:
@@ -280,12 +319,14 @@ class WorldState:
 
     def drop(self) -> None:
         self._layers.pop()
-        self._overrides.pop()
+        if self._overrides.pop():
+            self._views.clear()
 
     def unwind(self, depth: int) -> None:
         """Drop every layer above `depth`: what a failed tick wrote is gone."""
         del self._layers[depth:]
         del self._overrides[depth:]
+        self._views.clear()
 
     # -- the tick's write-set --
     def write_set(self) -> WriteSet:
@@ -374,7 +415,7 @@ class WorldState:
             for field, _ in fields:
                 found = column.field_values(rows, field) if column is not None else []
                 if entered:
-                    found = [*as_list(found), *(components[key].__dict__[field] for _, components in entered)]
+                    found = [*as_list(found), *[components[key].__dict__[field] for _, components in entered]]
                 values[field] = _ordered(found, order)
             parts.append(Part(cls, fields=values))
         return Section(sorted(ids) if order is not None else ids, parts)
@@ -396,6 +437,7 @@ class WorldState:
             self._tables[signature].columns.update(by_key)
         self._move(sealed.entries, text_of)
         self._sealed = WriteSet({}, {})
+        self._views.clear()
 
     def _move(self, entries: Layer, text_of: TextOf) -> None:
         tables, table_of = self._tables, self._table_of
@@ -407,7 +449,7 @@ class WorldState:
             if table is not None and components is not None and table.signature == components.keys():
                 row = table.index[entity_id]
                 for key, component in components.items():
-                    table.columns[key].set(row, component, text_of(component))
+                    table.columns[key].set(row, component, text_of)
                 continue
             if table is not None:
                 leaving.setdefault(table.signature, set()).add(entity_id)
@@ -456,6 +498,9 @@ def _ordered(values: Any, order: list[int] | None) -> Any:
     if order is None:
         return values
     return [values[i] for i in order]
+
+
+_ABSENT = object()
 
 
 def _unknown(component: Component) -> None:

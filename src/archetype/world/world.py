@@ -320,18 +320,15 @@ class AsyncWorld:
 
     def _run_systems(self, tick: int) -> None:
         self._fire(PreTick(tick))
-        get = self.state.get
         for processor in self._processors:
-            keys, order, fn = processor.keys, processor.order, processor.fn
             if processor.batch is not None:
                 processor.batch(self, tick)
                 continue
+            fn = processor.fn
             assert fn is not None  # an entry has a per-entity or a batch function
-            for entity_id in self.state.matching(keys):
-                current = get(entity_id)
-                if current is None or not keys <= current.keys():
-                    continue  # an earlier processor despawned it or removed a component this tick
-                fn(self, tick, entity_id, tuple([current[k] for k in order]))
+            # the scan skips an entity an earlier call despawned or took a component of
+            for entity_id, components in self.state.scan(processor.keys, processor.order):
+                fn(self, tick, entity_id, components)
 
 
 @contextmanager
