@@ -185,7 +185,7 @@ class WorldState:
     def get(self, entity_id: int) -> Components | None:
         found = self._entry(entity_id)
         if found is not _ABSENT:
-            return found  # type: ignore[return-value]
+            return found
         table = self._table_of.get(entity_id)
         if table is None:
             return None
@@ -220,9 +220,9 @@ class WorldState:
                 view, row = self.view(table), table.index[entity_id]
                 yield entity_id, tuple([view[index].value(row) for index in pick])
             elif components is not None and keys <= components.keys():
-                yield entity_id, tuple([components[key] for key in order])  # type: ignore[index]
+                yield entity_id, tuple([components[key] for key in order])
 
-    def _entry(self, entity_id: int) -> Components | None | object:
+    def _entry(self, entity_id: int) -> Components | None:
         """The newest entry for `entity_id` in the layers or the sealed write-set, else _ABSENT (a
         hot read, once or twice per processed entity: a plain loop, not the `_stack` generator)."""
         layers = self._layers
@@ -500,7 +500,7 @@ def _ordered(values: Any, order: list[int] | None) -> Any:
     return [values[i] for i in order]
 
 
-_ABSENT = object()
+_ABSENT: Components = {}  # compared by identity: no entry at all (an entry of None is a despawn)
 
 
 def _unknown(component: Component) -> None:
