@@ -113,9 +113,12 @@ class NumpyColumn:
     def value(self, row: int) -> Component:
         return self.layout.build({field: self.arrays[field][row].item() for field in self.layout.fields})
 
-    def set(self, row: int, component: Component, text_of: TextOf) -> None:
+    def set(self, rows: Sequence[int], components: Sequence[Component], text_of: TextOf) -> None:
+        import numpy as np
+
+        taken = np.asarray(rows, dtype=np.intp)
         for field in self.layout.fields:
-            self.arrays[field][row] = component.__dict__[field]
+            self.arrays[field][taken] = [component.__dict__[field] for component in components]
 
     def append(self, components: Sequence[Component], texts: Sequence[str | None]) -> None:
         import numpy as np

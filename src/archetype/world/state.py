@@ -45,8 +45,9 @@ class Column(Protocol):
 
     def value(self, row: int) -> Component: ...
 
-    def set(self, row: int, component: Component, text_of: TextOf) -> None:
-        """Row `row` is now `component`, whose `component_text` is `text_of(component)` when known."""
+    def set(self, rows: Sequence[int], components: Sequence[Component], text_of: TextOf) -> None:
+        """Each of `rows` is now its component of `components`, whose `component_text` is
+        `text_of(component)` when known."""
 
     def append(self, components: Sequence[Component], texts: Sequence[str | None]) -> None: ...
 
@@ -85,10 +86,12 @@ class ObjectColumn:
     def value(self, row: int) -> Component:
         return self._components[row]
 
-    def set(self, row: int, component: Component, text_of: TextOf) -> None:
-        if self._components[row] is not component:
-            self._components[row] = component
-            self._texts[row] = text_of(component)
+    def set(self, rows: Sequence[int], components: Sequence[Component], text_of: TextOf) -> None:
+        held, texts = self._components, self._texts
+        for row, component in zip(rows, components, strict=True):
+            if held[row] is not component:
+                held[row] = component
+                texts[row] = text_of(component)
 
     def append(self, components: Sequence[Component], texts: Sequence[str | None]) -> None:
         self._components += components
@@ -183,14 +186,21 @@ class WorldState:
 
     # -- reads through the layers --
     def get(self, entity_id: int) -> Components | None:
-        found = self._entry(entity_id)
-        if found is not _ABSENT:
-            return found
+        # the hottest read (once per processed entity): a plain loop, not the `_stack` generator
+        layers = self._layers
+        for index in range(len(layers) - 1, -1, -1):
+            layer = layers[index]
+            if entity_id in layer:
+                return layer[entity_id]
+        sealed = self._sealed.entries
+        if entity_id in sealed:
+            return sealed[entity_id]
         table = self._table_of.get(entity_id)
         if table is None:
             return None
         row = table.index[entity_id]
-        return {key: column.value(row) for key, column in zip(table.keys, self.view(table), strict=True)}
+        view = self._views.get(table.signature) or self.view(table)
+        return dict(zip(table.keys, [column.value(row) for column in view], strict=True))
 
     def view(self, table: Table) -> list[Column]:
         """Every column of `table` as this tick sees it (`column`), in `table.keys` order."""
@@ -207,30 +217,29 @@ class WorldState:
         tables = [table for table in self._tables.values() if keys <= table.signature]
         entered = any(self._layers) or bool(self._sealed.entries)
         ids: Sequence[int] = tables[0].ids if len(tables) == 1 and not entered else self.matching(keys)
-        picks: dict[Signature, list[int]] = {}  # a table's column positions of `order`
+        # per table: the view its readers were taken from, and a reader per key of `order`
+        readers: dict[Signature, tuple[list[Column], list[Callable[[int], Component]]]] = {}
+        # push, drop and unwind change these in place, so a write made meanwhile is seen
+        layers, sealed, table_of, views = self._layers, self._sealed.entries, self._table_of, self._views
         for entity_id in ids:
-            components = self._entry(entity_id)
-            if components is _ABSENT:
-                table = self._table_of.get(entity_id)
-                if table is None:
+            for layer in layers:
+                if entity_id in layer:
+                    break
+            else:
+                if entity_id not in sealed:
+                    table = table_of.get(entity_id)
+                    if table is None:
+                        continue
+                    found = readers.get(table.signature)
+                    if found is None or found[0] is not views.get(table.signature):
+                        view = self.view(table)
+                        found = readers[table.signature] = (view, [view[table.keys.index(key)].value for key in order])
+                    row = table.index[entity_id]
+                    yield entity_id, tuple([value(row) for value in found[1]])
                     continue
-                pick = picks.get(table.signature)
-                if pick is None:
-                    pick = picks[table.signature] = [table.keys.index(key) for key in order]
-                view, row = self.view(table), table.index[entity_id]
-                yield entity_id, tuple([view[index].value(row) for index in pick])
-            elif components is not None and keys <= components.keys():
+            components = self.get(entity_id)
+            if components is not None and keys <= components.keys():
                 yield entity_id, tuple([components[key] for key in order])
-
-    def _entry(self, entity_id: int) -> Components | None:
-        """The newest entry for `entity_id` in the layers or the sealed write-set, else _ABSENT (a
-        hot read, once or twice per processed entity: a plain loop, not the `_stack` generator)."""
-        layers = self._layers
-        for index in range(len(layers) - 1, -1, -1):
-            layer = layers[index]
-            if entity_id in layer:
-                return layer[entity_id]
-        return self._sealed.entries.get(entity_id, _ABSENT)
 
     def column(self, table: Table, key: str) -> Column:
         """Table `table`'s column `key` as this tick sees it: the newest override, or the committed one."""
@@ -412,10 +421,13 @@ class WorldState:
                 parts.append(Part(cls, texts=_ordered(texts, order)))
                 continue
             values: dict[str, Any] = {}
+            # each entered component's fields, reached once for all of them (a pass over the
+            # entries per field cost more than the values it collects)
+            held = [components[key].__dict__ for _, components in entered]
             for field, _ in fields:
                 found = column.field_values(rows, field) if column is not None else []
-                if entered:
-                    found = [*as_list(found), *[components[key].__dict__[field] for _, components in entered]]
+                if held:
+                    found = [*as_list(found), *[data[field] for data in held]]
                 values[field] = _ordered(found, order)
             parts.append(Part(cls, fields=values))
         return Section(sorted(ids) if order is not None else ids, parts)
@@ -444,18 +456,21 @@ class WorldState:
         rebuilt: set[Signature] = set()  # tables made anew: every id of theirs points to the new one
         leaving: dict[Signature, set[int]] = {}
         arriving: dict[Signature, list[tuple[int, Components]]] = {}
+        staying: dict[Signature, list[tuple[int, Components]]] = {}  # (row, components) in a table
         for entity_id, components in entries.items():
             table = table_of.get(entity_id)
             if table is not None and components is not None and table.signature == components.keys():
-                row = table.index[entity_id]
-                for key, component in components.items():
-                    table.columns[key].set(row, component, text_of)
+                staying.setdefault(table.signature, []).append((table.index[entity_id], components))
                 continue
             if table is not None:
                 leaving.setdefault(table.signature, set()).add(entity_id)
                 del table_of[entity_id]
             if components is not None:
                 arriving.setdefault(frozenset(components), []).append((entity_id, components))
+        for signature, stay in staying.items():  # before any table is rebuilt: the rows are its
+            rows = [row for row, _ in stay]
+            for key, column in tables[signature].columns.items():
+                column.set(rows, [components[key] for _, components in stay], text_of)
         for signature, gone in leaving.items():
             table = tables[signature]
             keep = [row for row, entity_id in enumerate(table.ids) if entity_id not in gone]
@@ -498,9 +513,6 @@ def _ordered(values: Any, order: list[int] | None) -> Any:
     if order is None:
         return values
     return [values[i] for i in order]
-
-
-_ABSENT: Components = {}  # compared by identity: no entry at all (an entry of None is a despawn)
 
 
 def _unknown(component: Component) -> None:

@@ -353,7 +353,7 @@ def _by_key(components: Iterable[Component]) -> Components:
     for component in components:
         if not isinstance(component, Component):
             raise TypeError(f"{component!r} is not a Component instance")
-        key = type_key(type(component))
+        key = component.__component_key__
         if key in by_key:
             raise ValueError(f"component {type(component).__name__} given twice")
         by_key[key] = component
