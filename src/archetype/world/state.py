@@ -82,9 +82,9 @@ class ObjectColumn:
     def __init__(self, components: Sequence[Component], texts: list[str | None] | None = None) -> None:
         self._components = list(components)
         self._texts: list[str | None] = [None] * len(self._components) if texts is None else texts
-
-    def value(self, row: int) -> Component:
-        return self._components[row]
+        # read once or twice per processed entity: the list's own lookup, no Python call (the
+        # list is only ever changed in place)
+        self.value: Callable[[int], Component] = self._components.__getitem__
 
     def set(self, rows: Sequence[int], components: Sequence[Component], text_of: TextOf) -> None:
         held, texts = self._components, self._texts
@@ -139,6 +139,8 @@ class Table:
         return len(self.ids)
 
 
+# A table's columns as a tick sees them: (component key, the column's `value`), in key order.
+View = list[tuple[str, Callable[[int], Component]]]
 # A layer's column overrides: table signature -> component key -> the table's new column.
 Overrides = dict[Signature, dict[str, Column]]
 
@@ -162,9 +164,9 @@ class WorldState:
         self._sealed = WriteSet({}, {})
         self._layers: list[Layer] = [{}]
         self._overrides: list[Overrides] = [{}]
-        # each table's columns as `column` resolves them, in key order: read once per processed
-        # entity, so kept until an override, a dropped layer or a commit can change the answer
-        self._views: dict[Signature, list[Column]] = {}
+        # each table's columns as `column` resolves them (`_view`): read once or twice per
+        # processed entity, so kept until an override, a dropped layer or a commit can change them
+        self._views: dict[Signature, View] = {}
         self._move(dict(entities or {}), _unknown)
 
     def use_columns(self, key: str, maker: ColumnMaker) -> None:
@@ -199,14 +201,13 @@ class WorldState:
         if table is None:
             return None
         row = table.index[entity_id]
-        view = self._views.get(table.signature) or self.view(table)
-        return dict(zip(table.keys, [column.value(row) for column in view], strict=True))
+        view = self._views.get(table.signature) or self._view(table)
+        return {key: value(row) for key, value in view}
 
-    def view(self, table: Table) -> list[Column]:
-        """Every column of `table` as this tick sees it (`column`), in `table.keys` order."""
+    def _view(self, table: Table) -> View:
         found = self._views.get(table.signature)
         if found is None:
-            found = self._views[table.signature] = [self.column(table, key) for key in table.keys]
+            found = self._views[table.signature] = [(key, self.column(table, key).value) for key in table.keys]
         return found
 
     def scan(self, keys: frozenset[str], order: Sequence[str]) -> Iterator[tuple[int, tuple[Component, ...]]]:
@@ -218,7 +219,7 @@ class WorldState:
         entered = any(self._layers) or bool(self._sealed.entries)
         ids: Sequence[int] = tables[0].ids if len(tables) == 1 and not entered else self.matching(keys)
         # per table: the view its readers were taken from, and a reader per key of `order`
-        readers: dict[Signature, tuple[list[Column], list[Callable[[int], Component]]]] = {}
+        readers: dict[Signature, tuple[View, list[Callable[[int], Component]]]] = {}
         # push, drop and unwind change these in place, so a write made meanwhile is seen
         layers, sealed, table_of, views = self._layers, self._sealed.entries, self._table_of, self._views
         for entity_id in ids:
@@ -232,8 +233,8 @@ class WorldState:
                         continue
                     found = readers.get(table.signature)
                     if found is None or found[0] is not views.get(table.signature):
-                        view = self.view(table)
-                        found = readers[table.signature] = (view, [view[table.keys.index(key)].value for key in order])
+                        view = self._view(table)
+                        found = readers[table.signature] = (view, [dict(view)[key] for key in order])
                     row = table.index[entity_id]
                     yield entity_id, tuple([value(row) for value in found[1]])
                     continue
