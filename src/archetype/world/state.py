@@ -461,17 +461,20 @@ class WorldState:
         for entity_id, components in entries.items():
             table = table_of.get(entity_id)
             if table is not None and components is not None and table.signature == components.keys():
-                staying.setdefault(table.signature, []).append((table.index[entity_id], components))
+                stay = staying.get(table.signature)
+                if stay is None:
+                    stay = staying[table.signature] = []
+                stay.append((table.index[entity_id], components))
                 continue
             if table is not None:
                 leaving.setdefault(table.signature, set()).add(entity_id)
                 del table_of[entity_id]
             if components is not None:
                 arriving.setdefault(frozenset(components), []).append((entity_id, components))
-        for signature, stay in staying.items():  # before any table is rebuilt: the rows are its
-            rows = [row for row, _ in stay]
+        for signature, held in staying.items():  # before any table is rebuilt: the rows are its
+            rows = [row for row, _ in held]
             for key, column in tables[signature].columns.items():
-                column.set(rows, [components[key] for _, components in stay], text_of)
+                column.set(rows, [components[key] for _, components in held], text_of)
         for signature, gone in leaving.items():
             table = tables[signature]
             keep = [row for row, entity_id in enumerate(table.ids) if entity_id not in gone]

@@ -215,10 +215,11 @@ class AsyncWorld:
     def update(self, entity_id: int, components: Iterable[Component]) -> None:
         current = self._require(entity_id)
         changes = _by_key(components)
-        if not changes.keys() <= current.keys():
+        updated = {**current, **changes}
+        if len(updated) != len(current):  # a change of a component the entity lacks
             missing = [k.split(":")[0] for k in changes if k not in current]
             raise LookupError(f"entity {entity_id} has no component(s) {missing} to update")
-        self.state.put(entity_id, {**current, **changes})
+        self.state.put(entity_id, updated)
 
     def add_components(self, entity_id: int, components: Iterable[Component]) -> None:
         current = self._require(entity_id)
