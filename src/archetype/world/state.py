@@ -365,10 +365,9 @@ class WorldState:
 
     def count_after(self, write_set: WriteSet) -> int:
         """How many entities live once `write_set` (this state's `write_set()`, nothing sealed) commits."""
-        count = len(self._table_of)
-        for entity_id, components in write_set.entries.items():
-            count += (components is not None) - (entity_id in self._table_of)
-        return count
+        entries, table_of = write_set.entries, self._table_of
+        # (set operations, not a loop: a moving world's tick has an entry for every entity)
+        return len(table_of) - sum(map(table_of.__contains__, entries)) + len(entries) - list(entries.values()).count(None)
 
     def sections(self, write_set: WriteSet, changed: Sequence[int] | None, text: PartText) -> tuple[list[Section], list[int]]:
         """What a tick sends, as columnar sections (archetype.world.columnar): every live entity
@@ -380,8 +379,8 @@ class WorldState:
         rows: dict[Signature, Sequence[int]] = {}
         if changed is None:
             for signature, table in self._tables.items():
-                inside = [e for e in entries if e in table.index]
-                rows[signature] = range(len(table)) if not inside else [r for r, e in enumerate(table.ids) if e not in entries]
+                kept = [r for r, e in enumerate(table.ids) if e not in entries]
+                rows[signature] = range(len(table)) if len(kept) == len(table) else kept
         else:
             table_of = self._table_of
             for entity_id in changed:
