@@ -113,7 +113,7 @@ class NumpyColumn:
     def value(self, row: int) -> Component:
         return self.layout.build({field: self.arrays[field][row].item() for field in self.layout.fields})
 
-    def set(self, rows: Sequence[int], components: Sequence[Component], text_of: TextOf) -> None:
+    def set(self, rows: Sequence[int], components: Sequence[Component], text_of: TextOf | None) -> None:
         import numpy as np
 
         taken = np.asarray(rows, dtype=np.intp)

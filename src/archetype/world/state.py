@@ -45,9 +45,9 @@ class Column(Protocol):
 
     def value(self, row: int) -> Component: ...
 
-    def set(self, rows: Sequence[int], components: Sequence[Component], text_of: TextOf) -> None:
+    def set(self, rows: Sequence[int], components: Sequence[Component], text_of: TextOf | None) -> None:
         """Each of `rows` is now its component of `components`, whose `component_text` is
-        `text_of(component)` when known."""
+        `text_of(component)` when known (`text_of` None: no text is known)."""
 
     def append(self, components: Sequence[Component], texts: Sequence[str | None]) -> None: ...
 
@@ -86,12 +86,12 @@ class ObjectColumn:
         # list is only ever changed in place)
         self.value: Callable[[int], Component] = self._components.__getitem__
 
-    def set(self, rows: Sequence[int], components: Sequence[Component], text_of: TextOf) -> None:
+    def set(self, rows: Sequence[int], components: Sequence[Component], text_of: TextOf | None) -> None:
         held, texts = self._components, self._texts
         for row, component in zip(rows, components, strict=True):
             if held[row] is not component:
                 held[row] = component
-                texts[row] = text_of(component)
+                texts[row] = None if text_of is None else text_of(component)
 
     def append(self, components: Sequence[Component], texts: Sequence[str | None]) -> None:
         self._components += components
@@ -167,7 +167,7 @@ class WorldState:
         # each table's columns as `column` resolves them (`_view`): read once or twice per
         # processed entity, so kept until an override, a dropped layer or a commit can change them
         self._views: dict[Signature, View] = {}
-        self._move(dict(entities or {}), _unknown)
+        self._move(dict(entities or {}), None)
 
     def use_columns(self, key: str, maker: ColumnMaker) -> None:
         """Hold component `key` in columns `maker` builds, from now on and in the tables already
@@ -440,7 +440,7 @@ class WorldState:
         self._layers = [{}]
         self._overrides = [{}]
 
-    def commit_sealed(self, text_of: TextOf) -> None:
+    def commit_sealed(self, text_of: TextOf | None) -> None:
         """Fold the sealed (now published) write-set into the committed tables: overridden
         columns replace the committed ones, then the entries are written, moving rows between
         tables where an entity's signature changed."""
@@ -451,7 +451,7 @@ class WorldState:
         self._sealed = WriteSet({}, {})
         self._views.clear()
 
-    def _move(self, entries: Layer, text_of: TextOf) -> None:
+    def _move(self, entries: Layer, text_of: TextOf | None) -> None:
         tables, table_of = self._tables, self._table_of
         rebuilt: set[Signature] = set()  # tables made anew: every id of theirs points to the new one
         leaving: dict[Signature, set[int]] = {}
@@ -491,7 +491,7 @@ class WorldState:
             ordered = not table.ids or new[0][0] > table.ids[-1]
             for key, column in table.columns.items():
                 added = [components[key] for _, components in new]
-                column.append(added, [text_of(component) for component in added])
+                column.append(added, [None] * len(added) if text_of is None else [text_of(c) for c in added])
             ids = table.ids + [entity_id for entity_id, _ in new]
             if ordered:
                 first = len(table.ids)
@@ -516,10 +516,6 @@ def _ordered(values: Any, order: list[int] | None) -> Any:
     if order is None:
         return values
     return [values[i] for i in order]
-
-
-def _unknown(component: Component) -> None:
-    return None
 
 
 def _first(entry: tuple[int, object]) -> int:

@@ -268,7 +268,7 @@ class AsyncWorld:
             tick = prepared.manifest.tick
             await self.publisher.publish(prepared)
             with _collection_paused():
-                self.state.commit_sealed(self.encoder.text_of)
+                self.state.commit_sealed(self.encoder.known_texts())
                 self.encoder.committed()
             self._delta_entries = (
                 0 if prepared.snapshot else (self._delta_entries or 0) + len(prepared.manifest.written_entity_ids)
