@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from archetype.world.columnar import numeric_fields
 from archetype.world.components import Component, component_text, type_key
-from archetype.world.state import Column, Components
+from archetype.world.state import Column, Components, TextOf
 from archetype.world.state import Table as StateTable
 
 if TYPE_CHECKING:
@@ -113,9 +113,12 @@ class NumpyColumn:
     def value(self, row: int) -> Component:
         return self.layout.build({field: self.arrays[field][row].item() for field in self.layout.fields})
 
-    def set(self, row: int, component: Component, text: str | None) -> None:
+    def set(self, rows: Sequence[int], components: Sequence[Component], text_of: TextOf | None) -> None:
+        import numpy as np
+
+        taken = np.asarray(rows, dtype=np.intp)
         for field in self.layout.fields:
-            self.arrays[field][row] = component.__dict__[field]
+            self.arrays[field][taken] = [component.__dict__[field] for component in components]
 
     def append(self, components: Sequence[Component], texts: Sequence[str | None]) -> None:
         import numpy as np

@@ -163,3 +163,15 @@ async def test_a_failing_processor_leaves_no_column_behind():
     fail[0] = False
     await world.step()
     assert [c[type_key(Position)].x for _, c in sorted(world.state.items())][:2] == [x + 1.0 for x in (0.0, 0.1)]
+
+
+async def test_a_per_entity_processor_reads_the_columns_a_vector_processor_wrote_before_it_in_the_tick():
+    def record(w, tick, entity_id, components):
+        seen.append((entity_id, components[0].x))
+
+    seen: list[tuple[int, float]] = []
+    both = await _world(lambda w: [add_vector_processor(w, move, Position, Velocity, writes=[Position]),
+                                   w.add_processor(record, Position, Velocity)])  # fmt: skip
+    before = both.query(Position, Velocity)  # reads the committed columns, before `move` replaces them
+    await both.step()
+    assert seen == [(entity_id, position.x + velocity.dx) for entity_id, (position, velocity) in before]

@@ -189,3 +189,25 @@ async def test_exhausting_the_entity_id_block_within_a_tick_is_a_clear_error():
         world.spawn([Health(hp=1)])
         with pytest.raises(EntityIdsExhaustedError):
             world.spawn([Health(hp=1)])
+
+
+async def test_a_processor_sees_every_match_in_id_order_across_tables_as_earlier_calls_left_it():
+    world = AsyncWorld("w1")
+    first = await spawn(world, Position(x=1, y=0), Velocity(dx=1, dy=0))
+    healthy = await spawn(world, Position(x=2, y=0), Velocity(dx=1, dy=0), Health(hp=1))  # another table
+    doomed = await spawn(world, Position(x=3, y=0), Velocity(dx=1, dy=0))
+    stopped = await spawn(world, Position(x=4, y=0), Velocity(dx=1, dy=0))
+    await world.step()  # all four committed, in two tables
+    world.add_hook(PreTick, lambda w, e: w.spawn([Position(x=5, y=0), Velocity(dx=1, dy=0)]))
+    seen = []
+
+    def process(w, tick, entity_id, components):
+        seen.append((entity_id, components[0].x))
+        if entity_id == first:
+            w.despawn(doomed)
+            w.update(healthy, [Position(x=20, y=0)])
+            w.remove_components(stopped, [Velocity])
+
+    world.add_processor(process, Position, Velocity)
+    await world.step()
+    assert seen == [(first, 1), (healthy, 20), (stopped + 1, 5)]

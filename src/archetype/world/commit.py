@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict
 from archetype.canonical import canonical_json
 from archetype.world import columnar
 from archetype.world.components import Component, component_text
-from archetype.world.state import Components, Layer, WorldState
+from archetype.world.state import Components, Layer, TextOf, WorldState
 
 # What a tick did with each command it leased and materialized, in ledger order. "failed" is a
 # retryable failure: the ledger makes it RETRYABLE, or DEAD_LETTER once the budget is spent;
@@ -103,6 +103,11 @@ class EntityEncoder:
         """The text made for `component` since the last commit, if any."""
         made = self._made.get(id(component))
         return made[1] if made is not None and made[0] is component else None
+
+    def known_texts(self) -> TextOf | None:
+        """`text_of`, or None when no text was made since the last commit (a world of numeric
+        components: its chunks carry values, so a commit need not ask for each component's text)."""
+        return self.text_of if self._made else None
 
     def committed(self) -> None:
         """The sealed write-set is in the tables, with its texts: forget them."""

@@ -45,8 +45,9 @@ class Column(Protocol):
 
     def value(self, row: int) -> Component: ...
 
-    def set(self, row: int, component: Component, text: str | None) -> None:
-        """Row `row` is now `component`, whose `component_text` is `text` when known."""
+    def set(self, rows: Sequence[int], components: Sequence[Component], text_of: TextOf | None) -> None:
+        """Each of `rows` is now its component of `components`, whose `component_text` is
+        `text_of(component)` when known (`text_of` None: no text is known)."""
 
     def append(self, components: Sequence[Component], texts: Sequence[str | None]) -> None: ...
 
@@ -81,14 +82,16 @@ class ObjectColumn:
     def __init__(self, components: Sequence[Component], texts: list[str | None] | None = None) -> None:
         self._components = list(components)
         self._texts: list[str | None] = [None] * len(self._components) if texts is None else texts
+        # read once or twice per processed entity: the list's own lookup, no Python call (the
+        # list is only ever changed in place)
+        self.value: Callable[[int], Component] = self._components.__getitem__
 
-    def value(self, row: int) -> Component:
-        return self._components[row]
-
-    def set(self, row: int, component: Component, text: str | None) -> None:
-        if self._components[row] is not component:
-            self._components[row] = component
-            self._texts[row] = text
+    def set(self, rows: Sequence[int], components: Sequence[Component], text_of: TextOf | None) -> None:
+        held, texts = self._components, self._texts
+        for row, component in zip(rows, components, strict=True):
+            if held[row] is not component:
+                held[row] = component
+                texts[row] = None if text_of is None else text_of(component)
 
     def append(self, components: Sequence[Component], texts: Sequence[str | None]) -> None:
         self._components += components
@@ -136,6 +139,8 @@ class Table:
         return len(self.ids)
 
 
+# A table's columns as a tick sees them: (component key, the column's `value`), in key order.
+View = list[tuple[str, Callable[[int], Component]]]
 # A layer's column overrides: table signature -> component key -> the table's new column.
 Overrides = dict[Signature, dict[str, Column]]
 
@@ -159,7 +164,10 @@ class WorldState:
         self._sealed = WriteSet({}, {})
         self._layers: list[Layer] = [{}]
         self._overrides: list[Overrides] = [{}]
-        self._move(dict(entities or {}), _unknown)
+        # each table's columns as `column` resolves them (`_view`): read once or twice per
+        # processed entity, so kept until an override, a dropped layer or a commit can change them
+        self._views: dict[Signature, View] = {}
+        self._move(dict(entities or {}), None)
 
     def use_columns(self, key: str, maker: ColumnMaker) -> None:
         """Hold component `key` in columns `maker` builds, from now on and in the tables already
@@ -167,6 +175,7 @@ class WorldState:
         if self._sealed or any(self._overrides):
             raise RuntimeError("columns change kind between ticks only")
         self._makers[key] = maker
+        self._views.clear()
         for table in self._tables.values():
             if key in table.columns:
                 column = table.columns[key]
@@ -192,7 +201,46 @@ class WorldState:
         if table is None:
             return None
         row = table.index[entity_id]
-        return {key: self.column(table, key).value(row) for key in table.keys}
+        view = self._views.get(table.signature) or self._view(table)
+        return {key: value(row) for key, value in view}
+
+    def _view(self, table: Table) -> View:
+        found = self._views.get(table.signature)
+        if found is None:
+            found = self._views[table.signature] = [(key, self.column(table, key).value) for key in table.keys]
+        return found
+
+    def scan(self, keys: frozenset[str], order: Sequence[str]) -> Iterator[tuple[int, tuple[Component, ...]]]:
+        """Every entity that has all of `keys` when the scan starts, in id order, with its
+        components of `order`, each read only when it is reached: an entity written, despawned
+        or stripped of one of `keys` meanwhile (by whoever consumes the scan) is seen as it is
+        then, or skipped."""
+        tables = [table for table in self._tables.values() if keys <= table.signature]
+        entered = any(self._layers) or bool(self._sealed.entries)
+        ids: Sequence[int] = tables[0].ids if len(tables) == 1 and not entered else self.matching(keys)
+        # per table: the view its readers were taken from, and a reader per key of `order`
+        readers: dict[Signature, tuple[View, list[Callable[[int], Component]]]] = {}
+        # push, drop and unwind change these in place, so a write made meanwhile is seen
+        layers, sealed, table_of, views = self._layers, self._sealed.entries, self._table_of, self._views
+        for entity_id in ids:
+            for layer in layers:
+                if entity_id in layer:
+                    break
+            else:
+                if entity_id not in sealed:
+                    table = table_of.get(entity_id)
+                    if table is None:
+                        continue
+                    found = readers.get(table.signature)
+                    if found is None or found[0] is not views.get(table.signature):
+                        view = self._view(table)
+                        found = readers[table.signature] = (view, [dict(view)[key] for key in order])
+                    row = table.index[entity_id]
+                    yield entity_id, tuple([value(row) for value in found[1]])
+                    continue
+            components = self.get(entity_id)
+            if components is not None and keys <= components.keys():
+                yield entity_id, tuple([components[key] for key in order])
 
     def column(self, table: Table, key: str) -> Column:
         """Table `table`'s column `key` as this tick sees it: the newest override, or the committed one."""
@@ -259,6 +307,7 @@ class WorldState:
     def override(self, table: Table, key: str, column: Column) -> None:
         """Every row of `table`'s column `key` is now `column`'s (see the module's rule on entries)."""
         self._overrides[-1].setdefault(table.signature, {})[key] = column
+        self._views.pop(table.signature, None)
 
     @property
     def top(self) -> Layer:
@@ -280,12 +329,14 @@ class WorldState:
 
     def drop(self) -> None:
         self._layers.pop()
-        self._overrides.pop()
+        if self._overrides.pop():
+            self._views.clear()
 
     def unwind(self, depth: int) -> None:
         """Drop every layer above `depth`: what a failed tick wrote is gone."""
         del self._layers[depth:]
         del self._overrides[depth:]
+        self._views.clear()
 
     # -- the tick's write-set --
     def write_set(self) -> WriteSet:
@@ -314,10 +365,9 @@ class WorldState:
 
     def count_after(self, write_set: WriteSet) -> int:
         """How many entities live once `write_set` (this state's `write_set()`, nothing sealed) commits."""
-        count = len(self._table_of)
-        for entity_id, components in write_set.entries.items():
-            count += (components is not None) - (entity_id in self._table_of)
-        return count
+        entries, table_of = write_set.entries, self._table_of
+        # (set operations, not a loop: a moving world's tick has an entry for every entity)
+        return len(table_of) - sum(map(table_of.__contains__, entries)) + len(entries) - list(entries.values()).count(None)
 
     def sections(self, write_set: WriteSet, changed: Sequence[int] | None, text: PartText) -> tuple[list[Section], list[int]]:
         """What a tick sends, as columnar sections (archetype.world.columnar): every live entity
@@ -329,8 +379,8 @@ class WorldState:
         rows: dict[Signature, Sequence[int]] = {}
         if changed is None:
             for signature, table in self._tables.items():
-                inside = [e for e in entries if e in table.index]
-                rows[signature] = range(len(table)) if not inside else [r for r, e in enumerate(table.ids) if e not in entries]
+                kept = [r for r, e in enumerate(table.ids) if e not in entries]
+                rows[signature] = range(len(table)) if len(kept) == len(table) else kept
         else:
             table_of = self._table_of
             for entity_id in changed:
@@ -371,10 +421,13 @@ class WorldState:
                 parts.append(Part(cls, texts=_ordered(texts, order)))
                 continue
             values: dict[str, Any] = {}
+            # each entered component's fields, reached once for all of them (a pass over the
+            # entries per field cost more than the values it collects)
+            held = [components[key].__dict__ for _, components in entered]
             for field, _ in fields:
                 found = column.field_values(rows, field) if column is not None else []
-                if entered:
-                    found = [*as_list(found), *(components[key].__dict__[field] for _, components in entered)]
+                if held:
+                    found = [*as_list(found), *[data[field] for data in held]]
                 values[field] = _ordered(found, order)
             parts.append(Part(cls, fields=values))
         return Section(sorted(ids) if order is not None else ids, parts)
@@ -387,7 +440,7 @@ class WorldState:
         self._layers = [{}]
         self._overrides = [{}]
 
-    def commit_sealed(self, text_of: TextOf) -> None:
+    def commit_sealed(self, text_of: TextOf | None) -> None:
         """Fold the sealed (now published) write-set into the committed tables: overridden
         columns replace the committed ones, then the entries are written, moving rows between
         tables where an entity's signature changed."""
@@ -396,24 +449,31 @@ class WorldState:
             self._tables[signature].columns.update(by_key)
         self._move(sealed.entries, text_of)
         self._sealed = WriteSet({}, {})
+        self._views.clear()
 
-    def _move(self, entries: Layer, text_of: TextOf) -> None:
+    def _move(self, entries: Layer, text_of: TextOf | None) -> None:
         tables, table_of = self._tables, self._table_of
         rebuilt: set[Signature] = set()  # tables made anew: every id of theirs points to the new one
         leaving: dict[Signature, set[int]] = {}
         arriving: dict[Signature, list[tuple[int, Components]]] = {}
+        staying: dict[Signature, list[tuple[int, Components]]] = {}  # (row, components) in a table
         for entity_id, components in entries.items():
             table = table_of.get(entity_id)
             if table is not None and components is not None and table.signature == components.keys():
-                row = table.index[entity_id]
-                for key, component in components.items():
-                    table.columns[key].set(row, component, text_of(component))
+                stay = staying.get(table.signature)
+                if stay is None:
+                    stay = staying[table.signature] = []
+                stay.append((table.index[entity_id], components))
                 continue
             if table is not None:
                 leaving.setdefault(table.signature, set()).add(entity_id)
                 del table_of[entity_id]
             if components is not None:
                 arriving.setdefault(frozenset(components), []).append((entity_id, components))
+        for signature, held in staying.items():  # before any table is rebuilt: the rows are its
+            rows = [row for row, _ in held]
+            for key, column in tables[signature].columns.items():
+                column.set(rows, [components[key] for _, components in held], text_of)
         for signature, gone in leaving.items():
             table = tables[signature]
             keep = [row for row, entity_id in enumerate(table.ids) if entity_id not in gone]
@@ -431,7 +491,7 @@ class WorldState:
             ordered = not table.ids or new[0][0] > table.ids[-1]
             for key, column in table.columns.items():
                 added = [components[key] for _, components in new]
-                column.append(added, [text_of(component) for component in added])
+                column.append(added, [None] * len(added) if text_of is None else [text_of(c) for c in added])
             ids = table.ids + [entity_id for entity_id, _ in new]
             if ordered:
                 first = len(table.ids)
@@ -456,10 +516,6 @@ def _ordered(values: Any, order: list[int] | None) -> Any:
     if order is None:
         return values
     return [values[i] for i in order]
-
-
-def _unknown(component: Component) -> None:
-    return None
 
 
 def _first(entry: tuple[int, object]) -> int:

@@ -215,10 +215,11 @@ class AsyncWorld:
     def update(self, entity_id: int, components: Iterable[Component]) -> None:
         current = self._require(entity_id)
         changes = _by_key(components)
-        if not changes.keys() <= current.keys():
+        updated = {**current, **changes}
+        if len(updated) != len(current):  # a change of a component the entity lacks
             missing = [k.split(":")[0] for k in changes if k not in current]
             raise LookupError(f"entity {entity_id} has no component(s) {missing} to update")
-        self.state.put(entity_id, {**current, **changes})
+        self.state.put(entity_id, updated)
 
     def add_components(self, entity_id: int, components: Iterable[Component]) -> None:
         current = self._require(entity_id)
@@ -267,7 +268,7 @@ class AsyncWorld:
             tick = prepared.manifest.tick
             await self.publisher.publish(prepared)
             with _collection_paused():
-                self.state.commit_sealed(self.encoder.text_of)
+                self.state.commit_sealed(self.encoder.known_texts())
                 self.encoder.committed()
             self._delta_entries = (
                 0 if prepared.snapshot else (self._delta_entries or 0) + len(prepared.manifest.written_entity_ids)
@@ -320,18 +321,15 @@ class AsyncWorld:
 
     def _run_systems(self, tick: int) -> None:
         self._fire(PreTick(tick))
-        get = self.state.get
         for processor in self._processors:
-            keys, order, fn = processor.keys, processor.order, processor.fn
             if processor.batch is not None:
                 processor.batch(self, tick)
                 continue
+            fn = processor.fn
             assert fn is not None  # an entry has a per-entity or a batch function
-            for entity_id in self.state.matching(keys):
-                current = get(entity_id)
-                if current is None or not keys <= current.keys():
-                    continue  # an earlier processor despawned it or removed a component this tick
-                fn(self, tick, entity_id, tuple([current[k] for k in order]))
+            # the scan skips an entity an earlier call despawned or took a component of
+            for entity_id, components in self.state.scan(processor.keys, processor.order):
+                fn(self, tick, entity_id, components)
 
 
 @contextmanager
@@ -356,7 +354,7 @@ def _by_key(components: Iterable[Component]) -> Components:
     for component in components:
         if not isinstance(component, Component):
             raise TypeError(f"{component!r} is not a Component instance")
-        key = type_key(type(component))
+        key = component.__component_key__
         if key in by_key:
             raise ValueError(f"component {type(component).__name__} given twice")
         by_key[key] = component
