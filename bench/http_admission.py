@@ -29,13 +29,13 @@ from pathlib import Path
 
 import httpx
 from lean_http import Pool
+from perf_doc import PERFORMANCE_DOC, replace_section
 
 from archetype.commands import ActorCtx, DurableOptions, Role
 from archetype.runtime import Runtime
 from archetype.world import CreateWorld, Despawn
 
 ROOT = Path(__file__).resolve().parents[1]
-PERFORMANCE_DOC = ROOT / "docs" / "performance.md"
 HEADING = "## HTTP admission (bench/http_admission.py)"
 FAR_TICK = 10**9
 PLAYER = ActorCtx(principal="bench", roles=frozenset({Role.player}))
@@ -129,12 +129,7 @@ def record(rows: list[dict[str, object]]) -> None:
         "CPUs; on a busy machine repeated runs vary by about +/-30%.",
         "",
     ]
-    text = PERFORMANCE_DOC.read_text() if PERFORMANCE_DOC.exists() else "# Performance\n\n"
-    if HEADING in text:
-        start = text.index(HEADING)
-        end = text.find("\n## ", start + len(HEADING))
-        text = text[:start] + text[end + 1 :] if end != -1 else text[:start]
-    PERFORMANCE_DOC.write_text(text.rstrip("\n") + "\n\n" + "\n".join(lines))
+    replace_section(HEADING, lines)
 
 
 def main() -> None:

@@ -48,12 +48,13 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
+from perf_doc import replace_section  # noqa: E402
+
 from archetype.commands import DeferredItem, DurableOptions  # noqa: E402 - after the path set-up
 from archetype.runtime import Runtime  # noqa: E402
 from archetype.server import host_of  # noqa: E402
 from archetype.world import CreateWorld, Despawn  # noqa: E402
 
-PERFORMANCE_DOC = ROOT / "docs" / "performance.md"
 HEADING = "## Cooperating runners (bench/many_runners.py)"
 TOKENS = {"admin": {"principal": "root", "roles": ["admin"]}}
 ADMIN = {"Authorization": "Bearer admin"}
@@ -189,19 +190,6 @@ def report(results: list[dict[str, float]], args: argparse.Namespace) -> list[st
     return lines
 
 
-def record(lines: list[str]) -> None:
-    text = PERFORMANCE_DOC.read_text() if PERFORMANCE_DOC.exists() else "# Performance\n\n"
-    kept = ""
-    if HEADING in text:
-        start = text.index(HEADING)
-        end = text.find("\n## ", start + len(HEADING))
-        section = text[start:end] if end != -1 else text[start:]
-        marker = "\n### Reading it"
-        kept = section[section.index(marker) :].rstrip("\n") + "\n" if marker in section else ""
-        text = text[:start] + text[end + 1 :] if end != -1 else text[:start]
-    PERFORMANCE_DOC.write_text(text.rstrip("\n") + "\n\n" + "\n".join(lines) + "\n" + kept)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--worlds", type=int, default=1_000)
@@ -225,7 +213,7 @@ def main() -> None:
     lines = report(results, args)
     print("\n".join(lines))
     if not args.no_record:
-        record(lines)
+        replace_section(HEADING, lines)
 
 
 if __name__ == "__main__":

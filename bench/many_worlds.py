@@ -40,9 +40,9 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 from lean_http import Pool
+from perf_doc import PERFORMANCE_DOC, replace_section
 
 ROOT = Path(__file__).resolve().parents[1]
-PERFORMANCE_DOC = ROOT / "docs" / "performance.md"
 HEADING = "## Many worlds in one serve (bench/many_worlds.py)"
 TOKENS = {"admin": {"principal": "root", "roles": ["admin"]}, "player": {"principal": "bench", "roles": ["player"]}}
 ADMIN = {"Authorization": "Bearer admin"}
@@ -331,19 +331,6 @@ def report(args: argparse.Namespace, alone: dict[str, float], many: dict[str, ob
     ]
 
 
-def record(lines: list[str]) -> None:
-    text = PERFORMANCE_DOC.read_text() if PERFORMANCE_DOC.exists() else "# Performance\n\n"
-    kept = ""
-    if HEADING in text:
-        start = text.index(HEADING)
-        end = text.find("\n## ", start + len(HEADING))
-        section = text[start:end] if end != -1 else text[start:]
-        marker = "\n### Reading it"
-        kept = section[section.index(marker):].rstrip("\n") + "\n" if marker in section else ""
-        text = text[:start] + text[end + 1 :] if end != -1 else text[:start]
-    PERFORMANCE_DOC.write_text(text.rstrip("\n") + "\n\n" + "\n".join(lines) + kept)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--worlds", type=int, default=10_000)
@@ -360,7 +347,7 @@ def main() -> None:
     lines = report(args, alone, many)
     print("\n".join(lines))
     if not args.no_record:
-        record(lines)
+        replace_section(HEADING, lines)
         print(f"recorded under {HEADING!r} in {PERFORMANCE_DOC.relative_to(ROOT)}")
 
 

@@ -1,0 +1,22 @@
+"""docs/performance.md as the benches write it: each bench owns one `## ` section, which a run
+replaces with its new figures while keeping the section's hand-written `### Reading it`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+PERFORMANCE_DOC = Path(__file__).resolve().parents[1] / "docs" / "performance.md"
+READING = "\n### Reading it"
+
+
+def replace_section(heading: str, lines: list[str]) -> None:
+    """Put `lines` (starting with `heading`) in place of the section under `heading`, or at the end."""
+    text = PERFORMANCE_DOC.read_text() if PERFORMANCE_DOC.exists() else "# Performance\n\n"
+    kept = ""
+    if heading in text:
+        start = text.index(heading)
+        end = text.find("\n## ", start + len(heading))
+        section = text[start:end] if end != -1 else text[start:]
+        kept = section[section.index(READING) :].rstrip("\n") + "\n" if READING in section else ""
+        text = text[:start] + text[end + 1 :] if end != -1 else text[:start]
+    PERFORMANCE_DOC.write_text(text.rstrip("\n") + "\n\n" + "\n".join(lines).rstrip("\n") + "\n" + kept)
