@@ -433,9 +433,10 @@ class WorldRunner:
             log.exception("could not read the due worlds; trying again next tick")
             return
         now = self.pass_ms()
+        leases_at = self.clock.now_ms()  # the moment itself, not the pass's grid time: leases expire by it
         due: dict[str, int] = {}
         for world in pending:
-            if not self.mine(world["world_id"]) or self._held_elsewhere(world, self.clock.now_ms()):
+            if not self.mine(world["world_id"]) or self._held_elsewhere(world, leases_at):
                 continue
             if world["status"] == "CLOSING":
                 await finish_destroy(self.runtime, world["world_id"])
