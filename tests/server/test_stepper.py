@@ -5,13 +5,13 @@ stepping process stops by itself), a stepping process that cannot start (serve e
 from __future__ import annotations
 
 import json
-from contextlib import closing
 import os
 import signal
 import sqlite3
 import subprocess
 import sys
 import time
+from contextlib import closing
 from pathlib import Path
 
 import httpx
