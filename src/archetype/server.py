@@ -113,8 +113,9 @@ class Runners:
     projector (one writer of the Iceberg table) and retention. When it dies another takes them on.
     """
 
-    def __init__(self, data: Path, runner_id: str, handle: IO[str]) -> None:
+    def __init__(self, data: Path, runner_id: str, handle: IO[str], pid: int | None = None) -> None:
         self.data, self.runner_id = data, runner_id
+        self.pid = pid or os.getpid()  # the serve process's, which the operator signals
         self.handle = handle  # the runner id's lock, shared with the stepping process (archetype.stepper)
         self._duties: IO[str] | None = None
 
@@ -129,7 +130,7 @@ class Runners:
             self._duties = _hold(self.data / DUTIES_LOCK)
             if self._duties is not None:
                 self._duties.truncate(0)
-                self._duties.write(f"runner {self.runner_id!r} (pid {os.getpid()})")
+                self._duties.write(f"runner {self.runner_id!r} (pid {self.pid})")
                 self._duties.flush()
         return self._duties is not None
 
@@ -572,7 +573,7 @@ async def step_worlds(config: ServeSettings, channel: socket.socket, lock: IO[st
     lock it shares with the HTTP process (`lock`); it stops on SIGTERM or SIGINT, or when the HTTP
     process is gone."""
     assert config.runner_id is not None  # the HTTP process resolved it
-    runners = Runners(config.data, config.runner_id, lock)
+    runners = Runners(config.data, config.runner_id, lock, pid=os.getppid())
     modules = import_modules(config.modules)
     metrics = Metrics(config.metrics_worlds)
     catalog = open_local_authority(config.data, synchronous=config.synchronous)
