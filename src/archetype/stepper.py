@@ -114,11 +114,12 @@ class Stepper:
             writer.close()
 
     async def _listen(self, reader: asyncio.StreamReader) -> None:
-        while line := await reader.readline():
-            if line == READY:
-                self.ready = self._ready = True
-            elif line.startswith(b"metrics "):
-                self.metrics = await reader.readexactly(int(line.split()[1]))
+        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):  # it died mid-frame: its exit says why
+            while line := await reader.readline():
+                if line == READY:
+                    self.ready = self._ready = True
+                elif line.startswith(b"metrics "):
+                    self.metrics = await reader.readexactly(int(line.split()[1]))
 
 
 async def report_to_parent(channel: socket.socket, metrics: Metrics, stop: asyncio.Event) -> None:
