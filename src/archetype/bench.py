@@ -63,6 +63,25 @@ def _items(world_id: str, prefix: str, count: int, tick: int) -> list[DeferredIt
 
 
 # -- the raw sqlite3 baseline: the same rows, written directly --
+def wal_pages_by_btree(db: Path) -> dict[str, int]:
+    """The frames in `db`'s WAL, counted by the b-tree (table or index, from dbstat) each page
+    belongs to: what the commits since the last truncating checkpoint wrote. `sqlite_schema` is
+    page 1 (the header, written when the file grows); a page of no b-tree is a freelist page."""
+    wal = db.parent / f"{db.name}-wal"
+    data = wal.read_bytes() if wal.exists() else b""
+    if len(data) < 32:
+        return {}
+    page_size = int.from_bytes(data[8:12], "big")
+    pages = [int.from_bytes(data[at : at + 4], "big") for at in range(32, len(data) - page_size, 24 + page_size)]
+    with sqlite3.connect(db) as conn:
+        names = dict(conn.execute("SELECT pageno, name FROM dbstat").fetchall())
+    counted: dict[str, int] = {}
+    for page in pages:
+        name = names.get(page, "(free)")
+        counted[name] = counted.get(name, 0) + 1
+    return counted
+
+
 class RawLedger:
     """Plain sqlite3 doing the ledger's row writes for one world, with no validation or identity work."""
 

@@ -2,10 +2,7 @@
 queues"): the b-trees of its pages, read from the WAL frames it appends. A b-tree that admission
 starts touching again (the world row, say) fails here, not only as a slower benchmark."""
 
-import sqlite3
-import struct
-from pathlib import Path
-
+from archetype.bench import wal_pages_by_btree
 from archetype.commands.ledger import Ledger
 from archetype.commands.port import ManualClock
 from local_catalog import SqliteSqlPort
@@ -21,12 +18,6 @@ def _row(i: int) -> dict[str, object]:
             "reserved_entity_id": None, "request_digest": None}  # fmt: skip
 
 
-def _wal_pages(db: Path) -> list[int]:
-    data = (db.parent / f"{db.name}-wal").read_bytes()
-    page_size = struct.unpack(">I", data[8:12])[0]
-    return [struct.unpack(">I", data[at : at + 4])[0] for at in range(32, len(data) - page_size, 24 + page_size)]
-
-
 def test_an_admission_commit_writes_the_command_its_keys_and_its_event_and_no_world_row(tmp_path):
     db = tmp_path / "catalog.db"
     port = SqliteSqlPort(db)
@@ -37,10 +28,8 @@ def test_an_admission_commit_writes_the_command_its_keys_and_its_event_and_no_wo
     commits = 20
     for i in range(commits):
         ledger.admit("w", [_row(500 + i)])
-    pages = _wal_pages(db)
-    names = dict(sqlite3.connect(db).execute("SELECT pageno, name FROM dbstat").fetchall())
-    touched = {names[p] for p in pages}
-    assert touched <= ADMISSION_BTREES, touched
-    assert "worlds" not in touched
-    assert len(pages) / commits < 6, len(pages) / commits
+    pages = wal_pages_by_btree(db)
+    assert set(pages) <= ADMISSION_BTREES, pages
+    assert "worlds" not in pages
+    assert sum(pages.values()) / commits < 6, pages
     port.close()
