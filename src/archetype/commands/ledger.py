@@ -212,17 +212,16 @@ class Ledger:
             return
         first = self._world(world_id)["next_event_seq"]
         self._write_events(world_id, first, json.dumps(sequences), now)
-        self._port.execute(q.TAKE_EVENT_SEQS, (len(sequences), world_id))
 
     def _write_events(self, world_id: str, first: int, sequences_json: str, now: int) -> None:
-        """Events numbered from `first`; the caller takes those sequence numbers from the world row."""
+        """Events numbered from `first`, the world's next event sequence number as read in this transaction."""
         self._port.execute(q.APPEND_EVENTS, (first, first, now, sequences_json, world_id))
 
     def _world_event(self, world_id: str, event_type: str, tick: int, attempts: int, error: str | None,
                      since: int | None, now: int) -> None:  # fmt: skip
         """A world's own outbox event, typed by its health now (a health transition, never a command's)."""
-        self._port.execute(q.APPEND_WORLD_EVENT, (event_type, tick, now, attempts, error, since, world_id))
-        self._port.execute(q.TAKE_EVENT_SEQS, (1, world_id))
+        event = self._world(world_id)["next_event_seq"]
+        self._port.execute(q.APPEND_WORLD_EVENT, (event, event_type, tick, now, attempts, error, since, world_id))
 
     def _command_at(self, world_id: str, sequence: int) -> CommandRow | None:
         rows = self._port.execute(q.GET_COMMAND_BY_SEQUENCE, (world_id, sequence))
@@ -466,9 +465,8 @@ class Ledger:
             for offset, row in enumerate(fresh):
                 row["sequence"] = world["next_sequence"] + offset
             if fresh:
-                # one world-row update takes both the command and the event sequence numbers (the
-                # world row read above is current: nothing in this transaction appended events yet)
-                self._port.execute(q.TAKE_ADMISSION_SEQS, (len(fresh), len(fresh), world_id))
+                # the sequence numbers read above are current (this transaction has written no
+                # command or event yet), and the rows written here take them: no world row to update
                 inserted = [[r[field] for field in q.INSERTED_COMMAND_FIELDS] for r in fresh]
                 self._port.execute(q.INSERT_COMMANDS, (world_id, now, now, json.dumps(inserted)))
                 self._write_events(world_id, world["next_event_seq"], json.dumps([r["sequence"] for r in fresh]), now)
@@ -607,7 +605,6 @@ class Ledger:
                 world_id, event, f"schema-migration/{name}/{old}", "schema_migrated", "migrate_components",
                 world["tick_head"], now, canonical_json(dict(recorded)),
             ))  # fmt: skip
-            self._port.execute(q.TAKE_EVENT_SEQS, (1, world_id))
             return {"migration": recorded, "migrated": True}
 
         return self._port.transaction(run)
@@ -863,7 +860,6 @@ class Ledger:
             sequence, tick = world["next_sequence"], max(dead["scheduled_tick"], world["tick_head"] + 1)
             identity = {**dead, "command_id": new_id, "scheduled_tick": tick}
             now = self._clock.now_ms()
-            self._port.execute(q.TAKE_ADMISSION_SEQS, (1, 0, world_id))
             self._port.execute(q.INSERT_REDRIVE, (sequence, new_id, tick, command_digest(identity), now, now, world_id,
                                                   dead["sequence"]))  # fmt: skip
             self._append_events(world_id, [sequence], now)
@@ -1030,6 +1026,8 @@ class Ledger:
             if pending:
                 horizon = min(horizon, pending[0][0] - 1)
             ticks = len(self._port.execute(q.PRUNE_TICKS, (world_id, oldest_tick, limit)))
+            # the commands pruned may include the last one, whose sequence the next admission reads
+            self._port.execute(q.RAISE_SEQUENCE_FLOOR, (world["next_sequence"], world_id))
             commands = len(self._port.execute(q.PRUNE_COMMANDS, (world_id, horizon, limit)))
             # after the commands, so the reservations of the commands just pruned go too
             reservations = len(self._port.execute(q.PRUNE_RESERVATIONS, (world_id, horizon, limit)))

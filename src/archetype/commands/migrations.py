@@ -283,8 +283,14 @@ V8_WORLD_LEASES = Migration(8, "world leases: the host of each world and its exp
     "ALTER TABLE worlds ADD COLUMN host_expires_at INTEGER",
 ))  # fmt: skip
 
+# Version 9: sequence numbers read off the keys they number (docs/ledger.md, "Sequence numbers"), so
+# an admission commit writes no world row. The schema is unchanged and every existing counter is
+# already a valid floor; the version moves so that an older archetype, which would take its
+# numbers from those floors and collide with the rows admitted since, refuses the catalog.
+V9_DERIVED_SEQUENCES = Migration(9, "a world's next sequence numbers derived from its commands and outbox", ())
+
 MIGRATIONS = (V1_SCHEMA, V2_EXACTLY_ONCE, V3_STATE_CHUNKS, V4_HEALTH_AND_REDRIVE, V5_RETENTION, V6_COMPONENT_SCHEMAS,
-              V7_TICK_CLOCK, V8_WORLD_LEASES)  # fmt: skip
+              V7_TICK_CLOCK, V8_WORLD_LEASES, V9_DERIVED_SEQUENCES)  # fmt: skip
 SCHEMA_VERSION = MIGRATIONS[-1].version
 
 HAS_META = "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'"
