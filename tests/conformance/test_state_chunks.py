@@ -56,7 +56,7 @@ async def test_snapshots_and_deltas_read_back_as_the_published_entities(rt, worl
 async def test_a_malformed_state_chunk_is_refused(rt, world_id, authority):
     info = await authority.acquire_writer(world_id=world_id)
     manifest = {"world_id": world_id, "tick": 0, "writer_epoch": info["writer_epoch"], "settlements": [],
-                "written_entity_ids": [], "commit_token": "t0"}  # fmt: skip
+                "written_runs": [], "commit_token": "t0"}  # fmt: skip
     columnar = '{"first":%d,"last":%d,"removed":[],"sections":[]}'
     for chunks in (["{}"], ["[[0,[]]]"], ["[[2,[]]]", "[[1,[]]]"], [columnar % (0, 0)], ['{"first":1,"last":1}'],
                    [columnar % (2, 2), columnar % (1, 1)]):  # fmt: skip

@@ -134,7 +134,7 @@ class ManifestRow(TypedDict):
     tick: int
     writer_epoch: int
     settlements: list[SettlementRow]
-    written_entity_ids: list[int]
+    written_runs: list[list[int]]  # the ids the tick changed, as ascending runs [first, last]
     commit_token: str
 
 

@@ -47,12 +47,22 @@ class TickManifest(BaseModel):
     tick: int
     writer_epoch: int
     settlements: tuple[Settlement, ...]
-    written_entity_ids: tuple[int, ...]
+    # the ids the tick changed, as ascending maximal runs [first, last] (docs/storage.md): a moving
+    # world's manifest is one run, not every id
+    written_runs: tuple[tuple[int, int], ...]
     commit_token: str
 
     @property
     def applied_command_ids(self) -> tuple[str, ...]:
         return tuple(s.command_id for s in self.settlements if s.outcome == "applied")
+
+    @property
+    def written_entity_ids(self) -> list[int]:
+        return columnar.run_ids(self.written_runs)
+
+    @property
+    def written_count(self) -> int:
+        return sum(last - first + 1 for first, last in self.written_runs)
 
 
 class PreparedTick(BaseModel):
@@ -161,28 +171,11 @@ def chunk_entries(entries: Iterable[tuple[int, str | None]], limit: int | None =
 def commit_token(head: dict[str, Any], chunks: Sequence[str]) -> str:
     """SHA-256 (hex) of the bytes a publication sends: the canonical JSON of the manifest's head,
     then each chunk after a newline (all of it ASCII)."""
-    hasher = hashlib.sha256(listing_text(head).encode("ascii"))
+    hasher = hashlib.sha256(canonical_json(head).encode("ascii"))
     for chunk in chunks:
         hasher.update(b"\n")
         hasher.update(chunk.encode("ascii"))
     return hasher.hexdigest()
-
-
-def listing_text(document: dict[str, Any]) -> str:
-    """`canonical_json(document)` of a commit token's head or a manifest, its `written_entity_ids`
-    (the last key; ids checked at spawn to be integers within 1..2**53-1) written without checking
-    every id again: a moving world's tick lists every entity."""
-    written = document.get("written_entity_ids")
-    if not isinstance(written, list) or not written or type(written[0]) is not int or len(document) < 2 \
-            or max(document) != "written_entity_ids":  # fmt: skip
-        return canonical_json(document)
-    rest = canonical_json({k: v for k, v in document.items() if k != "written_entity_ids"})
-    if _LAST_LISTING[0] != written:  # a moving world lists the same ids tick after tick
-        _LAST_LISTING[:] = [list(written), ",".join(map(str, written))]
-    return rest[:-1] + ',"written_entity_ids":[' + _LAST_LISTING[1] + "]}"
-
-
-_LAST_LISTING: list[Any] = [None, ""]  # the last ids listed, and their text
 
 
 class CommitCoordinator:
@@ -214,12 +207,13 @@ class CommitCoordinator:
         """Seal the tick: `written` are the entities it changed, `chunks` the state it sends (the
         changed entities for a delta, every live entity for a snapshot: docs/storage.md)."""
         chunks = tuple(chunks)
+        runs = columnar.id_runs(written)
         head = {
             "world_id": self.world_id,
             "tick": tick,
             "writer_epoch": writer_epoch,
             "settlements": [s.model_dump(mode="json") for s in self._settlements],
-            "written_entity_ids": list(written),
+            "written_runs": runs,
             "snapshot": snapshot,
             "chunks": len(chunks),
         }
@@ -228,7 +222,7 @@ class CommitCoordinator:
             tick=tick,
             writer_epoch=writer_epoch,
             settlements=tuple(self._settlements),
-            written_entity_ids=tuple(written),
+            written_runs=tuple(map(tuple, runs)),  # type: ignore[arg-type]
             commit_token=commit_token(head, chunks),
         )
         self.prepared = PreparedTick(manifest=manifest, snapshot=snapshot, chunks=chunks)
@@ -247,5 +241,5 @@ class InMemoryPublisher:
         self.manifests: list[TickManifest] = []
 
     async def publish(self, prepared: PreparedTick) -> None:
-        listing_text(prepared.manifest.model_dump(mode="json"))
+        canonical_json(prepared.manifest.model_dump(mode="json"))  # what an authority would be sent: checked canonical
         self.manifests.append(prepared.manifest)

@@ -27,7 +27,7 @@ component key (`use_columns`: archetype.vector's numpy columns, on CPython runne
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence, Set
 from typing import Any, Protocol
 
 from archetype.world.columnar import Part, Section, as_list, numeric_fields
@@ -151,6 +151,9 @@ class WriteSet:
     def __init__(self, entries: Layer, overrides: Overrides) -> None:
         self.entries = entries
         self.overrides = overrides
+        # per table, the keys of the overridden columns that hold another value than the
+        # committed (`WorldState.changed` finds them): what a delta sends of its rows
+        self.changed_keys: dict[Signature, set[str]] = {}
 
     def __bool__(self) -> bool:
         return bool(self.entries or self.overrides)
@@ -355,19 +358,18 @@ class WorldState:
         runs: list[list[int]] = [sorted(write_set.entries)] if write_set.entries else []
         for signature, by_key in write_set.overrides.items():
             table = self._tables[signature]
-            found = [column.changed_rows(table.columns[key]) for key, column in by_key.items()]
+            # a column written back unchanged (a vectorised processor's every declared write) adds no rows
+            changed = {key: rows for key, column in by_key.items() if (rows := column.changed_rows(table.columns[key]))}
+            if not changed:
+                continue
+            write_set.changed_keys[signature] = set(changed)
+            found = list(changed.values())
             rows = found[0] if len(found) == 1 else sorted(set().union(*found))
             ids = table.ids
             runs.append(list(ids) if len(rows) == len(ids) else [ids[row] for row in rows])
         if len(runs) == 1:
             return runs[0]
         return sorted({entity_id for run in runs for entity_id in run})
-
-    def count_after(self, write_set: WriteSet) -> int:
-        """How many entities live once `write_set` (this state's `write_set()`, nothing sealed) commits."""
-        entries, table_of = write_set.entries, self._table_of
-        # (set operations, not a loop: a moving world's tick has an entry for every entity)
-        return len(table_of) - sum(map(table_of.__contains__, entries)) + len(entries) - list(entries.values()).count(None)
 
     def sections(self, write_set: WriteSet, changed: Sequence[int] | None, text: PartText) -> tuple[list[Section], list[int]]:
         """What a tick sends, as columnar sections (archetype.world.columnar): every live entity
@@ -378,9 +380,14 @@ class WorldState:
         removed = [] if changed is None else sorted(e for e, c in entries.items() if c is None)
         rows: dict[Signature, Sequence[int]] = {}
         if changed is None:
+            leaving: dict[Signature, set[int]] = {}  # rows whose entity has an entry (a pass over the entries, not the tables)
+            for entity_id in entries:
+                table = self._table_of.get(entity_id)
+                if table is not None:
+                    leaving.setdefault(table.signature, set()).add(table.index[entity_id])
             for signature, table in self._tables.items():
-                kept = [r for r, e in enumerate(table.ids) if e not in entries]
-                rows[signature] = range(len(table)) if len(kept) == len(table) else kept
+                gone = leaving.get(signature)
+                rows[signature] = range(len(table)) if not gone else [r for r in range(len(table)) if r not in gone]
         else:
             table_of = self._table_of
             for entity_id in changed:
@@ -394,12 +401,15 @@ class WorldState:
                 entered.setdefault(frozenset(components), []).append((entity_id, components))
         sections = []
         for signature in sorted({*rows, *entered}, key=sorted):
-            section = self._section(write_set, signature, rows.get(signature, ()), entered.get(signature, []), text)
+            # a delta's rows that only overridden columns changed carry just the columns that
+            # changed (a partial section), unless entities entered the same signature this tick
+            keys = write_set.changed_keys.get(signature, signature) if changed is not None and signature not in entered else signature
+            section = self._section(write_set, signature, keys, rows.get(signature, ()), entered.get(signature, []), text)
             if section is not None:
                 sections.append(section)
         return sections, removed
 
-    def _section(self, write_set: WriteSet, signature: Signature, rows: Sequence[int],
+    def _section(self, write_set: WriteSet, signature: Signature, keys: Set[str], rows: Sequence[int],
                  entered: list[tuple[int, Components]], text: PartText) -> Section | None:  # fmt: skip
         table = self._tables.get(signature)
         if table is None or not rows:
@@ -411,7 +421,7 @@ class WorldState:
         ids += [entity_id for entity_id, _ in entered]
         order = None if not rows or not entered else sorted(range(len(ids)), key=ids.__getitem__)
         parts = []
-        for key in sorted(signature):
+        for key in sorted(keys):
             column = None if not rows else (overridden.get(key) or table.columns[key])  # type: ignore[union-attr]
             cls = type(entered[0][1][key] if entered else column.value(rows[0]))  # type: ignore[union-attr]
             fields = numeric_fields(cls)
@@ -430,7 +440,7 @@ class WorldState:
                     found = [*as_list(found), *[data[field] for data in held]]
                 values[field] = _ordered(found, order)
             parts.append(Part(cls, fields=values))
-        return Section(sorted(ids) if order is not None else ids, parts)
+        return Section(sorted(ids) if order is not None else ids, parts, partial=len(keys) < len(signature))
 
     def seal(self, write_set: WriteSet) -> None:
         """Freeze the prepared tick's write-set; later mutations go to a fresh layer above it."""

@@ -117,8 +117,10 @@ class AsyncWorld:
         self._ids = range(0)
         self._processors: list[_ProcessorEntry] = []
         self.encoder = EntityEncoder(self.state)
-        # entries published as deltas since the last snapshot; None until this world publishes one
-        self._delta_entries: int | None = None
+        # characters of the last snapshot this world published (None until it publishes one), and
+        # of the deltas it published since
+        self._snapshot_size: int | None = None
+        self._delta_size = 0
         self._hooks: dict[type, list[Hook]] = {kind: [] for kind in HOOK_KINDS}
 
     # -- configuration --
@@ -270,9 +272,11 @@ class AsyncWorld:
             with _collection_paused():
                 self.state.commit_sealed(self.encoder.known_texts())
                 self.encoder.committed()
-            self._delta_entries = (
-                0 if prepared.snapshot else (self._delta_entries or 0) + len(prepared.manifest.written_entity_ids)
-            )
+            size = sum(map(len, prepared.chunks))
+            if prepared.snapshot:
+                self._snapshot_size, self._delta_size = size, 0
+            else:
+                self._delta_size += size
             self.tick = tick
             manifest = prepared.manifest
             self.coordinator.clear()
@@ -299,9 +303,16 @@ class AsyncWorld:
                 self.atomically(lambda: self._run_systems(tick), validate=False)
                 write_set = self.state.write_set()
                 written = self.state.changed(write_set)
-                snapshot = self._snapshot_due(write_set, written)
-                sections, removed = self.state.sections(write_set, None if snapshot else written, self.encoder.component)
-                self.coordinator.prepare(tick, self.writer_epoch, written, columnar.encode(sections, removed), snapshot=snapshot)
+                # A snapshot instead of the delta once the deltas since the last snapshot would
+                # outgrow it, in characters (what the authority keeps and reads of a world's state
+                # stays within twice its size), and on this world's first publication with a change
+                # (it does not know what the overlay holds). A moving world whose deltas carry one
+                # column of two sends a snapshot every third tick.
+                chunks = self._encode(write_set, written) if written and self._snapshot_size is not None else []
+                snapshot = bool(written) and (self._snapshot_size is None or self._delta_size + sum(map(len, chunks)) > self._snapshot_size)
+                if snapshot:
+                    chunks = self._encode(write_set, None)
+                self.coordinator.prepare(tick, self.writer_epoch, written, chunks, snapshot=snapshot)
         except BaseException:
             self.state.unwind(base)
             self.coordinator.clear()
@@ -309,15 +320,10 @@ class AsyncWorld:
             raise
         self.state.seal(write_set)
 
-    def _snapshot_due(self, write_set: WriteSet, written: list[int]) -> bool:
-        """Publish the whole state instead of a delta once the deltas since the last snapshot would
-        outgrow it (so the authority's overlay stays smaller than the state it overlays), and on
-        this world's first publication with a change (it does not know what the overlay holds)."""
-        if not written:
-            return False
-        if self._delta_entries is None:
-            return True
-        return self._delta_entries + len(written) >= self.state.count_after(write_set)
+    def _encode(self, write_set: WriteSet, written: list[int] | None) -> list[str]:
+        """The chunks of the tick's delta (the `written` entities), or of a snapshot (None)."""
+        sections, removed = self.state.sections(write_set, written, self.encoder.component)
+        return columnar.encode(sections, removed)
 
     def _run_systems(self, tick: int) -> None:
         self._fire(PreTick(tick))
