@@ -222,7 +222,7 @@ class CommitCoordinator:
             tick=tick,
             writer_epoch=writer_epoch,
             settlements=tuple(self._settlements),
-            written_runs=tuple(map(tuple, runs)),  # type: ignore[arg-type]
+            written_runs=tuple(map(tuple, runs)),
             commit_token=commit_token(head, chunks),
         )
         self.prepared = PreparedTick(manifest=manifest, snapshot=snapshot, chunks=chunks)
