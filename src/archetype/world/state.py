@@ -151,8 +151,9 @@ class WriteSet:
     def __init__(self, entries: Layer, overrides: Overrides) -> None:
         self.entries = entries
         self.overrides = overrides
-        # per table, the keys of the overridden columns that hold another value than the
-        # committed (`WorldState.changed` finds them): what a delta sends of its rows
+        # per table, the rows whose overridden columns hold another value than the committed, and
+        # the keys of those columns (`WorldState.changed` finds them): what a delta sends of them
+        self.changed_rows: dict[Signature, Sequence[int]] = {}
         self.changed_keys: dict[Signature, set[str]] = {}
 
     def __bool__(self) -> bool:
@@ -362,38 +363,36 @@ class WorldState:
             changed = {key: rows for key, column in by_key.items() if (rows := column.changed_rows(table.columns[key]))}
             if not changed:
                 continue
-            write_set.changed_keys[signature] = set(changed)
             found = list(changed.values())
             rows = found[0] if len(found) == 1 else sorted(set().union(*found))
             ids = table.ids
-            runs.append(list(ids) if len(rows) == len(ids) else [ids[row] for row in rows])
+            every = len(rows) == len(ids)
+            write_set.changed_rows[signature] = range(len(ids)) if every else rows
+            write_set.changed_keys[signature] = set(changed)
+            runs.append(list(ids) if every else [ids[row] for row in rows])
         if len(runs) == 1:
             return runs[0]
         return sorted({entity_id for run in runs for entity_id in run})
 
-    def sections(self, write_set: WriteSet, changed: Sequence[int] | None, text: PartText) -> tuple[list[Section], list[int]]:
+    def sections(self, write_set: WriteSet, snapshot: bool, text: PartText) -> tuple[list[Section], list[int]]:
         """What a tick sends, as columnar sections (archetype.world.columnar): every live entity
-        once `write_set` commits (`changed` None: a snapshot), or the entities of `changed` (a
-        delta, with the despawned ones as removed ids). `text(entity_id, key, component)` is an
-        entry's component text (the encoder's)."""
+        once `write_set` commits (a snapshot), or the entities it changes (a delta, with the
+        despawned ones as removed ids; `changed` has found them). `text(entity_id, key, component)`
+        is an entry's component text (the encoder's)."""
         entries = write_set.entries
-        removed = [] if changed is None else sorted(e for e, c in entries.items() if c is None)
+        removed = [] if snapshot else sorted(e for e, c in entries.items() if c is None)
+        # the committed rows of entities with an entry: sent from the entry (a pass over the
+        # entries, not over the tables)
+        entered_rows: dict[Signature, set[int]] = {}
+        for entity_id in entries:
+            table = self._table_of.get(entity_id)
+            if table is not None:
+                entered_rows.setdefault(table.signature, set()).add(table.index[entity_id])
+        found = {signature: range(len(table)) for signature, table in self._tables.items()} if snapshot else write_set.changed_rows
         rows: dict[Signature, Sequence[int]] = {}
-        if changed is None:
-            leaving: dict[Signature, set[int]] = {}  # rows whose entity has an entry (a pass over the entries, not the tables)
-            for entity_id in entries:
-                table = self._table_of.get(entity_id)
-                if table is not None:
-                    leaving.setdefault(table.signature, set()).add(table.index[entity_id])
-            for signature, table in self._tables.items():
-                gone = leaving.get(signature)
-                rows[signature] = range(len(table)) if not gone else [r for r in range(len(table)) if r not in gone]
-        else:
-            table_of = self._table_of
-            for entity_id in changed:
-                if entity_id not in entries:
-                    table = table_of[entity_id]
-                    rows.setdefault(table.signature, []).append(table.index[entity_id])  # type: ignore[attr-defined]
+        for signature, taken in found.items():
+            gone = entered_rows.get(signature)
+            rows[signature] = taken if not gone else [r for r in taken if r not in gone]
         entered: dict[Signature, list[tuple[int, Components]]] = {}
         for entity_id in sorted(entries):
             components = entries[entity_id]
@@ -403,7 +402,7 @@ class WorldState:
         for signature in sorted({*rows, *entered}, key=sorted):
             # a delta's rows that only overridden columns changed carry just the columns that
             # changed (a partial section), unless entities entered the same signature this tick
-            keys = write_set.changed_keys.get(signature, signature) if changed is not None and signature not in entered else signature
+            keys = signature if snapshot or signature in entered else write_set.changed_keys.get(signature, signature)
             section = self._section(write_set, signature, keys, rows.get(signature, ()), entered.get(signature, []), text)
             if section is not None:
                 sections.append(section)

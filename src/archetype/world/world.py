@@ -308,10 +308,10 @@ class AsyncWorld:
                 # stays within twice its size), and on this world's first publication with a change
                 # (it does not know what the overlay holds). A moving world whose deltas carry one
                 # column of two sends a snapshot every third tick.
-                chunks = self._encode(write_set, written) if written and self._snapshot_size is not None else []
+                chunks = self._encode(write_set, False) if written and self._snapshot_size is not None else []
                 snapshot = bool(written) and (self._snapshot_size is None or self._delta_size + sum(map(len, chunks)) > self._snapshot_size)
                 if snapshot:
-                    chunks = self._encode(write_set, None)
+                    chunks = self._encode(write_set, True)
                 self.coordinator.prepare(tick, self.writer_epoch, written, chunks, snapshot=snapshot)
         except BaseException:
             self.state.unwind(base)
@@ -320,9 +320,9 @@ class AsyncWorld:
             raise
         self.state.seal(write_set)
 
-    def _encode(self, write_set: WriteSet, written: list[int] | None) -> list[str]:
-        """The chunks of the tick's delta (the `written` entities), or of a snapshot (None)."""
-        sections, removed = self.state.sections(write_set, written, self.encoder.component)
+    def _encode(self, write_set: WriteSet, snapshot: bool) -> list[str]:
+        """The chunks of the tick's delta (what `state.changed` found), or of a snapshot."""
+        sections, removed = self.state.sections(write_set, snapshot, self.encoder.component)
         return columnar.encode(sections, removed)
 
     def _run_systems(self, tick: int) -> None:
