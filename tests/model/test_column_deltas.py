@@ -16,7 +16,6 @@ from tests.component_modules.alpha import Health, Position, Velocity
 from tests.conformance.authorities import AUTHORITY_FACTORIES
 from tests.model.ledger_model import PartialWrite, apply_writes
 
-
 CLASSES = {cls.__name__: cls for cls in (Position, Velocity, Health)}
 
 
@@ -65,7 +64,9 @@ async def test_column_deltas_fold_as_the_model_says(name, tmp_path, clock):
                 if components is None:
                     writes[entity_id] = None
                 elif entity_id in before and tick != 2:  # the vectorised processor moved it: Position only
-                    writes[entity_id] = PartialWrite(Position=_data(components[next(k for k in components if k.startswith("Position:"))]))
+                    writes[entity_id] = PartialWrite(
+                        Position=_data(components[next(k for k in components if k.startswith("Position:"))])
+                    )
                 else:
                     writes[entity_id] = {type(c).__name__: _data(c) for c in components.values()}
             apply_writes(model, writes)

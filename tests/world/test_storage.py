@@ -69,7 +69,7 @@ def test_the_commit_token_digests_the_bytes_sent():
 
 
 def test_the_commit_token_head_lists_the_written_ids_as_runs_canonically():
-    head = {"chunks": 1, "settlements": [], "snapshot": False, "tick": 3, "world_id": "w", "writer_epoch": 0,
+    head = {"chunks": 1, "replaces_deltas": False, "settlements": [], "snapshot": False, "tick": 3, "world_id": "w", "writer_epoch": 0,
             "written_runs": [[1, 3], [5, 5], [2**53 - 1, 2**53 - 1]]}  # fmt: skip
     expected = hashlib.sha256(canonical_json(head).encode() + b"\n[[1,null]]").hexdigest()
     assert commit_token(head, ["[[1,null]]"]) == expected

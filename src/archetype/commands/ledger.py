@@ -769,6 +769,10 @@ class Ledger:
                     f"{STATE_CHUNK_LIMIT:,} characters (docs/storage.md)"
                 )
             firsts.append(int(head.group(1)))
+        if writes.get("replaces_deltas"):
+            if writes["snapshot"]:
+                raise InvalidCommandError("a snapshot replaces the whole state; replaces_deltas is for a delta")
+            self._port.execute(q.CLEAR_STATE_DELTAS, (world_id,))
         if not writes["snapshot"]:
             for part, chunk in enumerate(chunks):
                 self._port.execute(q.INSERT_STATE_DELTA, (world_id, tick, part, chunk))

@@ -73,6 +73,9 @@ class PreparedTick(BaseModel):
     # the world's whole published state, a delta (snapshot False) overlays it
     snapshot: bool
     chunks: tuple[str, ...]
+    # a delta that holds everything the deltas since the last snapshot held (the same columns of
+    # the same whole tables, or more): the authority keeps it in their place (docs/storage.md)
+    replaces_deltas: bool = False
 
 
 class CommittedTickReceipt(BaseModel):
@@ -203,7 +206,7 @@ class CommitCoordinator:
         return tuple(self._settlements)
 
     def prepare(self, tick: int, writer_epoch: int, written: Sequence[int], chunks: Sequence[str], *,
-                snapshot: bool) -> PreparedTick:  # fmt: skip
+                snapshot: bool, replaces_deltas: bool = False) -> PreparedTick:  # fmt: skip
         """Seal the tick: `written` are the entities it changed, `chunks` the state it sends (the
         changed entities for a delta, every live entity for a snapshot: docs/storage.md)."""
         chunks = tuple(chunks)
@@ -215,6 +218,7 @@ class CommitCoordinator:
             "settlements": [s.model_dump(mode="json") for s in self._settlements],
             "written_runs": runs,
             "snapshot": snapshot,
+            "replaces_deltas": replaces_deltas,
             "chunks": len(chunks),
         }
         manifest = TickManifest(
@@ -225,7 +229,7 @@ class CommitCoordinator:
             written_runs=tuple(map(tuple, runs)),
             commit_token=commit_token(head, chunks),
         )
-        self.prepared = PreparedTick(manifest=manifest, snapshot=snapshot, chunks=chunks)
+        self.prepared = PreparedTick(manifest=manifest, snapshot=snapshot, chunks=chunks, replaces_deltas=replaces_deltas)
         return self.prepared
 
     def clear(self) -> None:

@@ -143,6 +143,8 @@ class Table:
 View = list[tuple[str, Callable[[int], Component]]]
 # A layer's column overrides: table signature -> component key -> the table's new column.
 Overrides = dict[Signature, dict[str, Column]]
+# Whole columns a delta sends: table signature -> the keys of the columns it sends of every row.
+Cover = dict[Signature, frozenset[str]]
 
 
 class WriteSet:
@@ -373,6 +375,13 @@ class WorldState:
         if len(runs) == 1:
             return runs[0]
         return sorted({entity_id for run in runs for entity_id in run})
+
+    def whole_columns(self, write_set: WriteSet) -> Cover | None:
+        """The columns (per table) a delta of `write_set` sends when it changes nothing but whole
+        columns: no entry, and every row of each table it changes (after `changed`); else None."""
+        if write_set.entries or not all(isinstance(rows, range) for rows in write_set.changed_rows.values()):
+            return None
+        return {signature: frozenset(keys) for signature, keys in write_set.changed_keys.items()}
 
     def sections(self, write_set: WriteSet, snapshot: bool, text: PartText) -> tuple[list[Section], list[int]]:
         """What a tick sends, as columnar sections (archetype.world.columnar): every live entity

@@ -25,7 +25,7 @@ from archetype.world.commit import (
     TickPublisher,
 )
 from archetype.world.components import Component, ComponentTypeRef, type_key
-from archetype.world.state import Components, WorldState, WriteSet
+from archetype.world.state import Components, Cover, WorldState, WriteSet
 
 
 # -- hooks: each class is both the hook kind and the event it receives --
@@ -121,6 +121,10 @@ class AsyncWorld:
         # of the deltas it published since
         self._snapshot_size: int | None = None
         self._delta_size = 0
+        # the whole columns the deltas since the last snapshot sent (None once one sent anything
+        # else), and those of the prepared tick: a delta covering them replaces them
+        self._cover: Cover | None = {}
+        self._prepared_cover: Cover | None = None
         self._hooks: dict[type, list[Hook]] = {kind: [] for kind in HOOK_KINDS}
 
     # -- configuration --
@@ -274,9 +278,12 @@ class AsyncWorld:
                 self.encoder.committed()
             size = sum(map(len, prepared.chunks))
             if prepared.snapshot:
-                self._snapshot_size, self._delta_size = size, 0
-            else:
+                self._snapshot_size, self._delta_size, self._cover = size, 0, {}
+            elif prepared.replaces_deltas:
+                self._delta_size, self._cover = size, self._prepared_cover
+            elif prepared.chunks:
                 self._delta_size += size
+                self._cover = _joined(self._cover, self._prepared_cover)
             self.tick = tick
             manifest = prepared.manifest
             self.coordinator.clear()
@@ -303,16 +310,21 @@ class AsyncWorld:
                 self.atomically(lambda: self._run_systems(tick), validate=False)
                 write_set = self.state.write_set()
                 written = self.state.changed(write_set)
-                # A snapshot instead of the delta once the deltas since the last snapshot would
-                # outgrow it, in characters (what the authority keeps and reads of a world's state
-                # stays within twice its size), and on this world's first publication with a change
-                # (it does not know what the overlay holds). A moving world whose deltas carry one
-                # column of two sends a snapshot every third tick.
+                # A delta that sends whole columns covering all the deltas since the snapshot sent
+                # replaces them (a moving world's Position column, tick after tick). A snapshot
+                # instead of the delta once the deltas kept since the last snapshot would outgrow
+                # it, in characters (what the authority keeps and reads of a world's state stays
+                # within twice its size), and on this world's first publication with a change (it
+                # does not know what the overlay holds).
                 chunks = self._encode(write_set, False) if written and self._snapshot_size is not None else []
-                snapshot = bool(written) and (self._snapshot_size is None or self._delta_size + sum(map(len, chunks)) > self._snapshot_size)
+                cover = self._prepared_cover = self.state.whole_columns(write_set) if chunks else None
+                replaces = bool(self._cover) and _covers(cover, self._cover)
+                kept = (0 if replaces else self._delta_size) + sum(map(len, chunks))
+                snapshot = bool(written) and (self._snapshot_size is None or kept > self._snapshot_size)
                 if snapshot:
                     chunks = self._encode(write_set, True)
-                self.coordinator.prepare(tick, self.writer_epoch, written, chunks, snapshot=snapshot)
+                self.coordinator.prepare(tick, self.writer_epoch, written, chunks, snapshot=snapshot,
+                                         replaces_deltas=replaces and not snapshot)  # fmt: skip
         except BaseException:
             self.state.unwind(base)
             self.coordinator.clear()
@@ -336,6 +348,23 @@ class AsyncWorld:
             # the scan skips an entity an earlier call despawned or took a component of
             for entity_id, components in self.state.scan(processor.keys, processor.order):
                 fn(self, tick, entity_id, components)
+
+
+def _covers(above: Cover | None, below: Cover | None) -> bool:
+    """Whether whole columns `above` hold every column of `below` (None: not only whole columns)."""
+    if above is None or below is None:
+        return False
+    return all(signature in above and keys <= above[signature] for signature, keys in below.items())
+
+
+def _joined(below: Cover | None, above: Cover | None) -> Cover | None:
+    """The whole columns two deltas sent between them (None when either sent something else)."""
+    if below is None or above is None:
+        return None
+    joined = dict(below)
+    for signature, keys in above.items():
+        joined[signature] = joined.get(signature, frozenset()) | keys
+    return joined
 
 
 @contextmanager
