@@ -174,3 +174,30 @@ async def test_a_manifest_whose_written_runs_are_not_canonical_is_refused(rt, wo
                                 writes={"snapshot": False, "chunks": []})  # fmt: skip
     assert await authority.manifests(world_id=world_id) == []
     assert (await authority.load_state(world_id=world_id))["tick_head"] == -1
+
+
+async def test_a_delta_that_replaces_the_deltas_is_kept_in_their_place(rt, world_id, authority):
+    # what the ledger does with `replaces_deltas`: the deltas since the snapshot are deleted, the
+    # new one kept, in the tick's one transaction; a snapshot cannot carry it
+    info = await authority.acquire_writer(world_id=world_id)
+    epoch = info["writer_epoch"]
+    text = '[{"data":{"hp":%d},"fingerprint":"%s","name":"Health"}]' % (0, Health.__component_fingerprint__)
+
+    def entity(entity_id, hp):
+        return "[[%d,%s]]" % (entity_id, text.replace('"hp":0', f'"hp":{hp}'))
+
+    async def publish(tick, chunks, snapshot=False, replaces=False):
+        manifest = {"world_id": world_id, "tick": tick, "writer_epoch": epoch, "settlements": [],
+                    "written_runs": [], "commit_token": f"t{tick}"}  # fmt: skip
+        await authority.publish(world_id=world_id, owner="o", session="s", manifest=manifest,
+                                writes={"snapshot": snapshot, "chunks": chunks, "replaces_deltas": replaces})  # fmt: skip
+
+    await publish(0, [entity(1, 1)], snapshot=True)
+    await publish(1, [entity(2, 2)])
+    await publish(2, [entity(1, 10)], replaces=True)
+    state = (await authority.load_state(world_id=world_id))["entities"]
+    assert [(e["entity_id"], e["components"]) for e in state] == [(1, text.replace('"hp":0', '"hp":10'))]
+    with pytest.raises(InvalidCommandError):
+        await publish(3, [entity(5, 5)], snapshot=True, replaces=True)
+    assert [m["tick"] for m in await authority.manifests(world_id=world_id)] == [0, 1, 2]
+    assert len((await authority.load_state(world_id=world_id))["entities"]) == 1

@@ -9,6 +9,7 @@ import pytest
 from archetype.canonical import NonCanonicalValueError
 from archetype.vector import add_vector_processor, layout
 from archetype.world import AsyncWorld, Component, PreTick, columnar
+from archetype.world.commit import chunk_entries
 from archetype.world.components import component_text, type_key
 from tests.component_modules.alpha import Health, Position, Velocity
 
@@ -204,3 +205,38 @@ async def test_a_per_entity_processor_reads_the_columns_a_vector_processor_wrote
     before = both.query(Position, Velocity)  # reads the committed columns, before `move` replaces them
     await both.step()
     assert seen == [(entity_id, position.x + velocity.dx) for entity_id, (position, velocity) in before]
+
+
+async def test_whole_column_deltas_replace_the_deltas_they_cover():
+    published = {"snapshot": [], "deltas": []}
+    flags = []
+
+    class Ledgerish:  # keeps what the ledger keeps: the snapshot's chunks and the deltas since
+        async def publish(self, prepared):
+            flags.append("S" if prepared.snapshot else "R" if prepared.replaces_deltas else "d")
+            if prepared.snapshot:
+                published["snapshot"], published["deltas"] = list(prepared.chunks), []
+            elif prepared.chunks:
+                published["deltas"] = ([] if prepared.replaces_deltas else published["deltas"]) + list(prepared.chunks)
+
+    def loaded():
+        state = {}
+        for chunk in published["snapshot"] + published["deltas"]:
+            for entity_id, text in columnar.decode(chunk):
+                state[entity_id] = columnar.overlay(state.get(entity_id), text)
+        return {e: t for e, t in state.items() if t is not None}
+
+    world = await _world(lambda w: add_vector_processor(w, move, Position, Velocity, writes=[Position]))
+    world.publisher = Ledgerish()
+    published["snapshot"] = chunk_entries([(e, _text(c)) for e, c in sorted(world.state.items())])  # the world's first
+    await world.step()
+    for tick in range(8):
+        if tick == 3:  # one entity changed through the per-entity API: not whole columns
+            async with world.lock:
+                world.atomically(lambda: world.update(1, [Velocity(dx=0.0, dy=0.0)]))
+        await world.step()
+        assert loaded() == {e: _text(c) for e, c in world.state.items()}
+    # a delta, then deltas of the same whole column replacing it; the per-entity update is not
+    # whole columns (here its delta would outgrow the small snapshot: a snapshot); then again
+    assert flags == ["d", "R", "R", "R", "S", "d", "R", "R", "R"]
+    assert len(published["deltas"]) == 1
