@@ -181,10 +181,11 @@ async def test_a_delta_that_replaces_the_deltas_is_kept_in_their_place(rt, world
     # new one kept, in the tick's one transaction; a snapshot cannot carry it
     info = await authority.acquire_writer(world_id=world_id)
     epoch = info["writer_epoch"]
-    text = '[{"data":{"hp":%d},"fingerprint":"%s","name":"Health"}]' % (0, Health.__component_fingerprint__)
+    def text(hp):
+        return f'[{{"data":{{"hp":{hp}}},"fingerprint":"{Health.__component_fingerprint__}","name":"Health"}}]'
 
     def entity(entity_id, hp):
-        return "[[%d,%s]]" % (entity_id, text.replace('"hp":0', f'"hp":{hp}'))
+        return f"[[{entity_id},{text(hp)}]]"
 
     async def publish(tick, chunks, snapshot=False, replaces=False):
         manifest = {"world_id": world_id, "tick": tick, "writer_epoch": epoch, "settlements": [],
@@ -196,7 +197,7 @@ async def test_a_delta_that_replaces_the_deltas_is_kept_in_their_place(rt, world
     await publish(1, [entity(2, 2)])
     await publish(2, [entity(1, 10)], replaces=True)
     state = (await authority.load_state(world_id=world_id))["entities"]
-    assert [(e["entity_id"], e["components"]) for e in state] == [(1, text.replace('"hp":0', '"hp":10'))]
+    assert [(e["entity_id"], e["components"]) for e in state] == [(1, text(10))]
     with pytest.raises(InvalidCommandError):
         await publish(3, [entity(5, 5)], snapshot=True, replaces=True)
     assert [m["tick"] for m in await authority.manifests(world_id=world_id)] == [0, 1, 2]
