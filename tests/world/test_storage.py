@@ -146,3 +146,25 @@ class _UntouchableTable:
     @property
     def ids(self):
         raise AssertionError("an idle tick iterated a table's entities")
+
+
+async def test_a_tick_changing_every_entity_whole_is_a_snapshot_without_encoding_a_delta(monkeypatch):
+    sent = []
+
+    class Recorder:
+        async def publish(self, prepared):
+            sent.append(prepared.snapshot)
+
+    world = AsyncWorld("w", publisher=Recorder())
+    await world.ensure_entity_ids(10)
+    async with world.lock:
+        ids = world.atomically(lambda: [world.spawn([Health(hp=i)]) for i in range(8)])
+    await world.step()
+    encoded = []
+    encode = world._encode
+    monkeypatch.setattr(world, "_encode", lambda write_set, snapshot: encoded.append(snapshot) or encode(write_set, snapshot))
+    for hp in range(3):
+        async with world.lock:
+            world.atomically(lambda hp=hp: [world.update(e, [Health(hp=hp)]) for e in ids])
+        await world.step()
+    assert sent == [True] * 4 and encoded == [True] * 3

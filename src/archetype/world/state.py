@@ -376,6 +376,12 @@ class WorldState:
             return runs[0]
         return sorted({entity_id for run in runs for entity_id in run})
 
+    def entered_all(self, write_set: WriteSet) -> bool:
+        """Whether every committed entity has an entry in `write_set` (its delta would carry every
+        live entity whole: the snapshot, and more)."""
+        entries, table_of = write_set.entries, self._table_of
+        return bool(entries) and len(entries) >= len(table_of) and sum(map(table_of.__contains__, entries)) == len(table_of)
+
     def whole_columns(self, write_set: WriteSet) -> Cover | None:
         """The columns (per table) a delta of `write_set` sends when it changes nothing but whole
         columns: no entry, and every row of each table it changes (after `changed`); else None."""

@@ -315,12 +315,14 @@ class AsyncWorld:
                 # instead of the delta once the deltas kept since the last snapshot would outgrow
                 # it, in characters (what the authority keeps and reads of a world's state stays
                 # within twice its size), and on this world's first publication with a change (it
-                # does not know what the overlay holds).
-                chunks = self._encode(write_set, False) if written and self._snapshot_size is not None else []
+                # does not know what the overlay holds), or when every entity changed whole (the
+                # delta would be larger than the snapshot: it is not encoded).
+                delta = bool(written) and self._snapshot_size is not None and not self.state.entered_all(write_set)
+                chunks = self._encode(write_set, False) if delta else []
                 cover = self._prepared_cover = self.state.whole_columns(write_set) if chunks else None
                 replaces = bool(self._cover) and _covers(cover, self._cover)
                 kept = (0 if replaces else self._delta_size) + sum(map(len, chunks))
-                snapshot = bool(written) and (self._snapshot_size is None or kept > self._snapshot_size)
+                snapshot = bool(written) and (not delta or kept > (self._snapshot_size or 0))
                 if snapshot:
                     chunks = self._encode(write_set, True)
                 self.coordinator.prepare(tick, self.writer_epoch, written, chunks, snapshot=snapshot,
