@@ -3,7 +3,9 @@ its component values, encoded once per change, chunked within bounds, and digest
 
 import hashlib
 import json
+import random
 
+import numpy as np
 import pytest
 
 from archetype.canonical import NonCanonicalValueError, canonical_json
@@ -85,6 +87,16 @@ def test_written_ids_are_their_maximal_runs(ids):
     runs = id_runs(ids)
     assert run_ids(runs) == ids and valid_runs(runs)
     assert all(b[0] > a[1] + 1 for a, b in zip(runs, runs[1:], strict=False))  # maximal: never adjacent
+
+
+def test_id_runs_give_up_past_their_limit_and_read_numpy_ids_alike():
+    rng = random.Random(7)
+    for _ in range(200):
+        ids = sorted(rng.sample(range(1, 400), rng.randint(1, 300)))
+        runs = id_runs(ids)
+        assert run_ids(runs) == ids and id_runs(np.array(ids, dtype=np.int64)) == runs
+        limit = rng.randint(0, 60)
+        assert id_runs(ids, limit=limit) == (None if len(runs) > limit else runs)
 
 
 @pytest.mark.parametrize("runs", [[[0, 1]], [[2, 1]], [[1, 2], [3, 4]], [[1, 4], [3, 6]], [[1]], [[1, 2**53]], [[1.0, 2]],

@@ -211,23 +211,37 @@ def _span(ids: Any, low: int, high: int) -> tuple[int, int]:
 def id_runs(ids: Sequence[int], limit: int | None = None) -> list[list[int]] | Any:
     """Ascending distinct `ids` as their maximal runs `[first, last]` of consecutive ids: one run
     for a table of consecutive ids however long, found in O(runs x log(ids)) (a slice whose ends
-    are as far apart as it is long is one run); None once there are more than `limit`."""
+    are as far apart as it is long is one run; a short one is scanned); None once there are more
+    than `limit`."""
     runs: list[list[int]] = []
     pending = [(0, len(ids))] if len(ids) else []
     while pending:  # depth first, lowest slice first: the runs come out in id order
         start, stop = pending.pop()
         first, last = int(ids[start]), int(ids[stop - 1])
         if last - first == stop - 1 - start:
-            if runs and runs[-1][1] == first - 1:
-                runs[-1][1] = last
+            found = [(first, last)]
+        elif stop - start <= _SCANNED:
+            found = []
+            for entity_id in as_list(ids[start:stop]):
+                if found and found[-1][1] == entity_id - 1:
+                    found[-1] = (found[-1][0], entity_id)
+                else:
+                    found.append((entity_id, entity_id))
+        else:
+            middle = (start + stop) // 2
+            pending += [(middle, stop), (start, middle)]
+            continue
+        for low, high in found:
+            if runs and runs[-1][1] == low - 1:
+                runs[-1][1] = high
             elif limit is not None and len(runs) == limit:
                 return None
             else:
-                runs.append([first, last])
-            continue
-        middle = (start + stop) // 2
-        pending += [(middle, stop), (start, middle)]
+                runs.append([low, high])
     return runs
+
+
+_SCANNED = 32  # a slice this short with a gap is scanned id by id, not halved again
 
 
 def run_ids(runs: Sequence[Sequence[int]]) -> list[int]:
