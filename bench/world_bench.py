@@ -174,27 +174,32 @@ class Baseline:
 
 
 # -- the moving worlds --
-async def moving(n: int, rounds: int, directory: Path, baseline_src: Path | None) -> dict[str, float]:
+async def moving(n: int, rounds: int, directory: Path, baseline_src: Path | None, per_entity: bool = True) -> dict[str, float]:
     contestants: dict[str, Callable[[], Awaitable[None]]] = {}
     phases: dict[str, Phase] = {}
     timed_elsewhere: dict[str, Baseline] = {}
     if baseline_src is not None:
-        timed_elsewhere["before: durable, per-entity"] = Baseline(baseline_src, n, "durable", directory / "before")
-        timed_elsewhere["before: in memory, per-entity"] = Baseline(baseline_src, n, "memory", directory / "before-m")
+        if per_entity:
+            timed_elsewhere["before: durable, per-entity"] = Baseline(baseline_src, n, "durable", directory / "before")
+            timed_elsewhere["before: in memory, per-entity"] = Baseline(baseline_src, n, "memory", directory / "before-m")
         timed_elsewhere["before: durable, vectorised"] = Baseline(baseline_src, n, "durable-vector", directory / "before-v")
     rt_v, durable_vector = await _durable_world(directory / "vector", n, "vector")
     add_vector_processor(durable_vector, move_columns, Position, Velocity, writes=[Position])
     phases["durable, vectorised"] = Phase(durable_vector)
     contestants["durable, vectorised"] = durable_vector.step
-    rt_e, durable_entity = await _durable_world(directory / "entity", n, "entity")
-    durable_entity.add_processor(move_each, Position, Velocity)
-    contestants["durable, per-entity"] = durable_entity.step
+    runtimes = [rt_v]
+    if per_entity:
+        rt_e, durable_entity = await _durable_world(directory / "entity", n, "entity")
+        runtimes.append(rt_e)
+        durable_entity.add_processor(move_each, Position, Velocity)
+        contestants["durable, per-entity"] = durable_entity.step
     memory_vector = await _memory_world(n)
     add_vector_processor(memory_vector, move_columns, Position, Velocity, writes=[Position])
     contestants["in memory, vectorised"] = memory_vector.step
-    memory_entity = await _memory_world(n)
-    memory_entity.add_processor(move_each, Position, Velocity)
-    contestants["in memory, per-entity"] = memory_entity.step
+    if per_entity:
+        memory_entity = await _memory_world(n)
+        memory_entity.add_processor(move_each, Position, Velocity)
+        contestants["in memory, per-entity"] = memory_entity.step
     for label, loop in (("plain dict loop", DictLoop(n)), ("numpy", NumpyLoop(n)),
                         *((("esper", EsperLoop(n)),) if esper is not None else ())):  # fmt: skip
         contestants[label] = _sync(loop.tick)
@@ -219,7 +224,7 @@ async def moving(n: int, rounds: int, directory: Path, baseline_src: Path | None
                 total[label] += seconds
             if label in phases:
                 best["vector processor phase"] = min(best["vector processor phase"], phases[label].last)
-    for rt in (rt_v, rt_e):
+    for rt in runtimes:
         await rt.close()
     for baseline in timed_elsewhere.values():
         baseline.close()
@@ -372,6 +377,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--changes", default="0,100,1000,100000")
     parser.add_argument("--baseline-src", type=Path, help="a src/ tree of the code to compare against")
+    parser.add_argument("--vectorised-only", action="store_true",
+                        help="no per-entity worlds (their ticks and disk writes interleave with the vectorised ones)")  # fmt: skip
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     changes = [int(c) for c in args.changes.split(",")]
@@ -380,7 +387,7 @@ def main() -> None:
           f"esper {getattr(esper, '__version__', 'not installed')}; best of {args.rounds} interleaved rounds")  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
         for n in sizes:
-            best = asyncio.run(moving(n, args.rounds, Path(tmp) / f"moving-{n}", args.baseline_src))
+            best = asyncio.run(moving(n, args.rounds, Path(tmp) / f"moving-{n}", args.baseline_src, not args.vectorised_only))
             print(f"\n{n:,} moving entities (Position + Velocity, every one moves each tick)")
             numpy_time = best["numpy"]
             for label, seconds in best.items():
@@ -394,6 +401,9 @@ def main() -> None:
                       f"{'PASS' if checks[-2] else 'FAIL'}; processor phase <= {TARGET_PROCESSOR_VS_NUMPY}x numpy: "
                       f"{ratio:.1f}x {'PASS' if checks[-1] else 'FAIL'}")  # fmt: skip
             if args.baseline_src is not None:
+                print(f"  durable, vectorised: {best['before: durable, vectorised, mean'] / best['durable, vectorised, mean']:.1f}x "
+                      "the code before (mean of the rounds)")  # fmt: skip
+            if args.baseline_src is not None and not args.vectorised_only:
                 for kind in ("durable", "in memory"):
                     speedup = best[f"before: {kind}, per-entity"] / best[f"{kind}, per-entity"]
                     vector = best[f"before: {kind}, per-entity"] / best[f"{kind}, vectorised"]
