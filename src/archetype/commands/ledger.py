@@ -340,11 +340,13 @@ class Ledger:
     def _state_page(self, world_id: str, after_entity_id: int, limit: int) -> list[tuple[int, str]]:
         """The `limit` lowest (entity id, components text) of the published state above
         `after_entity_id` (inside the caller's transaction; `load_state` describes it)."""
-        overlay: dict[int, str | None] = {}  # the deltas since the snapshot, later ticks winning
+        # the deltas since the snapshot, later ticks winning; a partial section's entry replaces
+        # some components of what is below it (columnar.overlay)
+        overlay: dict[int, str | columnar.Partial | None] = {}
         for (body,) in self._port.execute(q.LIST_STATE_DELTAS, (world_id,)):
             for entity_id, text in columnar.decode(body):
                 if entity_id > after_entity_id:
-                    overlay[entity_id] = text
+                    overlay[entity_id] = columnar.overlay(overlay.get(entity_id), text)
         page: list[tuple[int, str]] = []
         floor = self._port.execute(q.STATE_CHUNK_FLOOR, (world_id, after_entity_id))[0][0]
         cursor, horizon = (-1 if floor is None else floor - 1), None
@@ -355,10 +357,16 @@ class Ledger:
                 break
             cursor, body = rows[0]
             entries = columnar.decode(body)
-            page += [(e, t) for e, t in entries if e > after_entity_id and e not in overlay and t is not None]
+            for entity_id, text in entries:
+                if entity_id > after_entity_id:
+                    above = overlay.pop(entity_id, text)
+                    merged = columnar.overlay(text, above) if isinstance(above, columnar.Partial) else above
+                    if isinstance(merged, str):
+                        page.append((entity_id, merged))
             horizon = entries[-1][0]
-        # an overlaid entity beyond the last snapshot entity read may not be among the lowest ids
-        page += [(e, t) for e, t in overlay.items() if t is not None and (horizon is None or e <= horizon)]
+        # an overlaid entity beyond the last snapshot entity read may not be among the lowest ids;
+        # a partial entry left has no snapshot entity under it (none published: nothing to answer)
+        page += [(e, t) for e, t in overlay.items() if isinstance(t, str) and (horizon is None or e <= horizon)]
         page.sort()
         return page[:limit]
 
@@ -366,16 +374,20 @@ class Ledger:
         """The published entities whose components text names `fingerprint`, in id order: the
         state as `load_state` reads it (the deltas overlaid on the snapshot's chunks), in one pass;
         a chunk that does not contain the fingerprint's text is not parsed."""
-        overlay: dict[int, bool] = {}  # entity -> whether its latest delta entry names it
+        # entity -> whether its latest whole delta entry names it; a partial entry replaces
+        # components of the same keys, so it changes no entity's set of component types
+        overlay: dict[int, bool] = {}
         for (body,) in self._port.execute(q.LIST_STATE_DELTAS, (world_id,)):
             for entity_id, text in columnar.decode(body):
-                overlay[entity_id] = text is not None and fingerprint in text
+                if not isinstance(text, columnar.Partial):
+                    overlay[entity_id] = text is not None and fingerprint in text
         naming = [entity_id for entity_id, names in overlay.items() if names]
         cursor = -1
         while rows := self._port.execute(q.NEXT_STATE_CHUNK, (world_id, cursor)):
             cursor, body = rows[0]
             if fingerprint in body:
-                naming += [e for e, t in columnar.decode(body) if e not in overlay and t is not None and fingerprint in t]
+                naming += [e for e, t in columnar.decode(body)
+                           if e not in overlay and isinstance(t, str) and fingerprint in t]  # fmt: skip
         return sorted(naming)
 
     def reserve_entity_ids(self, world_id: str, count: int) -> int:
@@ -720,6 +732,11 @@ class Ledger:
                 raise StaleWriterError(f"tick {tick} does not follow the published tick head {world['tick_head']}")
             settlements = manifest["settlements"]
             self._check_settlements(world_id, owner, session, settlements)
+            if not columnar.valid_runs(manifest["written_runs"]):
+                raise InvalidCommandError(
+                    "a manifest's written_runs are ascending [first, last] runs of entity ids, neither overlapping "
+                    "nor adjacent (docs/storage.md)"
+                )
             now = self._clock.now_ms()
             self._port.execute(q.INSERT_TICK, (world_id, tick, token, json.dumps(manifest, sort_keys=True), now))
             self._write_state(world_id, tick, writes)
@@ -749,6 +766,10 @@ class Ledger:
                     f"{STATE_CHUNK_LIMIT:,} characters (docs/storage.md)"
                 )
             firsts.append(int(head.group(1)))
+        if writes.get("replaces_deltas"):
+            if writes["snapshot"]:
+                raise InvalidCommandError("a snapshot replaces the whole state; replaces_deltas is for a delta")
+            self._port.execute(q.CLEAR_STATE_DELTAS, (world_id,))
         if not writes["snapshot"]:
             for part, chunk in enumerate(chunks):
                 self._port.execute(q.INSERT_STATE_DELTA, (world_id, tick, part, chunk))
@@ -944,7 +965,7 @@ class Ledger:
 
     def manifests(self, world_id: str, after_tick: int = -1, limit: int = 100) -> list[ManifestRow]:
         return self._port.transaction(
-            lambda: [json.loads(r[0]) for r in self._port.execute(q.LIST_TICKS, (world_id, after_tick, limit))]
+            lambda: [_manifest(r[0]) for r in self._port.execute(q.LIST_TICKS, (world_id, after_tick, limit))]
         )
 
     # -- outbox --
@@ -1037,3 +1058,12 @@ class Ledger:
                     "quota_rows": quota_rows, "done": done}  # fmt: skip
 
         return self._port.transaction(run)
+
+
+def _manifest(text: str) -> ManifestRow:
+    """A stored manifest as every reader gets it: one stored before the written ids were runs
+    (docs/storage.md) lists them, and is answered with the same ids as runs."""
+    manifest = json.loads(text)
+    if "written_entity_ids" in manifest:
+        manifest["written_runs"] = columnar.id_runs(sorted(manifest.pop("written_entity_ids")))
+    return cast(ManifestRow, manifest)
