@@ -55,6 +55,28 @@ async def test_snapshots_and_deltas_read_back_as_the_published_entities(rt, worl
     assert len(await _all_state(authority, world_id, 5)) == 29
 
 
+async def test_an_entity_without_components_loads_back_in_a_delta_and_a_snapshot(rt, world_id, authority):
+    # its section has ids and no columns: the reader must not take its rows from the columns
+    world = await rt.worlds.get(world_id)
+    await world.ensure_entity_ids(4)
+    async with world.lock:
+        ids = world.atomically(lambda: [world.spawn([Position(x=float(i), y=0.0)]) for i in range(3)])
+    await world.step()  # a snapshot
+    async with world.lock:
+        world.atomically(lambda: world.remove_components(ids[0], [Position]))
+    await world.step()  # a delta holding the stripped entity
+    expected = [(entity_id, world.encoder.text(entity_id, c)) for entity_id, c in sorted(world.state.items())]
+    assert expected[0] == (ids[0], "[]")
+    assert await _all_state(authority, world_id, 10) == expected
+    rt.worlds.drop(world_id)
+    reloaded = await rt.worlds.get(world_id)
+    assert reloaded.state.get(ids[0]) == {}
+    async with reloaded.lock:
+        reloaded.atomically(lambda: [reloaded.update(e, [Position(x=9.0, y=9.0)]) for e in ids[1:]])
+    await step(rt, world_id)  # every entity with components changed whole: a snapshot
+    assert (await _all_state(authority, world_id, 10))[0] == (ids[0], "[]")
+
+
 async def test_a_malformed_state_chunk_is_refused(rt, world_id, authority):
     info = await authority.acquire_writer(world_id=world_id)
     manifest = {"world_id": world_id, "tick": 0, "writer_epoch": info["writer_epoch"], "settlements": [],

@@ -33,7 +33,7 @@ import json
 import math
 import sys
 from array import array
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -336,11 +336,13 @@ def decode(body: str) -> list[tuple[int, str | Partial | None]]:
                 values.append(_unpack(text, kind))
             template = '{"data":{' + ",".join(f'"{name}":%r' for name in names) + "}" + suffix.replace("%", "%%")
             columns.append([template % row for row in zip(*values, strict=True)])
+        # an entity stripped of every component is a section without columns: its rows are empty
+        rows: Iterable[tuple[str, ...]] = zip(*columns, strict=True) if columns else [()] * len(ids)
         if section.get("partial"):
             keys = [f'{c["name"]}:{c["fingerprint"]}' for c in section["components"]]
-            found += zip(ids, [Partial(zip(keys, row, strict=True)) for row in zip(*columns, strict=True)], strict=True)
+            found += zip(ids, [Partial(zip(keys, row, strict=True)) for row in rows], strict=True)
         else:
-            found += zip(ids, ["[" + ",".join(row) + "]" for row in zip(*columns, strict=True)], strict=True)
+            found += zip(ids, ["[" + ",".join(row) + "]" for row in rows], strict=True)
     found.sort(key=_first)
     return found
 
