@@ -1,7 +1,9 @@
 """`archetype serve`: the local authority, the shared HTTP application under uvicorn, and a runner
 stepping the worlds that have work at a fixed tick rate, all in one process (CPython only).
-Several of them, with distinct runner ids, may share one data directory: they split its worlds
-under world leases (`Runners`, `WorldRunner`; docs/cli.md, "Cooperating runners").
+Several of them, with distinct runner ids, may share one data directory, and remote runners
+(`archetype runner`, archetype.remote_runner) may join them over HTTP: all of them register in the
+ledger's runner registry and split the worlds under world leases (`RunnerRegistry`, `WorldRunner`;
+docs/cli.md, "Cooperating runners").
 
 SIGTERM or SIGINT shuts down in order: admission closes first (admitting routes answer 503
 `shutting_down`), the tick in progress finishes, the HTTP server drains its connections, and the
@@ -20,7 +22,6 @@ import importlib
 import json
 import logging
 import os
-import re
 import secrets
 import signal
 import socket
@@ -29,7 +30,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from types import ModuleType
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -38,7 +39,15 @@ from archetype.api import create_app
 from archetype.api.auth import TOKENS_ENV, TokenTable, TokenTableError
 from archetype.audit import AuditLog
 from archetype.commands.clock import TickClock
-from archetype.commands.errors import CommandError, WorldClosingError, WorldLeaseHeldError, WorldNotFoundError
+from archetype.commands.errors import (
+    CommandError,
+    RunnerIdHeldError,
+    WorldClosingError,
+    WorldLeaseHeldError,
+    WorldNotFoundError,
+)
+from archetype.commands.ledger import RUNNER_ID_PATTERN
+from archetype.commands.ledger_rows import PendingWorld, RunnerRow
 from archetype.commands.port import Clock, SystemClock
 from archetype.dashboard import mount_dashboard
 from archetype.docs_ui import mount_docs
@@ -49,22 +58,19 @@ from archetype.settings import ConfigurationError, ServeSettings
 from archetype.world.operations import DestroyWorld
 from archetype.world.world import AsyncWorld
 from local_catalog import open_local_authority
-from local_catalog.writer import BacklogWorld, PendingWorld, WriterThreadAuthority
+from local_catalog.writer import BacklogWorld, WriterThreadAuthority
 
 log = logging.getLogger("archetype.serve")
 
-RUNNER_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@:-]{0,127}")
-
-
 class RunnerBusyError(ConfigurationError):
-    """A live `archetype serve` on this data directory already runs this runner id."""
+    """A live runner (a `serve` on this data directory, or any runner in the registry) already runs this runner id."""
 
 
 RUNNERS_DIR = "runners"  # <data>/runners/<runner id>.lock: held by the live process of that id
 DUTIES_LOCK = "serve.lock"  # held by the one runner doing the singleton duties (audit projector, retention)
 
 
-def _hold(path: Path) -> IO[str] | None:
+def hold_lock(path: Path) -> IO[str] | None:
     """`path` opened and exclusively flock'ed, or None when a live process holds it."""
     handle = open(path, "a+")  # stays open for as long as the lock is held
     try:
@@ -81,21 +87,6 @@ def _holder(path: Path) -> str:
     return "another process"
 
 
-def _is_held(path: Path) -> bool:
-    """Whether some live process holds the flock on `path` (the OS drops it when the process dies)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)  # closing drops the probe's own shared lock
-    return False
-
-
 def host_of(world_id: str, runners: list[str]) -> str:
     """The runner that should host `world_id` among the live `runners` (rendezvous hashing): each
     runner's fair share, and when a runner joins or dies only the worlds it gains or loses move."""
@@ -103,12 +94,16 @@ def host_of(world_id: str, runners: list[str]) -> str:
 
 
 class Runners:
-    """This runner's place among the cooperating `serve` processes of one data directory.
+    """This `serve` process's hold on its data directory, beside its registration in the ledger's
+    runner registry (`RunnerRegistry`, which says which runners are live).
 
     Each process holds `<data>/runners/<runner id>.lock` for its life (the OS drops it however the
-    process dies), so the live runners are the lock files whose lock is held: no heartbeat rows, no
-    clock. One of them, whoever holds `<data>/serve.lock`, does the singleton duties: the audit
-    projector (one writer of the Iceberg table) and retention. When it dies another takes them on.
+    process dies). The registry cannot refuse a second `serve` of the same id on the same data
+    directory (same host, same directory: the same instance, which is how a restarted runner gets
+    its id back at once); the lock refuses it, at once and with one line. One of the processes,
+    whoever holds `<data>/serve.lock`, does the singleton duties: the audit projector (one writer of
+    the Iceberg table) and retention, which only a process beside the catalog file can do. When it
+    dies another takes them on.
     """
 
     def __init__(self, data: Path, runner_id: str, handle: IO[str]) -> None:
@@ -116,15 +111,10 @@ class Runners:
         self._handle = handle
         self._duties: IO[str] | None = None
 
-    def live(self) -> list[str]:
-        """The runner ids with a live process now, this one included, sorted."""
-        found = {path.name.removesuffix(".lock") for path in (self.data / RUNNERS_DIR).glob("*.lock") if _is_held(path)}
-        return sorted(found | {self.runner_id})
-
     def take_duties(self) -> bool:
         """Whether this runner does the singleton duties: it holds their lock, or takes it now."""
         if self._duties is None:
-            self._duties = _hold(self.data / DUTIES_LOCK)
+            self._duties = hold_lock(self.data / DUTIES_LOCK)
             if self._duties is not None:
                 self._duties.truncate(0)
                 self._duties.write(f"runner {self.runner_id!r} (pid {os.getpid()})")
@@ -143,19 +133,15 @@ def hold_data_directory(data: Path, runner_id: str | None) -> Iterator[Runners]:
 
     Several runners share a data directory, each under its own stable id (a restarted runner takes
     back its own leases at once, and a crash is recognised as one); the same id twice is refused,
-    with one line. Which worlds each steps is decided by world leases (docs/ledger.md).
+    with one line. Which worlds each steps is decided by the runner registry and world leases
+    (docs/ledger.md).
     """
     runner_id = runner_id or f"serve@{socket.gethostname()}"
     if not RUNNER_ID_PATTERN.fullmatch(runner_id):
         raise ConfigurationError(f"--runner-id {runner_id!r} must match {RUNNER_ID_PATTERN.pattern}")
     (data / RUNNERS_DIR).mkdir(exist_ok=True)
     path = data / RUNNERS_DIR / f"{runner_id}.lock"
-    handle = None
-    for _ in range(5):  # another runner's liveness probe holds the lock for an instant
-        handle = _hold(path)
-        if handle is not None:
-            break
-        time.sleep(0.02)
+    handle = hold_lock(path)
     if handle is None:
         raise RunnerBusyError(
             f"{data} is already served by {_holder(path)}; give this one another --runner-id to join it as a "
@@ -169,6 +155,64 @@ def hold_data_directory(data: Path, runner_id: str | None) -> Iterator[Runners]:
         yield runners
     finally:
         runners.close()
+
+
+def serve_instance(data: Path) -> str:
+    """Where a `serve` runs, as the runner registry tells a restart from another process: the same
+    host and data directory are the same runner restarted (its own lock file refuses a second live one)."""
+    return f"serve@{socket.gethostname()}:{data.resolve()}"
+
+
+class RunnerCatalog(Protocol):
+    """What a `WorldRunner` reads and writes besides its worlds' own ledger calls: the due-time index
+    and the runner registry. Every `Authority` has them: the local catalog, the HTTP authority (over
+    the runner protocol), the Durable Objects."""
+
+    async def pending_worlds(self) -> list[PendingWorld]: ...
+    async def register_runner(self, runner_id: str, instance: str, lease_ms: int) -> RunnerRow: ...
+    async def leave_runner(self, runner_id: str, instance: str) -> RunnerRow | None: ...
+    async def live_runners(self) -> list[RunnerRow]: ...
+
+
+class RunnerRegistry:
+    """This runner's registration in the ledger's runner registry (docs/ledger.md, "The runner
+    registry"). Every runner of a catalog registers there, `serve`'s and remote ones alike, so the
+    live registrations are one list that `host_of` splits the worlds among. A registration lasts
+    `lease_ms` unrenewed: a runner that dies leaves the list when it expires, one that stops
+    cleanly leaves it at once."""
+
+    def __init__(self, catalog: RunnerCatalog, runner_id: str, instance: str, lease_ms: int) -> None:
+        self.catalog, self.runner_id, self.instance, self.lease_ms = catalog, runner_id, instance, lease_ms
+
+    async def join(self) -> None:
+        """Register, or refuse with one line: another process holds this id live."""
+        try:
+            await self.catalog.register_runner(self.runner_id, self.instance, self.lease_ms)
+        except RunnerIdHeldError as exc:
+            raise RunnerBusyError(f"{exc.message}; give this runner another --runner-id") from None
+
+    async def beat(self) -> bool:
+        """Renew the registration; False: another process took the id over after it expired (this
+        runner then hosts nothing, and takes the id back once that one's registration expired)."""
+        try:
+            await self.catalog.register_runner(self.runner_id, self.instance, self.lease_ms)
+        except RunnerIdHeldError as exc:
+            log.error("runner %s is not live: %s", self.runner_id, exc.message)
+            return False
+        except Exception:  # the catalog did not answer: the registration holds until it expires
+            log.exception("could not renew the registration of runner %s; trying again", self.runner_id)
+            return False
+        return True
+
+    async def live(self) -> list[str]:
+        """The live runner ids, sorted."""
+        return [row["runner_id"] for row in await self.catalog.live_runners()]
+
+    async def leave(self) -> None:
+        try:
+            await self.catalog.leave_runner(self.runner_id, self.instance)
+        except Exception:  # it expires by itself: the others take its share a lease later
+            log.exception("runner %s could not leave the runner registry", self.runner_id)
 
 
 class HeadDeadline(HttpToolsProtocol):
@@ -287,22 +331,23 @@ class WorldRunner:
     `sweep_s` the runner lists the worlds once: CLOSING worlds to finish, and (when modules add
     processors on load) new worlds to load and see.
 
-    With `runners` (cooperating runners on one data directory) it steps only the worlds that are
-    its share (`host_of` over the live runners) and that no other live host holds, under world
-    leases: a heartbeat every third of the lease renews them, and hands a world to the runner
-    whose share it became (a runner joined) by releasing it. A dead runner's worlds become the
-    others' share and are claimed once its leases expired.
+    With a `registry` (cooperating runners, local and remote) it steps only the worlds that are its
+    share (`host_of` over the live runners of the registry) and that no other live host holds,
+    under world leases: a heartbeat every third of the lease renews them and its registration, and
+    hands a world to the runner whose share it became (a runner joined) by releasing it. A dead
+    runner's worlds become the others' share once its registration expired, and are claimed once
+    its world leases expired.
     """
 
-    def __init__(self, runtime: Runtime, catalog: WriterThreadAuthority, metrics: Metrics, tick_rate: float,
-                 sweep_s: float = 10.0, concurrency: int = 256, runners: Runners | None = None,
+    def __init__(self, runtime: Runtime, catalog: RunnerCatalog, metrics: Metrics, tick_rate: float,
+                 sweep_s: float = 10.0, concurrency: int = 256, registry: RunnerRegistry | None = None,
                  clock: Clock | None = None) -> None:  # fmt: skip
         self.runtime, self.catalog, self.metrics = runtime, catalog, metrics
         self.sweep_s = sweep_s
         self.interval_ms = max(1, round(1000 / tick_rate))
         self.clock = clock or SystemClock()  # the ledger's clock: the worlds' clocks are anchored on it
-        self.runners = runners
-        self.live = runners.live() if runners else []
+        self.registry = registry
+        self.live: list[str] = []  # the live runners, from the registry (read at the start of every pass)
         self._share: dict[str, bool] = {}  # world -> whether it is this runner's share of `live`
         self._handing_over: dict[str, asyncio.Task[None]] = {}  # worlds being given back (a runner joined)
         self.sweep_soon = False  # a sweep at the next pass: the live runners changed, or a world could not load
@@ -333,15 +378,16 @@ class WorldRunner:
         return self.clocks[world_id]
 
     def mine(self, world_id: str) -> bool:
-        if self.runners is None:
+        if self.registry is None:
             return True
         share = self._share.get(world_id)
         if share is None:
-            share = self._share[world_id] = host_of(world_id, self.live) == self.runners.runner_id
+            share = self._share[world_id] = bool(self.live) and host_of(world_id, self.live) == self.registry.runner_id
         return share
 
     async def run(self, stop: asyncio.Event) -> None:
         loop = asyncio.get_running_loop()
+        await self.follow_runners()  # the first sweep already sees only this runner's share
         swept = -self.sweep_s
         while not stop.is_set():
             started = loop.time()
@@ -356,12 +402,16 @@ class WorldRunner:
 
     async def heartbeat(self, stop: asyncio.Event, every_s: float) -> None:
         """Renew this runner's world leases, follow the live runners, hand over what is no longer its share."""
-        while not stop.is_set():
+        if self.registry is None:
+            return
+        while True:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=every_s)
-            if stop.is_set() or self.runners is None:
+            if stop.is_set():
+                await self.registry.leave()  # its share moves at once; its world leases are given back at close
                 return
-            self.follow_runners()
+            await self.registry.beat()
+            await self.follow_runners()
             self.sweep_soon |= self._unseen_failed
             self._unseen_failed = False
             try:
@@ -381,20 +431,24 @@ class WorldRunner:
         finally:
             del self._handing_over[world_id]
 
-    def follow_runners(self) -> None:
-        """Which runners live now (a few lock probes: cheap enough for every pass); when a runner
-        joined or died the shares moved, and there are worlds to see with them."""
-        if self.runners is None:
+    async def follow_runners(self) -> None:
+        """Which runners live now (one read of a registry of a few rows: cheap enough for every
+        pass); when a runner joined or died the shares moved, and there are worlds to see with them."""
+        if self.registry is None:
             return
-        live = self.runners.live()
+        try:
+            live = await self.registry.live()
+        except Exception:
+            log.exception("could not read the live runners; keeping the last list")
+            return
         if live != self.live:
-            log.info("runners on this data directory: %s", ", ".join(live))
+            log.info("live runners: %s", ", ".join(live))
             self.live, self._share, self.sweep_soon = live, {}, True
 
     def _held_elsewhere(self, world: PendingWorld, now_ms: int) -> bool:
         """Another live host holds its world lease: leave it alone (claiming would be refused)."""
         owner = world["host_owner"]
-        return owner is not None and self.runners is not None and owner != self.runners.runner_id and (
+        return owner is not None and self.registry is not None and owner != self.registry.runner_id and (
             world["host_expires_at"] or 0) > now_ms  # fmt: skip
 
     async def sweep(self, stop: asyncio.Event) -> None:
@@ -426,7 +480,7 @@ class WorldRunner:
                 self._unseen_failed = True  # seen again at a sweep after the next heartbeat
 
     async def run_pass(self, stop: asyncio.Event) -> None:
-        self.follow_runners()
+        await self.follow_runners()
         try:
             pending = await self.catalog.pending_worlds()
         except Exception:
@@ -530,6 +584,12 @@ async def _serve(config: ServeSettings, runners: Runners, tokens: TokenTable, mo
     lease_ms = round(config.world_lease * 1000)
     runtime = Runtime(authority, owner=runner_id, audit=AuditLog.open_local(config.data, authority, backlog=backlog),
                       world_lease_ms=lease_ms)
+    registry = RunnerRegistry(catalog, runner_id, serve_instance(config.data), lease_ms)
+    try:
+        await registry.join()
+    except RunnerBusyError:
+        await runtime.close()
+        raise
     set_up_modules(runtime, modules)
     app = create_app(authority, registry=runtime.registry, tokens=tokens, quota=config.quota, worlds=runtime.worlds,
                      audit=runtime.audit, body_timeout_s=config.body_timeout)  # fmt: skip
@@ -554,7 +614,7 @@ async def _serve(config: ServeSettings, runners: Runners, tokens: TokenTable, mo
     host, port = server.servers[0].sockets[0].getsockname()[:2]
     print(json.dumps({"serving": f"http://{host}:{port}", "data": str(config.data)}), flush=True)
 
-    world_runner = WorldRunner(runtime, catalog, metrics, config.tick_rate, runners=runners)
+    world_runner = WorldRunner(runtime, catalog, metrics, config.tick_rate, registry=registry)
     beat_s = config.world_lease / 3
     tasks = [
         asyncio.create_task(world_runner.run(stop)),

@@ -2,7 +2,9 @@
 
 Runs in the Worker (Pyodide). The namespace binding maps a world id to its object with
 `idFromName`, so a world's ledger lives in exactly one object, wherever it is called from.
-Listing worlds goes through the world directory (durable_world.directory).
+Listing worlds goes through the world directory (durable_world.directory), and so does the
+runner registry: one for the namespace, in the directory's object. The due-time index
+(`pending_worlds`) asks every listed world's object, so at the edge it costs a call per world.
 """
 
 from __future__ import annotations
@@ -13,10 +15,12 @@ from typing import Any
 from archetype.commands.authority import Authority
 from archetype.commands.errors import InvalidCommandError, UnregisteredOperationError, WorldNotFoundError
 from archetype.commands.ledger import LEDGER_METHODS
-from archetype.commands.ledger_rows import WorldRow
+from archetype.commands.ledger_rows import PendingWorld, WorldRow
 from durable_world.directory import DIRECTORY
 from durable_world.envelope import unwrap
 from durable_world.ffi import to_py
+
+REGISTRY_METHODS = frozenset({"register_runner", "leave_runner", "live_runners"})
 
 
 class DurableObjectAuthority(Authority):
@@ -31,6 +35,10 @@ class DurableObjectAuthority(Authority):
             raise UnregisteredOperationError(f"{method!r} is not a ledger method")
         if method == "list_worlds":
             return await self._listed_worlds()
+        if method == "pending_worlds":
+            return await self._pending_worlds()
+        if method in REGISTRY_METHODS:
+            return unwrap(to_py(await getattr(self._stub(DIRECTORY), method)(args)))
         if not isinstance(args.get("world_id"), str):
             raise InvalidCommandError(f"{method} needs the world_id that names its Durable Object")
         if method == "create_world":  # listed before it exists: the directory never misses a world
@@ -45,6 +53,14 @@ class DurableObjectAuthority(Authority):
             rows.extend(row for row in await asyncio.gather(*map(self._world_row, ids)) if row is not None)
             after = ids[-1]
         return rows
+
+    async def _pending_worlds(self) -> list[PendingWorld]:
+        async def pending(world_id: str) -> list[PendingWorld]:
+            rows: list[PendingWorld] = unwrap(to_py(await self._stub(world_id).pending_worlds({})))
+            return rows
+
+        found = await asyncio.gather(*(pending(world["world_id"]) for world in await self._listed_worlds()))
+        return [row for rows in found for row in rows]
 
     async def _world_row(self, world_id: str) -> WorldRow | None:
         try:

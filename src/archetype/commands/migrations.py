@@ -283,8 +283,19 @@ V8_WORLD_LEASES = Migration(8, "world leases: the host of each world and its exp
     "ALTER TABLE worlds ADD COLUMN host_expires_at INTEGER",
 ))  # fmt: skip
 
+# Version 9: the runner registry (docs/ledger.md, "The runner registry"): the runners that split the
+# worlds, local and remote alike, each under its id until its registration expires. A row outlives
+# its runner's death (expired), so a restart of the same instance finds it and resumes at once.
+V9_RUNNER_REGISTRY = Migration(9, "the runner registry: live runners, each under its id until it expires", (
+    """CREATE TABLE runners (
+        runner_id TEXT PRIMARY KEY,
+        instance TEXT NOT NULL,
+        registered_at INTEGER NOT NULL,
+        expires_at INTEGER NOT NULL) WITHOUT ROWID""",
+))  # fmt: skip
+
 MIGRATIONS = (V1_SCHEMA, V2_EXACTLY_ONCE, V3_STATE_CHUNKS, V4_HEALTH_AND_REDRIVE, V5_RETENTION, V6_COMPONENT_SCHEMAS,
-              V7_TICK_CLOCK, V8_WORLD_LEASES)  # fmt: skip
+              V7_TICK_CLOCK, V8_WORLD_LEASES, V9_RUNNER_REGISTRY)  # fmt: skip
 SCHEMA_VERSION = MIGRATIONS[-1].version
 
 HAS_META = "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'"
