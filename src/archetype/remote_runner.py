@@ -90,7 +90,7 @@ async def _run(config: RunnerSettings, runner_id: str, token: str, modules: list
         await registry.join()
     except httpx.TransportError as exc:
         await runtime.close()
-        raise ConfigurationError(f"--url {config.url}: cannot reach it ({exc}); start `archetype serve` or fix the URL") from None
+        raise ConfigurationError(f"--url {config.url}: cannot reach it ({exc}); start archetype serve or fix the URL") from None
     except BaseException:
         await runtime.close()
         raise
