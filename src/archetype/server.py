@@ -42,12 +42,13 @@ from archetype.commands.clock import TickClock
 from archetype.commands.errors import (
     CommandError,
     RunnerIdHeldError,
+    StaleWriterError,
     WorldClosingError,
     WorldLeaseHeldError,
     WorldNotFoundError,
 )
 from archetype.commands.ledger import RUNNER_ID_PATTERN
-from archetype.commands.ledger_rows import PendingWorld, RunnerRow
+from archetype.commands.ledger_rows import PendingWorld, RunnerRow, WorldRow
 from archetype.commands.port import Clock, SystemClock
 from archetype.dashboard import mount_dashboard
 from archetype.docs_ui import mount_docs
@@ -169,6 +170,9 @@ class RunnerCatalog(Protocol):
     the runner protocol), the Durable Objects."""
 
     async def pending_worlds(self) -> list[PendingWorld]: ...
+    async def hosted_worlds(self, owner: str) -> list[WorldRow]: ...
+    async def claim_world(self, world_id: str, owner: str, lease_ms: int) -> WorldRow: ...
+    async def release_world(self, world_id: str, owner: str, writer_epoch: int) -> WorldRow: ...
     async def register_runner(self, runner_id: str, instance: str, lease_ms: int) -> RunnerRow: ...
     async def leave_runner(self, runner_id: str, instance: str) -> RunnerRow | None: ...
     async def live_runners(self) -> list[RunnerRow]: ...
@@ -350,6 +354,8 @@ class WorldRunner:
         self.live: list[str] = []  # the live runners, from the registry (read at the start of every pass)
         self._share: dict[str, bool] = {}  # world -> whether it is this runner's share of `live`
         self._handing_over: dict[str, asyncio.Task[None]] = {}  # worlds being given back (a runner joined)
+        self._adopting: dict[str, asyncio.Task[None]] = {}  # runner -> moving its idle worlds (it left the live list)
+        self._stop = asyncio.Event()  # the run's: an adoption waiting for leases to expire ends with it
         self.sweep_soon = False  # a sweep at the next pass: the live runners changed, or a world could not load
         self._unseen_failed = False
         self.passes = 0
@@ -386,6 +392,7 @@ class WorldRunner:
         return share
 
     async def run(self, stop: asyncio.Event) -> None:
+        self._stop = stop
         loop = asyncio.get_running_loop()
         await self.follow_runners()  # the first sweep already sees only this runner's share
         swept = -self.sweep_s
@@ -443,7 +450,41 @@ class WorldRunner:
             return
         if live != self.live:
             log.info("live runners: %s", ", ".join(live))
+            gone = [runner_id for runner_id in self.live if runner_id not in live and runner_id != self.registry.runner_id]
             self.live, self._share, self.sweep_soon = live, {}, True
+            for runner_id in gone:
+                if runner_id not in self._adopting:
+                    self._adopting[runner_id] = asyncio.create_task(self._adopt(runner_id))
+
+    async def _adopt(self, runner_id: str) -> None:
+        """Move the idle worlds of a runner that left the live list: of the worlds its lease names
+        (`hosted_worlds`: O(its worlds), once), claim those that are this runner's share now, once
+        their leases expired, and give each back at once (a claim, then a release): the world's
+        lease names a live runner, and its next command finds it here with no epoch bump. Worlds
+        with work move through the passes anyway; a world still held after the wait (clocks apart,
+        a lease renewed) moves when its next command arrives."""
+        assert self.registry is not None
+        try:
+            worlds = [w for w in await self.catalog.hosted_worlds(runner_id) if w["status"] == "ACTIVE"]
+            expiry = max((w["host_expires_at"] or 0 for w in worlds), default=0)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), timeout=max(0, expiry - self.clock.now_ms()) / 1000)
+            for world in worlds:
+                world_id = world["world_id"]
+                if self._stop.is_set():
+                    return
+                if not self.mine(world_id) or world_id in self.runtime.worlds.loaded:
+                    continue
+                async with self._slots:
+                    try:
+                        claimed = await self.catalog.claim_world(world_id, self.registry.runner_id, self.registry.lease_ms)
+                        await self.catalog.release_world(world_id, self.registry.runner_id, claimed["writer_epoch"])
+                    except (WorldLeaseHeldError, StaleWriterError, WorldClosingError, WorldNotFoundError):
+                        continue  # held, taken or gone meanwhile: its next command decides
+        except Exception:
+            log.exception("could not move the idle worlds of runner %s; they move when a command arrives", runner_id)
+        finally:
+            del self._adopting[runner_id]
 
     def _held_elsewhere(self, world: PendingWorld, now_ms: int) -> bool:
         """Another live host holds its world lease: leave it alone (claiming would be refused)."""

@@ -4,7 +4,8 @@ Runs in the Worker (Pyodide). The namespace binding maps a world id to its objec
 `idFromName`, so a world's ledger lives in exactly one object, wherever it is called from.
 Listing worlds goes through the world directory (durable_world.directory), and so does the
 runner registry: one for the namespace, in the directory's object. The due-time index
-(`pending_worlds`) asks every listed world's object, so at the edge it costs a call per world.
+(`pending_worlds`) and `hosted_worlds` ask every listed world's object, so at the edge they cost a
+call per world.
 """
 
 from __future__ import annotations
@@ -15,12 +16,13 @@ from typing import Any
 from archetype.commands.authority import Authority
 from archetype.commands.errors import InvalidCommandError, UnregisteredOperationError, WorldNotFoundError
 from archetype.commands.ledger import LEDGER_METHODS
-from archetype.commands.ledger_rows import PendingWorld, WorldRow
+from archetype.commands.ledger_rows import WorldRow
 from durable_world.directory import DIRECTORY
 from durable_world.envelope import unwrap
 from durable_world.ffi import to_py
 
 REGISTRY_METHODS = frozenset({"register_runner", "leave_runner", "live_runners"})
+EVERY_WORLD_METHODS = frozenset({"pending_worlds", "hosted_worlds"})  # reads over all worlds: each object answers its own
 
 
 class DurableObjectAuthority(Authority):
@@ -35,8 +37,8 @@ class DurableObjectAuthority(Authority):
             raise UnregisteredOperationError(f"{method!r} is not a ledger method")
         if method == "list_worlds":
             return await self._listed_worlds()
-        if method == "pending_worlds":
-            return await self._pending_worlds()
+        if method in EVERY_WORLD_METHODS:
+            return await self._from_every_world(method, args)
         if method in REGISTRY_METHODS:
             return unwrap(to_py(await getattr(self._stub(DIRECTORY), method)(args)))
         if not isinstance(args.get("world_id"), str):
@@ -54,12 +56,14 @@ class DurableObjectAuthority(Authority):
             after = ids[-1]
         return rows
 
-    async def _pending_worlds(self) -> list[PendingWorld]:
-        async def pending(world_id: str) -> list[PendingWorld]:
-            rows: list[PendingWorld] = unwrap(to_py(await self._stub(world_id).pending_worlds({})))
+    async def _from_every_world(self, method: str, args: dict[str, Any]) -> list[Any]:
+        """Every listed world object's answer to `method` (a read of that object's own world), in world id order."""
+
+        async def answer(world_id: str) -> list[Any]:
+            rows: list[Any] = unwrap(to_py(await getattr(self._stub(world_id), method)(args)))
             return rows
 
-        found = await asyncio.gather(*(pending(world["world_id"]) for world in await self._listed_worlds()))
+        found = await asyncio.gather(*(answer(world["world_id"]) for world in await self._listed_worlds()))
         return [row for rows in found for row in rows]
 
     async def _world_row(self, world_id: str) -> WorldRow | None:

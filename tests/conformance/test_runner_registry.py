@@ -92,3 +92,20 @@ async def test_pending_worlds_are_the_worlds_with_an_open_command(rt, world_id, 
         "clock_tick": info["clock_tick"], "clock_ms": info["clock_ms"], "host_owner": "runner-a",
         "host_expires_at": claimed["host_expires_at"],
     }]  # fmt: skip
+
+
+async def test_hosted_worlds_are_the_worlds_a_lease_names(rt, world_id, authority, clock):
+    from archetype.world import CreateWorld
+
+    other = await rt.dispatcher.apply(CreateWorld(name="other", world_id="w-other"))
+    assert await authority.hosted_worlds("runner-a") == []  # never claimed: nobody's
+    held = await authority.claim_world(world_id, "runner-a", LEASE)
+    await authority.claim_world(other, "runner-b", LEASE)
+    assert await authority.hosted_worlds("runner-a") == [held]
+    released = await authority.release_world(world_id, "runner-a", held["writer_epoch"])
+    assert await authority.hosted_worlds("runner-a") == [released]  # released: its owner is kept
+    clock.advance(LEASE)
+    taken = await authority.claim_world(world_id, "runner-b", LEASE)
+    assert await authority.hosted_worlds("runner-a") == []
+    assert [w["world_id"] for w in await authority.hosted_worlds("runner-b")] == sorted([world_id, other])
+    assert taken in await authority.hosted_worlds("runner-b")

@@ -69,6 +69,7 @@ async def ledger_script(authority, clock):
     await call("renew_world", world_id=WORLD, owner="host", writer_epoch=host, lease_ms=1_000)
     await call("release_world", world_id=WORLD, owner="other-host", writer_epoch=host)  # stale_writer: not the host
     await call("release_world", world_id=WORLD, owner="host", writer_epoch=host)
+    await call("hosted_worlds", owner="host")
     await call("register_runner", runner_id="r-1", instance="host-a", lease_ms=1_000)
     await call("register_runner", runner_id="r-1", instance="host-b", lease_ms=1_000)  # runner_id_held
     await call("register_runner", runner_id="r-1", instance="host-a", lease_ms=1_000)  # its heartbeat

@@ -32,6 +32,7 @@ LEDGER_ROUTE_ROLES: dict[str, Role] = {
     "register_runner": Role.operator,
     "leave_runner": Role.operator,
     "live_runners": Role.operator,
+    "hosted_worlds": Role.operator,
     "pending_worlds": Role.operator,
     "load_state": Role.operator,
     "reserve_entity_ids": Role.operator,

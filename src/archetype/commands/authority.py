@@ -92,6 +92,9 @@ class Authority(ABC):
     async def live_runners(self) -> list[RunnerRow]:
         return await self.rpc("live_runners", {})
 
+    async def hosted_worlds(self, owner: str) -> list[WorldRow]:
+        return await self.rpc("hosted_worlds", {"owner": owner})
+
     async def pending_worlds(self) -> list[PendingWorld]:
         return await self.rpc("pending_worlds", {})
 

@@ -118,7 +118,7 @@ PRUNE_LIMIT = 1_000
 # exactly these, and `Authority` (authority.py) has one typed method for each.
 LEDGER_METHODS = (
     "create_world", "world_info", "list_worlds", "acquire_writer", "claim_world", "renew_world", "release_world",
-    "register_runner", "leave_runner", "live_runners", "pending_worlds", "load_state", "reserve_entity_ids",
+    "register_runner", "leave_runner", "live_runners", "hosted_worlds", "pending_worlds", "load_state", "reserve_entity_ids",
     "reserve_spawn", "admit", "lease", "guard", "publish", "record_tick_failure", "release", "redrive", "destroy",
     "command", "history",
     "manifests", "read_outbox", "read_outbox_columns", "acknowledge_outbox", "watermark", "next_due_tick", "prune",
@@ -380,6 +380,13 @@ class Ledger:
         return self._port.transaction(lambda: [
             cast(RunnerRow, _row(RUNNER_FIELDS, r)) for r in self._port.execute(q.LIVE_RUNNERS, (self._clock.now_ms(),))
         ])  # fmt: skip
+
+    def hosted_worlds(self, owner: str) -> list[WorldRow]:
+        """The worlds whose world lease names `owner` (held, expired or released), in world id order:
+        what the other runners move when that runner dies, read through an index of the lease's owner."""
+        return self._port.transaction(
+            lambda: [cast(WorldRow, _row(WORLD_FIELDS, r)) for r in self._port.execute(q.HOSTED_WORLDS, (owner,))]
+        )
 
     def _runner(self, runner_id: str) -> RunnerRow | None:
         rows = self._port.execute(q.GET_RUNNER, (runner_id,))

@@ -56,6 +56,8 @@ PUT_RUNNER = """INSERT INTO runners (runner_id, instance, registered_at, expires
             ELSE excluded.registered_at END"""
 EXPIRE_RUNNER = "UPDATE runners SET expires_at = ? WHERE runner_id = ? AND expires_at > ?"
 LIVE_RUNNERS = f"SELECT {RUNNER_COLUMNS} FROM runners WHERE expires_at > ? ORDER BY runner_id"
+# Through the worlds_by_host index: the worlds of one runner, not a walk over every world.
+HOSTED_WORLDS = f"SELECT {WORLD_COLUMNS} FROM worlds WHERE host_owner = ? ORDER BY world_id"
 
 TAKE_ENTITY_IDS = "UPDATE worlds SET next_entity_id = next_entity_id + ?, updated_at = ? WHERE world_id = ?"
 TAKE_ADMISSION_SEQS = """UPDATE worlds SET next_sequence = next_sequence + ?, next_event_seq = next_event_seq + ?

@@ -292,6 +292,8 @@ V9_RUNNER_REGISTRY = Migration(9, "the runner registry: live runners, each under
         instance TEXT NOT NULL,
         registered_at INTEGER NOT NULL,
         expires_at INTEGER NOT NULL) WITHOUT ROWID""",
+    # the worlds a runner hosts (`hosted_worlds`): what the survivors move when it dies, without a walk over every world
+    "CREATE INDEX worlds_by_host ON worlds (host_owner) WHERE host_owner IS NOT NULL",
 ))  # fmt: skip
 
 MIGRATIONS = (V1_SCHEMA, V2_EXACTLY_ONCE, V3_STATE_CHUNKS, V4_HEALTH_AND_REDRIVE, V5_RETENTION, V6_COMPONENT_SCHEMAS,
