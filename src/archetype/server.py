@@ -187,6 +187,9 @@ class RunnerRegistry:
 
     def __init__(self, catalog: RunnerCatalog, runner_id: str, instance: str, lease_ms: int) -> None:
         self.catalog, self.runner_id, self.instance, self.lease_ms = catalog, runner_id, instance, lease_ms
+        # False once another process took the id over (this one's registration had expired): world
+        # leases name the runner id, so they cannot tell the two apart, and this one must step nothing.
+        self.held = True
 
     async def join(self) -> None:
         """Register, or refuse with one line: another process holds this id live."""
@@ -195,22 +198,22 @@ class RunnerRegistry:
         except RunnerIdHeldError as exc:
             raise RunnerBusyError(f"{exc.message}; give this runner another --runner-id") from None
 
-    async def beat(self) -> bool:
-        """Renew the registration; False: another process took the id over after it expired (this
-        runner then hosts nothing, and takes the id back once that one's registration expired)."""
+    async def beat(self) -> None:
+        """Renew the registration. Refused when another process took the id over after it expired:
+        this runner then steps nothing (`held`), and takes the id back once that one's registration
+        expired."""
         try:
             await self.catalog.register_runner(self.runner_id, self.instance, self.lease_ms)
+            self.held = True
         except RunnerIdHeldError as exc:
-            log.error("runner %s is not live: %s", self.runner_id, exc.message)
-            return False
+            log.error("runner %s is not live: %s; stepping nothing until it is", self.runner_id, exc.message)
+            self.held = False
         except Exception:  # the catalog did not answer: the registration holds until it expires
             log.exception("could not renew the registration of runner %s; trying again", self.runner_id)
-            return False
-        return True
 
     async def live(self) -> list[str]:
-        """The live runner ids, sorted."""
-        return [row["runner_id"] for row in await self.catalog.live_runners()]
+        """The live runner ids, sorted; none while this runner does not hold its own id (no share is its)."""
+        return [row["runner_id"] for row in await self.catalog.live_runners()] if self.held else []
 
     async def leave(self) -> None:
         try:

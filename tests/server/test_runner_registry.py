@@ -70,3 +70,20 @@ async def test_a_dead_runners_idle_worlds_move_to_their_new_hosts(tmp_path):
         assert not runner._adopting
     finally:
         await rt.close()
+
+
+async def test_a_runner_whose_id_was_taken_over_steps_nothing_until_it_has_it_back(tmp_path):
+    clock = ManualClock()
+    catalog = open_local_authority(tmp_path, clock=clock)
+    try:
+        registry = RunnerRegistry(catalog, "runner-a", "host-a", LEASE_MS)
+        await registry.join()
+        clock.advance(LEASE_MS)  # it paused past its registration: another process took the id
+        await catalog.register_runner("runner-a", "host-z", LEASE_MS)
+        await registry.beat()
+        assert not registry.held and await registry.live() == []  # world leases cannot tell the two apart
+        clock.advance(LEASE_MS)  # the other one is gone: the id is this one's again
+        await registry.beat()
+        assert registry.held and await registry.live() == ["runner-a"]
+    finally:
+        await catalog.close()
