@@ -211,6 +211,17 @@ class RunnerRegistry:
         except Exception:  # the catalog did not answer: the registration holds until it expires
             log.exception("could not renew the registration of runner %s; trying again", self.runner_id)
 
+    async def keep(self, stop: asyncio.Event, every_s: float) -> None:
+        """Renew the registration every `every_s` until `stop`, then leave the registry: the share of
+        a runner stopping cleanly moves at once (its world leases are given back at close)."""
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=every_s)
+            if stop.is_set():
+                await self.leave()
+                return
+            await self.beat()
+
     async def live(self) -> list[str]:
         """The live runner ids, sorted; none while this runner does not hold its own id (no share is its)."""
         return [row["runner_id"] for row in await self.catalog.live_runners()] if self.held else []
@@ -411,16 +422,17 @@ class WorldRunner:
                 await asyncio.wait_for(stop.wait(), timeout=to_next_pass / 1000)
 
     async def heartbeat(self, stop: asyncio.Event, every_s: float) -> None:
-        """Renew this runner's world leases, follow the live runners, hand over what is no longer its share."""
+        """Renew this runner's world leases, follow the live runners, hand over what is no longer its
+        share; and, in a task of its own, renew its registration (so a slow round of world-lease
+        renewals never lets the registration expire)."""
         if self.registry is None:
             return
-        while True:
+        registered = asyncio.create_task(self.registry.keep(stop, every_s))
+        while not stop.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=every_s)
             if stop.is_set():
-                await self.registry.leave()  # its share moves at once; its world leases are given back at close
-                return
-            await self.registry.beat()
+                break
             await self.follow_runners()
             self.sweep_soon |= self._unseen_failed
             self._unseen_failed = False
@@ -432,6 +444,7 @@ class WorldRunner:
             for world_id in self.runtime.worlds.loaded:
                 if not self.mine(world_id) and world_id not in self._handing_over:
                     self._handing_over[world_id] = asyncio.create_task(self._hand_over(world_id))
+        await registered
 
     async def _hand_over(self, world_id: str) -> None:
         """Give a world that became another runner's share back, once its tick in progress is done;
@@ -628,11 +641,16 @@ async def _serve(config: ServeSettings, runners: Runners, tokens: TokenTable, mo
     lease_ms = round(config.world_lease * 1000)
     runtime = Runtime(authority, owner=runner_id, audit=AuditLog.open_local(config.data, authority, backlog=backlog),
                       world_lease_ms=lease_ms)
-    registry = RunnerRegistry(catalog, runner_id, serve_instance(config.data), lease_ms)
+    # The registry on a connection of its own: its heartbeats and reads of the live runners never
+    # queue behind the ticks' group commits (under load those took seconds, and a runner that saw a
+    # joiner late went on stepping worlds that were no longer its share).
+    registry_catalog = open_local_authority(config.data, synchronous=config.synchronous)
+    registry = RunnerRegistry(registry_catalog, runner_id, serve_instance(config.data), lease_ms)
     try:
         await registry.join()
     except RunnerBusyError:
         await runtime.close()
+        await registry_catalog.close()
         raise
     set_up_modules(runtime, modules)
     app = create_app(authority, registry=runtime.registry, tokens=tokens, quota=config.quota, worlds=runtime.worlds,
@@ -654,6 +672,7 @@ async def _serve(config: ServeSettings, runners: Runners, tokens: TokenTable, mo
         await asyncio.sleep(0.01)
     if serving.done():
         await runtime.close()
+        await registry_catalog.close()
         raise RuntimeError(f"could not serve on {config.host}:{config.port}")
     host, port = server.servers[0].sockets[0].getsockname()[:2]
     print(json.dumps({"serving": f"http://{host}:{port}", "data": str(config.data)}), flush=True)
@@ -675,6 +694,7 @@ async def _serve(config: ServeSettings, runners: Runners, tokens: TokenTable, mo
     server.should_exit = True
     await serving
     await runtime.close()
+    await registry_catalog.close()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.remove_signal_handler(sig)
     print(json.dumps({"stopped": True}), flush=True)
