@@ -8,9 +8,9 @@ A `--runners` entry is a number of `serve` processes, `S+Rr` is S of them and R 
 (`archetype runner --url <the first serve>`, an operator token), all splitting the same worlds
 through the ledger's runner registry.
 
-One seeded catalog (`synchronous=FULL`): `worlds` worlds, each with one command due at every tick
+A seeded catalog (`synchronous=FULL`): `worlds` worlds, each with one command due at every tick
 0 .. `ticks`-1 (a `despawn` of no entity: it settles `rejected`, so every tick of every world has
-work), admitted in-process before any runner starts. For each runner count, a fresh copy of that
+work), admitted in-process before any runner starts. For each runner count, a freshly seeded
 catalog and that many `serve` processes on it (distinct `--runner-id`s, started one after the
 other, so the first claims everything and hands worlds over as the others join), run for
 `seconds`:
@@ -38,7 +38,6 @@ import json
 import os
 import platform
 import re
-import shutil
 import signal
 import sqlite3
 import subprocess
@@ -150,9 +149,14 @@ def settled(data: Path) -> int:
         return int(db.execute(f"SELECT count(*) FROM commands WHERE status NOT IN {OPEN}").fetchone()[0])
 
 
-def run(directory: Path, seeded: Path, spec: str, args: argparse.Namespace) -> dict[str, Any]:
+def run(directory: Path, spec: str, args: argparse.Namespace) -> dict[str, Any]:
     data = directory / "data"
-    shutil.copytree(seeded, data)
+    # Seeded afresh for each run, not copied from one seeding: the worlds' tick clocks start at their
+    # creation, so in a copy made minutes earlier every command is overdue and a world's first step
+    # settles all of them, leaving the runners that join after it nothing to split.
+    t0 = time.perf_counter()
+    asyncio.run(seed(data, args.worlds, args.ticks))
+    print(f"seeded {args.worlds} worlds x {args.ticks} commands in {time.perf_counter() - t0:.1f} s", flush=True)
     serves, _, remotes = spec.partition("+")
     count, remote = int(serves), int(remotes.removesuffix("r") or 0)
     ids = [f"r{i}" for i in range(count)] + [f"remote{i}" for i in range(remote)]
@@ -233,13 +237,9 @@ def main() -> None:
     specs = args.runners.split(",")
     # a runner killed after its stop timed out may leave its audit writer finishing a round in there
     with tempfile.TemporaryDirectory(prefix="archetype-runners-", ignore_cleanup_errors=True) as tmp:
-        seeded = Path(tmp) / "seeded"
-        t0 = time.perf_counter()
-        asyncio.run(seed(seeded, args.worlds, args.ticks))
-        print(f"seeded {args.worlds} worlds x {args.ticks} commands in {time.perf_counter() - t0:.1f} s", flush=True)
         results = []
         for spec in specs:
-            results.append(run(Path(tmp) / f"runners-{spec}", seeded, spec, args))
+            results.append(run(Path(tmp) / f"runners-{spec}", spec, args))
             print(json.dumps(results[-1]), flush=True)
     lines = report(results, args)
     print("\n".join(lines))
