@@ -16,7 +16,8 @@ The peers are bench-only packages: run this with the bench environment (`bench/s
 
 Every round runs every contestant in turn (interleaved, so background load hits all of them
 alike); a figure is the best round of `--rounds`. WAL pages per commit: the WAL is truncated
-(checkpoint), `--wal-commits` commits run, and the frames the WAL file grew by are divided by them.
+(checkpoint), `--wal-commits` commits run, and the frames the WAL file grew by are divided by them;
+ours are also counted by the b-tree each page belongs to (`archetype.bench.wal_pages_by_btree`).
 
     bench/.venv/bin/python bench/admission_bench.py [--single 500] [--batches 5] [--rounds 3]
 """
@@ -35,7 +36,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from archetype.bench import BENCH_WORLD, FAR_TICK, RawLedger, _items, _raw_rows, build_ledger
+from archetype.bench import BENCH_WORLD, FAR_TICK, RawLedger, _items, _raw_rows, build_ledger, wal_pages_by_btree
 from archetype.runtime import Runtime
 from local_catalog import CATALOG_FILE
 
@@ -251,11 +252,14 @@ async def run(sync: str, single: int, batches: int, rounds: int, wal_commits: in
             if c.batched:
                 best[c.name, "batch"] = min(best.get((c.name, "batch"), float("inf")), spent[c.name] / (batches * BATCH))
     pages: dict[tuple[str, str], float] = {}
+    btrees: dict[str, float] = {}
     for c in group:
         _truncate_wal(c.db)
         for i in range(wal_commits):
             await c.put(used + i)
         pages[c.name, "single"] = _wal_frames(c.db) / wal_commits
+        if isinstance(c, Ours):
+            btrees = {name: count / wal_commits for name, count in wal_pages_by_btree(c.db).items()}
         if c.batched:
             _truncate_wal(c.db)
             await c.put_batch(used + wal_commits)
@@ -265,7 +269,7 @@ async def run(sync: str, single: int, batches: int, rounds: int, wal_commits: in
             await c.rt.close()
         else:
             c.close()
-    return {"best": best, "pages": pages, "names": [c.name for c in group]}
+    return {"best": best, "pages": pages, "btrees": btrees, "names": [c.name for c in group]}
 
 
 def main() -> None:
@@ -294,6 +298,8 @@ def main() -> None:
                 line += f"{'(no batch put)':>31}"
             print(line)
         ours, raw = names[0], names[1]
+        print("  ours, WAL pages per single commit by b-tree: "
+              + ", ".join(f"{name} {n:.2f}" for name, n in sorted(result["btrees"].items(), key=lambda kv: -kv[1])))
         peers = names[2:]
         if peers:
             top = min(peers, key=lambda n: best[n, "single"])

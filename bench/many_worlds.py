@@ -57,6 +57,13 @@ def quantile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(len(ordered) * q))] if ordered else float("nan")
 
 
+def _rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise RuntimeError("no VmRSS")
+
+
 class Serve:
     def __init__(self, directory: Path, tick_rate: float) -> None:
         directory.mkdir(parents=True)
@@ -72,10 +79,10 @@ class Serve:
         self.url = json.loads(self.process.stdout.readline())["serving"]
 
     def rss_kib(self) -> int:
-        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-        raise RuntimeError("no VmRSS")
+        """The RSS of serve's processes: the HTTP process and its stepping process."""
+        pid = self.process.pid
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        return sum(_rss_kib(int(p)) for p in (pid, *children))
 
     def catalog_bytes(self) -> int:
         return sum(p.stat().st_size for p in self.data.glob("catalog.sqlite3*"))

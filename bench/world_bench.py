@@ -35,7 +35,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the DO stand-in lives in tests/support
 
-from moving import Position, Velocity, move_each
+from moving import Position, Velocity, move_columns, move_each
 
 from archetype.commands.port import ManualClock
 from archetype.runtime import Runtime
@@ -55,11 +55,8 @@ TARGET_PROCESSOR_VS_NUMPY = 3.0  # vectorised processor phase / numpy alone
 TARGET_ENTITY_SPEEDUP = 5.0  # per-entity API, durable, against the code before (--baseline-src)
 TARGET_IDLE_MS = 1.0
 TARGET_PUBLISH_US = 1.0
-
-
-def move_columns(world: Any, tick: int, table: Any) -> None:
-    table[Position].x += table[Velocity].dx
-    table[Position].y += table[Velocity].dy
+MEAN_OF = ("durable, vectorised", "before: durable, vectorised")
+MOVING_TICKS = 6  # two cycles of snapshot and column deltas
 
 
 def _spawn_all(world: AsyncWorld, n: int) -> None:
@@ -177,45 +174,61 @@ class Baseline:
 
 
 # -- the moving worlds --
-async def moving(n: int, rounds: int, directory: Path, baseline_src: Path | None) -> dict[str, float]:
+async def moving(n: int, rounds: int, directory: Path, baseline_src: Path | None, per_entity: bool = True) -> dict[str, float]:
     contestants: dict[str, Callable[[], Awaitable[None]]] = {}
     phases: dict[str, Phase] = {}
     timed_elsewhere: dict[str, Baseline] = {}
     if baseline_src is not None:
-        timed_elsewhere["before: durable, per-entity"] = Baseline(baseline_src, n, "durable", directory / "before")
-        timed_elsewhere["before: in memory, per-entity"] = Baseline(baseline_src, n, "memory", directory / "before-m")
+        if per_entity:
+            timed_elsewhere["before: durable, per-entity"] = Baseline(baseline_src, n, "durable", directory / "before")
+            timed_elsewhere["before: in memory, per-entity"] = Baseline(baseline_src, n, "memory", directory / "before-m")
+        timed_elsewhere["before: durable, vectorised"] = Baseline(baseline_src, n, "durable-vector", directory / "before-v")
     rt_v, durable_vector = await _durable_world(directory / "vector", n, "vector")
     add_vector_processor(durable_vector, move_columns, Position, Velocity, writes=[Position])
     phases["durable, vectorised"] = Phase(durable_vector)
     contestants["durable, vectorised"] = durable_vector.step
-    rt_e, durable_entity = await _durable_world(directory / "entity", n, "entity")
-    durable_entity.add_processor(move_each, Position, Velocity)
-    contestants["durable, per-entity"] = durable_entity.step
+    runtimes = [rt_v]
+    if per_entity:
+        rt_e, durable_entity = await _durable_world(directory / "entity", n, "entity")
+        runtimes.append(rt_e)
+        durable_entity.add_processor(move_each, Position, Velocity)
+        contestants["durable, per-entity"] = durable_entity.step
     memory_vector = await _memory_world(n)
     add_vector_processor(memory_vector, move_columns, Position, Velocity, writes=[Position])
     contestants["in memory, vectorised"] = memory_vector.step
-    memory_entity = await _memory_world(n)
-    memory_entity.add_processor(move_each, Position, Velocity)
-    contestants["in memory, per-entity"] = memory_entity.step
+    if per_entity:
+        memory_entity = await _memory_world(n)
+        memory_entity.add_processor(move_each, Position, Velocity)
+        contestants["in memory, per-entity"] = memory_entity.step
     for label, loop in (("plain dict loop", DictLoop(n)), ("numpy", NumpyLoop(n)),
                         *((("esper", EsperLoop(n)),) if esper is not None else ())):  # fmt: skip
         contestants[label] = _sync(loop.tick)
     best = {label: float("inf") for label in [*timed_elsewhere, *contestants]}
     best["vector processor phase"] = float("inf")
+    # a durable world's ticks are not alike (a moving world sends a snapshot every few ticks, deltas
+    # between): their mean over the rounds is its rate, the best round alone would flatter it
+    total = {label: 0.0 for label in MEAN_OF if label in best}
     for _ in range(rounds):
         for label, baseline in timed_elsewhere.items():
-            best[label] = min(best[label], baseline.tick())
+            seconds = baseline.tick()
+            best[label] = min(best[label], seconds)
+            if label in total:
+                total[label] += seconds
         for label, tick in contestants.items():
             gc.collect()
             start = time.perf_counter()
             await tick()
-            best[label] = min(best[label], time.perf_counter() - start)
+            seconds = time.perf_counter() - start
+            best[label] = min(best[label], seconds)
+            if label in total:
+                total[label] += seconds
             if label in phases:
                 best["vector processor phase"] = min(best["vector processor phase"], phases[label].last)
-    for rt in (rt_v, rt_e):
+    for rt in runtimes:
         await rt.close()
     for baseline in timed_elsewhere.values():
         baseline.close()
+    best.update({f"{label}, mean": seconds / rounds for label, seconds in total.items()})
     return best
 
 
@@ -306,7 +319,7 @@ class RawChunks:
 
 
 # -- rows written per tick on the Durable Object port --
-async def durable_object_rows(n: int, changes: list[int]) -> dict[int, tuple[int, int]]:
+async def durable_object_rows(n: int, changes: list[int]) -> tuple[dict[int, tuple[int, int]], list[tuple[bool, int, int]]]:
     from tests.support.durable_object_standin import world_namespace
 
     with tempfile.TemporaryDirectory() as directory:
@@ -338,8 +351,24 @@ async def durable_object_rows(n: int, changes: list[int]) -> dict[int, tuple[int
             counted.update(statements=0, written=0)
             await world.step()
             rows[k] = (counted["statements"], counted["written"])
+        # the moving world: every Position moves each tick (a vectorised processor), Velocity never
+        add_vector_processor(world, move_columns, Position, Velocity, writes=[Position])
+        moving_rows = []
+        for _ in range(MOVING_TICKS):
+            counted.update(statements=0, written=0)
+            sent = []
+            publish = world.publisher.publish
+
+            async def recorded(prepared: Any, publish: Any = publish, sent: list[Any] = sent) -> None:
+                sent.append(prepared.snapshot)
+                await publish(prepared)
+
+            world.publisher.publish = recorded  # type: ignore[method-assign]
+            await world.step()
+            world.publisher.publish = publish  # type: ignore[method-assign]
+            moving_rows.append((sent[0], counted["statements"], counted["written"]))
         namespace.close()
-    return rows
+    return rows, moving_rows
 
 
 def main() -> None:
@@ -348,6 +377,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--changes", default="0,100,1000,100000")
     parser.add_argument("--baseline-src", type=Path, help="a src/ tree of the code to compare against")
+    parser.add_argument("--vectorised-only", action="store_true",
+                        help="no per-entity worlds (their ticks and disk writes interleave with the vectorised ones)")  # fmt: skip
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     changes = [int(c) for c in args.changes.split(",")]
@@ -356,20 +387,23 @@ def main() -> None:
           f"esper {getattr(esper, '__version__', 'not installed')}; best of {args.rounds} interleaved rounds")  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
         for n in sizes:
-            best = asyncio.run(moving(n, args.rounds, Path(tmp) / f"moving-{n}", args.baseline_src))
+            best = asyncio.run(moving(n, args.rounds, Path(tmp) / f"moving-{n}", args.baseline_src, not args.vectorised_only))
             print(f"\n{n:,} moving entities (Position + Velocity, every one moves each tick)")
             numpy_time = best["numpy"]
             for label, seconds in best.items():
                 print(f"  {label:<24} {seconds * 1e3:9.2f} ms/tick {n / seconds:14,.0f} updates/s  "
                       f"{seconds / numpy_time:8.1f}x numpy")  # fmt: skip
             if n == 100_000:
-                ticks = 1 / best["durable, vectorised"]
+                ticks = 1 / best["durable, vectorised, mean"]
                 ratio = best["vector processor phase"] / numpy_time
                 checks += [ticks >= TARGET_VECTOR_TICKS, ratio <= TARGET_PROCESSOR_VS_NUMPY]
-                print(f"  target: vectorised durable >= {TARGET_VECTOR_TICKS} ticks/s: {ticks:.1f} "
+                print(f"  target: vectorised durable >= {TARGET_VECTOR_TICKS} ticks/s (mean of the rounds): {ticks:.1f} "
                       f"{'PASS' if checks[-2] else 'FAIL'}; processor phase <= {TARGET_PROCESSOR_VS_NUMPY}x numpy: "
                       f"{ratio:.1f}x {'PASS' if checks[-1] else 'FAIL'}")  # fmt: skip
             if args.baseline_src is not None:
+                print(f"  durable, vectorised: {best['before: durable, vectorised, mean'] / best['durable, vectorised, mean']:.1f}x "
+                      "the code before (mean of the rounds)")  # fmt: skip
+            if args.baseline_src is not None and not args.vectorised_only:
                 for kind in ("durable", "in memory"):
                     speedup = best[f"before: {kind}, per-entity"] / best[f"{kind}, per-entity"]
                     vector = best[f"before: {kind}, per-entity"] / best[f"{kind}, vectorised"]
@@ -395,10 +429,12 @@ def main() -> None:
                 if k >= 1000:
                     checks.append(per <= TARGET_PUBLISH_US)
             print(line)
-    rows = asyncio.run(durable_object_rows(10_000, [0, 1, 100, 1000, 10_000]))
+    rows, moving_rows = asyncio.run(durable_object_rows(10_000, [0, 1, 100, 1000, 10_000]))
     print("\nDurable Object port (stand-in), 10,000-entity world: statements / rows written per tick")
     for k, (statements, written) in rows.items():
         print(f"  {k:>7,} changed: {statements:3} statements, {written:4} rows written")
+    for snapshot, statements, written in moving_rows:
+        print(f"  moving ({'snapshot' if snapshot else 'column delta'}): {statements:3} statements, {written:4} rows written")
     print(f"\n{sum(checks)}/{len(checks)} targets met")
 
 

@@ -27,7 +27,7 @@ from typing import Any
 import click
 
 from archetype.canonical import canonical_json
-from archetype.commands import DeferredItem, DurableOptions, default_registry
+from archetype.commands import DeferredItem, DurableOptions, default_registry, ledger_sql
 from archetype.commands.identity import command_digest
 from archetype.commands.ledger_rows import AdmissionRow
 from archetype.commands.scheduler import schema_row
@@ -63,6 +63,25 @@ def _items(world_id: str, prefix: str, count: int, tick: int) -> list[DeferredIt
 
 
 # -- the raw sqlite3 baseline: the same rows, written directly --
+def wal_pages_by_btree(db: Path) -> dict[str, int]:
+    """The frames in `db`'s WAL, counted by the b-tree (table or index, from dbstat) each page
+    belongs to: what the commits since the last truncating checkpoint wrote. `sqlite_schema` is
+    page 1 (the header, written when the file grows); a page of no b-tree is a freelist page."""
+    wal = db.parent / f"{db.name}-wal"
+    data = wal.read_bytes() if wal.exists() else b""
+    if len(data) < 32:
+        return {}
+    page_size = int.from_bytes(data[8:12], "big")
+    pages = [int.from_bytes(data[at : at + 4], "big") for at in range(32, len(data) - page_size, 24 + page_size)]
+    with sqlite3.connect(db) as conn:
+        names = dict(conn.execute("SELECT pageno, name FROM dbstat").fetchall())
+    counted: dict[str, int] = {}
+    for page in pages:
+        name = names.get(page, "(free)")
+        counted[name] = counted.get(name, 0) + 1
+    return counted
+
+
 class RawLedger:
     """Plain sqlite3 doing the ledger's row writes for one world, with no validation or identity work."""
 
@@ -74,9 +93,11 @@ class RawLedger:
         self.resume()
 
     def resume(self) -> None:
-        """Read the counters afresh: another workbench may have written this world meanwhile."""
+        """Read the counters afresh: another workbench may have written this world meanwhile. (They are
+        read off the keys, as the ledger reads them; the row writes keep them in memory.)"""
         row = self.conn.execute(
-            "SELECT next_sequence, next_event_seq, tick_head FROM worlds WHERE world_id = ?", (RAW_WORLD,)
+            f"SELECT {ledger_sql.NEXT_SEQUENCE_EXPR}, {ledger_sql.NEXT_EVENT_SEQ_EXPR}, w.tick_head FROM worlds AS w "
+            "WHERE w.world_id = ?", (RAW_WORLD,)
         ).fetchone()
         self.sequence, self.event_seq, self.tick = row
 
@@ -97,13 +118,11 @@ class RawLedger:
             [(RAW_WORLD, first + i, f"{RAW_WORLD}/{first + i}", cid, event_type, status, tick, now, payload)
              for i, cid in enumerate(ids)],
         )  # fmt: skip
-        self.conn.execute("UPDATE worlds SET next_event_seq = ? WHERE world_id = ?", (self.event_seq, RAW_WORLD))
 
     def admit(self, rows: list[dict[str, Any]]) -> None:
         def run() -> None:
             now = time.time_ns() // 1_000_000
             first, self.sequence = self.sequence, self.sequence + len(rows)
-            self.conn.execute("UPDATE worlds SET next_sequence = ? WHERE world_id = ?", (self.sequence, RAW_WORLD))
             self.conn.executemany(
                 "INSERT INTO commands (world_id, command_id, sequence, schema_version, scheduled_tick, priority, "
                 "operation, payload, digest, principal, origin, max_attempts, reserved_entity_id, status, scope, created_at, "

@@ -33,6 +33,10 @@ class ConfigurationProblem(click.ClickException):
         click.echo(f"error: {self.message}", file=file or sys.stderr)
 
 
+class ServeFailure(ConfigurationProblem):
+    exit_code = 3
+
+
 class Archetype(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -101,9 +105,13 @@ def client_options(fn: Any) -> Any:
 def serve(**flags: Any) -> None:
     """Serve the HTTP API, the dashboard and /metrics over the local catalog, and step every active world."""
     from archetype.server import serve as run
+    from archetype.stepper import StepperFailedError
 
     flags["modules"] = tuple(flags["modules"]) or None
-    asyncio.run(run(ServeSettings.load(**flags)))
+    try:
+        asyncio.run(run(ServeSettings.load(**flags)))
+    except StepperFailedError as exc:
+        raise ServeFailure(str(exc)) from None
 
 
 @main.command()

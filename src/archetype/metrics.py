@@ -21,7 +21,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from fastapi import Depends, FastAPI, Response
@@ -64,6 +64,11 @@ class WorldLabels:
 
 
 class Metrics:
+    # The series `serve`'s stepping process keeps (archetype.stepper): the ticks, the command
+    # transitions and audit lag its projector sees, the takeovers its leases find. Its HTTP
+    # process keeps the rest and relays these.
+    STEPPER_SERIES = ("events", "takeovers", "ticks", "tick_seconds", "audit_lag", "stalled")
+
     def __init__(self, world_limit: int = 50) -> None:
         self.registry = CollectorRegistry()
         self.world = WorldLabels(world_limit)
@@ -84,9 +89,25 @@ class Metrics:
         self._stalled: set[str] = set()
         self.http_seconds = Histogram("archetype_http_request_duration_seconds", "HTTP request latency.",
                                       ["method", "route", "status"], registry=r)  # fmt: skip
+        self._relayed: Callable[[], bytes] = bytes
 
     def exposition(self) -> tuple[bytes, str]:
-        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+        return generate_latest(self.registry) + self._relayed(), CONTENT_TYPE_LATEST
+
+    def stepper_exposition(self) -> bytes:
+        """The stepping process's series alone, in the text format, for the HTTP process to relay."""
+        only = CollectorRegistry()
+        for name in self.STEPPER_SERIES:
+            only.register(getattr(self, name))
+        return generate_latest(only)
+
+    def relay(self, latest: Callable[[], bytes]) -> None:
+        """Expose `latest()`, the stepping process's last exposition, in place of this process's
+        own (never updated) copies of its series: the text format allows families in any order,
+        and the two sets share no name."""
+        for name in self.STEPPER_SERIES:
+            self.registry.unregister(getattr(self, name))
+        self._relayed = latest
 
     # -- the runner loop --
     def observe_worlds(self, worlds: Sequence[Mapping[str, Any]]) -> None:

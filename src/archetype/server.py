@@ -1,14 +1,14 @@
-"""`archetype serve`: the local authority, the shared HTTP application under uvicorn, and a runner
-stepping the worlds that have work at a fixed tick rate, all in one process (CPython only).
-Several of them, with distinct runner ids, may share one data directory, and remote runners
-(`archetype runner`, archetype.remote_runner) may join them over HTTP: all of them register in the
-ledger's runner registry and split the worlds under world leases (`RunnerRegistry`, `WorldRunner`;
-docs/cli.md, "Cooperating runners").
+"""`archetype serve`: the local authority and the shared HTTP application under uvicorn in one
+process, and a runner stepping the worlds that have work at a fixed tick rate in another, its
+stepping process (archetype.stepper; CPython only). Several serves, with distinct runner ids, may
+share one data directory, and remote runners (`archetype runner`, archetype.remote_runner) may join
+them over HTTP: all of them register in the ledger's runner registry and split the worlds under
+world leases (`RunnerRegistry`, `WorldRunner`; docs/cli.md, "Cooperating runners").
 
-SIGTERM or SIGINT shuts down in order: admission closes first (admitting routes answer 503
-`shutting_down`), the tick in progress finishes, the HTTP server drains its connections, and the
-catalog closes. Nothing is left LEASED by a clean shutdown, and its world leases are given back,
-so the other runners take its worlds over at once.
+SIGTERM or SIGINT (to the serve process) shuts down in order: admission closes first (admitting
+routes answer 503 `shutting_down`), the stepping process finishes its tick in progress and exits,
+the HTTP server drains its connections, and the catalog closes. Nothing is left LEASED by a clean
+shutdown, and its world leases are given back, so the other runners take its worlds over at once.
 """
 
 from __future__ import annotations
@@ -56,6 +56,7 @@ from archetype.metrics import Metrics, ObservedAuthority, configure_logging, mou
 from archetype.retention import RetentionPolicy, run_retention
 from archetype.runtime import Runtime
 from archetype.settings import ConfigurationError, ServeSettings
+from archetype.stepper import Stepper, report_to_parent
 from archetype.world.operations import DestroyWorld
 from archetype.world.world import AsyncWorld
 from local_catalog import open_local_authority
@@ -107,9 +108,10 @@ class Runners:
     dies another takes them on.
     """
 
-    def __init__(self, data: Path, runner_id: str, handle: IO[str]) -> None:
+    def __init__(self, data: Path, runner_id: str, handle: IO[str], pid: int | None = None) -> None:
         self.data, self.runner_id = data, runner_id
-        self._handle = handle
+        self.pid = pid or os.getpid()  # the serve process's, which the operator signals
+        self.handle = handle  # the runner id's lock, shared with the stepping process (archetype.stepper)
         self._duties: IO[str] | None = None
 
     def take_duties(self) -> bool:
@@ -118,12 +120,12 @@ class Runners:
             self._duties = hold_lock(self.data / DUTIES_LOCK)
             if self._duties is not None:
                 self._duties.truncate(0)
-                self._duties.write(f"runner {self.runner_id!r} (pid {os.getpid()})")
+                self._duties.write(f"runner {self.runner_id!r} (pid {self.pid})")
                 self._duties.flush()
         return self._duties is not None
 
     def close(self) -> None:
-        for handle in (self._duties, self._handle):
+        for handle in (self._duties, self.handle):
             if handle is not None:
                 handle.close()  # closing the descriptor drops its flock
 
@@ -603,14 +605,14 @@ async def serve(config: ServeSettings) -> None:
     """Check every setting before anything is created (tokens, modules, the port), then serve."""
     configure_logging(config.log_level, config.log_format)
     tokens, generated = load_tokens(config.tokens_file)
-    modules = import_modules(config.modules)
+    import_modules(config.modules)  # checked before anything is created; their components validate HTTP input too
     sock = listen(config.host, config.port)
     try:
         config.data.mkdir(parents=True, exist_ok=True)
         with hold_data_directory(config.data, config.runner_id) as runners:
             if generated:
                 print(f"no token table given; admin token for this run: {generated}", file=sys.stderr, flush=True)
-            await _serve(config, runners, tokens, modules, sock)
+            await _serve(config.model_copy(update={"runner_id": runners.runner_id}), runners, tokens, sock)
     finally:
         sock.close()
 
@@ -627,37 +629,19 @@ async def singleton_duties(runners: Runners, stop: asyncio.Event, every_s: float
             await asyncio.wait_for(stop.wait(), timeout=every_s)
 
 
-async def _serve(config: ServeSettings, runners: Runners, tokens: TokenTable, modules: list[ModuleType], sock: socket.socket) -> None:
-    runner_id = runners.runner_id
+async def _serve(config: ServeSettings, runners: Runners, tokens: TokenTable, sock: socket.socket) -> None:
+    """The HTTP process: the API over the catalog, with no world in memory; a stepping process
+    (archetype.stepper) steps the worlds, so that a busy tick never delays an answer."""
     metrics = Metrics(config.metrics_worlds)
     catalog = open_local_authority(config.data, synchronous=config.synchronous)
-    assert isinstance(catalog, WriterThreadAuthority)  # serve runs on CPython, which has threads
     authority = ObservedAuthority(catalog, metrics)
-    async def backlog() -> list[BacklogWorld]:  # the projector's round: the worlds with events pending, not all
-        worlds = await catalog.outbox_backlog()
-        metrics.observe_backlog(worlds)
-        return worlds
-
-    lease_ms = round(config.world_lease * 1000)
-    runtime = Runtime(authority, owner=runner_id, audit=AuditLog.open_local(config.data, authority, backlog=backlog),
-                      world_lease_ms=lease_ms)
-    # The registry on a connection of its own: its heartbeats and reads of the live runners never
-    # queue behind the ticks' group commits (under load those took seconds, and a runner that saw a
-    # joiner late went on stepping worlds that were no longer its share).
-    registry_catalog = open_local_authority(config.data, synchronous=config.synchronous)
-    registry = RunnerRegistry(registry_catalog, runner_id, serve_instance(config.data), lease_ms)
-    try:
-        await registry.join()
-    except RunnerBusyError:
-        await runtime.close()
-        await registry_catalog.close()
-        raise
-    set_up_modules(runtime, modules)
-    app = create_app(authority, registry=runtime.registry, tokens=tokens, quota=config.quota, worlds=runtime.worlds,
-                     audit=runtime.audit, body_timeout_s=config.body_timeout)  # fmt: skip
+    audit = AuditLog.open_local(config.data, authority)  # GetAuditHistory reads it; the stepping process projects
+    app = create_app(authority, tokens=tokens, quota=config.quota, audit=audit, body_timeout_s=config.body_timeout)
     mount_docs(app)
     mount_dashboard(app)
     mount_metrics(app, metrics, log_requests=config.log_format == "json")
+    stepper = Stepper(config, runners.handle)
+    metrics.relay(stepper.latest_metrics)
     # JSON logs: uvicorn's loggers propagate to our formatter, and our access line replaces its own
     json_logs: dict[str, Any] = {"log_config": None, "access_log": False} if config.log_format == "json" else {}
     protocol: Any = functools.partial(HeadDeadline, head_timeout_s=config.body_timeout)  # uvicorn calls it like the class
@@ -667,19 +651,73 @@ async def _serve(config: ServeSettings, runners: Runners, tokens: TokenTable, mo
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    stepping = asyncio.create_task(stepper.run(stop))
     serving = asyncio.create_task(server.serve(sockets=[sock]))
-    while not server.started and not serving.done():
-        await asyncio.sleep(0.01)
-    if serving.done():
+    try:
+        # "serving" once both are up: a command admitted before the stepping process runs would
+        # find its world's clock ticks ahead, its empty ticks coalesced (docs/ledger.md, *Idle worlds*)
+        while not (server.started and stepper.ready) and not serving.done() and not stop.is_set():
+            await asyncio.sleep(0.01)
+        if serving.done():
+            stop.set()
+            await stepping
+            raise RuntimeError(f"could not serve on {config.host}:{config.port}")
+        if not stop.is_set():
+            host, port = server.servers[0].sockets[0].getsockname()[:2]
+            print(json.dumps({"serving": f"http://{host}:{port}", "data": str(config.data)}), flush=True)
+        await stop.wait()
+        app.state.admission.close()
+        await stepping  # the stepping process finishes its tick and gives its leases back
+    finally:
+        server.should_exit = True
+        await serving
+        await audit.close()
+        await authority.close()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+    print(json.dumps({"stopped": True}), flush=True)
+
+
+async def step_worlds(config: ServeSettings, channel: socket.socket, lock: IO[str]) -> None:
+    """The stepping process (archetype.stepper): this serve's runner, under its runner id, whose
+    lock it shares with the HTTP process (`lock`); it stops on SIGTERM or SIGINT, or when the HTTP
+    process is gone."""
+    assert config.runner_id is not None  # the HTTP process resolved it
+    runners = Runners(config.data, config.runner_id, lock, pid=os.getppid())
+    modules = import_modules(config.modules)
+    metrics = Metrics(config.metrics_worlds)
+    catalog = open_local_authority(config.data, synchronous=config.synchronous)
+    assert isinstance(catalog, WriterThreadAuthority)  # serve runs on CPython, which has threads
+    authority = ObservedAuthority(catalog, metrics)
+
+    async def backlog() -> list[BacklogWorld]:  # the projector's round: the worlds with events pending, not all
+        worlds = await catalog.outbox_backlog()
+        metrics.observe_backlog(worlds)
+        return worlds
+
+    lease_ms = round(config.world_lease * 1000)
+    runtime = Runtime(authority, owner=config.runner_id, audit=AuditLog.open_local(config.data, authority, backlog=backlog),
+                      world_lease_ms=lease_ms)  # fmt: skip
+    # The registry on a connection of its own: its heartbeats and reads of the live runners never
+    # queue behind the ticks' group commits (under load those took seconds, and a runner that saw a
+    # joiner late went on stepping worlds that were no longer its share).
+    registry_catalog = open_local_authority(config.data, synchronous=config.synchronous)
+    registry = RunnerRegistry(registry_catalog, config.runner_id, serve_instance(config.data), lease_ms)
+    try:
+        await registry.join()
+    except RunnerBusyError:
         await runtime.close()
         await registry_catalog.close()
-        raise RuntimeError(f"could not serve on {config.host}:{config.port}")
-    host, port = server.servers[0].sockets[0].getsockname()[:2]
-    print(json.dumps({"serving": f"http://{host}:{port}", "data": str(config.data)}), flush=True)
-
+        raise
+    set_up_modules(runtime, modules)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
     world_runner = WorldRunner(runtime, catalog, metrics, config.tick_rate, registry=registry)
     beat_s = config.world_lease / 3
     tasks = [
+        asyncio.create_task(report_to_parent(channel, metrics, stop)),
         asyncio.create_task(world_runner.run(stop)),
         asyncio.create_task(world_runner.heartbeat(stop, beat_s)),
         asyncio.create_task(singleton_duties(
@@ -687,14 +725,11 @@ async def _serve(config: ServeSettings, runners: Runners, tokens: TokenTable, mo
             lambda: run_retention(authority, RetentionPolicy.of(config), stop, config.prune_interval),
         )),
     ]  # fmt: skip
-    await stop.wait()
-    app.state.admission.close()
-    for task in tasks:
-        await task
-    server.should_exit = True
-    await serving
-    await runtime.close()
-    await registry_catalog.close()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.remove_signal_handler(sig)
-    print(json.dumps({"stopped": True}), flush=True)
+    try:
+        await stop.wait()
+        for task in tasks:
+            await task
+    finally:
+        await runtime.close()
+        await registry_catalog.close()
+        runners.close()

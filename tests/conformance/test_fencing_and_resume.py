@@ -74,7 +74,7 @@ async def test_a_stale_writer_can_neither_guard_nor_publish(rt, world_id, author
     with pytest.raises(StaleWriterError):
         await authority.guard(world_id, "old", "s", old["writer_epoch"], row["sequence"])
     manifest = {
-        "world_id": world_id, "tick": 0, "writer_epoch": old["writer_epoch"], "written_entity_ids": [],
+        "world_id": world_id, "tick": 0, "writer_epoch": old["writer_epoch"], "written_runs": [],
         "settlements": [{"sequence": row["sequence"], "command_id": "c", "outcome": "rejected", "error": "late"}],
         "commit_token": "0" * 64,
     }  # fmt: skip

@@ -24,7 +24,7 @@ async def test_a_tick_at_or_before_the_tick_head_is_refused(rt, world_id, author
     await rt.worlds.step(world_id, 3)
     world = await rt.worlds.get(world_id)
     manifest = {"world_id": world_id, "tick": 3, "writer_epoch": world.writer_epoch, "settlements": [],
-                "written_entity_ids": [], "commit_token": "another-tick-3"}
+                "written_runs": [], "commit_token": "another-tick-3"}
     with pytest.raises(StaleWriterError):
         await authority.publish(world_id, rt.scheduler.owner, rt.scheduler.session(world_id), manifest,
                                 {"snapshot": False, "chunks": []})

@@ -62,6 +62,29 @@ async def test_read_acknowledge_and_watermark(rt, world_id, authority):
         await authority.acknowledge_outbox(world_id=world_id, up_to_seq=99)
 
 
+async def test_numbering_goes_on_after_every_event_is_acknowledged_and_every_command_pruned(rt, world_id, authority, clock):
+    # the next sequence numbers are read off the commands and the outbox (docs/ledger.md, "Sequence
+    # numbers"): emptied, neither may hand a number out again
+    await rt.dispatcher.defer(Despawn(world_id=world_id, entity_id=1), at(0), command_id="a")
+    await step(rt, world_id)
+    mark = await authority.watermark(world_id=world_id)
+    assert mark["committed_seq"] == 2
+    await authority.acknowledge_outbox(world_id=world_id, up_to_seq=2)
+    assert await outbox(authority, world_id) == []
+    clock.advance(1)
+    assert (await authority.prune(world_id=world_id, idempotency_window_ms=0))["commands"] == 1
+    assert (await authority.history(world_id=world_id)) == []
+    info = await authority.world_info(world_id=world_id)
+    assert (info["next_sequence"], info["next_event_seq"]) == (2, 3)
+    again = await rt.dispatcher.defer(Despawn(world_id=world_id, entity_id=1), at(1), command_id="a")
+    assert (again.sequence, again.replayed) == (2, False)
+    (event,) = await outbox(authority, world_id)
+    assert (event["event_seq"], event["event_id"]) == (3, f"{world_id}/3")
+    assert await authority.watermark(world_id=world_id) == {
+        "world_id": world_id, "committed_seq": 3, "projected_seq": 2, "pending": 1,
+    }  # fmt: skip
+
+
 async def test_failed_admissions_append_nothing(rt, world_id, authority):
     with pytest.raises(InvalidCommandError):
         await rt.dispatcher.defer(Despawn(world_id=world_id, entity_id=1), at(0), command_id="bad id")

@@ -138,4 +138,4 @@ async def test_a_failed_hook_leaves_direct_mutations_for_the_next_tick(rt, world
         await step(rt, world_id)
     assert world.get(entity)[Health].hp == 3  # the direct spawn survived the discarded tick
     await step(rt, world_id)
-    assert (await manifests(authority, world_id))[0]["written_entity_ids"] == [entity]
+    assert (await manifests(authority, world_id))[0]["written_runs"] == [[entity, entity]]

@@ -27,6 +27,7 @@ import pytest
 
 from archetype.commands import CommandScheduler, default_registry
 from archetype.world import AsyncWorld, Spawn, SpawnReserved
+from archetype.world.columnar import run_ids
 from archetype.world.operations import operation_components
 from local_catalog import open_local_authority
 from tests.conformance.helpers import applied as applied_ids
@@ -181,7 +182,7 @@ def _replay(manifests: list[dict[str, Any]], by_id: dict[str, dict[str, Any]]) -
             assert record.problem is None, record
             ops.append(record.operation_model)
         reserved = {op.entity_id for op in ops if isinstance(op, SpawnReserved)}
-        fresh = iter(sorted(e for e in manifest["written_entity_ids"] if e not in before and e not in reserved))
+        fresh = iter(sorted(e for e in run_ids(manifest["written_runs"]) if e not in before and e not in reserved))
         for op in ops:
             if type(op) is Spawn:
                 entity_id = next(fresh)

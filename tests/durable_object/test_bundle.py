@@ -20,7 +20,7 @@ from worker.stage import locked_packages, stage
 
 ROOT = Path(__file__).resolve().parents[2]
 CPYTHON_ONLY = (
-    "archetype/runtime.py", "archetype/cli.py", "archetype/demo.py", "archetype/server.py",
+    "archetype/runtime.py", "archetype/cli.py", "archetype/demo.py", "archetype/server.py", "archetype/stepper.py",
     "archetype/client.py", "archetype/client_cli.py", "archetype/remote.py", "archetype/audit", "local_catalog", "worker/stage.py",
 )  # fmt: skip
 CPYTHON_ONLY_IMPORTS = re.compile(r"^\s*(?:from|import)\s+(httpx|pyiceberg|uvicorn|sqlite3|click)\b", re.M)

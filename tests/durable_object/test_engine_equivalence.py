@@ -184,11 +184,11 @@ class MirroredPort:
 
 def ledger_statements() -> set[str]:
     """Every statement ledger_sql.py and migrations.py define (their upper-case strings, but for
-    column and status lists), and every migration's."""
+    column and status lists and expressions), and every migration's."""
     found = set()
     for module in (ledger_sql, migrations):
         names = [name for name, value in vars(module).items() if name.isupper() and isinstance(value, str)]
-        found |= {getattr(module, name) for name in names if not name.endswith(("_COLUMNS", "_STATUSES", "_JOIN"))}
+        found |= {getattr(module, name) for name in names if not name.endswith(("_COLUMNS", "_STATUSES", "_JOIN", "_EXPR"))}
     return found | {statement for migration in migrations.MIGRATIONS for statement in migration.statements}
 
 

@@ -101,7 +101,7 @@ async def ledger_script(authority, clock):
         {"sequence": 3, "command_id": "c-3", "outcome": "failed", "error": "ConnectionError"},
     ]  # fmt: skip
     manifest = {"world_id": WORLD, "tick": 0, "writer_epoch": epoch, "settlements": settlements,
-                "written_entity_ids": [reserved], "commit_token": "t0"}  # fmt: skip
+                "written_runs": [[reserved, reserved]], "commit_token": "t0"}  # fmt: skip
     writes = {"snapshot": False, "chunks": [f'[[{reserved},[{{"name":"Position","value":{{"x":1.5,"y":2}}}}]]]']}
     stale = {**manifest, "writer_epoch": epoch - 1}
     swapped = {**manifest, "settlements": settlements[::-1]}
@@ -150,7 +150,7 @@ async def ledger_script(authority, clock):
                  "to_fingerprint": Position.component_fingerprint()}  # fmt: skip
     healthy = reserved + 1  # a published entity naming the old type, in a delta over the first tick's
     delta = {"snapshot": False, "chunks": [f"[[{healthy},{canonical_json([value(Health, hp=1)])}]]"]}
-    tick1 = {"world_id": WORLD, "tick": 1, "writer_epoch": epoch, "settlements": [], "written_entity_ids": [healthy],
+    tick1 = {"world_id": WORLD, "tick": 1, "writer_epoch": epoch, "settlements": [], "written_runs": [[healthy, healthy]],
              "commit_token": "t1"}  # fmt: skip
     await call("publish", world_id=WORLD, owner="runner", session="s2", manifest=tick1, writes=delta)
     await call("migrate_components", world_id=WORLD, writer_epoch=epoch, migration=migration, entities=[], commands=[])  # conflict

@@ -20,6 +20,7 @@ from archetype.commands.migrations import MIGRATIONS, SCHEMA_VERSION
 from archetype.commands.port import ManualClock
 from archetype.runtime import Runtime
 from archetype.world import Spawn
+from archetype.world.columnar import id_runs
 from durable_world.port import DurableObjectSqlPort
 from local_catalog import CATALOG_FILE, SqliteSqlPort
 from tests.component_modules.alpha import Health, Position
@@ -98,8 +99,10 @@ def test_a_version_1_catalog_upgrades_losing_nothing(tmp_path):
     assert [[s["command_id"] for s in m["settlements"]] for m in manifests] == [
         m["applied_command_ids"] for m in v1_manifests
     ]
-    assert [{k: m[k] for k in ("tick", "writer_epoch", "commit_token", "written_entity_ids")} for m in manifests] == [
-        {k: m[k] for k in ("tick", "writer_epoch", "commit_token", "written_entity_ids")} for m in v1_manifests
+    # a manifest stored before the written ids were runs is read with the same ids, as runs
+    assert [{k: m[k] for k in ("tick", "writer_epoch", "commit_token", "written_runs")} for m in manifests] == [
+        {**{k: m[k] for k in ("tick", "writer_epoch", "commit_token")}, "written_runs": id_runs(sorted(m["written_entity_ids"]))}
+        for m in v1_manifests
     ]
     assert {s["outcome"] for m in manifests for s in m["settlements"]} == {"applied"}
     assert [(e["entity_id"], e["components"]) for e in after["v1-world"]["state"]["entities"]] == v1_entities

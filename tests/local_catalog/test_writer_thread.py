@@ -40,7 +40,7 @@ async def test_the_event_loop_never_waits_on_a_heavy_tick(tmp_path):
     authority = open_local_authority(tmp_path, clock=ManualClock())
     await authority.create_world("heavy", "heavy")
     epoch = (await authority.acquire_writer("heavy"))["writer_epoch"]
-    manifest = {"world_id": "heavy", "tick": 0, "writer_epoch": epoch, "settlements": [], "written_entity_ids": [],
+    manifest = {"world_id": "heavy", "tick": 0, "writer_epoch": epoch, "settlements": [], "written_runs": [],
                 "commit_token": "t0"}
     # a snapshot of 40 chunks of ~500 KB (20 MB of state): heavy SQL, little Python
     padding = "x" * 500

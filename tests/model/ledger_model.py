@@ -183,13 +183,31 @@ class Settlement:
     error: str | None
 
 
+class PartialWrite(dict):
+    """A column delta's entry (docs/storage.md, "partial" sections): components (name -> data)
+    that replace those of the entity as published, which keeps its other components."""
+
+
+def apply_writes(entities: dict[int, dict[str, dict]], writes: dict[int, dict[str, dict] | None]) -> None:
+    """A tick's writes laid over the published entities: a whole entry replaces its entity, None
+    removes it, a PartialWrite replaces only the components it carries."""
+    for entity_id, components in writes.items():
+        if components is None:
+            entities.pop(entity_id, None)
+        elif isinstance(components, PartialWrite):
+            entities[entity_id].update(copy.deepcopy(dict(components)))
+        else:
+            entities[entity_id] = copy.deepcopy(components)
+
+
 @dataclass
 class Manifest:
     token: int  # opaque: the test maps it to the real commit token
     tick: int
     writer_epoch: int
     settlements: list[Settlement]
-    writes: dict[int, dict[str, dict] | None]  # entity id -> components (name -> data), None: despawned
+    # entity id -> components (name -> data), None: despawned, a PartialWrite: some components replaced
+    writes: dict[int, dict[str, dict] | None]
 
     @property
     def written_entity_ids(self) -> list[int]:
@@ -487,11 +505,7 @@ class Ledger:
             raise ModelError("invalid")
         now = self.now()
         world.manifests.append(manifest)
-        for entity_id, components in manifest.writes.items():
-            if components is None:
-                world.entities.pop(entity_id, None)
-            else:
-                world.entities[entity_id] = copy.deepcopy(components)
+        apply_writes(world.entities, manifest.writes)
         for s in manifest.settlements:  # in manifest order, each one attempt, each with its event
             command = world.commands[s.sequence]
             command.attempts += 1
@@ -752,11 +766,7 @@ class Runner:
             if error.kind in ("stale", "lease_lost", "closing"):
                 self.drop(world_id)  # a typed refusal is definitive: the next use loads afresh
             raise
-        for entity_id, components in manifest.writes.items():
-            if components is None:
-                loaded.entities.pop(entity_id, None)
-            else:
-                loaded.entities[entity_id] = copy.deepcopy(components)
+        apply_writes(loaded.entities, manifest.writes)
         loaded.tick, loaded.prepared = manifest.tick, None
         return sum(1 for s in manifest.settlements if s.outcome == "applied")
 

@@ -71,6 +71,7 @@ from archetype.world import (
     Step,
     Update,
 )
+from archetype.world.columnar import id_runs
 from archetype.world.commit import TickOutcomeUnknownError
 from tests.component_modules import flaky
 from tests.component_modules.alpha import Health, Position
@@ -838,7 +839,7 @@ class LedgerMachine(RuleBasedStateMachine):
         assert len(manifests) == len(world.manifests), f"{len(manifests)} manifests, model {len(world.manifests)}"
         for r, m in zip(manifests, world.manifests, strict=True):
             want = {"world_id": world_id, "tick": m.tick, "writer_epoch": m.writer_epoch,
-                    "written_entity_ids": m.written_entity_ids,
+                    "written_runs": id_runs(m.written_entity_ids),
                     "settlements": [(s.sequence, s.command_id, s.outcome) for s in m.settlements]}  # fmt: skip
             got = {**{k: r[k] for k in want}, "settlements": [(s["sequence"], s["command_id"], s["outcome"]) for s in r["settlements"]]}
             assert got == want, f"manifest of tick {m.tick} differs:\n authority {got}\n model     {want}"

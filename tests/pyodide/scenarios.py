@@ -123,6 +123,51 @@ async def columnar_state() -> dict[str, Any]:
     return {"chunks": sent, "entities": state["entities"]}
 
 
+async def column_delta_state() -> dict[str, Any]:
+    """A world whose batch processor overrides its Position column (an ObjectColumn: no numpy
+    here) publishes column deltas (partial sections, ids as runs) over a snapshot, on this
+    interpreter's sqlite3; what `load_state` answers after each tick."""
+    from archetype.commands.port import ManualClock
+    from archetype.runtime import Runtime
+    from archetype.world import CreateWorld
+    from archetype.world.components import type_key
+    from archetype.world.state import ObjectColumn
+    from local_catalog import open_local_authority
+
+    def drift(world: Any, tick: int) -> None:
+        key = type_key(Position)
+        for table in world.state.tables(frozenset([key])):
+            column = world.state.column(table, key)
+            moved = [column.value(row) for row in range(len(table))]
+            world.state.override(table, key, ObjectColumn([Position(x=p.x + 0.5, y=-p.y) for p in moved]))
+
+    sent: list[str] = []
+    loaded = []
+    with tempfile.TemporaryDirectory() as directory:
+        rt = Runtime(open_local_authority(directory, clock=ManualClock()), owner="runner", lease_ms=1_000)
+        try:
+            world_id = await rt.dispatcher.apply(CreateWorld(name="deltas", world_id="w-deltas"))
+            world = await rt.worlds.get(world_id)
+            publish = world.publisher.publish
+
+            async def recorded(prepared: Any) -> None:
+                sent.extend(prepared.chunks)
+                await publish(prepared)
+
+            world.publisher.publish = recorded  # type: ignore[method-assign]
+            await world.ensure_entity_ids(20)
+            async with world.lock:
+                world.atomically(lambda: [world.spawn([Position(x=i / 7, y=-0.0), Health(hp=i)]) for i in range(12)])
+            await world.step()
+            world.add_batch_processor(drift, Position)
+            for _ in range(3):
+                await world.step()
+                loaded.append((await rt.authority.load_state(world_id=world_id, after_entity_id=0, limit=100))["entities"])
+        finally:
+            await rt.close()
+    return {"chunks": sent, "states": loaded}
+
+
 # -- Pyodide only ------------------------------------------------------------------------------
 
 

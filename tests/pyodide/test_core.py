@@ -52,3 +52,11 @@ async def test_a_columnar_state_is_encoded_and_loaded_the_same_on_pyodide(pyodid
     answer = await on_both(pyodide, "columnar_state")
     assert [chunk[:9] for chunk in answer["chunks"]] == ['{"first":'] * 2  # a snapshot, then a delta
     assert len(answer["entities"]) == 11
+
+
+async def test_column_deltas_are_loaded_the_same_on_pyodide(pyodide):
+    answer = await on_both(pyodide, "column_delta_state")
+    assert sum('"partial":true' in chunk for chunk in answer["chunks"]) == 3  # three column deltas, each replacing the last
+    assert all('"id_runs":[[1,12]]' in chunk for chunk in answer["chunks"])
+    assert [len(state) for state in answer["states"]] == [12, 12, 12]
+    assert '"x":1.5' in answer["states"][-1][0]["components"]  # 0.0 drifted three times

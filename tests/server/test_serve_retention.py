@@ -54,12 +54,14 @@ async def test_serve_keeps_a_busy_worlds_catalog_at_a_steady_state(tmp_path):
         assert [e.event_type for e in events] == ["admitted", "applied"]
         commands, ticks = zip(*sizes, strict=True)
         # The projector's first rounds take seconds here (its writer process starts, the table is
-        # created); commands pile up until then. From the first drop on, a command stays for the
-        # window (0.5 s) plus up to a projection round (1 s) and a prune interval (0.2 s): at under
-        # 20 commands/s, some 35 at most. Without retention: 200 commands and well over 200 ticks.
+        # created); commands pile up until then, and a first round that projected only the earliest
+        # events may prune a few before the slow ones are done. In the second half of the run a
+        # command stays for the window (0.5 s) plus up to a projection round (1 s) and a prune
+        # interval (0.2 s): at under 20 commands/s, some 35 at most. Without retention: 200
+        # commands and well over 200 ticks.
         drop = next((i for i in range(1, len(commands)) if commands[i] < commands[i - 1]), None)
-        assert drop is not None and drop <= len(commands) - 5, sizes
-        assert max(commands[drop:]) <= 50, sizes
+        assert drop is not None and drop <= len(commands) // 2, sizes
+        assert max(commands[len(commands) // 2 :]) <= 50, sizes
         assert max(ticks) <= 20 + 1 + 10, sizes  # the kept ticks, plus what one prune interval adds
         process.send_signal(signal.SIGTERM)
         assert process.wait(WAIT_S) == 0, process.stderr.read()

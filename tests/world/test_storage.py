@@ -3,12 +3,15 @@ its component values, encoded once per change, chunked within bounds, and digest
 
 import hashlib
 import json
+import random
 
+import numpy as np
 import pytest
 
 from archetype.canonical import NonCanonicalValueError, canonical_json
 from archetype.world import AsyncWorld, ComponentValue
-from archetype.world.commit import EntityEncoder, chunk_entries, commit_token, listing_text
+from archetype.world.columnar import id_runs, run_ids, valid_runs
+from archetype.world.commit import CommitCoordinator, EntityEncoder, chunk_entries, commit_token
 from archetype.world.components import component_text
 from archetype.world.state import WorldState
 from tests.component_modules.alpha import Health, Position
@@ -67,12 +70,39 @@ def test_the_commit_token_digests_the_bytes_sent():
     assert commit_token(head, ["[[1,null]]", "[[2,null]]"]) == expected
 
 
-def test_the_commit_token_head_lists_the_written_ids_canonically():
-    head = {"chunks": 1, "settlements": [], "snapshot": False, "tick": 3, "world_id": "w", "writer_epoch": 0,
-            "written_entity_ids": [1, 5, 2**53 - 1]}  # fmt: skip
+def test_the_commit_token_head_lists_the_written_ids_as_runs_canonically():
+    head = {"chunks": 1, "replaces_deltas": False, "settlements": [], "snapshot": False, "tick": 3, "world_id": "w", "writer_epoch": 0,
+            "written_runs": [[1, 3], [5, 5], [2**53 - 1, 2**53 - 1]]}  # fmt: skip
     expected = hashlib.sha256(canonical_json(head).encode() + b"\n[[1,null]]").hexdigest()
     assert commit_token(head, ["[[1,null]]"]) == expected
-    assert listing_text({"written_entity_ids": [1]}) == canonical_json({"written_entity_ids": [1]})
+    coordinator = CommitCoordinator("w")
+    manifest = coordinator.prepare(3, 0, [1, 2, 3, 5, 2**53 - 1], ["[[1,null]]"], snapshot=False).manifest
+    assert manifest.written_runs == ((1, 3), (5, 5), (2**53 - 1, 2**53 - 1))
+    assert manifest.commit_token == expected
+    assert manifest.written_entity_ids == [1, 2, 3, 5, 2**53 - 1] and manifest.written_count == 5
+
+
+@pytest.mark.parametrize("ids", [[], [7], list(range(1, 100_001)), [1, 2, 4, 5, 9], [3, *range(10, 20), 40, 41]])
+def test_written_ids_are_their_maximal_runs(ids):
+    runs = id_runs(ids)
+    assert run_ids(runs) == ids and valid_runs(runs)
+    assert all(b[0] > a[1] + 1 for a, b in zip(runs, runs[1:], strict=False))  # maximal: never adjacent
+
+
+def test_id_runs_give_up_past_their_limit_and_read_numpy_ids_alike():
+    rng = random.Random(7)
+    for _ in range(200):
+        ids = sorted(rng.sample(range(1, 400), rng.randint(1, 300)))
+        runs = id_runs(ids)
+        assert run_ids(runs) == ids and id_runs(np.array(ids, dtype=np.int64)) == runs
+        limit = rng.randint(0, 60)
+        assert id_runs(ids, limit=limit) == (None if len(runs) > limit else runs)
+
+
+@pytest.mark.parametrize("runs", [[[0, 1]], [[2, 1]], [[1, 2], [3, 4]], [[1, 4], [3, 6]], [[1]], [[1, 2**53]], [[1.0, 2]],
+                                  "1-2", [[5, 6], [1, 2]]])  # fmt: skip
+def test_runs_that_are_not_canonical_are_told(runs):
+    assert not valid_runs(runs)
 
 
 async def test_a_tick_sends_a_delta_until_the_deltas_outgrow_the_state():
@@ -80,20 +110,25 @@ async def test_a_tick_sends_a_delta_until_the_deltas_outgrow_the_state():
 
     class Recorder:
         async def publish(self, prepared):
-            sent.append((prepared.snapshot, prepared.manifest.written_entity_ids, len(prepared.chunks)))
+            sent.append((prepared.snapshot, prepared.manifest.written_entity_ids, sum(map(len, prepared.chunks))))
 
     world = AsyncWorld("w", publisher=Recorder())
-    await world.ensure_entity_ids(10)
+    await world.ensure_entity_ids(70)
     async with world.lock:
-        ids = world.atomically(lambda: [world.spawn([Health(hp=i)]) for i in range(4)])
-    for hp in range(5):
+        ids = world.atomically(lambda: [world.spawn([Health(hp=i)]) for i in range(64)])
+    for hp in range(12):
         await world.step()
         async with world.lock:
             world.atomically(lambda hp=hp: world.update(ids[0], [Health(hp=100 + hp)]))
     await world.step()
-    # the first publication snapshots; one change a tick is a delta until the deltas reach the state's size
-    assert sent == [(True, tuple(ids), 1), (False, (ids[0],), 1), (False, (ids[0],), 1), (False, (ids[0],), 1),
-                    (True, (ids[0],), 1), (False, (ids[0],), 1)]  # fmt: skip
+    # the first publication snapshots; one change a tick is a delta until the deltas' characters
+    # since the last snapshot would exceed the snapshot's
+    assert [written for _, written, _ in sent] == [ids, *[[ids[0]]] * 12]
+    assert [snapshot for snapshot, _, _ in sent] == [True, *[False] * 4, True, *[False] * 4, True, False, False]
+    snapshot_size, deltas = sent[0][2], 0
+    for snapshot, _, size in sent[1:]:
+        assert snapshot == (deltas + size > snapshot_size)
+        snapshot_size, deltas = (size, 0) if snapshot else (snapshot_size, deltas + size)
 
 
 async def test_an_idle_tick_sends_nothing_and_visits_no_entity():
@@ -123,3 +158,25 @@ class _UntouchableTable:
     @property
     def ids(self):
         raise AssertionError("an idle tick iterated a table's entities")
+
+
+async def test_a_tick_changing_every_entity_whole_is_a_snapshot_without_encoding_a_delta(monkeypatch):
+    sent = []
+
+    class Recorder:
+        async def publish(self, prepared):
+            sent.append(prepared.snapshot)
+
+    world = AsyncWorld("w", publisher=Recorder())
+    await world.ensure_entity_ids(10)
+    async with world.lock:
+        ids = world.atomically(lambda: [world.spawn([Health(hp=i)]) for i in range(8)])
+    await world.step()
+    encoded = []
+    encode = world._encode
+    monkeypatch.setattr(world, "_encode", lambda write_set, snapshot: encoded.append(snapshot) or encode(write_set, snapshot))
+    for hp in range(3):
+        async with world.lock:
+            world.atomically(lambda hp=hp: [world.update(e, [Health(hp=hp)]) for e in ids])
+        await world.step()
+    assert sent == [True] * 4 and encoded == [True] * 3

@@ -85,7 +85,7 @@ async def test_the_tables_hold_what_a_per_entity_model_holds():
 
 def published(world):
     """The snapshot `world` would send, decoded as the ledger does."""
-    sections, removed = world.state.sections(WriteSet({}, {}), None, world.encoder.component)
+    sections, removed = world.state.sections(WriteSet({}, {}), True, world.encoder.component)
     return [entry for chunk in columnar.encode(sections, removed) for entry in columnar.decode(chunk)]
 
 

@@ -219,17 +219,16 @@ class Ledger:
             return
         first = self._world(world_id)["next_event_seq"]
         self._write_events(world_id, first, json.dumps(sequences), now)
-        self._port.execute(q.TAKE_EVENT_SEQS, (len(sequences), world_id))
 
     def _write_events(self, world_id: str, first: int, sequences_json: str, now: int) -> None:
-        """Events numbered from `first`; the caller takes those sequence numbers from the world row."""
+        """Events numbered from `first`, the world's next event sequence number as read in this transaction."""
         self._port.execute(q.APPEND_EVENTS, (first, first, now, sequences_json, world_id))
 
     def _world_event(self, world_id: str, event_type: str, tick: int, attempts: int, error: str | None,
                      since: int | None, now: int) -> None:  # fmt: skip
         """A world's own outbox event, typed by its health now (a health transition, never a command's)."""
-        self._port.execute(q.APPEND_WORLD_EVENT, (event_type, tick, now, attempts, error, since, world_id))
-        self._port.execute(q.TAKE_EVENT_SEQS, (1, world_id))
+        event = self._world(world_id)["next_event_seq"]
+        self._port.execute(q.APPEND_WORLD_EVENT, (event, event_type, tick, now, attempts, error, since, world_id))
 
     def _command_at(self, world_id: str, sequence: int) -> CommandRow | None:
         rows = self._port.execute(q.GET_COMMAND_BY_SEQUENCE, (world_id, sequence))
@@ -420,11 +419,13 @@ class Ledger:
     def _state_page(self, world_id: str, after_entity_id: int, limit: int) -> list[tuple[int, str]]:
         """The `limit` lowest (entity id, components text) of the published state above
         `after_entity_id` (inside the caller's transaction; `load_state` describes it)."""
-        overlay: dict[int, str | None] = {}  # the deltas since the snapshot, later ticks winning
+        # the deltas since the snapshot, later ticks winning; a partial section's entry replaces
+        # some components of what is below it (columnar.overlay)
+        overlay: dict[int, str | columnar.Partial | None] = {}
         for (body,) in self._port.execute(q.LIST_STATE_DELTAS, (world_id,)):
             for entity_id, text in columnar.decode(body):
                 if entity_id > after_entity_id:
-                    overlay[entity_id] = text
+                    overlay[entity_id] = columnar.overlay(overlay.get(entity_id), text)
         page: list[tuple[int, str]] = []
         floor = self._port.execute(q.STATE_CHUNK_FLOOR, (world_id, after_entity_id))[0][0]
         cursor, horizon = (-1 if floor is None else floor - 1), None
@@ -435,10 +436,16 @@ class Ledger:
                 break
             cursor, body = rows[0]
             entries = columnar.decode(body)
-            page += [(e, t) for e, t in entries if e > after_entity_id and e not in overlay and t is not None]
+            for entity_id, text in entries:
+                if entity_id > after_entity_id:
+                    above = overlay.pop(entity_id, text)
+                    merged = columnar.overlay(text, above) if isinstance(above, columnar.Partial) else above
+                    if isinstance(merged, str):
+                        page.append((entity_id, merged))
             horizon = entries[-1][0]
-        # an overlaid entity beyond the last snapshot entity read may not be among the lowest ids
-        page += [(e, t) for e, t in overlay.items() if t is not None and (horizon is None or e <= horizon)]
+        # an overlaid entity beyond the last snapshot entity read may not be among the lowest ids;
+        # a partial entry left has no snapshot entity under it (none published: nothing to answer)
+        page += [(e, t) for e, t in overlay.items() if isinstance(t, str) and (horizon is None or e <= horizon)]
         page.sort()
         return page[:limit]
 
@@ -446,16 +453,20 @@ class Ledger:
         """The published entities whose components text names `fingerprint`, in id order: the
         state as `load_state` reads it (the deltas overlaid on the snapshot's chunks), in one pass;
         a chunk that does not contain the fingerprint's text is not parsed."""
-        overlay: dict[int, bool] = {}  # entity -> whether its latest delta entry names it
+        # entity -> whether its latest whole delta entry names it; a partial entry replaces
+        # components of the same keys, so it changes no entity's set of component types
+        overlay: dict[int, bool] = {}
         for (body,) in self._port.execute(q.LIST_STATE_DELTAS, (world_id,)):
             for entity_id, text in columnar.decode(body):
-                overlay[entity_id] = text is not None and fingerprint in text
+                if not isinstance(text, columnar.Partial):
+                    overlay[entity_id] = text is not None and fingerprint in text
         naming = [entity_id for entity_id, names in overlay.items() if names]
         cursor = -1
         while rows := self._port.execute(q.NEXT_STATE_CHUNK, (world_id, cursor)):
             cursor, body = rows[0]
             if fingerprint in body:
-                naming += [e for e, t in columnar.decode(body) if e not in overlay and t is not None and fingerprint in t]
+                naming += [e for e, t in columnar.decode(body)
+                           if e not in overlay and isinstance(t, str) and fingerprint in t]  # fmt: skip
         return sorted(naming)
 
     def reserve_entity_ids(self, world_id: str, count: int) -> int:
@@ -545,9 +556,8 @@ class Ledger:
             for offset, row in enumerate(fresh):
                 row["sequence"] = world["next_sequence"] + offset
             if fresh:
-                # one world-row update takes both the command and the event sequence numbers (the
-                # world row read above is current: nothing in this transaction appended events yet)
-                self._port.execute(q.TAKE_ADMISSION_SEQS, (len(fresh), len(fresh), world_id))
+                # the sequence numbers read above are current (this transaction has written no
+                # command or event yet), and the rows written here take them: no world row to update
                 inserted = [[r[field] for field in q.INSERTED_COMMAND_FIELDS] for r in fresh]
                 self._port.execute(q.INSERT_COMMANDS, (world_id, now, now, json.dumps(inserted)))
                 self._write_events(world_id, world["next_event_seq"], json.dumps([r["sequence"] for r in fresh]), now)
@@ -686,7 +696,6 @@ class Ledger:
                 world_id, event, f"schema-migration/{name}/{old}", "schema_migrated", "migrate_components",
                 world["tick_head"], now, canonical_json(dict(recorded)),
             ))  # fmt: skip
-            self._port.execute(q.TAKE_EVENT_SEQS, (1, world_id))
             return {"migration": recorded, "migrated": True}
 
         return self._port.transaction(run)
@@ -802,6 +811,11 @@ class Ledger:
                 raise StaleWriterError(f"tick {tick} does not follow the published tick head {world['tick_head']}")
             settlements = manifest["settlements"]
             self._check_settlements(world_id, owner, session, settlements)
+            if not columnar.valid_runs(manifest["written_runs"]):
+                raise InvalidCommandError(
+                    "a manifest's written_runs are ascending [first, last] runs of entity ids, neither overlapping "
+                    "nor adjacent (docs/storage.md)"
+                )
             now = self._clock.now_ms()
             self._port.execute(q.INSERT_TICK, (world_id, tick, token, json.dumps(manifest, sort_keys=True), now))
             self._write_state(world_id, tick, writes)
@@ -831,6 +845,10 @@ class Ledger:
                     f"{STATE_CHUNK_LIMIT:,} characters (docs/storage.md)"
                 )
             firsts.append(int(head.group(1)))
+        if writes.get("replaces_deltas"):
+            if writes["snapshot"]:
+                raise InvalidCommandError("a snapshot replaces the whole state; replaces_deltas is for a delta")
+            self._port.execute(q.CLEAR_STATE_DELTAS, (world_id,))
         if not writes["snapshot"]:
             for part, chunk in enumerate(chunks):
                 self._port.execute(q.INSERT_STATE_DELTA, (world_id, tick, part, chunk))
@@ -942,7 +960,6 @@ class Ledger:
             sequence, tick = world["next_sequence"], max(dead["scheduled_tick"], world["tick_head"] + 1)
             identity = {**dead, "command_id": new_id, "scheduled_tick": tick}
             now = self._clock.now_ms()
-            self._port.execute(q.TAKE_ADMISSION_SEQS, (1, 0, world_id))
             self._port.execute(q.INSERT_REDRIVE, (sequence, new_id, tick, command_digest(identity), now, now, world_id,
                                                   dead["sequence"]))  # fmt: skip
             self._append_events(world_id, [sequence], now)
@@ -1027,7 +1044,7 @@ class Ledger:
 
     def manifests(self, world_id: str, after_tick: int = -1, limit: int = 100) -> list[ManifestRow]:
         return self._port.transaction(
-            lambda: [json.loads(r[0]) for r in self._port.execute(q.LIST_TICKS, (world_id, after_tick, limit))]
+            lambda: [_manifest(r[0]) for r in self._port.execute(q.LIST_TICKS, (world_id, after_tick, limit))]
         )
 
     # -- outbox --
@@ -1109,6 +1126,8 @@ class Ledger:
             if pending:
                 horizon = min(horizon, pending[0][0] - 1)
             ticks = len(self._port.execute(q.PRUNE_TICKS, (world_id, oldest_tick, limit)))
+            # the commands pruned may include the last one, whose sequence the next admission reads
+            self._port.execute(q.RAISE_SEQUENCE_FLOOR, (world["next_sequence"], world_id))
             commands = len(self._port.execute(q.PRUNE_COMMANDS, (world_id, horizon, limit)))
             # after the commands, so the reservations of the commands just pruned go too
             reservations = len(self._port.execute(q.PRUNE_RESERVATIONS, (world_id, horizon, limit)))
@@ -1118,3 +1137,12 @@ class Ledger:
                     "quota_rows": quota_rows, "done": done}  # fmt: skip
 
         return self._port.transaction(run)
+
+
+def _manifest(text: str) -> ManifestRow:
+    """A stored manifest as every reader gets it: one stored before the written ids were runs
+    (docs/storage.md) lists them, and is answered with the same ids as runs."""
+    manifest = json.loads(text)
+    if "written_entity_ids" in manifest:
+        manifest["written_runs"] = columnar.id_runs(sorted(manifest.pop("written_entity_ids")))
+    return cast(ManifestRow, manifest)

@@ -8,7 +8,7 @@ against (strictly, unknown fields refused), so they are declared for pydantic to
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NotRequired
 
 from pydantic import ConfigDict, with_config
 from typing_extensions import TypedDict  # pydantic validates only this TypedDict before Python 3.12
@@ -140,6 +140,8 @@ class StateWrite(TypedDict):
 
     snapshot: bool
     chunks: list[str]
+    # a delta holding everything the deltas since the snapshot hold: they are deleted, it is kept
+    replaces_deltas: NotRequired[bool]
 
 
 @with_config(WIRE)
@@ -156,7 +158,7 @@ class ManifestRow(TypedDict):
     tick: int
     writer_epoch: int
     settlements: list[SettlementRow]
-    written_entity_ids: list[int]
+    written_runs: list[list[int]]  # the ids the tick changed, as ascending runs [first, last]
     commit_token: str
 
 

@@ -18,8 +18,20 @@ WORLD_COLUMNS = (
     "next_event_seq, projected_seq, guard_sequence, guard_session, health, failed_attempts, health_error, "
     "stalled_since, host_owner, host_expires_at, created_at, updated_at, clock_tick, clock_ms"
 )
-GET_WORLD = f"SELECT {WORLD_COLUMNS} FROM worlds WHERE world_id = ?"
-LIST_WORLDS = f"SELECT {WORLD_COLUMNS} FROM worlds ORDER BY world_id"
+# A world's next command and event sequence numbers are read off the keys they number (docs/ledger.md,
+# "Sequence numbers"): the last command's sequence and the last event's in the outbox, one index
+# seek each, so an admission writes no world row. The row's columns are floors for what the keys no
+# longer show: prune raises `next_sequence` before it deletes commands, and an acknowledgement's
+# `projected_seq` covers the events it deleted.
+NEXT_SEQUENCE_EXPR = "max(w.next_sequence, coalesce((SELECT max(c.sequence) FROM commands AS c WHERE c.world_id = w.world_id), 0) + 1)"
+NEXT_EVENT_SEQ_EXPR = ("max(w.next_event_seq, w.projected_seq + 1, "
+                  "coalesce((SELECT max(o.event_seq) FROM outbox AS o WHERE o.world_id = w.world_id), 0) + 1)")  # fmt: skip
+WORLD_VALUE_COLUMNS = ", ".join(
+    {"next_sequence": NEXT_SEQUENCE_EXPR, "next_event_seq": NEXT_EVENT_SEQ_EXPR}.get(name, f"w.{name}")
+    for name in (column.strip() for column in WORLD_COLUMNS.split(","))
+)
+GET_WORLD = f"SELECT {WORLD_VALUE_COLUMNS} FROM worlds AS w WHERE w.world_id = ?"
+LIST_WORLDS = f"SELECT {WORLD_VALUE_COLUMNS} FROM worlds AS w ORDER BY w.world_id"
 # The catalog's worlds that have an open command (with the earliest scheduled tick among them): a
 # runner's due-time index. It reads the open-commands index only, so idle worlds cost nothing.
 PENDING_WORLDS = f"""SELECT c.world_id, w.status, w.tick_head, min(c.scheduled_tick), w.clock_tick, w.clock_ms,
@@ -60,9 +72,8 @@ LIVE_RUNNERS = f"SELECT {RUNNER_COLUMNS} FROM runners WHERE expires_at > ? ORDER
 HOSTED_WORLDS = f"SELECT {WORLD_COLUMNS} FROM worlds WHERE host_owner = ? ORDER BY world_id"
 
 TAKE_ENTITY_IDS = "UPDATE worlds SET next_entity_id = next_entity_id + ?, updated_at = ? WHERE world_id = ?"
-TAKE_ADMISSION_SEQS = """UPDATE worlds SET next_sequence = next_sequence + ?, next_event_seq = next_event_seq + ?
-    WHERE world_id = ?"""
-TAKE_EVENT_SEQS = "UPDATE worlds SET next_event_seq = next_event_seq + ? WHERE world_id = ?"
+# Before commands are deleted: the next sequence stays above every sequence ever handed out.
+RAISE_SEQUENCE_FLOOR = "UPDATE worlds SET next_sequence = ?1 WHERE world_id = ?2 AND next_sequence < ?1"
 SET_TICK_HEAD = "UPDATE worlds SET tick_head = ?, updated_at = ? WHERE world_id = ?"
 SET_PROJECTED_SEQ = "UPDATE worlds SET projected_seq = ? WHERE world_id = ? AND projected_seq < ?"
 SET_GUARD = "UPDATE worlds SET guard_sequence = ?, guard_session = ? WHERE world_id = ?"
@@ -196,10 +207,10 @@ OUTBOX_COLUMNS = (
 # A world's own event (health): no command; `tick` is the tick that failed or published.
 APPEND_WORLD_EVENT = """INSERT INTO outbox (world_id, event_seq, event_id, command_id, event_type, status, operation, tick,
         principal, origin, occurred_at, payload)
-    SELECT world_id, next_event_seq, world_id || '/' || next_event_seq, '', ?, health, 'tick', CAST(? AS INTEGER),
-        NULL, 'local', ?, json_object('attempts', CAST(? AS INTEGER), 'max_attempts', NULL, 'error', ?,
-            'since', CAST(? AS INTEGER))
-    FROM worlds WHERE world_id = ?"""
+    SELECT world_id, CAST(?1 AS INTEGER), world_id || '/' || CAST(?1 AS INTEGER), '', ?2, health, 'tick',
+        CAST(?3 AS INTEGER), NULL, 'local', ?4, json_object('attempts', CAST(?5 AS INTEGER), 'max_attempts', NULL,
+            'error', ?6, 'since', CAST(?7 AS INTEGER))
+    FROM worlds WHERE world_id = ?8"""
 READ_OUTBOX = f"SELECT {OUTBOX_COLUMNS} FROM outbox WHERE world_id = ? AND event_seq > ? ORDER BY event_seq LIMIT ?"
 # The same page as one row of JSON arrays, one per column: no Python tuple per event.
 READ_OUTBOX_COLUMNS = (
@@ -210,12 +221,12 @@ DELETE_OUTBOX_UPTO = "DELETE FROM outbox WHERE world_id = ? AND event_seq <= ?"
 # The catalog's worlds with events left to project (acknowledging deletes them, so the outbox holds
 # only those), with their watermarks: a skip-scan of the outbox key, one look-up per such world,
 # so the audit projector's round costs nothing for the worlds with nothing pending.
-BACKLOG_WORLDS = """WITH RECURSIVE pending(world_id) AS (
+BACKLOG_WORLDS = f"""WITH RECURSIVE pending(world_id) AS (
         SELECT min(world_id) FROM outbox
         UNION ALL
         SELECT (SELECT min(o.world_id) FROM outbox AS o WHERE o.world_id > pending.world_id) FROM pending
         WHERE pending.world_id IS NOT NULL)
-    SELECT w.world_id, w.status, w.health, w.next_event_seq - 1, w.projected_seq
+    SELECT w.world_id, w.status, w.health, {NEXT_EVENT_SEQ_EXPR} - 1, w.projected_seq
     FROM pending JOIN worlds AS w ON w.world_id = pending.world_id ORDER BY w.world_id"""
 
 # -- component schemas and migrations --

@@ -283,10 +283,16 @@ V8_WORLD_LEASES = Migration(8, "world leases: the host of each world and its exp
     "ALTER TABLE worlds ADD COLUMN host_expires_at INTEGER",
 ))  # fmt: skip
 
-# Version 9: the runner registry (docs/ledger.md, "The runner registry"): the runners that split the
+# Version 9: sequence numbers read off the keys they number (docs/ledger.md, "Sequence numbers"), so
+# an admission commit writes no world row. The schema is unchanged and every existing counter is
+# already a valid floor; the version moves so that an older archetype, which would take its
+# numbers from those floors and collide with the rows admitted since, refuses the catalog.
+V9_DERIVED_SEQUENCES = Migration(9, "a world's next sequence numbers derived from its commands and outbox", ())
+
+# Version 10: the runner registry (docs/ledger.md, "The runner registry"): the runners that split the
 # worlds, local and remote alike, each under its id until its registration expires. A row outlives
 # its runner's death (expired), so a restart of the same instance finds it and resumes at once.
-V9_RUNNER_REGISTRY = Migration(9, "the runner registry: live runners, each under its id until it expires", (
+V10_RUNNER_REGISTRY = Migration(10, "the runner registry: live runners, each under its id until it expires", (
     """CREATE TABLE runners (
         runner_id TEXT PRIMARY KEY,
         instance TEXT NOT NULL,
@@ -297,7 +303,7 @@ V9_RUNNER_REGISTRY = Migration(9, "the runner registry: live runners, each under
 ))  # fmt: skip
 
 MIGRATIONS = (V1_SCHEMA, V2_EXACTLY_ONCE, V3_STATE_CHUNKS, V4_HEALTH_AND_REDRIVE, V5_RETENTION, V6_COMPONENT_SCHEMAS,
-              V7_TICK_CLOCK, V8_WORLD_LEASES, V9_RUNNER_REGISTRY)  # fmt: skip
+              V7_TICK_CLOCK, V8_WORLD_LEASES, V9_DERIVED_SEQUENCES, V10_RUNNER_REGISTRY)  # fmt: skip
 SCHEMA_VERSION = MIGRATIONS[-1].version
 
 HAS_META = "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'"

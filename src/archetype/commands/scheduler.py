@@ -440,7 +440,7 @@ class LedgerPublisher:
             # imports it): hence the ignore.
             await self.authority.publish(
                 manifest.world_id, self.scheduler.owner, session, manifest.model_dump(mode="json"),  # type: ignore[arg-type]
-                {"snapshot": prepared.snapshot, "chunks": list(prepared.chunks)},
+                {"snapshot": prepared.snapshot, "chunks": list(prepared.chunks), "replaces_deltas": prepared.replaces_deltas},
             )
         except CommandError:
             raise  # the authority answered: a definitive refusal

@@ -41,6 +41,9 @@ from archetype.canonical import MAX_SAFE_INTEGER, NonCanonicalValueError
 from archetype.world.components import Component
 
 CHUNK_HEAD = '{"first":'
+RUNS_PER_ID = 4
+"""A section lists its ids as runs when they form at most one run per RUNS_PER_ID ids (a run's
+text is then shorter than the base64 of the ids it stands for)."""
 CHUNK_BYTES = 1_000_000
 """About the most characters a state chunk holds (unless one entity alone is larger): its values
 take at most 90% of it, its headers the rest; half the Durable Object's 2 MB row limit, so a chunk
@@ -94,6 +97,9 @@ class Section:
 
     ids: Any
     parts: list[Part]
+    # a delta's section carrying only the components that changed: each replaces the component of
+    # the same key of its entity as published, whose other components stay
+    partial: bool = False
 
 
 def encode(sections: Sequence[Section], removed: Sequence[int]) -> list[str]:
@@ -167,8 +173,11 @@ def _chunk(sections: Sequence[Section], removed: Sequence[int], low: int, high: 
         if start == stop:
             continue
         components = [_component(part, start, stop) for part in section.parts]
-        ids = _b64(section.ids[start:stop], "i8")
-        texts.append('{"components":[' + ",".join(components) + '],"ids":"' + ids + '"}')
+        ids = section.ids[start:stop]
+        runs = id_runs(ids, limit=len(ids) // RUNS_PER_ID)
+        listed = '"ids":"' + _b64(ids, "i8") + '"' if runs is None else '"id_runs":' + json.dumps(runs, separators=(",", ":"))
+        flag = ',"partial":true' if section.partial else ""
+        texts.append('{"components":[' + ",".join(components) + "]," + listed + flag + "}")
     return f'{{"first":{low},"last":{high},"removed":[{gone}],"sections":[{",".join(texts)}]}}'
 
 
@@ -197,6 +206,63 @@ def _span(ids: Any, low: int, high: int) -> tuple[int, int]:
     from bisect import bisect_left, bisect_right
 
     return bisect_left(ids, low), bisect_right(ids, high)
+
+
+def id_runs(ids: Sequence[int], limit: int | None = None) -> list[list[int]] | Any:
+    """Ascending distinct `ids` as their maximal runs `[first, last]` of consecutive ids: one run
+    for a table of consecutive ids however long, found in O(runs x log(ids)) (a slice whose ends
+    are as far apart as it is long is one run; a short one is scanned); None once there are more
+    than `limit`."""
+    runs: list[list[int]] = []
+    pending = [(0, len(ids))] if len(ids) else []
+    while pending:  # depth first, lowest slice first: the runs come out in id order
+        start, stop = pending.pop()
+        first, last = int(ids[start]), int(ids[stop - 1])
+        if last - first == stop - 1 - start:
+            found = [(first, last)]
+        elif stop - start <= _SCANNED:
+            found = []
+            for entity_id in as_list(ids[start:stop]):
+                if found and found[-1][1] == entity_id - 1:
+                    found[-1] = (found[-1][0], entity_id)
+                else:
+                    found.append((entity_id, entity_id))
+        else:
+            middle = (start + stop) // 2
+            pending += [(middle, stop), (start, middle)]
+            continue
+        for low, high in found:
+            if runs and runs[-1][1] == low - 1:
+                runs[-1][1] = high
+            elif limit is not None and len(runs) == limit:
+                return None
+            else:
+                runs.append([low, high])
+    return runs
+
+
+_SCANNED = 32  # a slice this short with a gap is scanned id by id, not halved again
+
+
+def run_ids(runs: Sequence[Sequence[int]]) -> list[int]:
+    """The ids of `id_runs` runs, ascending."""
+    return [entity_id for first, last in runs for entity_id in range(first, last + 1)]
+
+
+def valid_runs(runs: Any) -> bool:
+    """Whether `runs` is what `id_runs` writes: ascending, maximal (neither overlapping nor
+    adjacent) `[first, last]` runs of entity ids within 1..2**53-1."""
+    if not isinstance(runs, list | tuple):
+        return False
+    previous = -1
+    for run in runs:
+        if not isinstance(run, list | tuple) or len(run) != 2 or not all(type(e) is int for e in run):
+            return False
+        first, last = run
+        if not previous + 1 < first <= last <= MAX_SAFE_INTEGER:
+            return False
+        previous = last
+    return True
 
 
 def as_list(values: Any) -> list[Any]:
@@ -247,15 +313,16 @@ def _data_text(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=True)
 
 
-def decode(body: str) -> list[tuple[int, str | None]]:
+def decode(body: str) -> list[tuple[int, str | Partial | None]]:
     """Every entity of a chunk (either layout: columnar, or the per-entity `[[id,components],...]`)
-    by id: its components text, or None when the chunk removes it."""
+    by id: its components text, a Partial (the components a partial section replaces), or None
+    when the chunk removes it."""
     if not body.startswith(CHUNK_HEAD):
         return [(e, None if c is None else _data_text(c)) for e, c in json.loads(body)]
     chunk = json.loads(body)
-    found: list[tuple[int, str | None]] = [(entity_id, None) for entity_id in chunk["removed"]]
+    found: list[tuple[int, Any]] = [(entity_id, None) for entity_id in chunk["removed"]]
     for section in chunk["sections"]:
-        ids = _unpack(section["ids"], "i8")
+        ids = _unpack(section["ids"], "i8") if "ids" in section else run_ids(section["id_runs"])
         columns: list[list[str]] = []
         for component in section["components"]:
             suffix = f',"fingerprint":"{component["fingerprint"]}","name":"{component["name"]}"}}'
@@ -269,9 +336,32 @@ def decode(body: str) -> list[tuple[int, str | None]]:
                 values.append(_unpack(text, kind))
             template = '{"data":{' + ",".join(f'"{name}":%r' for name in names) + "}" + suffix.replace("%", "%%")
             columns.append([template % row for row in zip(*values, strict=True)])
-        found += zip(ids, ["[" + ",".join(row) + "]" for row in zip(*columns, strict=True)], strict=True)
+        if section.get("partial"):
+            keys = [f'{c["name"]}:{c["fingerprint"]}' for c in section["components"]]
+            found += zip(ids, [Partial(zip(keys, row, strict=True)) for row in zip(*columns, strict=True)], strict=True)
+        else:
+            found += zip(ids, ["[" + ",".join(row) + "]" for row in zip(*columns, strict=True)], strict=True)
     found.sort(key=_first)
     return found
+
+
+class Partial(dict[str, str]):
+    """What a partial section holds of an entity: component key (`<name>:<fingerprint>`) -> that
+    component's text, to replace in the entity's components text (`overlay`)."""
+
+
+def overlay(below: str | Partial | None, above: str | Partial | None) -> str | Partial | None:
+    """An entity's state once `above` (a later delta's entry: a components text, a Partial, or
+    None when despawned) is laid over `below` (what earlier chunks made of it; None: absent)."""
+    if not isinstance(above, Partial):
+        return above
+    if isinstance(below, Partial):
+        return Partial({**below, **above})
+    if below is None:
+        return above  # kept partial: the snapshot under the deltas holds the rest of the entity
+    components = {f'{c["name"]}:{c["fingerprint"]}': _data_text(c) for c in json.loads(below)}
+    components.update(above)
+    return "[" + ",".join(components[key] for key in sorted(components)) + "]"
 
 
 def _first(entry: tuple[int, str | None]) -> int:

@@ -13,6 +13,7 @@ that committed but whose answer was lost.
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Iterable, Sequence
 from typing import Any, Literal, Protocol, get_args
 
@@ -47,12 +48,22 @@ class TickManifest(BaseModel):
     tick: int
     writer_epoch: int
     settlements: tuple[Settlement, ...]
-    written_entity_ids: tuple[int, ...]
+    # the ids the tick changed, as ascending maximal runs [first, last] (docs/storage.md): a moving
+    # world's manifest is one run, not every id
+    written_runs: tuple[tuple[int, int], ...]
     commit_token: str
 
     @property
     def applied_command_ids(self) -> tuple[str, ...]:
         return tuple(s.command_id for s in self.settlements if s.outcome == "applied")
+
+    @property
+    def written_entity_ids(self) -> list[int]:
+        return columnar.run_ids(self.written_runs)
+
+    @property
+    def written_count(self) -> int:
+        return sum(last - first + 1 for first, last in self.written_runs)
 
 
 class PreparedTick(BaseModel):
@@ -63,6 +74,9 @@ class PreparedTick(BaseModel):
     # the world's whole published state, a delta (snapshot False) overlays it
     snapshot: bool
     chunks: tuple[str, ...]
+    # a delta that holds everything the deltas since the last snapshot held (the same columns of
+    # the same whole tables, or more): the authority keeps it in their place (docs/storage.md)
+    replaces_deltas: bool = False
 
 
 class CommittedTickReceipt(BaseModel):
@@ -161,28 +175,22 @@ def chunk_entries(entries: Iterable[tuple[int, str | None]], limit: int | None =
 def commit_token(head: dict[str, Any], chunks: Sequence[str]) -> str:
     """SHA-256 (hex) of the bytes a publication sends: the canonical JSON of the manifest's head,
     then each chunk after a newline (all of it ASCII)."""
-    hasher = hashlib.sha256(listing_text(head).encode("ascii"))
+    hasher = hashlib.sha256(_head_text(head).encode("ascii"))
     for chunk in chunks:
         hasher.update(b"\n")
         hasher.update(chunk.encode("ascii"))
     return hasher.hexdigest()
 
 
-def listing_text(document: dict[str, Any]) -> str:
-    """`canonical_json(document)` of a commit token's head or a manifest, its `written_entity_ids`
-    (the last key; ids checked at spawn to be integers within 1..2**53-1) written without checking
-    every id again: a moving world's tick lists every entity."""
-    written = document.get("written_entity_ids")
-    if not isinstance(written, list) or not written or type(written[0]) is not int or len(document) < 2 \
-            or max(document) != "written_entity_ids":  # fmt: skip
-        return canonical_json(document)
-    rest = canonical_json({k: v for k, v in document.items() if k != "written_entity_ids"})
-    if _LAST_LISTING[0] != written:  # a moving world lists the same ids tick after tick
-        _LAST_LISTING[:] = [list(written), ",".join(map(str, written))]
-    return rest[:-1] + ',"written_entity_ids":[' + _LAST_LISTING[1] + "]}"
-
-
-_LAST_LISTING: list[Any] = [None, ""]  # the last ids listed, and their text
+def _head_text(head: dict[str, Any]) -> str:
+    """`canonical_json(head)`; a tick's `written_runs` (its last key, made by `columnar.id_runs`
+    of ids checked at spawn to be integers within 1..2**53-1) written without checking every id
+    again: a tick changing 1,000 scattered entities has 1,000 runs."""
+    runs = head.get("written_runs")
+    if not isinstance(runs, list) or max(head) != "written_runs":
+        return canonical_json(head)
+    rest = canonical_json({key: value for key, value in head.items() if key != "written_runs"})
+    return rest[:-1] + ("," if len(head) > 1 else "") + '"written_runs":' + json.dumps(runs, separators=(",", ":")) + "}"
 
 
 class CommitCoordinator:
@@ -210,17 +218,19 @@ class CommitCoordinator:
         return tuple(self._settlements)
 
     def prepare(self, tick: int, writer_epoch: int, written: Sequence[int], chunks: Sequence[str], *,
-                snapshot: bool) -> PreparedTick:  # fmt: skip
+                snapshot: bool, replaces_deltas: bool = False) -> PreparedTick:  # fmt: skip
         """Seal the tick: `written` are the entities it changed, `chunks` the state it sends (the
         changed entities for a delta, every live entity for a snapshot: docs/storage.md)."""
         chunks = tuple(chunks)
+        runs = columnar.id_runs(written)
         head = {
             "world_id": self.world_id,
             "tick": tick,
             "writer_epoch": writer_epoch,
             "settlements": [s.model_dump(mode="json") for s in self._settlements],
-            "written_entity_ids": list(written),
+            "written_runs": runs,
             "snapshot": snapshot,
+            "replaces_deltas": replaces_deltas,
             "chunks": len(chunks),
         }
         manifest = TickManifest(
@@ -228,10 +238,10 @@ class CommitCoordinator:
             tick=tick,
             writer_epoch=writer_epoch,
             settlements=tuple(self._settlements),
-            written_entity_ids=tuple(written),
+            written_runs=tuple(map(tuple, runs)),
             commit_token=commit_token(head, chunks),
         )
-        self.prepared = PreparedTick(manifest=manifest, snapshot=snapshot, chunks=chunks)
+        self.prepared = PreparedTick(manifest=manifest, snapshot=snapshot, chunks=chunks, replaces_deltas=replaces_deltas)
         return self.prepared
 
     def clear(self) -> None:
@@ -247,5 +257,5 @@ class InMemoryPublisher:
         self.manifests: list[TickManifest] = []
 
     async def publish(self, prepared: PreparedTick) -> None:
-        listing_text(prepared.manifest.model_dump(mode="json"))
+        canonical_json(prepared.manifest.model_dump(mode="json"))  # what an authority would be sent: checked canonical
         self.manifests.append(prepared.manifest)

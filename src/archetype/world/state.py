@@ -27,7 +27,7 @@ component key (`use_columns`: archetype.vector's numpy columns, on CPython runne
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence, Set
 from typing import Any, Protocol
 
 from archetype.world.columnar import Part, Section, as_list, numeric_fields
@@ -143,6 +143,8 @@ class Table:
 View = list[tuple[str, Callable[[int], Component]]]
 # A layer's column overrides: table signature -> component key -> the table's new column.
 Overrides = dict[Signature, dict[str, Column]]
+# Whole columns a delta sends: table signature -> the keys of the columns it sends of every row.
+Cover = dict[Signature, frozenset[str]]
 
 
 class WriteSet:
@@ -151,6 +153,10 @@ class WriteSet:
     def __init__(self, entries: Layer, overrides: Overrides) -> None:
         self.entries = entries
         self.overrides = overrides
+        # per table, the rows whose overridden columns hold another value than the committed, and
+        # the keys of those columns (`WorldState.changed` finds them): what a delta sends of them
+        self.changed_rows: dict[Signature, Sequence[int]] = {}
+        self.changed_keys: dict[Signature, set[str]] = {}
 
     def __bool__(self) -> bool:
         return bool(self.entries or self.overrides)
@@ -355,38 +361,53 @@ class WorldState:
         runs: list[list[int]] = [sorted(write_set.entries)] if write_set.entries else []
         for signature, by_key in write_set.overrides.items():
             table = self._tables[signature]
-            found = [column.changed_rows(table.columns[key]) for key, column in by_key.items()]
+            # a column written back unchanged (a vectorised processor's every declared write) adds no rows
+            changed = {key: rows for key, column in by_key.items() if (rows := column.changed_rows(table.columns[key]))}
+            if not changed:
+                continue
+            found = list(changed.values())
             rows = found[0] if len(found) == 1 else sorted(set().union(*found))
             ids = table.ids
-            runs.append(list(ids) if len(rows) == len(ids) else [ids[row] for row in rows])
+            every = len(rows) == len(ids)
+            write_set.changed_rows[signature] = range(len(ids)) if every else rows
+            write_set.changed_keys[signature] = set(changed)
+            runs.append(list(ids) if every else [ids[row] for row in rows])
         if len(runs) == 1:
             return runs[0]
         return sorted({entity_id for run in runs for entity_id in run})
 
-    def count_after(self, write_set: WriteSet) -> int:
-        """How many entities live once `write_set` (this state's `write_set()`, nothing sealed) commits."""
+    def entered_all(self, write_set: WriteSet) -> bool:
+        """Whether every committed entity has an entry in `write_set` (its delta would carry every
+        live entity whole: the snapshot, and more)."""
         entries, table_of = write_set.entries, self._table_of
-        # (set operations, not a loop: a moving world's tick has an entry for every entity)
-        return len(table_of) - sum(map(table_of.__contains__, entries)) + len(entries) - list(entries.values()).count(None)
+        return bool(entries) and len(entries) >= len(table_of) and sum(map(table_of.__contains__, entries)) == len(table_of)
 
-    def sections(self, write_set: WriteSet, changed: Sequence[int] | None, text: PartText) -> tuple[list[Section], list[int]]:
+    def whole_columns(self, write_set: WriteSet) -> Cover | None:
+        """The columns (per table) a delta of `write_set` sends when it changes nothing but whole
+        columns: no entry, and every row of each table it changes (after `changed`); else None."""
+        if write_set.entries or not all(isinstance(rows, range) for rows in write_set.changed_rows.values()):
+            return None
+        return {signature: frozenset(keys) for signature, keys in write_set.changed_keys.items()}
+
+    def sections(self, write_set: WriteSet, snapshot: bool, text: PartText) -> tuple[list[Section], list[int]]:
         """What a tick sends, as columnar sections (archetype.world.columnar): every live entity
-        once `write_set` commits (`changed` None: a snapshot), or the entities of `changed` (a
-        delta, with the despawned ones as removed ids). `text(entity_id, key, component)` is an
-        entry's component text (the encoder's)."""
+        once `write_set` commits (a snapshot), or the entities it changes (a delta, with the
+        despawned ones as removed ids; `changed` has found them). `text(entity_id, key, component)`
+        is an entry's component text (the encoder's)."""
         entries = write_set.entries
-        removed = [] if changed is None else sorted(e for e, c in entries.items() if c is None)
+        removed = [] if snapshot else sorted(e for e, c in entries.items() if c is None)
+        # the committed rows of entities with an entry: sent from the entry (a pass over the
+        # entries, not over the tables)
+        entered_rows: dict[Signature, set[int]] = {}
+        for entity_id in entries:
+            table = self._table_of.get(entity_id)
+            if table is not None:
+                entered_rows.setdefault(table.signature, set()).add(table.index[entity_id])
+        found = {signature: range(len(table)) for signature, table in self._tables.items()} if snapshot else write_set.changed_rows
         rows: dict[Signature, Sequence[int]] = {}
-        if changed is None:
-            for signature, table in self._tables.items():
-                kept = [r for r, e in enumerate(table.ids) if e not in entries]
-                rows[signature] = range(len(table)) if len(kept) == len(table) else kept
-        else:
-            table_of = self._table_of
-            for entity_id in changed:
-                if entity_id not in entries:
-                    table = table_of[entity_id]
-                    rows.setdefault(table.signature, []).append(table.index[entity_id])  # type: ignore[attr-defined]
+        for signature, taken in found.items():
+            gone = entered_rows.get(signature)
+            rows[signature] = taken if not gone else [r for r in taken if r not in gone]
         entered: dict[Signature, list[tuple[int, Components]]] = {}
         for entity_id in sorted(entries):
             components = entries[entity_id]
@@ -394,12 +415,15 @@ class WorldState:
                 entered.setdefault(frozenset(components), []).append((entity_id, components))
         sections = []
         for signature in sorted({*rows, *entered}, key=sorted):
-            section = self._section(write_set, signature, rows.get(signature, ()), entered.get(signature, []), text)
+            # a delta's rows that only overridden columns changed carry just the columns that
+            # changed (a partial section), unless entities entered the same signature this tick
+            keys = signature if snapshot or signature in entered else write_set.changed_keys.get(signature, signature)
+            section = self._section(write_set, signature, keys, rows.get(signature, ()), entered.get(signature, []), text)
             if section is not None:
                 sections.append(section)
         return sections, removed
 
-    def _section(self, write_set: WriteSet, signature: Signature, rows: Sequence[int],
+    def _section(self, write_set: WriteSet, signature: Signature, keys: Set[str], rows: Sequence[int],
                  entered: list[tuple[int, Components]], text: PartText) -> Section | None:  # fmt: skip
         table = self._tables.get(signature)
         if table is None or not rows:
@@ -411,7 +435,7 @@ class WorldState:
         ids += [entity_id for entity_id, _ in entered]
         order = None if not rows or not entered else sorted(range(len(ids)), key=ids.__getitem__)
         parts = []
-        for key in sorted(signature):
+        for key in sorted(keys):
             column = None if not rows else (overridden.get(key) or table.columns[key])  # type: ignore[union-attr]
             cls = type(entered[0][1][key] if entered else column.value(rows[0]))  # type: ignore[union-attr]
             fields = numeric_fields(cls)
@@ -430,7 +454,7 @@ class WorldState:
                     found = [*as_list(found), *[data[field] for data in held]]
                 values[field] = _ordered(found, order)
             parts.append(Part(cls, fields=values))
-        return Section(sorted(ids) if order is not None else ids, parts)
+        return Section(sorted(ids) if order is not None else ids, parts, partial=len(keys) < len(signature))
 
     def seal(self, write_set: WriteSet) -> None:
         """Freeze the prepared tick's write-set; later mutations go to a fresh layer above it."""

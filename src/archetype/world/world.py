@@ -25,7 +25,7 @@ from archetype.world.commit import (
     TickPublisher,
 )
 from archetype.world.components import Component, ComponentTypeRef, type_key
-from archetype.world.state import Components, WorldState, WriteSet
+from archetype.world.state import Components, Cover, WorldState, WriteSet
 
 
 # -- hooks: each class is both the hook kind and the event it receives --
@@ -117,8 +117,14 @@ class AsyncWorld:
         self._ids = range(0)
         self._processors: list[_ProcessorEntry] = []
         self.encoder = EntityEncoder(self.state)
-        # entries published as deltas since the last snapshot; None until this world publishes one
-        self._delta_entries: int | None = None
+        # characters of the last snapshot this world published (None until it publishes one), and
+        # of the deltas it published since
+        self._snapshot_size: int | None = None
+        self._delta_size = 0
+        # the whole columns the deltas since the last snapshot sent (None once one sent anything
+        # else), and those of the prepared tick: a delta covering them replaces them
+        self._cover: Cover | None = {}
+        self._prepared_cover: Cover | None = None
         self._hooks: dict[type, list[Hook]] = {kind: [] for kind in HOOK_KINDS}
 
     # -- configuration --
@@ -270,9 +276,14 @@ class AsyncWorld:
             with _collection_paused():
                 self.state.commit_sealed(self.encoder.known_texts())
                 self.encoder.committed()
-            self._delta_entries = (
-                0 if prepared.snapshot else (self._delta_entries or 0) + len(prepared.manifest.written_entity_ids)
-            )
+            size = sum(map(len, prepared.chunks))
+            if prepared.snapshot:
+                self._snapshot_size, self._delta_size, self._cover = size, 0, {}
+            elif prepared.replaces_deltas:
+                self._delta_size, self._cover = size, self._prepared_cover
+            elif prepared.chunks:
+                self._delta_size += size
+                self._cover = _joined(self._cover, self._prepared_cover)
             self.tick = tick
             manifest = prepared.manifest
             self.coordinator.clear()
@@ -299,9 +310,23 @@ class AsyncWorld:
                 self.atomically(lambda: self._run_systems(tick), validate=False)
                 write_set = self.state.write_set()
                 written = self.state.changed(write_set)
-                snapshot = self._snapshot_due(write_set, written)
-                sections, removed = self.state.sections(write_set, None if snapshot else written, self.encoder.component)
-                self.coordinator.prepare(tick, self.writer_epoch, written, columnar.encode(sections, removed), snapshot=snapshot)
+                # A delta that sends whole columns covering all the deltas since the snapshot sent
+                # replaces them (a moving world's Position column, tick after tick). A snapshot
+                # instead of the delta once the deltas kept since the last snapshot would outgrow
+                # it, in characters (what the authority keeps and reads of a world's state stays
+                # within twice its size), and on this world's first publication with a change (it
+                # does not know what the overlay holds), or when every entity changed whole (the
+                # delta would be larger than the snapshot: it is not encoded).
+                delta = bool(written) and self._snapshot_size is not None and not self.state.entered_all(write_set)
+                chunks = self._encode(write_set, False) if delta else []
+                cover = self._prepared_cover = self.state.whole_columns(write_set) if chunks else None
+                replaces = bool(self._cover) and _covers(cover, self._cover)
+                kept = (0 if replaces else self._delta_size) + sum(map(len, chunks))
+                snapshot = bool(written) and (not delta or kept > (self._snapshot_size or 0))
+                if snapshot:
+                    chunks = self._encode(write_set, True)
+                self.coordinator.prepare(tick, self.writer_epoch, written, chunks, snapshot=snapshot,
+                                         replaces_deltas=replaces and not snapshot)  # fmt: skip
         except BaseException:
             self.state.unwind(base)
             self.coordinator.clear()
@@ -309,15 +334,10 @@ class AsyncWorld:
             raise
         self.state.seal(write_set)
 
-    def _snapshot_due(self, write_set: WriteSet, written: list[int]) -> bool:
-        """Publish the whole state instead of a delta once the deltas since the last snapshot would
-        outgrow it (so the authority's overlay stays smaller than the state it overlays), and on
-        this world's first publication with a change (it does not know what the overlay holds)."""
-        if not written:
-            return False
-        if self._delta_entries is None:
-            return True
-        return self._delta_entries + len(written) >= self.state.count_after(write_set)
+    def _encode(self, write_set: WriteSet, snapshot: bool) -> list[str]:
+        """The chunks of the tick's delta (what `state.changed` found), or of a snapshot."""
+        sections, removed = self.state.sections(write_set, snapshot, self.encoder.component)
+        return columnar.encode(sections, removed)
 
     def _run_systems(self, tick: int) -> None:
         self._fire(PreTick(tick))
@@ -330,6 +350,23 @@ class AsyncWorld:
             # the scan skips an entity an earlier call despawned or took a component of
             for entity_id, components in self.state.scan(processor.keys, processor.order):
                 fn(self, tick, entity_id, components)
+
+
+def _covers(above: Cover | None, below: Cover | None) -> bool:
+    """Whether whole columns `above` hold every column of `below` (None: not only whole columns)."""
+    if above is None or below is None:
+        return False
+    return all(signature in above and keys <= above[signature] for signature, keys in below.items())
+
+
+def _joined(below: Cover | None, above: Cover | None) -> Cover | None:
+    """The whole columns two deltas sent between them (None when either sent something else)."""
+    if below is None or above is None:
+        return None
+    joined = dict(below)
+    for signature, keys in above.items():
+        joined[signature] = joined.get(signature, frozenset()) | keys
+    return joined
 
 
 @contextmanager

@@ -1,0 +1,35 @@
+"""What an admission commit writes (docs/performance.md, "Admission against raw sqlite3 and the SQLite
+queues"): the b-trees of its pages, read from the WAL frames it appends. A b-tree that admission
+starts touching again (the world row, say) fails here, not only as a slower benchmark."""
+
+from archetype.bench import wal_pages_by_btree
+from archetype.commands.ledger import Ledger
+from archetype.commands.port import ManualClock
+from local_catalog import SqliteSqlPort
+
+# the command row, its two keys (sequence, scoped command id), the due index, the outbox event;
+# sqlite_schema is page 1, written when the file grows
+ADMISSION_BTREES = {"commands", "sqlite_autoindex_commands_1", "commands_by_id", "commands_due", "outbox", "sqlite_schema"}
+
+
+def _row(i: int) -> dict[str, object]:
+    return {"command_id": f"c-{i}", "schema_version": 1, "scheduled_tick": 2**40, "priority": 0, "operation": "despawn",
+            "payload": f'{{"entity_id":{i},"world_id":"w"}}', "principal": None, "origin": "local", "max_attempts": 3,
+            "reserved_entity_id": None, "request_digest": None}  # fmt: skip
+
+
+def test_an_admission_commit_writes_the_command_its_keys_and_its_event_and_no_world_row(tmp_path):
+    db = tmp_path / "catalog.db"
+    port = SqliteSqlPort(db)
+    ledger = Ledger(port, ManualClock())
+    ledger.create_world("w", "w")
+    ledger.admit("w", [_row(i) for i in range(500)])
+    port.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    commits = 20
+    for i in range(commits):
+        ledger.admit("w", [_row(500 + i)])
+    pages = wal_pages_by_btree(db)
+    assert set(pages) <= ADMISSION_BTREES, pages
+    assert "worlds" not in pages
+    assert sum(pages.values()) / commits < 6, pages
+    port.close()

@@ -1,0 +1,136 @@
+"""`archetype serve`'s two processes (archetype.stepper), as real processes: the stepping process
+SIGKILLed (restarted, every command applied exactly once), the serve process SIGKILLed (the
+stepping process stops by itself), a stepping process that cannot start (serve exits 3, one line)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from contextlib import closing
+from pathlib import Path
+
+import httpx
+import pytest
+
+from archetype.world import ComponentValue
+from tests.api.conftest import TOKENS
+from tests.component_modules.alpha import Position, Velocity
+from tests.server.test_serve import ROOT, WAIT_S, start_server, wait_for
+
+pytestmark = pytest.mark.timeout(120)
+ADMIN, PLAYER = {"Authorization": "Bearer t-admin"}, {"Authorization": "Bearer t-player"}
+SHIP = [ComponentValue.from_component(c).model_dump() for c in (Position(x=0, y=0), Velocity(dx=1, dy=0))]
+
+
+def children(pid: int) -> list[int]:
+    """The live processes whose parent is `pid` (from /proc: no dependency for one look-up)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            fields = stat[stat.rindex(")") + 2 :].split()  # after the command name, which may hold spaces
+            if int(fields[1]) == pid and fields[0] != "Z":
+                found.append(int(entry.name))
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[-1][0] != "Z"
+    except OSError:
+        return False
+
+
+def statuses(data: Path) -> dict[str, str]:
+    with closing(sqlite3.connect(f"file:{data}/catalog.sqlite3?mode=ro", uri=True, timeout=30)) as conn:
+        return dict(conn.execute("SELECT command_id, status FROM commands WHERE world_id = 'w'"))
+
+
+def submit(http: httpx.Client, key: str) -> None:
+    answer = http.post("/worlds/w/commands", json={"type": "spawn", "tick": 0, "components": SHIP},
+                       headers={**PLAYER, "Idempotency-Key": key})  # fmt: skip
+    assert answer.status_code == 202, answer.text
+
+
+def test_a_killed_stepping_process_is_restarted_and_every_command_applies_once(tmp_path):
+    process, url = start_server(tmp_path)
+    try:
+        (stepper,) = children(process.pid)
+        with httpx.Client(base_url=url, timeout=10) as http:
+            assert http.post("/worlds", json={"name": "w", "world_id": "w"}, headers=ADMIN).status_code == 201
+            for n in range(20):
+                submit(http, f"before-{n}")
+            os.kill(stepper, signal.SIGKILL)
+            for n in range(20):  # while it is dead or restarting: HTTP admits all the same
+                submit(http, f"after-{n}")
+                assert http.get("/health").status_code == 200
+
+            def settled():
+                found = statuses(tmp_path / "data")
+                return found if len(found) == 40 and set(found.values()) == {"APPLIED"} else None
+
+            wait_for(settled, "every command to be applied by the restarted stepping process")
+            (restarted,) = children(process.pid)
+            assert restarted != stepper
+            state = http.get("/worlds/w/state", params={"limit": 100}, headers=ADMIN).json()
+            assert len(state["entities"]) == 40  # one ship per command: none applied twice
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(WAIT_S) == 0
+        _, logs = process.communicate()
+        assert f"the stepping process (pid {stepper}) exited (killed by SIGKILL); starting another" in logs
+        assert not alive(restarted)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(WAIT_S)
+
+
+def test_the_stepping_process_stops_by_itself_when_serve_is_killed(tmp_path):
+    process, url = start_server(tmp_path)
+    try:
+        (stepper,) = children(process.pid)
+        with httpx.Client(base_url=url, timeout=10) as http:
+            assert http.post("/worlds", json={"name": "w", "world_id": "w"}, headers=ADMIN).status_code == 201
+            submit(http, "ship")
+            later = {"type": "despawn", "tick": 10**9, "entity_id": 1}
+            assert http.post("/worlds/w/commands", json=later, headers={**PLAYER, "Idempotency-Key": "later"}).status_code == 202
+            wait_for(lambda: statuses(tmp_path / "data").get("ship") == "APPLIED", "the spawn to be applied")
+        process.kill()
+        process.wait(WAIT_S)
+        wait_for(lambda: not alive(stepper), "the orphaned stepping process to exit")
+        # it stopped as on SIGTERM: nothing left leased, its world lease given back
+        assert statuses(tmp_path / "data") == {"ship": "APPLIED", "later": "PENDING"}
+        with closing(sqlite3.connect(f"file:{tmp_path}/data/catalog.sqlite3?mode=ro", uri=True, timeout=30)) as conn:
+            (expires,) = conn.execute("SELECT host_expires_at FROM worlds WHERE world_id = 'w'").fetchone()
+        assert expires is None or expires <= time.time() * 1000  # released, not left to expire
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(WAIT_S)
+
+
+def test_a_stepping_process_that_cannot_start_stops_serve_with_one_line(tmp_path):
+    # setup(runtime) runs in the stepping process only: serve's own checks pass, every start fails
+    (tmp_path / "unsteppable.py").write_text("def setup(runtime):\n    raise RuntimeError('no reactor')\n")
+    tokens = tmp_path / "tokens.json"
+    tokens.write_text(json.dumps(TOKENS))
+    command = [sys.executable, "-m", "archetype.cli", "serve", "--data", str(tmp_path / "data"), "--port", "0",
+               "--tokens", str(tokens), "--module", "unsteppable"]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"}
+    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, logs = process.communicate(timeout=90)  # three starts of a process importing the whole API
+    assert process.returncode == 3, logs
+    assert out == ""  # never "serving"
+    assert logs.strip().splitlines()[-1] == (
+        "error: the stepping process exited (exit code 1) before it was ready, 3 times in a row; serve stopped (the lines "
+        "above say why)"
+    ), logs
+    assert logs.count("RuntimeError: no reactor") == 3  # each start's own reason, above the line
