@@ -1,11 +1,16 @@
-"""Cooperating runners: 1, 2 and 4 `archetype serve` processes sharing one data directory of busy worlds.
+"""Cooperating runners: 1, 2 and 4 `archetype serve` processes sharing one data directory of busy
+worlds, and one `serve` with one remote `archetype runner` beside it (over loopback HTTP).
 
     .venv/bin/python bench/many_runners.py [--worlds 1000] [--ticks 120] [--tick-rate 20] [--seconds 20]
-                                           [--runners 1,2,4] [--no-record]
+                                           [--runners 1,2,4,1+1r] [--no-record]
 
-One seeded catalog (`synchronous=FULL`): `worlds` worlds, each with one command due at every tick
+A `--runners` entry is a number of `serve` processes, `S+Rr` is S of them and R remote runners
+(`archetype runner --url <the first serve>`, an operator token), all splitting the same worlds
+through the ledger's runner registry.
+
+A seeded catalog (`synchronous=FULL`): `worlds` worlds, each with one command due at every tick
 0 .. `ticks`-1 (a `despawn` of no entity: it settles `rejected`, so every tick of every world has
-work), admitted in-process before any runner starts. For each runner count, a fresh copy of that
+work), admitted in-process before any runner starts. For each runner count, a freshly seeded
 catalog and that many `serve` processes on it (distinct `--runner-id`s, started one after the
 other, so the first claims everything and hands worlds over as the others join), run for
 `seconds`:
@@ -33,7 +38,6 @@ import json
 import os
 import platform
 import re
-import shutil
 import signal
 import sqlite3
 import subprocess
@@ -42,6 +46,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -56,7 +61,7 @@ from archetype.server import host_of  # noqa: E402
 from archetype.world import CreateWorld, Despawn  # noqa: E402
 
 HEADING = "## Cooperating runners (bench/many_runners.py)"
-TOKENS = {"admin": {"principal": "root", "roles": ["admin"]}}
+TOKENS = {"admin": {"principal": "root", "roles": ["admin"]}, "operator": {"principal": "runner", "roles": ["operator"]}}
 ADMIN = {"Authorization": "Bearer admin"}
 OPEN = "('PENDING', 'LEASED', 'RETRYABLE')"
 POLL_S = 0.25
@@ -77,19 +82,29 @@ async def seed(data: Path, worlds: int, ticks: int) -> None:
 
 
 class Runner:
-    def __init__(self, directory: Path, data: Path, runner_id: str, tick_rate: float) -> None:
+    """A `serve` on `data`, or (with `server`) a remote runner of that serve's URL."""
+
+    def __init__(self, directory: Path, data: Path, runner_id: str, tick_rate: float, server: str | None = None) -> None:
         tokens = directory / "tokens.json"
         tokens.write_text(json.dumps(TOKENS))
-        command = [sys.executable, "-m", "archetype.cli", "serve", "--data", str(data), "--port", "0",
-                   "--tokens", str(tokens), "--tick-rate", str(tick_rate), "--runner-id", runner_id,
-                   "--log-level", "warning"]  # fmt: skip
-        self.runner_id = runner_id
+        if server is None:
+            command = [sys.executable, "-m", "archetype.cli", "serve", "--data", str(data), "--port", "0",
+                       "--tokens", str(tokens), "--tick-rate", str(tick_rate), "--runner-id", runner_id,
+                       "--log-level", "warning"]  # fmt: skip
+        else:
+            token = directory / "operator.token"
+            token.write_text("operator")
+            command = [sys.executable, "-m", "archetype.cli", "runner", "--url", server, "--token-file", str(token),
+                       "--tick-rate", str(tick_rate), "--runner-id", runner_id, "--log-level", "warning"]  # fmt: skip
+        self.runner_id, self.remote = runner_id, server is not None
+        self.stopped: dict[str, float] = {}
         self.log = directory / f"{runner_id}.log"
         with self.log.open("w") as log:
             self.process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=log, text=True,
                                             env={**os.environ, "PYTHONPATH": str(ROOT / "src")})  # fmt: skip
         assert self.process.stdout is not None
-        self.url = json.loads(self.process.stdout.readline())["serving"]
+        first = json.loads(self.process.stdout.readline())
+        self.url = first.get("serving", server)
 
     def warnings(self) -> list[str]:
         """What the runner logged about its worlds: leases taken over, worlds not stepped or not released."""
@@ -97,16 +112,22 @@ class Runner:
             "taken over" in line or "not stepped" in line or "not released" in line)]  # fmt: skip
 
     def takeovers(self) -> float:
+        """Of a serve: from its /metrics now; of a remote runner: from the line it printed on stopping."""
+        if self.remote:
+            return self.stopped.get("takeovers", float("nan"))
         text = httpx.get(f"{self.url}/metrics", headers=ADMIN, timeout=30).text
         return sum(float(v) for v in re.findall(r"^archetype_lease_takeovers_total (\S+)$", text, re.M))
 
     def stop(self) -> None:
         """After SIGTERM (sent to every runner first, so none takes over the others' duties on the way out)."""
         try:
-            self.process.wait(60)
+            out, _ = self.process.communicate(timeout=60)
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
+            return
+        if self.remote and out.strip():
+            self.stopped = json.loads(out.strip().splitlines()[-1])
 
 
 @contextlib.contextmanager
@@ -128,14 +149,22 @@ def settled(data: Path) -> int:
         return int(db.execute(f"SELECT count(*) FROM commands WHERE status NOT IN {OPEN}").fetchone()[0])
 
 
-def run(directory: Path, seeded: Path, count: int, args: argparse.Namespace) -> dict[str, float]:
+def run(directory: Path, spec: str, args: argparse.Namespace) -> dict[str, Any]:
     data = directory / "data"
-    shutil.copytree(seeded, data)
-    ids = [f"r{i}" for i in range(count)]
+    # Seeded afresh for each run, not copied from one seeding: the worlds' tick clocks start at their
+    # creation, so in a copy made minutes earlier every command is overdue and a world's first step
+    # settles all of them, leaving the runners that join after it nothing to split.
+    t0 = time.perf_counter()
+    asyncio.run(seed(data, args.worlds, args.ticks))
+    print(f"seeded {args.worlds} worlds x {args.ticks} commands in {time.perf_counter() - t0:.1f} s", flush=True)
+    serves, _, remotes = spec.partition("+")
+    count, remote = int(serves), int(remotes.removesuffix("r") or 0)
+    ids = [f"r{i}" for i in range(count)] + [f"remote{i}" for i in range(remote)]
     runners: list[Runner] = []
     try:
         for runner_id in ids:
-            runners.append(Runner(directory, data, runner_id, args.tick_rate))
+            server = runners[0].url if runner_id.startswith("remote") else None
+            runners.append(Runner(directory, data, runner_id, args.tick_rate, server))
         serving, total = time.perf_counter(), args.worlds * args.ticks
         split_at, split = None, None
         while split is None and time.perf_counter() < serving + SPLIT_LIMIT_S:
@@ -149,7 +178,7 @@ def run(directory: Path, seeded: Path, count: int, args: argparse.Namespace) -> 
             time.sleep(POLL_S)
             done = settled(data)
         elapsed = time.perf_counter() - started
-        takeovers = sum(r.takeovers() for r in runners)
+        takeovers = sum(r.takeovers() for r in runners if not r.remote)
         end = hosts(data)
     finally:
         for runner in runners:
@@ -157,17 +186,23 @@ def run(directory: Path, seeded: Path, count: int, args: argparse.Namespace) -> 
         stopping = time.perf_counter()
         for runner in runners:
             runner.stop()
-        print(f"  {count} runners stopped {time.perf_counter() - stopping:.1f} s after SIGTERM", flush=True)
+        takeovers += sum(r.takeovers() for r in runners if r.remote)
+        print(f"  {spec} runners stopped {time.perf_counter() - stopping:.1f} s after SIGTERM", flush=True)
         for line in [line for runner in runners for line in runner.warnings()][:20]:
             print(f"  runner log: {line}", flush=True)
     bumps = sum(max(0, end[w][1] - split[w][1]) for w in end) if split else float("nan")
     shares = [sum(1 for owner, _ in end.values() if owner == r) for r in ids]
-    return {"runners": count, "settled": done - first, "per_s": (done - first) / elapsed, "split_s": split_at if split_at else float("nan"),
+    return {"runners": spec, "settled": done - first, "per_s": (done - first) / elapsed, "split_s": split_at if split_at else float("nan"),
             "bumps_after_split": bumps, "leased_twice": takeovers, "min_share": min(shares), "max_share": max(shares),
             "epoch_max": max(e for _, e in end.values())}  # fmt: skip
 
 
-def report(results: list[dict[str, float]], args: argparse.Namespace) -> list[str]:
+def label(spec: str) -> str:
+    serves, _, remotes = spec.partition("+")
+    return f"{serves} serve" + (f" + {remotes.removesuffix('r')} remote" if remotes else "")
+
+
+def report(results: list[dict[str, Any]], args: argparse.Namespace) -> list[str]:
     base = results[0]["per_s"]
     lines = [
         HEADING, "",
@@ -175,7 +210,7 @@ def report(results: list[dict[str, float]], args: argparse.Namespace) -> list[st
         f"{args.tick_rate:g} --seconds {args.seconds:g}`; Python {platform.python_version()}, "
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} cores shared with other work (load "
         f"average {os.getloadavg()[0]:.1f} at the end). {args.worlds:,} worlds with a command due at every tick, "
-        f"{', '.join(str(int(r['runners'])) for r in results)} `serve` runners on one catalog (`synchronous=FULL`), "
+        f"{', '.join(label(r['runners']) for r in results)} on one catalog (`synchronous=FULL`), "
         f"{args.seconds:g} s each after the split, against one runner in the same run.",
         "",
         "| runners | commands settled/s | vs one runner | split done after | epoch bumps after the split | "
@@ -184,7 +219,7 @@ def report(results: list[dict[str, float]], args: argparse.Namespace) -> list[st
     ]  # fmt: skip
     for r in results:
         lines.append(
-            f"| {int(r['runners'])} | {r['per_s']:,.0f} | {r['per_s'] / base:.2f}x | {r['split_s']:.1f} s | "
+            f"| {label(r['runners'])} | {r['per_s']:,.0f} | {r['per_s'] / base:.2f}x | {r['split_s']:.1f} s | "
             f"{r['bumps_after_split']:.0f} | {r['leased_twice']:.0f} | {int(r['min_share'])}-{int(r['max_share'])} |"
         )
     return lines
@@ -196,19 +231,15 @@ def main() -> None:
     parser.add_argument("--ticks", type=int, default=120, help="commands per world, one due at each tick")
     parser.add_argument("--tick-rate", type=float, default=20.0)
     parser.add_argument("--seconds", type=float, default=20.0)
-    parser.add_argument("--runners", default="1,2,4")
+    parser.add_argument("--runners", default="1,2,4,1+1r")
     parser.add_argument("--no-record", action="store_true", help="print only; leave docs/performance.md alone")
     args = parser.parse_args()
-    counts = [int(c) for c in args.runners.split(",")]
+    specs = args.runners.split(",")
     # a runner killed after its stop timed out may leave its audit writer finishing a round in there
     with tempfile.TemporaryDirectory(prefix="archetype-runners-", ignore_cleanup_errors=True) as tmp:
-        seeded = Path(tmp) / "seeded"
-        t0 = time.perf_counter()
-        asyncio.run(seed(seeded, args.worlds, args.ticks))
-        print(f"seeded {args.worlds} worlds x {args.ticks} commands in {time.perf_counter() - t0:.1f} s", flush=True)
         results = []
-        for count in counts:
-            results.append(run(Path(tmp) / f"runners-{count}", seeded, count, args))
+        for spec in specs:
+            results.append(run(Path(tmp) / f"runners-{spec}", spec, args))
             print(json.dumps(results[-1]), flush=True)
     lines = report(results, args)
     print("\n".join(lines))

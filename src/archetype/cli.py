@@ -17,7 +17,7 @@ import click
 
 from archetype.audit.cli import audit
 from archetype.catalog_cli import catalog
-from archetype.settings import CONFIG_ENV, ClientSettings, ConfigurationError, ServeSettings, use_config
+from archetype.settings import CONFIG_ENV, ClientSettings, ConfigurationError, RunnerSettings, ServeSettings, use_config
 
 if TYPE_CHECKING:
     from archetype.client import Client
@@ -112,6 +112,28 @@ def serve(**flags: Any) -> None:
         asyncio.run(run(ServeSettings.load(**flags)))
     except StepperFailedError as exc:
         raise ServeFailure(str(exc)) from None
+
+
+@main.command()
+@click.option("--url", default=None, help="The server to step worlds of (default http://127.0.0.1:8787).")
+@click.option("--token-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="A file holding an operator token of that server (required).")
+@click.option("--runner-id", default=None,
+              help="This runner's stable identity in the server's runner registry (default: runner@<hostname>). A "
+                   "restarted runner with the same id resumes its own world leases at once; two live runners never "
+                   "share one.")
+@click.option("--module", "modules", multiple=True, help="Import this module (components; optional setup(runtime)).")
+@click.option("--tick-rate", type=float, default=None, help="Ticks per second (default 10; the server's own, for one clock).")
+@click.option("--world-lease", type=float, default=None,
+              help="Seconds its world leases and registration last unrenewed (default 10).")
+@click.option("--log-level", default=None, help="Log level: critical, error, warning (default), info, debug.")
+@click.option("--log-format", default=None, help="text (default) or json: one JSON object per log line.")
+def runner(**flags: Any) -> None:
+    """Step a share of a server's worlds over HTTP, beside its own runners (they split the worlds)."""
+    from archetype.remote_runner import run_remote
+
+    flags["modules"] = tuple(flags["modules"]) or None
+    asyncio.run(run_remote(RunnerSettings.load(**flags)))
 
 
 @main.command()

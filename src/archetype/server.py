@@ -1,8 +1,9 @@
 """`archetype serve`: the local authority and the shared HTTP application under uvicorn in one
 process, and a runner stepping the worlds that have work at a fixed tick rate in another, its
 stepping process (archetype.stepper; CPython only). Several serves, with distinct runner ids, may
-share one data directory: they split its worlds under world leases (`Runners`, `WorldRunner`;
-docs/cli.md, "Cooperating runners").
+share one data directory, and remote runners (`archetype runner`, archetype.remote_runner) may join
+them over HTTP: all of them register in the ledger's runner registry and split the worlds under
+world leases (`RunnerRegistry`, `WorldRunner`; docs/cli.md, "Cooperating runners").
 
 SIGTERM or SIGINT (to the serve process) shuts down in order: admission closes first (admitting
 routes answer 503 `shutting_down`), the stepping process finishes its tick in progress and exits,
@@ -21,7 +22,6 @@ import importlib
 import json
 import logging
 import os
-import re
 import secrets
 import signal
 import socket
@@ -30,7 +30,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from types import ModuleType
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -39,7 +39,16 @@ from archetype.api import create_app
 from archetype.api.auth import TOKENS_ENV, TokenTable, TokenTableError
 from archetype.audit import AuditLog
 from archetype.commands.clock import TickClock
-from archetype.commands.errors import CommandError, WorldClosingError, WorldLeaseHeldError, WorldNotFoundError
+from archetype.commands.errors import (
+    CommandError,
+    RunnerIdHeldError,
+    StaleWriterError,
+    WorldClosingError,
+    WorldLeaseHeldError,
+    WorldNotFoundError,
+)
+from archetype.commands.ledger import RUNNER_ID_PATTERN
+from archetype.commands.ledger_rows import PendingWorld, RunnerRow, WorldRow
 from archetype.commands.port import Clock, SystemClock
 from archetype.dashboard import mount_dashboard
 from archetype.docs_ui import mount_docs
@@ -51,22 +60,19 @@ from archetype.stepper import Stepper, report_to_parent
 from archetype.world.operations import DestroyWorld
 from archetype.world.world import AsyncWorld
 from local_catalog import open_local_authority
-from local_catalog.writer import BacklogWorld, PendingWorld, WriterThreadAuthority
+from local_catalog.writer import BacklogWorld, WriterThreadAuthority
 
 log = logging.getLogger("archetype.serve")
 
-RUNNER_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@:-]{0,127}")
-
-
 class RunnerBusyError(ConfigurationError):
-    """A live `archetype serve` on this data directory already runs this runner id."""
+    """A live runner (a `serve` on this data directory, or any runner in the registry) already runs this runner id."""
 
 
 RUNNERS_DIR = "runners"  # <data>/runners/<runner id>.lock: held by the live process of that id
 DUTIES_LOCK = "serve.lock"  # held by the one runner doing the singleton duties (audit projector, retention)
 
 
-def _hold(path: Path) -> IO[str] | None:
+def hold_lock(path: Path) -> IO[str] | None:
     """`path` opened and exclusively flock'ed, or None when a live process holds it."""
     handle = open(path, "a+")  # stays open for as long as the lock is held
     try:
@@ -83,21 +89,6 @@ def _holder(path: Path) -> str:
     return "another process"
 
 
-def _is_held(path: Path) -> bool:
-    """Whether some live process holds the flock on `path` (the OS drops it when the process dies)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)  # closing drops the probe's own shared lock
-    return False
-
-
 def host_of(world_id: str, runners: list[str]) -> str:
     """The runner that should host `world_id` among the live `runners` (rendezvous hashing): each
     runner's fair share, and when a runner joins or dies only the worlds it gains or loses move."""
@@ -105,12 +96,16 @@ def host_of(world_id: str, runners: list[str]) -> str:
 
 
 class Runners:
-    """This runner's place among the cooperating `serve` processes of one data directory.
+    """This `serve` process's hold on its data directory, beside its registration in the ledger's
+    runner registry (`RunnerRegistry`, which says which runners are live).
 
     Each process holds `<data>/runners/<runner id>.lock` for its life (the OS drops it however the
-    process dies), so the live runners are the lock files whose lock is held: no heartbeat rows, no
-    clock. One of them, whoever holds `<data>/serve.lock`, does the singleton duties: the audit
-    projector (one writer of the Iceberg table) and retention. When it dies another takes them on.
+    process dies). The registry cannot refuse a second `serve` of the same id on the same data
+    directory (same host, same directory: the same instance, which is how a restarted runner gets
+    its id back at once); the lock refuses it, at once and with one line. One of the processes,
+    whoever holds `<data>/serve.lock`, does the singleton duties: the audit projector (one writer of
+    the Iceberg table) and retention, which only a process beside the catalog file can do. When it
+    dies another takes them on.
     """
 
     def __init__(self, data: Path, runner_id: str, handle: IO[str], pid: int | None = None) -> None:
@@ -119,15 +114,10 @@ class Runners:
         self.handle = handle  # the runner id's lock, shared with the stepping process (archetype.stepper)
         self._duties: IO[str] | None = None
 
-    def live(self) -> list[str]:
-        """The runner ids with a live process now, this one included, sorted."""
-        found = {path.name.removesuffix(".lock") for path in (self.data / RUNNERS_DIR).glob("*.lock") if _is_held(path)}
-        return sorted(found | {self.runner_id})
-
     def take_duties(self) -> bool:
         """Whether this runner does the singleton duties: it holds their lock, or takes it now."""
         if self._duties is None:
-            self._duties = _hold(self.data / DUTIES_LOCK)
+            self._duties = hold_lock(self.data / DUTIES_LOCK)
             if self._duties is not None:
                 self._duties.truncate(0)
                 self._duties.write(f"runner {self.runner_id!r} (pid {self.pid})")
@@ -146,19 +136,15 @@ def hold_data_directory(data: Path, runner_id: str | None) -> Iterator[Runners]:
 
     Several runners share a data directory, each under its own stable id (a restarted runner takes
     back its own leases at once, and a crash is recognised as one); the same id twice is refused,
-    with one line. Which worlds each steps is decided by world leases (docs/ledger.md).
+    with one line. Which worlds each steps is decided by the runner registry and world leases
+    (docs/ledger.md).
     """
     runner_id = runner_id or f"serve@{socket.gethostname()}"
     if not RUNNER_ID_PATTERN.fullmatch(runner_id):
         raise ConfigurationError(f"--runner-id {runner_id!r} must match {RUNNER_ID_PATTERN.pattern}")
     (data / RUNNERS_DIR).mkdir(exist_ok=True)
     path = data / RUNNERS_DIR / f"{runner_id}.lock"
-    handle = None
-    for _ in range(5):  # another runner's liveness probe holds the lock for an instant
-        handle = _hold(path)
-        if handle is not None:
-            break
-        time.sleep(0.02)
+    handle = hold_lock(path)
     if handle is None:
         raise RunnerBusyError(
             f"{data} is already served by {_holder(path)}; give this one another --runner-id to join it as a "
@@ -172,6 +158,81 @@ def hold_data_directory(data: Path, runner_id: str | None) -> Iterator[Runners]:
         yield runners
     finally:
         runners.close()
+
+
+def serve_instance(data: Path) -> str:
+    """Where a `serve` runs, as the runner registry tells a restart from another process: the same
+    host and data directory are the same runner restarted (its own lock file refuses a second live one)."""
+    return f"serve@{socket.gethostname()}:{data.resolve()}"
+
+
+class RunnerCatalog(Protocol):
+    """What a `WorldRunner` reads and writes besides its worlds' own ledger calls: the due-time index
+    and the runner registry. Every `Authority` has them: the local catalog, the HTTP authority (over
+    the runner protocol), the Durable Objects."""
+
+    async def pending_worlds(self) -> list[PendingWorld]: ...
+    async def hosted_worlds(self, owner: str) -> list[WorldRow]: ...
+    async def claim_world(self, world_id: str, owner: str, lease_ms: int) -> WorldRow: ...
+    async def release_world(self, world_id: str, owner: str, writer_epoch: int) -> WorldRow: ...
+    async def register_runner(self, runner_id: str, instance: str, lease_ms: int) -> RunnerRow: ...
+    async def leave_runner(self, runner_id: str, instance: str) -> RunnerRow | None: ...
+    async def live_runners(self) -> list[RunnerRow]: ...
+
+
+class RunnerRegistry:
+    """This runner's registration in the ledger's runner registry (docs/ledger.md, "The runner
+    registry"). Every runner of a catalog registers there, `serve`'s and remote ones alike, so the
+    live registrations are one list that `host_of` splits the worlds among. A registration lasts
+    `lease_ms` unrenewed: a runner that dies leaves the list when it expires, one that stops
+    cleanly leaves it at once."""
+
+    def __init__(self, catalog: RunnerCatalog, runner_id: str, instance: str, lease_ms: int) -> None:
+        self.catalog, self.runner_id, self.instance, self.lease_ms = catalog, runner_id, instance, lease_ms
+        # False once another process took the id over (this one's registration had expired): world
+        # leases name the runner id, so they cannot tell the two apart, and this one must step nothing.
+        self.held = True
+
+    async def join(self) -> None:
+        """Register, or refuse with one line: another process holds this id live."""
+        try:
+            await self.catalog.register_runner(self.runner_id, self.instance, self.lease_ms)
+        except RunnerIdHeldError as exc:
+            raise RunnerBusyError(f"{exc.message}; give this runner another --runner-id") from None
+
+    async def beat(self) -> None:
+        """Renew the registration. Refused when another process took the id over after it expired:
+        this runner then steps nothing (`held`), and takes the id back once that one's registration
+        expired."""
+        try:
+            await self.catalog.register_runner(self.runner_id, self.instance, self.lease_ms)
+            self.held = True
+        except RunnerIdHeldError as exc:
+            log.error("runner %s is not live: %s; stepping nothing until it is", self.runner_id, exc.message)
+            self.held = False
+        except Exception:  # the catalog did not answer: the registration holds until it expires
+            log.exception("could not renew the registration of runner %s; trying again", self.runner_id)
+
+    async def keep(self, stop: asyncio.Event, every_s: float) -> None:
+        """Renew the registration every `every_s` until `stop`, then leave the registry: the share of
+        a runner stopping cleanly moves at once (its world leases are given back at close)."""
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=every_s)
+            if stop.is_set():
+                await self.leave()
+                return
+            await self.beat()
+
+    async def live(self) -> list[str]:
+        """The live runner ids, sorted; none while this runner does not hold its own id (no share is its)."""
+        return [row["runner_id"] for row in await self.catalog.live_runners()] if self.held else []
+
+    async def leave(self) -> None:
+        try:
+            await self.catalog.leave_runner(self.runner_id, self.instance)
+        except Exception:  # it expires by itself: the others take its share a lease later
+            log.exception("runner %s could not leave the runner registry", self.runner_id)
 
 
 class HeadDeadline(HttpToolsProtocol):
@@ -290,24 +351,27 @@ class WorldRunner:
     `sweep_s` the runner lists the worlds once: CLOSING worlds to finish, and (when modules add
     processors on load) new worlds to load and see.
 
-    With `runners` (cooperating runners on one data directory) it steps only the worlds that are
-    its share (`host_of` over the live runners) and that no other live host holds, under world
-    leases: a heartbeat every third of the lease renews them, and hands a world to the runner
-    whose share it became (a runner joined) by releasing it. A dead runner's worlds become the
-    others' share and are claimed once its leases expired.
+    With a `registry` (cooperating runners, local and remote) it steps only the worlds that are its
+    share (`host_of` over the live runners of the registry) and that no other live host holds,
+    under world leases: a heartbeat every third of the lease renews them and its registration, and
+    hands a world to the runner whose share it became (a runner joined) by releasing it. A dead
+    runner's worlds become the others' share once its registration expired, and are claimed once
+    its world leases expired.
     """
 
-    def __init__(self, runtime: Runtime, catalog: WriterThreadAuthority, metrics: Metrics, tick_rate: float,
-                 sweep_s: float = 10.0, concurrency: int = 256, runners: Runners | None = None,
+    def __init__(self, runtime: Runtime, catalog: RunnerCatalog, metrics: Metrics, tick_rate: float,
+                 sweep_s: float = 10.0, concurrency: int = 256, registry: RunnerRegistry | None = None,
                  clock: Clock | None = None) -> None:  # fmt: skip
         self.runtime, self.catalog, self.metrics = runtime, catalog, metrics
         self.sweep_s = sweep_s
         self.interval_ms = max(1, round(1000 / tick_rate))
         self.clock = clock or SystemClock()  # the ledger's clock: the worlds' clocks are anchored on it
-        self.runners = runners
-        self.live = runners.live() if runners else []
+        self.registry = registry
+        self.live: list[str] = []  # the live runners, from the registry (read at the start of every pass)
         self._share: dict[str, bool] = {}  # world -> whether it is this runner's share of `live`
         self._handing_over: dict[str, asyncio.Task[None]] = {}  # worlds being given back (a runner joined)
+        self._adopting: dict[str, asyncio.Task[None]] = {}  # runner -> moving its idle worlds (it left the live list)
+        self._stop = asyncio.Event()  # the run's: an adoption waiting for leases to expire ends with it
         self.sweep_soon = False  # a sweep at the next pass: the live runners changed, or a world could not load
         self._unseen_failed = False
         self.passes = 0
@@ -336,15 +400,17 @@ class WorldRunner:
         return self.clocks[world_id]
 
     def mine(self, world_id: str) -> bool:
-        if self.runners is None:
+        if self.registry is None:
             return True
         share = self._share.get(world_id)
         if share is None:
-            share = self._share[world_id] = host_of(world_id, self.live) == self.runners.runner_id
+            share = self._share[world_id] = bool(self.live) and host_of(world_id, self.live) == self.registry.runner_id
         return share
 
     async def run(self, stop: asyncio.Event) -> None:
+        self._stop = stop
         loop = asyncio.get_running_loop()
+        await self.follow_runners()  # the first sweep already sees only this runner's share
         swept = -self.sweep_s
         while not stop.is_set():
             started = loop.time()
@@ -358,13 +424,18 @@ class WorldRunner:
                 await asyncio.wait_for(stop.wait(), timeout=to_next_pass / 1000)
 
     async def heartbeat(self, stop: asyncio.Event, every_s: float) -> None:
-        """Renew this runner's world leases, follow the live runners, hand over what is no longer its share."""
+        """Renew this runner's world leases, follow the live runners, hand over what is no longer its
+        share; and, in a task of its own, renew its registration (so a slow round of world-lease
+        renewals never lets the registration expire)."""
+        if self.registry is None:
+            return
+        registered = asyncio.create_task(self.registry.keep(stop, every_s))
         while not stop.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=every_s)
-            if stop.is_set() or self.runners is None:
-                return
-            self.follow_runners()
+            if stop.is_set():
+                break
+            await self.follow_runners()
             self.sweep_soon |= self._unseen_failed
             self._unseen_failed = False
             try:
@@ -375,6 +446,7 @@ class WorldRunner:
             for world_id in self.runtime.worlds.loaded:
                 if not self.mine(world_id) and world_id not in self._handing_over:
                     self._handing_over[world_id] = asyncio.create_task(self._hand_over(world_id))
+        await registered
 
     async def _hand_over(self, world_id: str) -> None:
         """Give a world that became another runner's share back, once its tick in progress is done;
@@ -384,20 +456,58 @@ class WorldRunner:
         finally:
             del self._handing_over[world_id]
 
-    def follow_runners(self) -> None:
-        """Which runners live now (a few lock probes: cheap enough for every pass); when a runner
-        joined or died the shares moved, and there are worlds to see with them."""
-        if self.runners is None:
+    async def follow_runners(self) -> None:
+        """Which runners live now (one read of a registry of a few rows: cheap enough for every
+        pass); when a runner joined or died the shares moved, and there are worlds to see with them."""
+        if self.registry is None:
             return
-        live = self.runners.live()
+        try:
+            live = await self.registry.live()
+        except Exception:
+            log.exception("could not read the live runners; keeping the last list")
+            return
         if live != self.live:
-            log.info("runners on this data directory: %s", ", ".join(live))
+            log.info("live runners: %s", ", ".join(live))
+            gone = [runner_id for runner_id in self.live if runner_id not in live and runner_id != self.registry.runner_id]
             self.live, self._share, self.sweep_soon = live, {}, True
+            for runner_id in gone:
+                if runner_id not in self._adopting:
+                    self._adopting[runner_id] = asyncio.create_task(self._adopt(runner_id))
+
+    async def _adopt(self, runner_id: str) -> None:
+        """Move the idle worlds of a runner that left the live list: of the worlds its lease names
+        (`hosted_worlds`: O(its worlds), once), claim those that are this runner's share now, once
+        their leases expired, and give each back at once (a claim, then a release): the world's
+        lease names a live runner, and its next command finds it here with no epoch bump. Worlds
+        with work move through the passes anyway; a world still held after the wait (clocks apart,
+        a lease renewed) moves when its next command arrives."""
+        assert self.registry is not None
+        try:
+            worlds = [w for w in await self.catalog.hosted_worlds(runner_id) if w["status"] == "ACTIVE"]
+            expiry = max((w["host_expires_at"] or 0 for w in worlds), default=0)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), timeout=max(0, expiry - self.clock.now_ms()) / 1000)
+            for world in worlds:
+                world_id = world["world_id"]
+                if self._stop.is_set():
+                    return
+                if not self.mine(world_id) or world_id in self.runtime.worlds.loaded:
+                    continue
+                async with self._slots:
+                    try:
+                        claimed = await self.catalog.claim_world(world_id, self.registry.runner_id, self.registry.lease_ms)
+                        await self.catalog.release_world(world_id, self.registry.runner_id, claimed["writer_epoch"])
+                    except (WorldLeaseHeldError, StaleWriterError, WorldClosingError, WorldNotFoundError):
+                        continue  # held, taken or gone meanwhile: its next command decides
+        except Exception:
+            log.exception("could not move the idle worlds of runner %s; they move when a command arrives", runner_id)
+        finally:
+            del self._adopting[runner_id]
 
     def _held_elsewhere(self, world: PendingWorld, now_ms: int) -> bool:
         """Another live host holds its world lease: leave it alone (claiming would be refused)."""
         owner = world["host_owner"]
-        return owner is not None and self.runners is not None and owner != self.runners.runner_id and (
+        return owner is not None and self.registry is not None and owner != self.registry.runner_id and (
             world["host_expires_at"] or 0) > now_ms  # fmt: skip
 
     async def sweep(self, stop: asyncio.Event) -> None:
@@ -429,7 +539,7 @@ class WorldRunner:
                 self._unseen_failed = True  # seen again at a sweep after the next heartbeat
 
     async def run_pass(self, stop: asyncio.Event) -> None:
-        self.follow_runners()
+        await self.follow_runners()
         try:
             pending = await self.catalog.pending_worlds()
         except Exception:
@@ -585,14 +695,26 @@ async def step_worlds(config: ServeSettings, channel: socket.socket, lock: IO[st
         metrics.observe_backlog(worlds)
         return worlds
 
+    lease_ms = round(config.world_lease * 1000)
     runtime = Runtime(authority, owner=config.runner_id, audit=AuditLog.open_local(config.data, authority, backlog=backlog),
-                      world_lease_ms=round(config.world_lease * 1000))  # fmt: skip
+                      world_lease_ms=lease_ms)  # fmt: skip
+    # The registry on a connection of its own: its heartbeats and reads of the live runners never
+    # queue behind the ticks' group commits (under load those took seconds, and a runner that saw a
+    # joiner late went on stepping worlds that were no longer its share).
+    registry_catalog = open_local_authority(config.data, synchronous=config.synchronous)
+    registry = RunnerRegistry(registry_catalog, config.runner_id, serve_instance(config.data), lease_ms)
+    try:
+        await registry.join()
+    except RunnerBusyError:
+        await runtime.close()
+        await registry_catalog.close()
+        raise
     set_up_modules(runtime, modules)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    world_runner = WorldRunner(runtime, catalog, metrics, config.tick_rate, runners=runners)
+    world_runner = WorldRunner(runtime, catalog, metrics, config.tick_rate, registry=registry)
     beat_s = config.world_lease / 3
     tasks = [
         asyncio.create_task(report_to_parent(channel, metrics, stop)),
@@ -609,4 +731,5 @@ async def step_worlds(config: ServeSettings, channel: socket.socket, lock: IO[st
             await task
     finally:
         await runtime.close()
+        await registry_catalog.close()
         runners.close()

@@ -113,3 +113,18 @@ class ServeSettings(_Settings):
     keep_ticks: int = Field(default=DEFAULT_KEEP_TICKS, ge=1)
     idempotency_window: float = Field(default=DEFAULT_IDEMPOTENCY_WINDOW_MS / 1000, ge=0)  # seconds
     prune_interval: float = Field(default=60.0, gt=0, le=86_400)  # seconds
+
+
+class RunnerSettings(_Settings):
+    """`archetype runner`: a remote runner stepping its share of a server's worlds over HTTP."""
+
+    TABLE = "runner"
+
+    url: str = "http://127.0.0.1:8787"
+    token_file: Path
+    runner_id: str | None = None
+    modules: tuple[str, ...] = ()
+    tick_rate: float = Field(default=10.0, ge=0.1, le=1000)
+    world_lease: float = Field(default=10.0, ge=0.5, le=3600)  # seconds its world leases and registration last unrenewed
+    log_level: Literal["critical", "error", "warning", "info", "debug"] = "warning"
+    log_format: Literal["text", "json"] = "text"

@@ -10,8 +10,10 @@ process keeps no world in memory (`EdgeWorlds`); the two share the SQLite catalo
 One channel joins them, a socket pair: the stepping process writes `ready` once it has opened the
 catalog, then its metrics every second (the HTTP process relays them at `/metrics`); it reads
 nothing, and end-of-file means the HTTP process is gone (SIGKILL included), so it stops by itself
-and never steps on as an orphan. It inherits the runner id's lock (`<data>/runners/<id>.lock`), so
-the id stays live for the other runners until both processes are gone.
+and never steps on as an orphan. It registers in the ledger's runner registry under the runner id
+(archetype.server.RunnerRegistry: what the other runners split the worlds by), and inherits the
+runner id's lock (`<data>/runners/<id>.lock`), so a second serve of the id is refused until both
+processes are gone.
 
 The HTTP process restarts a stepping process that died (a restart resumes the runner id's leases
 at once); one that dies before it is ready `STARTS` times in a row makes `serve` stop with one line

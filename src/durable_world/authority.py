@@ -2,7 +2,10 @@
 
 Runs in the Worker (Pyodide). The namespace binding maps a world id to its object with
 `idFromName`, so a world's ledger lives in exactly one object, wherever it is called from.
-Listing worlds goes through the world directory (durable_world.directory).
+Listing worlds goes through the world directory (durable_world.directory), and so does the
+runner registry: one for the namespace, in the directory's object. The due-time index
+(`pending_worlds`) and `hosted_worlds` ask every listed world's object, so at the edge they cost a
+call per world.
 """
 
 from __future__ import annotations
@@ -18,6 +21,9 @@ from durable_world.directory import DIRECTORY
 from durable_world.envelope import unwrap
 from durable_world.ffi import to_py
 
+REGISTRY_METHODS = frozenset({"register_runner", "leave_runner", "live_runners"})
+EVERY_WORLD_METHODS = frozenset({"pending_worlds", "hosted_worlds"})  # reads over all worlds: each object answers its own
+
 
 class DurableObjectAuthority(Authority):
     def __init__(self, namespace: Any) -> None:
@@ -31,6 +37,10 @@ class DurableObjectAuthority(Authority):
             raise UnregisteredOperationError(f"{method!r} is not a ledger method")
         if method == "list_worlds":
             return await self._listed_worlds()
+        if method in EVERY_WORLD_METHODS:
+            return await self._from_every_world(method, args)
+        if method in REGISTRY_METHODS:
+            return unwrap(to_py(await getattr(self._stub(DIRECTORY), method)(args)))
         if not isinstance(args.get("world_id"), str):
             raise InvalidCommandError(f"{method} needs the world_id that names its Durable Object")
         if method == "create_world":  # listed before it exists: the directory never misses a world
@@ -45,6 +55,16 @@ class DurableObjectAuthority(Authority):
             rows.extend(row for row in await asyncio.gather(*map(self._world_row, ids)) if row is not None)
             after = ids[-1]
         return rows
+
+    async def _from_every_world(self, method: str, args: dict[str, Any]) -> list[Any]:
+        """Every listed world object's answer to `method` (a read of that object's own world), in world id order."""
+
+        async def answer(world_id: str) -> list[Any]:
+            rows: list[Any] = unwrap(to_py(await getattr(self._stub(world_id), method)(args)))
+            return rows
+
+        found = await asyncio.gather(*(answer(world["world_id"]) for world in await self._listed_worlds()))
+        return [row for rows in found for row in rows]
 
     async def _world_row(self, world_id: str) -> WorldRow | None:
         try:

@@ -15,7 +15,7 @@ import queue
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypedDict
+from typing import Any
 
 from archetype.commands import ledger_sql as q
 from archetype.commands.authority import InProcessAuthority
@@ -34,17 +34,6 @@ MAX_GROUP = 256
 class BacklogWorld(Watermark):
     status: str
     health: str
-
-
-class PendingWorld(TypedDict):
-    world_id: str
-    status: str
-    tick_head: int
-    next_tick: int  # the earliest scheduled tick of its open commands
-    clock_tick: int  # its tick clock's anchor (archetype.commands.clock)
-    clock_ms: int
-    host_owner: str | None  # its world lease (docs/ledger.md, "World leases")
-    host_expires_at: int | None
 
 
 @dataclass
@@ -83,16 +72,9 @@ class WriterThreadAuthority(InProcessAuthority):
         fn = getattr(self.ledger, method)
         return await self._call(lambda: fn(**arguments), solo=method in SOLO_METHODS)
 
-    async def pending_worlds(self) -> list[PendingWorld]:
-        """Every world of the catalog with an open command (a local-catalog read: a Durable Object
-        holds one world). What `archetype serve`'s runner steps, besides worlds with processors."""
-        rows = await self._call(lambda: self._port.execute(q.PENDING_WORLDS), solo=False)
-        return [{"world_id": r[0], "status": r[1], "tick_head": r[2], "next_tick": r[3], "clock_tick": r[4], "clock_ms": r[5],
-                 "host_owner": r[6], "host_expires_at": r[7]} for r in rows]  # fmt: skip
-
     async def outbox_backlog(self) -> list[BacklogWorld]:
         """The worlds of the catalog with outbox events not yet projected, each with its watermark,
-        status and health (a local-catalog read, like `pending_worlds`): what `archetype serve`'s
+        status and health (a local-catalog read: a Durable Object holds one world): what `archetype serve`'s
         audit projector drains each round, found without a walk over every world."""
         rows = await self._call(lambda: self._port.execute(q.BACKLOG_WORLDS), solo=False)
         return [{"world_id": r[0], "status": r[1], "health": r[2], "committed_seq": r[3], "projected_seq": r[4],

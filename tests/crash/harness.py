@@ -145,23 +145,18 @@ class CatalogView:
         return dict(zip(names, cursor.fetchone(), strict=True))
 
 
-class Serve:
-    """`archetype serve` (the real CLI) on 127.0.0.1, any free port, with a tokens file."""
+class Cli:
+    """A real `archetype` CLI process, its stdout lines read as they come, its stderr in a file."""
 
-    def __init__(self, tmp: Path, data: Path, tokens: dict[str, Any], *extra: str) -> None:
-        self.name = f"serve-{time.monotonic_ns()}"
-        tokens_file = tmp / "tokens.json"
-        tokens_file.write_text(json.dumps(tokens))
-        argv = [sys.executable, "-m", "archetype.cli", "serve", "--data", str(data), "--host", "127.0.0.1", "--port", "0",
-                "--tokens", str(tokens_file), "--tick-rate", "20", *extra]  # fmt: skip
+    def __init__(self, tmp: Path, kind: str, *argv: str) -> None:
+        self.name = f"{kind}-{time.monotonic_ns()}"
         self.stderr_path = tmp / f"{self.name}.stderr"
         with self.stderr_path.open("wb") as stderr:
-            self.popen = subprocess.Popen(argv, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
-                                          stdout=subprocess.PIPE, stderr=stderr, text=True,
-                                          preexec_fn=_dies_with_parent(signal.SIGTERM))  # fmt: skip
+            self.popen = subprocess.Popen([sys.executable, "-m", "archetype.cli", *argv], cwd=ROOT,
+                                          env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE,
+                                          stderr=stderr, text=True, preexec_fn=_dies_with_parent(signal.SIGTERM))  # fmt: skip
         self.lines: queue.Queue[str | None] = queue.Queue()
         threading.Thread(target=self._read_stdout, daemon=True).start()
-        self.url: str | None = None
 
     def _read_stdout(self) -> None:
         for line in self.popen.stdout:  # type: ignore[union-attr]
@@ -172,18 +167,11 @@ class Serve:
         return self.stderr_path.read_text(errors="replace")
 
     def next_line(self, timeout: float) -> str | None:
-        """The next line serve prints on stdout (None at end of output); fails after `timeout`."""
+        """The next line the process prints on stdout (None at end of output); fails after `timeout`."""
         try:
             return self.lines.get(timeout=timeout)
         except queue.Empty:
             raise AssertionError(f"{self.name} printed nothing within {timeout}s; stderr:\n{self.stderr()[-4000:]}") from None
-
-    def wait_serving(self, timeout: float = READY_S) -> str:
-        line = self.next_line(timeout)
-        assert line, f"{self.name} exited with {self.popen.wait(10)} before serving:\n{self.stderr()[-4000:]}"
-        self.url = json.loads(line)["serving"]
-        assert self.url.startswith("http://127.0.0.1:"), self.url
-        return self.url
 
     def alive(self) -> bool:
         return self.popen.poll() is None
@@ -201,6 +189,38 @@ class Serve:
         if self.alive():
             self.popen.kill()
             self.popen.wait(timeout=10)
+
+
+class Serve(Cli):
+    """`archetype serve` (the real CLI) on 127.0.0.1, any free port, with a tokens file."""
+
+    def __init__(self, tmp: Path, data: Path, tokens: dict[str, Any], *extra: str) -> None:
+        tokens_file = tmp / "tokens.json"
+        tokens_file.write_text(json.dumps(tokens))
+        super().__init__(tmp, "serve", "serve", "--data", str(data), "--host", "127.0.0.1", "--port", "0",
+                         "--tokens", str(tokens_file), "--tick-rate", "20", *extra)  # fmt: skip
+        self.url: str | None = None
+
+    def wait_serving(self, timeout: float = READY_S) -> str:
+        line = self.next_line(timeout)
+        assert line, f"{self.name} exited with {self.popen.wait(10)} before serving:\n{self.stderr()[-4000:]}"
+        self.url = json.loads(line)["serving"]
+        assert self.url.startswith("http://127.0.0.1:"), self.url
+        return self.url
+
+
+class RemoteRunner(Cli):
+    """`archetype runner` (the real CLI) stepping its share of a server's worlds over HTTP."""
+
+    def __init__(self, tmp: Path, url: str, token: str, *extra: str) -> None:
+        token_file = tmp / f"token-{time.monotonic_ns()}"
+        token_file.write_text(token)
+        super().__init__(tmp, "runner", "runner", "--url", url, "--token-file", str(token_file), "--tick-rate", "20", *extra)
+
+    def wait_running(self, timeout: float = READY_S) -> dict[str, Any]:
+        line = self.next_line(timeout)
+        assert line, f"{self.name} exited with {self.popen.wait(10)} before running:\n{self.stderr()[-4000:]}"
+        return json.loads(line)
 
 
 class LedgerDump:

@@ -69,6 +69,13 @@ async def ledger_script(authority, clock):
     await call("renew_world", world_id=WORLD, owner="host", writer_epoch=host, lease_ms=1_000)
     await call("release_world", world_id=WORLD, owner="other-host", writer_epoch=host)  # stale_writer: not the host
     await call("release_world", world_id=WORLD, owner="host", writer_epoch=host)
+    await call("hosted_worlds", owner="host")
+    await call("register_runner", runner_id="r-1", instance="host-a", lease_ms=1_000)
+    await call("register_runner", runner_id="r-1", instance="host-b", lease_ms=1_000)  # runner_id_held
+    await call("register_runner", runner_id="r-1", instance="host-a", lease_ms=1_000)  # its heartbeat
+    await call("live_runners")
+    await call("leave_runner", runner_id="r-1", instance="host-a")
+    await call("live_runners")
     epoch = (await call("acquire_writer", world_id=WORLD))["writer_epoch"]
     await call("reserve_entity_ids", world_id=WORLD, count=3)
     reserve = {"world_id": WORLD, "command_id": "c-spawn", "principal": "alice", "scheduled_tick": 0}
@@ -78,6 +85,7 @@ async def ledger_script(authority, clock):
     batch = [spawn, command("c-2"), command("c-3", max_attempts=1)]
     await call("admit", world_id=WORLD, commands=batch, quota=10)
     await call("admit", world_id=WORLD, commands=batch[:1], quota=10)  # replay
+    await call("pending_worlds")
     await call("admit", world_id=WORLD, commands=[command("c-2", payload='{"n":2}')])  # conflict
     await call("admit", world_id=WORLD, commands=[command("c-4"), command("c-5")], quota=4)  # quota_exceeded
     forged = command("c-forged", operation="spawn_reserved", reserved=reserved, request="d1")
@@ -200,7 +208,7 @@ async def test_every_ledger_method_answers_like_the_local_authority(tmp_path, au
     assert codes == {"world_exists", "world_not_found", "command_conflict", "quota_exceeded", "stale_writer",
                      "lease_lost", "invalid_command", "world_closing", "reservation_not_owned", "command_not_found",
                      "not_dead_lettered", "already_redriven", "unsupported_schema", "invalid_component_data",
-                     "unknown_component", "migration_conflict", "world_lease_held"}  # fmt: skip
+                     "unknown_component", "migration_conflict", "world_lease_held", "runner_id_held"}  # fmt: skip
 
 
 async def test_the_worker_over_http_answers_like_the_local_authority(tmp_path):

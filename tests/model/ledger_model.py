@@ -260,6 +260,7 @@ class Ledger:
     def __init__(self, clock: Any) -> None:
         self.clock = clock  # the ManualClock the real authority reads, so timestamps match
         self.worlds: dict[str, World] = {}
+        self.runners: dict[str, dict[str, Any]] = {}  # runner id -> its registration (the RunnerRow)
 
     def now(self) -> int:
         return self.clock.now_ms()
@@ -329,6 +330,32 @@ class Ledger:
         world = self._host(world_id, owner, writer_epoch)
         world.host_expires_at = min(self.now(), world.host_expires_at or 0)  # "it expires now; its owner is kept"
         return world.writer_epoch
+
+    # -- the runner registry --
+    def register_runner(self, runner_id: str, instance: str, lease_ms: int) -> dict[str, Any]:
+        now = self.now()
+        held = self.runners.get(runner_id)
+        if held is not None and held["instance"] != instance and held["expires_at"] > now:
+            raise ModelError("runner_id_held")  # "a live registration of another instance is refused"
+        same = held is not None and held["instance"] == instance  # "a restart of the same runner gets its id back"
+        self.runners[runner_id] = {"runner_id": runner_id, "instance": instance,
+                                   "registered_at": held["registered_at"] if same else now,  # type: ignore[index]
+                                   "expires_at": now + lease_ms}  # fmt: skip
+        return dict(self.runners[runner_id])
+
+    def leave_runner(self, runner_id: str, instance: str) -> dict[str, Any] | None:
+        now = self.now()
+        held = self.runners.get(runner_id)
+        if held is None or held["expires_at"] <= now:  # "an expired or unknown one is left as it is"
+            return dict(held) if held else None
+        if held["instance"] != instance:
+            raise ModelError("runner_id_held")
+        held["expires_at"] = now  # "its registration expires now"
+        return dict(held)
+
+    def live_runners(self) -> list[dict[str, Any]]:
+        now = self.now()
+        return [dict(r) for _, r in sorted(self.runners.items()) if r["expires_at"] > now]
 
     def reserve_entity_ids(self, world_id: str, count: int) -> int:
         world = self.active(world_id)

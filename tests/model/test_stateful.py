@@ -49,6 +49,7 @@ from archetype.commands import (
     ReservationNotOwnedError,
     Retryable,
     Role,
+    RunnerIdHeldError,
     StaleWriterError,
     UnknownComponentError,
     WorldClosingError,
@@ -188,7 +189,7 @@ def kind_of(exc: BaseException) -> str:
         (CommandConflictError, "conflict"), (ReservationNotOwnedError, "reservation_not_owned"),
         (CommandNotFoundError, "command_not_found"), (NotDeadLetteredError, "not_dead_lettered"),
         (RedriveConflictError, "already_redriven"), (UnknownComponentError, "unknown_component"),
-        (InvalidCommandError, "invalid"), (WorldLeaseHeldError, "lease_held"),
+        (InvalidCommandError, "invalid"), (WorldLeaseHeldError, "lease_held"), (RunnerIdHeldError, "runner_id_held"),
     ):  # fmt: skip
         if isinstance(exc, cls):
             return kind
@@ -633,6 +634,35 @@ class LedgerMachine(RuleBasedStateMachine):
         epoch = self.model.worlds[world_id].writer_epoch
         self._world_lease(lambda: self.model.release_world(world_id, owner, epoch),
                           self.seam.release_world(world_id, owner, epoch))  # fmt: skip
+
+    # -- the runner registry (docs/ledger.md, "The runner registry"): two runner ids, each registered
+    # from one of two instances (a restart of the same runner, or another process), and left.
+    def _runner_id(self, index: int) -> str:
+        return f"m{self.n}-runner-{index}"  # per example: the authority outlives the machine
+
+    @rule(index=st.integers(0, 1), instance=st.sampled_from(("host-1", "host-2")))
+    def register_runner(self, index: int, instance: str) -> None:
+        self._count("register_runner")
+        runner_id = self._runner_id(index)
+        answers = self.both(lambda: self.model.register_runner(runner_id, instance, LEASE_MS),
+                            self.seam.register_runner(runner_id, instance, LEASE_MS))  # fmt: skip
+        if answers is not None:
+            assert answers[0] == answers[1], f"registration: model {answers[0]}, authority {answers[1]}"
+
+    @rule(index=st.integers(0, 1), instance=st.sampled_from(("host-1", "host-2")))
+    def leave_runner(self, index: int, instance: str) -> None:
+        self._count("leave_runner")
+        runner_id = self._runner_id(index)
+        answers = self.both(lambda: self.model.leave_runner(runner_id, instance),
+                            self.seam.leave_runner(runner_id, instance))  # fmt: skip
+        if answers is not None:
+            assert answers[0] == answers[1], f"leaving: model {answers[0]}, authority {answers[1]}"
+
+    @invariant()
+    def live_runners_match_the_model(self) -> None:
+        prefix = f"m{self.n}-"
+        live = [r for r in self.run(self.ctx.authority.live_runners()) if r["runner_id"].startswith(prefix)]
+        assert live == self.model.live_runners(), f"live runners: model {self.model.live_runners()}, authority {live}"
 
     @rule(method=st.sampled_from(FAULT_METHODS), mode=st.sampled_from(("before", "after")))
     def fault(self, method: str, mode: str) -> None:

@@ -34,9 +34,11 @@ from archetype.commands.ledger_rows import (
     Migrated,
     OutboxEvent,
     PayloadRewrite,
+    PendingWorld,
     Pruned,
     Published,
     Redriven,
+    RunnerRow,
     StatePage,
     StateWrite,
     Watermark,
@@ -79,6 +81,22 @@ class Authority(ABC):
 
     async def release_world(self, world_id: str, owner: str, writer_epoch: int) -> WorldRow:
         return await self.rpc("release_world", {"world_id": world_id, "owner": owner, "writer_epoch": writer_epoch})
+
+    # -- the runner registry --
+    async def register_runner(self, runner_id: str, instance: str, lease_ms: int) -> RunnerRow:
+        return await self.rpc("register_runner", {"runner_id": runner_id, "instance": instance, "lease_ms": lease_ms})
+
+    async def leave_runner(self, runner_id: str, instance: str) -> RunnerRow | None:
+        return await self.rpc("leave_runner", {"runner_id": runner_id, "instance": instance})
+
+    async def live_runners(self) -> list[RunnerRow]:
+        return await self.rpc("live_runners", {})
+
+    async def hosted_worlds(self, owner: str) -> list[WorldRow]:
+        return await self.rpc("hosted_worlds", {"owner": owner})
+
+    async def pending_worlds(self) -> list[PendingWorld]:
+        return await self.rpc("pending_worlds", {})
 
     async def load_state(self, world_id: str, after_entity_id: int = 0, limit: int = 10_000) -> StatePage:
         return await self.rpc("load_state", {"world_id": world_id, "after_entity_id": after_entity_id, "limit": limit})

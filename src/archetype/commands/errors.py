@@ -126,6 +126,14 @@ class WorldLeaseHeldError(CommandError):
     code, http_status = "world_lease_held", 409
 
 
+class RunnerIdHeldError(CommandError):
+    """`register_runner` of a runner id that another instance holds, unexpired: two live processes
+    never share a runner id (they would split the worlds as one and both step them). Nothing
+    changed; the caller picks another id, or registers once that instance's registration expired."""
+
+    code, http_status = "runner_id_held", 409
+
+
 class QuotaExceededError(CommandError):
     code, http_status = "quota_exceeded", 429
 

@@ -40,6 +40,7 @@ from archetype.commands.errors import (
     QuotaExceededError,
     RedriveConflictError,
     ReservationNotOwnedError,
+    RunnerIdHeldError,
     StaleWriterError,
     UnknownComponentError,
     UnsupportedComponentSchemaError,
@@ -64,9 +65,11 @@ from archetype.commands.ledger_rows import (
     MigrationRow,
     OutboxEvent,
     PayloadRewrite,
+    PendingWorld,
     Pruned,
     Published,
     Redriven,
+    RunnerRow,
     StatePage,
     StateWrite,
     Watermark,
@@ -89,6 +92,10 @@ WORLD_FIELDS = tuple(name.strip() for name in q.WORLD_COLUMNS.split(","))
 OUTBOX_FIELDS = tuple(name.strip() for name in q.OUTBOX_COLUMNS.split(","))
 ADMISSION_FIELDS = tuple(AdmissionRow.__annotations__)
 ORIGINS = ("local", "gateway")
+RUNNER_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@:-]{0,127}")
+RUNNER_FIELDS = tuple(name.strip() for name in q.RUNNER_COLUMNS.split(","))
+PENDING_FIELDS = tuple(PendingWorld.__annotations__)
+INSTANCE_LIMIT = 256
 # Destroy cancels open commands in transactions of this many, so no transaction grows with the world.
 CANCEL_BATCH = 1_000
 CRASH_ERROR = "its runner stopped while materializing it (crash guard)"
@@ -111,7 +118,7 @@ PRUNE_LIMIT = 1_000
 # exactly these, and `Authority` (authority.py) has one typed method for each.
 LEDGER_METHODS = (
     "create_world", "world_info", "list_worlds", "acquire_writer", "claim_world", "renew_world", "release_world",
-    "load_state", "reserve_entity_ids",
+    "register_runner", "leave_runner", "live_runners", "hosted_worlds", "pending_worlds", "load_state", "reserve_entity_ids",
     "reserve_spawn", "admit", "lease", "guard", "publish", "record_tick_failure", "release", "redrive", "destroy",
     "command", "history",
     "manifests", "read_outbox", "read_outbox_columns", "acknowledge_outbox", "watermark", "next_due_tick", "prune",
@@ -319,6 +326,78 @@ class Ledger:
         if world["host_owner"] != owner:
             raise StaleWriterError(f"{owner!r} does not hold the world lease of {world_id!r}")
         return world
+
+    # -- the runner registry --
+    def register_runner(self, runner_id: str, instance: str, lease_ms: int) -> RunnerRow:
+        """Register `runner_id` as live until `now + lease_ms`, or renew it (the heartbeat): the
+        runners that split the worlds are the live registrations (`live_runners`).
+
+        `instance` says where the runner runs: a restart of the same runner passes the same one and
+        gets its id back at once, live or not; another instance takes the id only once its
+        registration expired (or was left). A live registration of another instance is
+        `RunnerIdHeldError`, changing nothing.
+        """
+        _check_lease_ms(lease_ms)
+        if not RUNNER_ID_PATTERN.fullmatch(runner_id):
+            raise InvalidCommandError(f"runner id {runner_id!r} must match {RUNNER_ID_PATTERN.pattern}")
+        if not 0 < len(instance) <= INSTANCE_LIMIT:
+            raise InvalidCommandError(f"a runner instance is 1 to {INSTANCE_LIMIT} characters")
+
+        def run() -> RunnerRow:
+            now = self._clock.now_ms()
+            held = self._runner(runner_id)
+            if held is not None and held["instance"] != instance and held["expires_at"] > now:
+                raise RunnerIdHeldError(
+                    f"runner id {runner_id!r} is held by {held['instance']!r} until {held['expires_at']}"
+                )
+            self._port.execute(q.PUT_RUNNER, (runner_id, instance, now, now + lease_ms))
+            return cast(RunnerRow, self._runner(runner_id))
+
+        return self._port.transaction(run)
+
+    def leave_runner(self, runner_id: str, instance: str) -> RunnerRow | None:
+        """A runner stopping cleanly: its registration expires now, so the others take its share at
+        once. Another instance's live registration is `RunnerIdHeldError`; an expired or unknown one
+        is left as it is (None: no runner ever had this id)."""
+
+        def run() -> RunnerRow | None:
+            now = self._clock.now_ms()
+            held = self._runner(runner_id)
+            if held is None or held["expires_at"] <= now:
+                return held
+            if held["instance"] != instance:
+                raise RunnerIdHeldError(
+                    f"runner id {runner_id!r} is held by {held['instance']!r} until {held['expires_at']}"
+                )
+            self._port.execute(q.EXPIRE_RUNNER, (now, runner_id, now))
+            return self._runner(runner_id)
+
+        return self._port.transaction(run)
+
+    def live_runners(self) -> list[RunnerRow]:
+        """The registrations unexpired now, in runner id order: the runners the worlds are split among."""
+        return self._port.transaction(lambda: [
+            cast(RunnerRow, _row(RUNNER_FIELDS, r)) for r in self._port.execute(q.LIVE_RUNNERS, (self._clock.now_ms(),))
+        ])  # fmt: skip
+
+    def hosted_worlds(self, owner: str) -> list[WorldRow]:
+        """The worlds whose world lease names `owner` (held, expired or released), in world id order:
+        what the other runners move when that runner dies, read through an index of the lease's owner."""
+        return self._port.transaction(
+            lambda: [cast(WorldRow, _row(WORLD_FIELDS, r)) for r in self._port.execute(q.HOSTED_WORLDS, (owner,))]
+        )
+
+    def _runner(self, runner_id: str) -> RunnerRow | None:
+        rows = self._port.execute(q.GET_RUNNER, (runner_id,))
+        return cast(RunnerRow, _row(RUNNER_FIELDS, rows[0])) if rows else None
+
+    def pending_worlds(self) -> list[PendingWorld]:
+        """Every world with an open command, with the earliest scheduled tick among them and its
+        world lease: a runner's due-time index (idle worlds are not read). A Durable Object holds
+        one world, so there it answers that world or nothing."""
+        return self._port.transaction(
+            lambda: [cast(PendingWorld, _row(PENDING_FIELDS, r)) for r in self._port.execute(q.PENDING_WORLDS)]
+        )
 
     def load_state(self, world_id: str, after_entity_id: int = 0, limit: int = 10_000) -> StatePage:
         """The world's published state at its tick head, one page of entities at a time: the

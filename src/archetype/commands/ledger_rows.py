@@ -42,6 +42,28 @@ class WorldRow(TypedDict):
     clock_ms: int
 
 
+class PendingWorld(TypedDict):
+    """A world with an open command, as a runner's due-time index reads it (`pending_worlds`)."""
+
+    world_id: str
+    status: str
+    tick_head: int
+    next_tick: int  # the earliest scheduled tick of its open commands
+    clock_tick: int  # its tick clock's anchor (archetype.commands.clock)
+    clock_ms: int
+    host_owner: str | None  # its world lease (docs/ledger.md, "World leases")
+    host_expires_at: int | None
+
+
+class RunnerRow(TypedDict):
+    """A runner's registration (docs/ledger.md, "The runner registry")."""
+
+    runner_id: str
+    instance: str  # where it runs: the same for a restart of the same runner, another for another process
+    registered_at: int  # ms since the epoch, when this instance registered the id
+    expires_at: int  # ms since the epoch; at or before now: not live
+
+
 @with_config(WIRE)
 class AdmissionRow(TypedDict):
     """What a caller submits for one command; the ledger adds world, scope, sequence and digest."""

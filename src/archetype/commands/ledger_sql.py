@@ -57,6 +57,20 @@ SET_WORLD_LEASE_EXPIRY = "UPDATE worlds SET host_expires_at = ? WHERE world_id =
 EXPIRE_OTHER_OWNERS_LEASES = """UPDATE commands SET lease_expires_at = ?
     WHERE world_id = ? AND status = 'LEASED' AND lease_owner != ? AND lease_expires_at > ?"""
 
+# -- the runner registry --
+RUNNER_COLUMNS = "runner_id, instance, registered_at, expires_at"
+GET_RUNNER = f"SELECT {RUNNER_COLUMNS} FROM runners WHERE runner_id = ?"
+# A new registration (or another instance taking an expired one over) starts its registered_at anew;
+# a heartbeat of the same instance only moves its expiry.
+PUT_RUNNER = """INSERT INTO runners (runner_id, instance, registered_at, expires_at) VALUES (?, ?, ?, ?)
+    ON CONFLICT (runner_id) DO UPDATE SET expires_at = excluded.expires_at, instance = excluded.instance,
+        registered_at = CASE WHEN runners.instance = excluded.instance THEN runners.registered_at
+            ELSE excluded.registered_at END"""
+EXPIRE_RUNNER = "UPDATE runners SET expires_at = ? WHERE runner_id = ? AND expires_at > ?"
+LIVE_RUNNERS = f"SELECT {RUNNER_COLUMNS} FROM runners WHERE expires_at > ? ORDER BY runner_id"
+# Through the worlds_by_host index: the worlds of one runner, not a walk over every world.
+HOSTED_WORLDS = f"SELECT {WORLD_COLUMNS} FROM worlds WHERE host_owner = ? ORDER BY world_id"
+
 TAKE_ENTITY_IDS = "UPDATE worlds SET next_entity_id = next_entity_id + ?, updated_at = ? WHERE world_id = ?"
 # Before commands are deleted: the next sequence stays above every sequence ever handed out.
 RAISE_SEQUENCE_FLOOR = "UPDATE worlds SET next_sequence = ?1 WHERE world_id = ?2 AND next_sequence < ?1"

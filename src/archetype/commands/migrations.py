@@ -289,8 +289,21 @@ V8_WORLD_LEASES = Migration(8, "world leases: the host of each world and its exp
 # numbers from those floors and collide with the rows admitted since, refuses the catalog.
 V9_DERIVED_SEQUENCES = Migration(9, "a world's next sequence numbers derived from its commands and outbox", ())
 
+# Version 10: the runner registry (docs/ledger.md, "The runner registry"): the runners that split the
+# worlds, local and remote alike, each under its id until its registration expires. A row outlives
+# its runner's death (expired), so a restart of the same instance finds it and resumes at once.
+V10_RUNNER_REGISTRY = Migration(10, "the runner registry: live runners, each under its id until it expires", (
+    """CREATE TABLE runners (
+        runner_id TEXT PRIMARY KEY,
+        instance TEXT NOT NULL,
+        registered_at INTEGER NOT NULL,
+        expires_at INTEGER NOT NULL) WITHOUT ROWID""",
+    # the worlds a runner hosts (`hosted_worlds`): what the survivors move when it dies, without a walk over every world
+    "CREATE INDEX worlds_by_host ON worlds (host_owner) WHERE host_owner IS NOT NULL",
+))  # fmt: skip
+
 MIGRATIONS = (V1_SCHEMA, V2_EXACTLY_ONCE, V3_STATE_CHUNKS, V4_HEALTH_AND_REDRIVE, V5_RETENTION, V6_COMPONENT_SCHEMAS,
-              V7_TICK_CLOCK, V8_WORLD_LEASES, V9_DERIVED_SEQUENCES)  # fmt: skip
+              V7_TICK_CLOCK, V8_WORLD_LEASES, V9_DERIVED_SEQUENCES, V10_RUNNER_REGISTRY)  # fmt: skip
 SCHEMA_VERSION = MIGRATIONS[-1].version
 
 HAS_META = "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'"
