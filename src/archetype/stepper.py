@@ -17,7 +17,8 @@ processes are gone.
 
 The HTTP process restarts a stepping process that died (a restart resumes the runner id's leases
 at once); one that dies before it is ready `STARTS` times in a row makes `serve` stop with one line
-and exit 3 (`StepperFailedError`).
+and exit 3 (`StepperFailedError`); one refused (its runner id is live in the runner registry under
+another instance) makes it stop at once with the refusal's line and exit 2, as any setting serve refuses.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import sys
 from typing import IO
 
 from archetype.metrics import Metrics, configure_logging
-from archetype.settings import ServeSettings
+from archetype.settings import ConfigurationError, ServeSettings
 
 log = logging.getLogger("archetype.serve")
 
@@ -40,6 +41,7 @@ STARTS = 3  # deaths in a row before ready, after which serve gives up rather th
 RESTART_DELAY_S = 0.5  # between a death and the next start: a crash loop stays cheap
 METRICS_EVERY_S = 1.0
 READY = b"ready\n"
+REFUSED = b"refused "  # then one line: why the stepping process may not run (its runner id is live elsewhere)
 
 
 class StepperFailedError(Exception):
@@ -60,6 +62,7 @@ class Stepper:
         self.pid: int | None = None
         self.ready = False  # a stepping process has been ready once
         self._ready = False  # the current one is
+        self.refusal: str | None = None  # why the current one refused to run: final, not a crash
 
     def latest_metrics(self) -> bytes:
         return self.metrics
@@ -73,6 +76,9 @@ class Stepper:
             code = await self._run_once(stop)
             if code is None:
                 return
+            if self.refusal is not None:  # a restart would be refused the same way
+                stop.set()
+                raise ConfigurationError(self.refusal)
             failed = 0 if self._ready else failed + 1
             if failed >= STARTS:
                 stop.set()
@@ -87,7 +93,7 @@ class Stepper:
     async def _run_once(self, stop: asyncio.Event) -> int | None:
         """Run one stepping process: its exit code when it died, None when `stop` stopped it."""
         ours, theirs = socket.socketpair()
-        self._ready = False
+        self._ready, self.refusal = False, None
         try:
             fds = (theirs.fileno(), self.lock.fileno())
             process = await asyncio.create_subprocess_exec(
@@ -106,6 +112,8 @@ class Stepper:
         try:
             await asyncio.wait((exited, stopping), return_when=asyncio.FIRST_COMPLETED)
             if exited.done():
+                with contextlib.suppress(TimeoutError):  # what it wrote before it exited: a refusal, say
+                    await asyncio.wait_for(listening, timeout=1)
                 return exited.result()
             process.terminate()
             await exited
@@ -120,6 +128,8 @@ class Stepper:
             while line := await reader.readline():
                 if line == READY:
                     self.ready = self._ready = True
+                elif line.startswith(REFUSED):
+                    self.refusal = line[len(REFUSED) :].decode().strip()
                 elif line.startswith(b"metrics "):
                     self.metrics = await reader.readexactly(int(line.split()[1]))
 
@@ -154,4 +164,8 @@ def main() -> None:
     from archetype.server import step_worlds  # not at the top: the server imports this module
 
     channel = socket.socket(fileno=int(channel_fd))
-    asyncio.run(step_worlds(config, channel, os.fdopen(int(lock_fd), "a+")))
+    try:
+        asyncio.run(step_worlds(config, channel, os.fdopen(int(lock_fd), "a+")))
+    except ConfigurationError as exc:  # before ready: serve says it in one line and stops
+        channel.sendall(REFUSED + str(exc).encode() + b"\n")
+        sys.exit(2)

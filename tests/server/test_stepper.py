@@ -4,6 +4,7 @@ stepping process stops by itself), a stepping process that cannot start (serve e
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -18,6 +19,7 @@ import httpx
 import pytest
 
 from archetype.world import ComponentValue
+from local_catalog import open_local_authority
 from tests.api.conftest import TOKENS
 from tests.component_modules.alpha import Position, Velocity
 from tests.server.test_serve import ROOT, WAIT_S, start_server, wait_for
@@ -134,3 +136,28 @@ def test_a_stepping_process_that_cannot_start_stops_serve_with_one_line(tmp_path
         "above say why)"
     ), logs
     assert logs.count("RuntimeError: no reactor") == 3  # each start's own reason, above the line
+
+
+def test_a_runner_id_live_in_the_registry_elsewhere_stops_serve_with_one_line(tmp_path):
+    # a remote runner holds the id: no lock file of this data directory says so, the registry does
+    data = tmp_path / "data"
+    data.mkdir()
+
+    async def register_elsewhere() -> None:
+        catalog = open_local_authority(data)
+        try:
+            await catalog.register_runner("r-taken", "runner@another-host", 60_000)
+        finally:
+            await catalog.close()
+
+    asyncio.run(register_elsewhere())
+    tokens = tmp_path / "tokens.json"
+    tokens.write_text(json.dumps(TOKENS))
+    command = [sys.executable, "-m", "archetype.cli", "serve", "--data", str(data), "--port", "0",
+               "--tokens", str(tokens), "--runner-id", "r-taken"]  # fmt: skip
+    process = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=90)
+    assert process.returncode == 2, process.stderr
+    assert process.stdout == ""  # never "serving"
+    (line,) = process.stderr.strip().splitlines()
+    assert line.startswith("error: runner id 'r-taken' is held by 'runner@another-host' until "), line
+    assert line.endswith("; give this runner another --runner-id"), line
