@@ -12,11 +12,13 @@ READING = "\n### Reading it"
 def replace_section(heading: str, lines: list[str]) -> None:
     """Put `lines` (starting with `heading`) in place of the section under `heading`, or at the end."""
     text = PERFORMANCE_DOC.read_text() if PERFORMANCE_DOC.exists() else "# Performance\n\n"
-    kept = ""
-    if heading in text:
-        start = text.index(heading)
-        end = text.find("\n## ", start + len(heading))
-        section = text[start:end] if end != -1 else text[start:]
-        kept = section[section.index(READING) :].rstrip("\n") + "\n" if READING in section else ""
-        text = text[:start] + text[end + 1 :] if end != -1 else text[:start]
-    PERFORMANCE_DOC.write_text(text.rstrip("\n") + "\n\n" + "\n".join(lines).rstrip("\n") + "\n" + kept)
+    new = "\n".join(lines).rstrip("\n") + "\n"
+    if heading not in text:
+        PERFORMANCE_DOC.write_text(text.rstrip("\n") + "\n\n" + new)
+        return
+    start = text.index(heading)
+    end = text.find("\n## ", start + len(heading))
+    section = text[start:end] if end != -1 else text[start:]
+    kept = section[section.index(READING) :].rstrip("\n") + "\n" if READING in section else ""
+    after = "\n" + text[end + 1 :] if end != -1 else ""
+    PERFORMANCE_DOC.write_text(text[:start] + new + kept + after)
