@@ -85,6 +85,17 @@ async def ledger_cycle() -> dict[str, Any]:
     }
 
 
+def _record_chunks(world: Any, sent: list[str]) -> None:
+    """Keep in `sent` the chunks each of `world`'s publications sends."""
+    publish = world.publisher.publish
+
+    async def recorded(prepared: Any) -> None:
+        sent.extend(prepared.chunks)
+        await publish(prepared)
+
+    world.publisher.publish = recorded
+
+
 async def columnar_state() -> dict[str, Any]:
     """A world of numeric and data components published as columnar chunks (a snapshot, then a
     delta with a despawn) on this interpreter's sqlite3, and the state `load_state` answers."""
@@ -100,13 +111,7 @@ async def columnar_state() -> dict[str, Any]:
         try:
             world_id = await rt.dispatcher.apply(CreateWorld(name="columns", world_id="w-columns"))
             world = await rt.worlds.get(world_id)
-            publish = world.publisher.publish
-
-            async def recorded(prepared: Any) -> None:
-                sent.extend(prepared.chunks)
-                await publish(prepared)
-
-            world.publisher.publish = recorded  # type: ignore[method-assign]
+            _record_chunks(world, sent)
             await world.ensure_entity_ids(20)
             async with world.lock:
                 ids = world.atomically(lambda: [world.spawn(
@@ -148,13 +153,7 @@ async def column_delta_state() -> dict[str, Any]:
         try:
             world_id = await rt.dispatcher.apply(CreateWorld(name="deltas", world_id="w-deltas"))
             world = await rt.worlds.get(world_id)
-            publish = world.publisher.publish
-
-            async def recorded(prepared: Any) -> None:
-                sent.extend(prepared.chunks)
-                await publish(prepared)
-
-            world.publisher.publish = recorded  # type: ignore[method-assign]
+            _record_chunks(world, sent)
             await world.ensure_entity_ids(20)
             async with world.lock:
                 world.atomically(lambda: [world.spawn([Position(x=i / 7, y=-0.0), Health(hp=i)]) for i in range(12)])
