@@ -7,29 +7,18 @@ from __future__ import annotations
 
 import pytest
 
-from archetype.canonical import canonical_json
 from archetype.runtime import Runtime
 from archetype.vector import add_vector_processor
-from archetype.world import ComponentValue, CreateWorld
+from archetype.world import CreateWorld
 from archetype.world.columnar import run_ids
 from tests.component_modules.alpha import Health, Position, Velocity
 from tests.conformance.authorities import AUTHORITY_FACTORIES
 from tests.model.ledger_model import PartialWrite, apply_writes
-
-CLASSES = {cls.__name__: cls for cls in (Position, Velocity, Health)}
+from tests.model.test_stateful import entity_text
 
 
 def _data(component) -> dict:
     return component.model_dump(mode="json")
-
-
-def entity_text(components: dict[str, dict]) -> str:
-    """The canonical text an entity is published as: its component values ordered by type key."""
-    keyed = sorted((f"{n}:{CLASSES[n].component_fingerprint()}", n, d) for n, d in components.items())
-    return canonical_json([
-        ComponentValue(name=n, fingerprint=CLASSES[n].component_fingerprint(), data=d).model_dump(mode="json")
-        for _, n, d in keyed
-    ])  # fmt: skip
 
 
 def _push(world, tick, table):

@@ -74,7 +74,7 @@ from archetype.world import (
 from archetype.world.columnar import id_runs
 from archetype.world.commit import TickOutcomeUnknownError
 from tests.component_modules import flaky
-from tests.component_modules.alpha import Health, Position
+from tests.component_modules.alpha import Health, Position, Velocity
 from tests.component_modules.flaky import Probe
 from tests.conformance.authorities import AUTHORITY_FACTORIES
 from tests.model.ledger_model import (
@@ -96,7 +96,7 @@ OWNERS = ("runner-a", "runner-b")
 PRINCIPALS = (None, "p1", "p2")  # None: a trusted caller (scope ''); p1/p2: players
 COMMAND_IDS = ("k0", "k1", "k2", "k3")  # few, so replays, conflicts and cross-principal reuse are common
 MISSING_ENTITY = 999_999  # never handed out in an example: commands naming it are rejected
-CLASSES = {"Health": Health, "Position": Position, "Probe": Probe}
+CLASSES = {cls.__name__: cls for cls in (Health, Position, Probe, Velocity)}
 FLOATS = (0.0, -0.0, 2.0, 1.5)  # -0.0 and 2.0 must survive as published text
 # The ledger calls whose order is compared (the ones the page names), and what of their arguments.
 TRACKED_CALLS = ("admit", "reserve_spawn", "lease", "guard", "publish", "destroy", "acquire_writer", "reserve_entity_ids",
