@@ -10,6 +10,7 @@ from archetype.vector import add_vector_processor
 from tests.component_modules.alpha import Health, Position, Velocity
 from tests.component_modules.mixed import Tag
 from tests.conformance.helpers import step
+from tests.support.publications import record_publications
 from tests.world.test_storage import wire
 
 
@@ -95,14 +96,7 @@ async def test_a_columnar_state_loads_identically_everywhere(rt, world_id, autho
     # ids, over several chunk rows: every authority answers the per-entity canonical text
     monkeypatch.setattr("archetype.world.columnar.CHUNK_BYTES", 2_000)
     world = await rt.worlds.get(world_id)
-    sent = []
-    publish = world.publisher.publish
-
-    async def recorded(prepared):
-        sent.append((prepared.snapshot, prepared.chunks))
-        await publish(prepared)
-
-    world.publisher.publish = recorded
+    sent = record_publications(world)
     add_vector_processor(world, _drift, Position, writes=[Position])
     await world.ensure_entity_ids(80)
     async with world.lock:
@@ -115,8 +109,8 @@ async def test_a_columnar_state_loads_identically_everywhere(rt, world_id, autho
         world.atomically(lambda: (world.despawn(ids[5]), world.update(ids[7], [Health(hp=-1)]),
                                   world.add_components(ids[0], [Health(hp=1)])))  # fmt: skip
     await world.step()
-    assert [snapshot for snapshot, _ in sent] == [True, False] and len(sent[0][1]) > 1
-    assert all(chunk.startswith('{"first":') for _, chunks in sent for chunk in chunks)
+    assert [prepared.snapshot for prepared in sent] == [True, False] and len(sent[0].chunks) > 1
+    assert all(chunk.startswith('{"first":') for prepared in sent for chunk in prepared.chunks)
     expected = [(entity_id, wire(components.values())) for entity_id, components in sorted(world.state.items())]
     assert len(expected) == 59 and '"x":0.25' in expected[0][1]  # drifted in the first tick
     for limit in (3, 10_000):
@@ -138,14 +132,7 @@ async def test_a_column_delta_overlays_only_its_columns_everywhere(rt, world_id,
     # other, and on a whole entry a per-entity update sent in between) by every authority
     monkeypatch.setattr("archetype.world.columnar.CHUNK_BYTES", 1_500)
     world = await rt.worlds.get(world_id)
-    sent = []
-    publish = world.publisher.publish
-
-    async def recorded(prepared):
-        sent.append(prepared)
-        await publish(prepared)
-
-    world.publisher.publish = recorded
+    sent = record_publications(world)
     add_vector_processor(world, _sweep, Position, Velocity, writes=[Position, Velocity])
     await world.ensure_entity_ids(60)
     async with world.lock:

@@ -12,6 +12,7 @@ import tempfile
 from typing import Any
 
 from tests.component_modules.alpha import Health, Position
+from tests.support.publications import record_publications
 
 # -- the core, on either interpreter -----------------------------------------------------------
 
@@ -85,17 +86,6 @@ async def ledger_cycle() -> dict[str, Any]:
     }
 
 
-def _record_chunks(world: Any, sent: list[str]) -> None:
-    """Keep in `sent` the chunks each of `world`'s publications sends."""
-    publish = world.publisher.publish
-
-    async def recorded(prepared: Any) -> None:
-        sent.extend(prepared.chunks)
-        await publish(prepared)
-
-    world.publisher.publish = recorded
-
-
 async def columnar_state() -> dict[str, Any]:
     """A world of numeric and data components published as columnar chunks (a snapshot, then a
     delta with a despawn) on this interpreter's sqlite3, and the state `load_state` answers."""
@@ -105,13 +95,12 @@ async def columnar_state() -> dict[str, Any]:
     from local_catalog import open_local_authority
     from tests.component_modules.mixed import Tag
 
-    sent: list[str] = []
     with tempfile.TemporaryDirectory() as directory:
         rt = Runtime(open_local_authority(directory, clock=ManualClock()), owner="runner", lease_ms=1_000)
         try:
             world_id = await rt.dispatcher.apply(CreateWorld(name="columns", world_id="w-columns"))
             world = await rt.worlds.get(world_id)
-            _record_chunks(world, sent)
+            sent = record_publications(world)
             await world.ensure_entity_ids(20)
             async with world.lock:
                 ids = world.atomically(lambda: [world.spawn(
@@ -125,7 +114,7 @@ async def columnar_state() -> dict[str, Any]:
             state = await rt.authority.load_state(world_id=world_id, after_entity_id=0, limit=100)
         finally:
             await rt.close()
-    return {"chunks": sent, "entities": state["entities"]}
+    return {"chunks": [chunk for prepared in sent for chunk in prepared.chunks], "entities": state["entities"]}
 
 
 async def column_delta_state() -> dict[str, Any]:
@@ -146,14 +135,13 @@ async def column_delta_state() -> dict[str, Any]:
             moved = [column.value(row) for row in range(len(table))]
             world.state.override(table, key, ObjectColumn([Position(x=p.x + 0.5, y=-p.y) for p in moved]))
 
-    sent: list[str] = []
     loaded = []
     with tempfile.TemporaryDirectory() as directory:
         rt = Runtime(open_local_authority(directory, clock=ManualClock()), owner="runner", lease_ms=1_000)
         try:
             world_id = await rt.dispatcher.apply(CreateWorld(name="deltas", world_id="w-deltas"))
             world = await rt.worlds.get(world_id)
-            _record_chunks(world, sent)
+            sent = record_publications(world)
             await world.ensure_entity_ids(20)
             async with world.lock:
                 world.atomically(lambda: [world.spawn([Position(x=i / 7, y=-0.0), Health(hp=i)]) for i in range(12)])
@@ -164,7 +152,7 @@ async def column_delta_state() -> dict[str, Any]:
                 loaded.append((await rt.authority.load_state(world_id=world_id, after_entity_id=0, limit=100))["entities"])
         finally:
             await rt.close()
-    return {"chunks": sent, "states": loaded}
+    return {"chunks": [chunk for prepared in sent for chunk in prepared.chunks], "states": loaded}
 
 
 # -- Pyodide only ------------------------------------------------------------------------------
