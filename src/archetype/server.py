@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import fcntl
 import functools
+import gc
 import hashlib
 import importlib
 import json
@@ -652,6 +653,7 @@ async def _serve(config: ServeSettings, runners: Runners, tokens: TokenTable, so
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     stepping = asyncio.create_task(stepper.run(stop))
+    gc.freeze()
     serving = asyncio.create_task(server.serve(sockets=[sock]))
     try:
         # "serving" once both are up: a command admitted before the stepping process runs would
