@@ -255,7 +255,7 @@ def main() -> None:
             for label, src in versions if round_ % 2 == 0 else versions[::-1]:
                 measured += serve_phases(directory / f"{label.strip(': ') or 'this'}-{round_}", args, label, src, round_)
         rows += best(measured)
-    load = "{:.1f}".format(os.getloadavg()[0])
+    load = f"{os.getloadavg()[0]:.1f}"
 
     for r in measured if args.rounds > 1 else []:
         print(f"round {r['round']}: " + line(r, float(rows[0]["per_s"])))  # type: ignore[arg-type]

@@ -99,12 +99,12 @@ class HotRoutes:
                 for hot in self.hot:
                     match = hot.pattern.fullmatch(scope["path"])
                     if match is not None:
-                        if await self._answer(hot, scope, send, match.group(1) if match.groups() else None):
+                        if await self._answer(hot, scope, receive, send, match.group(1) if match.groups() else None):
                             return
                         break
         await self.app(scope, receive, send)
 
-    async def _answer(self, hot: HotRoute, scope: dict[str, Any], send: Any, world_id: str | None) -> bool:
+    async def _answer(self, hot: HotRoute, scope: dict[str, Any], receive: Any, send: Any, world_id: str | None) -> bool:
         """Answer the request when the framework would reach the route; else leave it to the
         framework (the body unread: BodyLimit replays it)."""
         headers = scope[HEADERS]
@@ -124,9 +124,9 @@ class HotRoutes:
         try:
             answer = await hot.handler(world_id, body, actor, None if key is None else key.decode("latin-1"))
         except CommandError as exc:
-            await error_response(exc)(scope, None, send)
+            await error_response(exc)(scope, receive, send)
         except ValidationError as exc:
-            await error_response(validation_error(exc.errors()))(scope, None, send)
+            await error_response(validation_error(exc.errors()))(scope, receive, send)
         else:
             await send_json(send, hot.status, answer.__pydantic_serializer__.to_json(answer))
         return True
