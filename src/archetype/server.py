@@ -689,6 +689,9 @@ async def _serve(config: ServeSettings, runners: Runners, tokens: TokenTable, so
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     stepping = asyncio.create_task(stepper.run(stop))
+    # Everything built so far (the imports, the app, its models) lives as long as this process: out of
+    # the collector's sight, a full collection scans only what requests left behind. Before, each one
+    # scanned ~150k objects, 100-250 ms with the loop stopped, and set the p99 of admission and /health.
     gc.freeze()
     serving = asyncio.create_task(server.serve(sockets=[sock]))
     try:
