@@ -1,5 +1,6 @@
 """serve's HTTP protocol (archetype.server.HeadDeadline) writes each answer once: the head goes out
-with the body's first write (OneWrite), and nothing an answer sends is held back or reordered."""
+with the body's first write (OneWrite), and nothing an answer sends is held back or reordered; its
+head deadline counts from the connection's last answer, on one timer per connection."""
 
 from __future__ import annotations
 
@@ -58,9 +59,9 @@ async def settle() -> None:
         await asyncio.sleep(0)
 
 
-async def serving(app: Any, request: bytes) -> tuple[HeadDeadline, Transport]:
+async def serving(app: Any, request: bytes, head_timeout_s: float = 5.0) -> tuple[HeadDeadline, Transport]:
     protocol = HeadDeadline(config=uvicorn.Config(app, lifespan="off", log_level="warning"), server_state=ServerState(),
-                            app_state={}, head_timeout_s=5.0)  # fmt: skip
+                            app_state={}, head_timeout_s=head_timeout_s)  # fmt: skip
     transport = Transport()
     protocol.connection_made(transport)  # type: ignore[arg-type]
     protocol.data_received(request)
@@ -111,3 +112,15 @@ async def test_100_continue_goes_out_at_once_ahead_of_the_answer():
     protocol.data_received(b"{}")
     await settle()
     assert len(transport.writes) == 2 and transport.writes[1].startswith(b"HTTP/1.1 200 OK") and transport.writes[1].endswith(b"{}")
+
+
+async def test_the_head_deadline_counts_from_the_last_answer():
+    protocol, transport = await serving(answer(START, BODY), b"", head_timeout_s=0.4)
+    await asyncio.sleep(0.3)
+    protocol.data_received(GET)  # answered at ~0.3 s: the next head is due by ~0.7 s, not 0.4 s
+    await settle()
+    assert len(transport.writes) == 1
+    await asyncio.sleep(0.25)
+    assert not transport.closed
+    await asyncio.sleep(0.4)
+    assert transport.closed  # no head came within 0.4 s of the answer
