@@ -104,12 +104,16 @@ def client_options(fn: Any) -> Any:
 @click.option("--prune-interval", type=float, default=None, help="Seconds between retention runs (default 60).")
 def serve(**flags: Any) -> None:
     """Serve the HTTP API, the dashboard and /metrics over the local catalog, and step every active world."""
+    import uvloop
+
     from archetype.server import serve as run
     from archetype.stepper import StepperFailedError
 
     flags["modules"] = tuple(flags["modules"]) or None
     try:
-        asyncio.run(run(ServeSettings.load(**flags)))
+        # libuv's loop: asyncio's own (its selector, transports and handles, in Python) was a third
+        # of the HTTP process's CPU per admission request (docs/performance.md, HTTP admission)
+        uvloop.run(run(ServeSettings.load(**flags)))
     except StepperFailedError as exc:
         raise ServeFailure(str(exc)) from None
 

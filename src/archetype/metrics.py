@@ -195,6 +195,8 @@ class HttpMetrics:
         self.app = app
         self.metrics = metrics
         self.log_requests = log_requests
+        # each label set's observe, looked up once: `labels()` validates and locks on every call
+        self._observe: dict[tuple[str, str, int], Callable[[float], None]] = {}
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -214,7 +216,11 @@ class HttpMetrics:
         finally:
             seconds = time.perf_counter() - started
             route = getattr(scope.get("route"), "path", UNMATCHED_ROUTE)
-            self.metrics.http_seconds.labels(scope["method"], route, str(status)).observe(seconds)
+            key = (scope["method"], route, status)
+            observe = self._observe.get(key)
+            if observe is None:
+                observe = self._observe[key] = self.metrics.http_seconds.labels(scope["method"], route, str(status)).observe
+            observe(seconds)
             if self.log_requests:
                 access_log.info("request", extra={"fields": {"method": scope["method"], "path": scope["path"], "route": route,
                                                              "status": status, "duration_ms": round(seconds * 1000, 3)}})  # fmt: skip

@@ -9,7 +9,9 @@ import httpx
 import pytest
 
 from archetype.api import create_app
-from archetype.api.hot import HotRoutes
+from archetype.api.auth import TokenTable
+from archetype.api.hot import ACTORS_KEPT, HotRoutes
+from archetype.commands.options import Role
 from local_catalog import open_local_authority
 from tests.api.conftest import MAX_BODY, QUOTA, TOKENS, auth
 from tests.api.test_routes import value
@@ -64,7 +66,7 @@ def without_hot_routes(app: Any) -> Any:
     return app
 
 
-async def answers(app: Any, count: dict[str, int] | None = None) -> list[tuple[int, str | None, bytes]]:
+async def answers(app: Any, count: dict[str, int] | None = None) -> list[tuple[Any, ...]]:
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://edge") as client:
         created = await client.post("/worlds", json={"name": "arena", "world_id": "w1"}, headers=auth("t-admin"))
         assert created.status_code == 201
@@ -73,20 +75,25 @@ async def answers(app: Any, count: dict[str, int] | None = None) -> list[tuple[i
             before = dict(count or {})
             kwargs: dict[str, Any] = {"content": body} if isinstance(body, bytes) else {"json": body} if body is not None else {}
             response = await client.request(method, path, headers=headers, **kwargs)
-            if count is not None:
-                found.append((response.status_code, response.headers.get("content-type"), response.content, count != before))
-            else:
-                found.append((response.status_code, response.headers.get("content-type"), response.content))
+            # every header, in order, as the app sent it: the answers are the same bytes whichever path gave them
+            answer = (response.status_code, response.headers.raw, response.content)
+            found.append((*answer, count != before) if count is not None else answer)
         return found
 
 
-def counting(app: Any, count: dict[str, int]) -> None:
-    """Count what HotRoutes answers itself: it names the framework's route of every request it
-    answers (its middleware instance exists once the stack is built)."""
+def hot_layer(app: Any) -> HotRoutes:
+    """The app's HotRoutes instance (it exists once the middleware stack is built)."""
     layer = app.build_middleware_stack()
     app.middleware_stack = layer
     while not isinstance(layer, HotRoutes):
         layer = layer.app
+    return layer
+
+
+def counting(app: Any, count: dict[str, int]) -> None:
+    """Count what HotRoutes answers itself: it names the framework's route of every request it
+    answers."""
+    layer = hot_layer(app)
     named = layer.route
 
     def route(method: str, path: str) -> Any:
@@ -124,3 +131,32 @@ async def test_a_closed_admission_gate_is_the_frameworks_to_answer(authorities):
         app.state.admission.close()
         assert (await client.get("/health")).status_code == 503
         assert (await client.post(COMMANDS, json=despawn(), headers=keyed("k1"))).json()["code"] == "shutting_down"
+
+
+async def test_a_known_token_is_looked_up_once_for_its_role_and_never_for_another(authorities):
+    app = create_app(authorities[0], tokens=TOKENS, quota=QUOTA, max_body_bytes=MAX_BODY)
+    layer = hot_layer(app)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://edge") as client:
+        assert (await client.post("/worlds", json={"name": "arena", "world_id": "w1"}, headers=auth("t-admin"))).status_code == 201
+        assert (await client.post(COMMANDS, json=despawn(), headers=keyed("k1"))).status_code == 202
+        assert list(layer._actors) == [(b"Bearer t-admin", Role.admin), (b"Bearer t-player", Role.player)]
+        # the player's token, known now, still lacks the admin role: the framework's 403, not a world
+        refused = await client.post("/worlds", json={"name": "mine", "world_id": "w9"}, headers=auth("t-player"))
+        assert refused.status_code == 403 and refused.json()["code"] == "permission_denied"
+        # a new token table (a reload) drops every actor read from the old one
+        app.state.tokens = TokenTable({"t-admin": TOKENS["t-admin"]})
+        gone = await client.post(COMMANDS, json=despawn(entity_id=2), headers=keyed("k2"))
+        assert gone.status_code == 401 and gone.json()["code"] == "unauthenticated"
+        assert layer._actors == {}
+
+
+async def test_the_actors_kept_are_bounded_and_unknown_tokens_are_not_kept(authorities):
+    tokens = {f"t{i}": {"principal": f"p{i}", "roles": ["player"]} for i in range(ACTORS_KEPT + 5)}
+    app = create_app(authorities[0], tokens={**TOKENS, **tokens}, quota=QUOTA, max_body_bytes=MAX_BODY)
+    layer = hot_layer(app)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://edge") as client:
+        await client.post("/worlds", json={"name": "arena", "world_id": "w1"}, headers=auth("t-admin"))
+        for token in [*tokens, "t-unknown"]:
+            assert (await client.post(COMMANDS, json=despawn(), headers=keyed("k1", token))).status_code in (202, 401)
+            assert len(layer._actors) <= ACTORS_KEPT
+        assert (b"Bearer t-unknown", Role.player) not in layer._actors

@@ -73,6 +73,8 @@ def test_metrics_of_a_running_server(tmp_path):
     assert ("archetype_audit_lag_events", (("world", first),)) in found
     assert value(found, "archetype_http_request_duration_seconds_count", method="POST",
                  route="/worlds/{world_id}/commands", status="409") == 1  # fmt: skip
+    assert value(found, "archetype_http_request_duration_seconds_count", method="POST",
+                 route="/worlds/{world_id}/commands", status="202") == 3  # two admitted, one replayed  # fmt: skip
 
     lines = [json.loads(line) for line in logs.splitlines() if line.startswith("{")]
     requests = [line for line in lines if line["logger"] == "archetype.http"]

@@ -23,11 +23,10 @@ from typing import Any
 
 from fastapi.security.utils import get_authorization_scheme_param
 from pydantic import BaseModel, ValidationError
-from starlette.responses import Response
 
 from archetype.api.auth import TokenTable
 from archetype.api.errors import UnauthenticatedError, error_response, validation_error
-from archetype.api.limits import PARSED_BODY, parsed_as_json, replay
+from archetype.api.limits import HEADERS, PARSED_BODY, parsed_as_json
 from archetype.api.models import Health
 from archetype.commands.errors import CommandError
 from archetype.commands.identity import COMMAND_ID_PATTERN
@@ -36,6 +35,11 @@ from archetype.world.operations import WORLD_ID_PATTERN
 
 HEALTH_ROUTE = "/health"
 _HEALTH_OK = Health(status="ok").__pydantic_serializer__.to_json(Health(status="ok"))
+JSON_TYPE = (b"content-type", b"application/json")
+# Actors of the bearer tokens seen, by Authorization header value: a lookup otherwise parses the
+# header, hashes the token and checks the roles on every request. Bounded (cleared when full), so
+# that clients sending ever new tokens cannot grow it; unknown tokens are never kept.
+ACTORS_KEPT = 1024
 # (world id from the path or None, the body, the actor, the Idempotency-Key or None) -> the answer
 Handler = Callable[[Any, Any, ActorCtx, "str | None"], Awaitable[BaseModel]]
 
@@ -59,9 +63,12 @@ def hot_route(template: str, role: Role, body: type[BaseModel], status: int, han
     return HotRoute(template, pattern, role, body, status, handler, keyed)
 
 
-def _json(model: BaseModel, status: int) -> Response:
-    # what FastAPI sends for a `response_model` route: the model's JSON bytes, application/json
-    return Response(model.__pydantic_serializer__.to_json(model), status_code=status, media_type="application/json")
+async def send_json(send: Any, status: int, content: bytes) -> None:
+    """What a `response_model` route's Response sends for these bytes (the same two messages and
+    headers, in the same order), without building a Response object per answer."""
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-length", str(len(content)).encode("latin-1")), JSON_TYPE]})  # fmt: skip
+    await send({"type": "http.response.body", "body": content})
 
 
 class HotRoutes:
@@ -71,6 +78,8 @@ class HotRoutes:
         self._routes = routes
         self._route: dict[tuple[str, str], Any] = {}
         self.hot = hot
+        self._actors: dict[tuple[bytes, Role], ActorCtx] = {}
+        self._actors_of: TokenTable | None = None  # the table `_actors` was read from
 
     def route(self, method: str, path: str) -> Any:
         """The framework's route object (the metrics label requests by its template)."""
@@ -84,56 +93,63 @@ class HotRoutes:
         if scope["type"] == "http":
             if scope["method"] == "GET" and scope["path"] == HEALTH_ROUTE and self.state.admission.open:
                 scope["route"] = self.route("GET", HEALTH_ROUTE)
-                await Response(_HEALTH_OK, media_type="application/json")(scope, receive, send)
+                await send_json(send, 200, _HEALTH_OK)
                 return
-            if scope["method"] == "POST":
+            if scope["method"] == "POST" and PARSED_BODY in scope:  # BodyLimit read the whole body and parsed it
                 for hot in self.hot:
                     match = hot.pattern.fullmatch(scope["path"])
                     if match is not None:
-                        answered, receive = await self._answer(hot, scope, receive, send, match.group(1) if match.groups() else None)
-                        if answered:
+                        if await self._answer(hot, scope, receive, send, match.group(1) if match.groups() else None):
                             return
                         break
         await self.app(scope, receive, send)
 
-    async def _answer(self, hot: HotRoute, scope: dict[str, Any], receive: Any, send: Any,
-                      world_id: str | None) -> tuple[bool, Any]:  # fmt: skip
+    async def _answer(self, hot: HotRoute, scope: dict[str, Any], receive: Any, send: Any, world_id: str | None) -> bool:
         """Answer the request when the framework would reach the route; else leave it to the
-        framework (with the body replayed)."""
-        headers = dict(scope["headers"])
+        framework (the body unread: BodyLimit replays it)."""
+        headers = scope[HEADERS]
         actor = self._actor(headers.get(b"authorization"), hot.role)
         key = headers.get(b"idempotency-key") if hot.keyed else None
         content_type = headers.get(b"content-type")
         if actor is None or not self.state.admission.open or not content_type or not parsed_as_json(content_type):
-            return False, receive
+            return False
         if key is not None and not COMMAND_ID_PATTERN.fullmatch(key.decode("latin-1")):
-            return False, receive
-        message = await receive()
-        receive = replay(message.get("body", b""), receive)
-        if message.get("more_body") or PARSED_BODY not in scope:  # BodyLimit hands the whole body over, parsed
-            return False, receive
+            return False
         try:
             body = hot.body.model_validate(scope[PARSED_BODY])
         except Exception:  # whatever refuses it, the framework answers it as it always does
-            return False, receive
+            return False
         scope["route"] = self.route("POST", hot.template)
         scope["path_params"] = {} if world_id is None else {"world_id": world_id}
         try:
-            response = _json(await hot.handler(world_id, body, actor, None if key is None else key.decode("latin-1")), hot.status)
+            answer = await hot.handler(world_id, body, actor, None if key is None else key.decode("latin-1"))
         except CommandError as exc:
-            response = error_response(exc)
+            await error_response(exc)(scope, receive, send)
         except ValidationError as exc:
-            response = error_response(validation_error(exc.errors()))
-        await response(scope, receive, send)
-        return True, receive
+            await error_response(validation_error(exc.errors()))(scope, receive, send)
+        else:
+            await send_json(send, hot.status, answer.__pydantic_serializer__.to_json(answer))
+        return True
 
     def _actor(self, authorization: bytes | None, role: Role) -> ActorCtx | None:
-        scheme, token = get_authorization_scheme_param(authorization.decode("latin-1") if authorization else None)
-        if scheme.lower() != "bearer" or not token:
+        if authorization is None:
             return None
         tokens: TokenTable = self.state.tokens
+        if tokens is not self._actors_of:
+            self._actors, self._actors_of = {}, tokens
+        actor = self._actors.get((authorization, role))
+        if actor is not None:
+            return actor
+        scheme, token = get_authorization_scheme_param(authorization.decode("latin-1"))
+        if scheme.lower() != "bearer" or not token:
+            return None
         try:
             actor = tokens.authenticate(token)
         except UnauthenticatedError:
             return None
-        return actor if actor.has(role) else None
+        if not actor.has(role):
+            return None
+        if len(self._actors) >= ACTORS_KEPT:
+            self._actors.clear()
+        self._actors[(authorization, role)] = actor
+        return actor

@@ -39,9 +39,11 @@ from archetype.commands.registry import NonCanonicalCommandError
 DEFAULT_MAX_BODY_BYTES = 1 << 20
 DEFAULT_BODY_TIMEOUT_S = 20.0
 SINGLE_VALUED_HEADERS = (b"authorization", b"idempotency-key", b"content-type")
-# The scope key under which a JSON body that passed the strict parser is handed on, parsed (the
-# hot routes use it instead of parsing the body again; archetype.api.hot).
+# The scope keys under which a JSON body that passed the strict parser is handed on, parsed, and
+# the request's headers as a dict (each single-valued one sent once): the hot routes use them
+# instead of parsing the body and the headers again (archetype.api.hot).
 PARSED_BODY = "archetype.parsed_body"
+HEADERS = "archetype.headers"
 MAX_BODY_DEPTH = MAX_DEPTH
 """The deepest nesting a JSON request body may have (component data has its own, smaller limit)."""
 
@@ -79,13 +81,16 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        names = [name for name, _ in scope.get("headers") or ()]
-        repeated = next((name for name in SINGLE_VALUED_HEADERS if names.count(name) > 1), None)
-        if repeated is not None:
-            error = DuplicateHeaderError(f"the {repeated.decode()} header was sent more than once; send it once")
-            await error_response(error)(scope, receive, send)
-            return
-        headers = dict(scope.get("headers") or ())
+        raw = scope.get("headers") or ()
+        headers = dict(raw)
+        if len(headers) != len(raw):  # some name repeats: refused if it is one of the single-valued ones
+            names = [name for name, _ in raw]
+            repeated = next((name for name in SINGLE_VALUED_HEADERS if names.count(name) > 1), None)
+            if repeated is not None:
+                error = DuplicateHeaderError(f"the {repeated.decode()} header was sent more than once; send it once")
+                await error_response(error)(scope, receive, send)
+                return
+        scope[HEADERS] = headers
         declared = headers.get(b"content-length")
         if declared is not None:
             if not declared.isdigit():

@@ -1,0 +1,126 @@
+"""serve's HTTP protocol (archetype.server.HeadDeadline) writes each answer once: the head goes out
+with the body's first write (OneWrite), and nothing an answer sends is held back or reordered; its
+head deadline counts from the connection's last answer, on one timer per connection."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import uvicorn
+from uvicorn.server import ServerState
+
+from archetype.server import HeadDeadline
+
+
+class Transport:
+    """What the protocol writes, write by write."""
+
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+        self.closed = False
+
+    def get_extra_info(self, name: str) -> Any:
+        return {"peername": ("127.0.0.1", 50000), "sockname": ("127.0.0.1", 8000)}.get(name)
+
+    def write(self, data: bytes) -> None:
+        self.writes.append(bytes(data))
+
+    def close(self) -> None:
+        self.closed = True
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def pause_reading(self) -> None: ...
+
+    def resume_reading(self) -> None: ...
+
+
+def answer(*messages: dict[str, Any], fail: bool = False) -> Any:
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["method"] == "POST":
+            await receive()
+        for message in messages:
+            await send(message)
+        if fail:
+            raise RuntimeError("the app failed after starting its answer")
+
+    return app
+
+
+START = {"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2"), (b"content-type", b"application/json")]}
+BODY = {"type": "http.response.body", "body": b"{}"}
+STREAM = {"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]}
+
+
+async def settle() -> None:
+    for _ in range(50):
+        await asyncio.sleep(0)
+
+
+async def serving(app: Any, request: bytes, head_timeout_s: float = 5.0) -> tuple[HeadDeadline, Transport]:
+    protocol = HeadDeadline(config=uvicorn.Config(app, lifespan="off", log_level="warning"), server_state=ServerState(),
+                            app_state={}, head_timeout_s=head_timeout_s)  # fmt: skip
+    transport = Transport()
+    protocol.connection_made(transport)  # type: ignore[arg-type]
+    protocol.data_received(request)
+    await settle()
+    return protocol, transport
+
+
+async def served(app: Any, request: bytes) -> Transport:
+    return (await serving(app, request))[1]
+
+
+GET = b"GET /health HTTP/1.1\r\nhost: edge\r\n\r\n"
+
+
+async def test_an_answer_is_one_write():
+    transport = await served(answer(START, BODY), GET)
+    assert len(transport.writes) == 1
+    assert transport.writes[0].startswith(b"HTTP/1.1 200 OK\r\n") and transport.writes[0].endswith(b"\r\n\r\n{}")
+
+
+async def test_keep_alive_answers_are_one_write_each():
+    transport = await served(answer(START, BODY), GET * 3)  # pipelined: answered in order, one write each
+    assert len(transport.writes) == 3 and all(w.endswith(b"\r\n\r\n{}") for w in transport.writes)
+
+
+async def test_a_streamed_answer_sends_its_head_with_the_first_chunk_and_holds_nothing_after():
+    chunks = [{"type": "http.response.body", "body": part, "more_body": True} for part in (b"a", b"b")]
+    transport = await served(answer(STREAM, *chunks, {"type": "http.response.body", "body": b""}), GET)
+    assert len(transport.writes) == 3
+    assert transport.writes[0].endswith(b"transfer-encoding: chunked\r\n\r\n1\r\na\r\n")
+    assert transport.writes[1:] == [b"1\r\nb\r\n", b"0\r\n\r\n"]
+
+
+async def test_an_answer_to_head_has_no_body_write_and_its_head_is_sent():
+    transport = await served(answer(START, BODY), b"HEAD /health HTTP/1.1\r\nhost: edge\r\n\r\n")
+    assert len(transport.writes) == 1 and transport.writes[0].endswith(b"content-type: application/json\r\n\r\n")
+
+
+async def test_an_app_failing_after_its_head_gets_the_head_out_before_the_close():
+    transport = await served(answer(START, fail=True), GET)
+    assert transport.closed and len(transport.writes) == 1 and transport.writes[0].startswith(b"HTTP/1.1 200 OK")
+
+
+async def test_100_continue_goes_out_at_once_ahead_of_the_answer():
+    head = b"POST /x HTTP/1.1\r\nhost: edge\r\ncontent-length: 2\r\nexpect: 100-continue\r\n\r\n"
+    protocol, transport = await serving(answer(START, BODY), head)
+    assert transport.writes == [b"HTTP/1.1 100 Continue\r\n\r\n"]  # the client waits for it to send the body
+    protocol.data_received(b"{}")
+    await settle()
+    assert len(transport.writes) == 2 and transport.writes[1].startswith(b"HTTP/1.1 200 OK") and transport.writes[1].endswith(b"{}")
+
+
+async def test_the_head_deadline_counts_from_the_last_answer():
+    protocol, transport = await serving(answer(START, BODY), b"", head_timeout_s=0.4)
+    await asyncio.sleep(0.3)
+    protocol.data_received(GET)  # answered at ~0.3 s: the next head is due by ~0.7 s, not 0.4 s
+    await settle()
+    assert len(transport.writes) == 1
+    await asyncio.sleep(0.25)
+    assert not transport.closed
+    await asyncio.sleep(0.4)
+    assert transport.closed  # no head came within 0.4 s of the answer
