@@ -143,6 +143,7 @@ def test_component_values_and_references_are_found_in_document_order():
                "component_types": [{"name": "C", "fingerprint": "c"}]}  # fmt: skip
     found = component_occurrences(payload)
     assert [(path, name) for path, name, _, _ in found] == [("$.components[0]", "A"), ("$.component_types[0]", "C")]
+    assert component_occurrences(5) == component_occurrences([1, "a", [None]]) == []  # scalars name nothing
 
 
 KEYS = st.sampled_from(["label", "mass", "value", "children", "a"])

@@ -21,6 +21,7 @@ ever written by the transaction that publishes their tick.
 from __future__ import annotations
 
 import json
+import operator
 import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
@@ -92,6 +93,7 @@ COMMAND_FIELDS = tuple(name.strip() for name in q.COMMAND_COLUMNS.split(","))
 WORLD_FIELDS = tuple(name.strip() for name in q.WORLD_COLUMNS.split(","))
 OUTBOX_FIELDS = tuple(name.strip() for name in q.OUTBOX_COLUMNS.split(","))
 ADMISSION_KEYS = frozenset(AdmissionRow.__annotations__)
+_INSERTED = operator.itemgetter(*q.INSERTED_COMMAND_FIELDS)  # a command row's INSERT_COMMANDS array
 ORIGINS = ("local", "gateway")
 RUNNER_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@:-]{0,127}")
 RUNNER_FIELDS = tuple(name.strip() for name in q.RUNNER_COLUMNS.split(","))
@@ -609,8 +611,8 @@ class Ledger:
                 # the sequence numbers read above are current (this transaction has written no
                 # command or event yet), and the rows written here take them: no world row to update
                 now = self._clock.now_ms()
-                inserted = [[r[field] for field in q.INSERTED_COMMAND_FIELDS] for r in fresh]
-                self._port.execute(q.INSERT_COMMANDS, (world_id, scope, next_sequence, now, json.dumps(inserted)))
+                inserted = json.dumps([_INSERTED(r) for r in fresh])
+                self._port.execute(q.INSERT_COMMANDS, (world_id, scope, next_sequence, now, inserted))
                 self._write_events(world_id, next_event_seq, json.dumps([r["sequence"] for r in fresh]), now)
             return [
                 {

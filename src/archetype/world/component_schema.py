@@ -395,8 +395,11 @@ def occurrences(value: Any, path: Path = "$") -> list[tuple[Path, str, str, Any]
     one only for the occurrence it refuses."""
     found: list[tuple[Path, str, str, Any]] = []
     pending: list[tuple[Path, Any]] = [(path, value)]
+    push = pending.append
     while pending:
         where, node = pending.pop()
+        # a stack: children are pushed last first, so the document order comes out; scalars hold
+        # no component, so only containers are pushed
         if isinstance(node, dict):
             keys = node.keys()
             if (
@@ -406,10 +409,15 @@ def occurrences(value: Any, path: Path = "$") -> list[tuple[Path, str, str, Any]
             ):
                 found.append((where, node["name"], node["fingerprint"], node.get("data")))
                 continue
-            children = [((where, key), item) for key, item in node.items() if isinstance(item, (dict, list))]
-        else:  # a list: scalars hold no component, so only containers are visited
-            children = [((where, index), item) for index, item in enumerate(node) if isinstance(item, (dict, list))]
-        pending.extend(reversed(children))  # a stack: reversed, so the document order comes out
+            for key in reversed(keys):
+                item = node[key]
+                if isinstance(item, (dict, list)):
+                    push(((where, key), item))
+        elif isinstance(node, list):
+            for index in range(len(node) - 1, -1, -1):
+                item = node[index]
+                if isinstance(item, (dict, list)):
+                    push(((where, index), item))
     return found
 
 
