@@ -19,6 +19,11 @@ alike); a figure is the best round of `--rounds`. WAL pages per commit: the WAL 
 (checkpoint), `--wal-commits` commits run, and the frames the WAL file grew by are divided by them;
 ours are also counted by the b-tree each page belongs to (`archetype.bench.wal_pages_by_btree`).
 
+The ledger's side alone, beside raw sqlite3 on the same catalog: `Ledger.admit` called directly on
+one thread (no event loop, no caller validation, no hand-over), single and batched, as thread CPU
+per command (best block: what a change to the ledger's statements or Python shows even when the
+wall-clock figures above drown in load), and the writer thread's round trip of a no-op call.
+
     bench/.venv/bin/python bench/admission_bench.py [--single 500] [--batches 5] [--rounds 3]
 """
 
@@ -37,8 +42,13 @@ from pathlib import Path
 from typing import Any
 
 from archetype.bench import BENCH_WORLD, FAR_TICK, RawLedger, _items, _raw_rows, build_ledger, wal_pages_by_btree
+from archetype.commands import default_registry
+from archetype.commands.ledger import Ledger
+from archetype.commands.ledger_rows import AdmissionRow
+from archetype.commands.port import SystemClock
 from archetype.runtime import Runtime
-from local_catalog import CATALOG_FILE
+from local_catalog import CATALOG_FILE, SqliteSqlPort
+from local_catalog.writer import WriterThreadAuthority
 
 try:
     from huey import SqliteHuey
@@ -204,7 +214,7 @@ class Litequeue(Contestant):
 
 async def contestants(directory: Path, sync: str, count: int) -> list[Contestant]:
     ours = await Ours.open(directory / "ours", sync, count)
-    raw_rows = _raw_rows(_items("raw", "c", count, FAR_TICK), ours.rt)
+    raw_rows = _raw_rows(_items("raw", "c", count, FAR_TICK), ours.rt.registry)
     raw_dir = directory / "raw"
     await build_ledger(raw_dir, BATCH)
     payload = raw_rows[0]["payload"]
@@ -272,12 +282,62 @@ async def run(sync: str, single: int, batches: int, rounds: int, wal_commits: in
     return {"best": best, "pages": pages, "btrees": btrees, "names": [c.name for c in group]}
 
 
+LEDGER_BLOCK = 100  # single admissions per timed block of the ledger's side
+
+
+async def ledger_side(sync: str, blocks: int, batches: int, directory: Path) -> dict[str, float]:
+    """Thread CPU per command of `Ledger.admit` and of raw sqlite3 on one catalog, alternated block
+    by block (best block each), and the writer thread's no-op round trip (best block, wall)."""
+    await build_ledger(directory, BATCH)
+    port = SqliteSqlPort(directory / CATALOG_FILE, synchronous=sync)
+    ledger = Ledger(port, SystemClock())
+    raw = RawLedger(directory / CATALOG_FILE, sync)
+    count = blocks * LEDGER_BLOCK + batches * BATCH
+    registry = default_registry()
+    ours: list[AdmissionRow] = [{
+        "command_id": item.command_id, "schema_version": 1, "scheduled_tick": FAR_TICK, "priority": 0,
+        "operation": "spawn", "payload": registry.resolve(item.op).payload_of(item.op), "principal": None,
+        "origin": "local", "max_attempts": 3, "reserved_entity_id": None, "request_digest": None,
+    } for item in _items(BENCH_WORLD, "side", count, FAR_TICK)]  # fmt: skip
+    theirs = _raw_rows(_items("raw", "side", count, FAR_TICK), registry)
+    best = {"single": float("inf"), "raw single": float("inf"), "batch": float("inf"), "raw batch": float("inf")}
+
+    def timed(name: str, fn: Callable[[], Any], n: int) -> None:
+        start = time.thread_time()
+        fn()
+        best[name] = min(best[name], (time.thread_time() - start) / n)
+
+    def singles(admit: Callable[[Any], Any], rows: list[Any]) -> Callable[[], None]:
+        return lambda: [admit(row) for row in rows] and None
+
+    for b in range(blocks):
+        block = slice(b * LEDGER_BLOCK, (b + 1) * LEDGER_BLOCK)
+        timed("single", singles(lambda row: ledger.admit(BENCH_WORLD, [row]), ours[block]), LEDGER_BLOCK)
+        timed("raw single", singles(lambda row: raw.admit([row]), theirs[block]), LEDGER_BLOCK)
+    for b in range(batches):
+        at = blocks * LEDGER_BLOCK + b * BATCH
+        timed("batch", lambda at=at: ledger.admit(BENCH_WORLD, ours[at : at + BATCH]), BATCH)
+        timed("raw batch", lambda at=at: raw.admit(theirs[at : at + BATCH]), BATCH)
+    raw.close()
+    writer = WriterThreadAuthority(ledger, port)
+    hop = float("inf")
+    for _ in range(blocks):
+        start = time.perf_counter()
+        for _ in range(LEDGER_BLOCK):
+            await writer._call(lambda: None, solo=False)
+        hop = min(hop, (time.perf_counter() - start) / LEDGER_BLOCK)
+    await writer.close()
+    return {**best, "hop": hop}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--single", type=int, default=500, help="single admissions per round and contestant")
     parser.add_argument("--batches", type=int, default=5, help=f"batches of {BATCH:,} per round and contestant")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--wal-commits", type=int, default=50, help="single commits whose WAL pages are counted")
+    parser.add_argument("--ledger-blocks", type=int, default=30,
+                        help=f"blocks of {LEDGER_BLOCK} single admissions of the ledger's side alone (0: skip it)")
     args = parser.parse_args()
     print(f"python {sys.version.split()[0]}, sqlite {sqlite3.sqlite_version}, {os.cpu_count()} cpus, "
           f"load average {os.getloadavg()[0]:.1f}; best of {args.rounds} interleaved rounds")  # fmt: skip
@@ -313,6 +373,14 @@ def main() -> None:
               f"{TARGET_BATCH_VS_RAW}x{'' if sync == 'FULL' else ' (judged at FULL)'}")  # fmt: skip
         if sync == "FULL":
             checks.append(batch_ratio >= TARGET_BATCH_VS_RAW)
+        if args.ledger_blocks:
+            with tempfile.TemporaryDirectory() as tmp:
+                side = asyncio.run(ledger_side(sync, args.ledger_blocks, args.batches * 2, Path(tmp)))
+            print(f"  the ledger's side (Ledger.admit on one thread, thread CPU, best block): single "
+                  f"{side['single'] * 1e6:.1f} us vs raw sqlite3 {side['raw single'] * 1e6:.1f} us "
+                  f"({side['raw single'] / side['single']:.2f}x); batched {side['batch'] * 1e6:.1f} us/cmd vs "
+                  f"{side['raw batch'] * 1e6:.1f} ({side['raw batch'] / side['batch']:.2f}x); the writer thread's "
+                  f"round trip of a no-op {side['hop'] * 1e6:.1f} us")  # fmt: skip
     print(f"\n{sum(checks)}/{len(checks)} targets met")
 
 

@@ -30,6 +30,7 @@ from archetype.canonical import canonical_json
 from archetype.commands import DeferredItem, DurableOptions, default_registry, ledger_sql
 from archetype.commands.identity import command_digest
 from archetype.commands.ledger_rows import AdmissionRow
+from archetype.commands.registry import OperationRegistry
 from archetype.commands.scheduler import schema_row
 from archetype.runtime import Runtime
 from archetype.world import Component, ComponentValue, Spawn, Step
@@ -183,14 +184,14 @@ class RawLedger:
         self.tick = tick
 
 
-def _raw_rows(items: list[DeferredItem], rt: Runtime) -> list[dict[str, Any]]:
+def _raw_rows(items: list[DeferredItem], registry: OperationRegistry) -> list[dict[str, Any]]:
     """The stored form of each item (payload, digest), computed outside the baseline's timing."""
     rows = []
     for item in items:
         row = {
             "command_id": item.command_id, "schema_version": 1, "world_id": RAW_WORLD,
             "scheduled_tick": item.options.tick, "priority": 0, "max_attempts": 3, "operation": "spawn",
-            "payload": rt.registry.resolve(item.op).payload_of(item.op), "principal": None,
+            "payload": registry.resolve(item.op).payload_of(item.op), "principal": None,
         }  # fmt: skip
         rows.append({**row, "digest": command_digest(row)})
     return rows
@@ -251,7 +252,7 @@ class Workbench:
 
     def work(self, tag: str, count: int, tick: int, raw_tick: int) -> tuple[list[DeferredItem], list[dict[str, Any]]]:
         """Our items and the baseline's stored rows for the same commands (built outside any timing)."""
-        return _items(BENCH_WORLD, tag, count, tick), _raw_rows(_items(RAW_WORLD, tag, count, raw_tick), self.rt)
+        return _items(BENCH_WORLD, tag, count, tick), _raw_rows(_items(RAW_WORLD, tag, count, raw_tick), self.rt.registry)
 
     async def single(self, item: DeferredItem, row: dict[str, Any]) -> tuple[float, float]:
         start = time.perf_counter()

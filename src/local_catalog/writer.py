@@ -43,16 +43,16 @@ class _Call:
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future[Any]
 
-    def answer(self, result: Any) -> None:
-        def settle() -> None:
-            if self.future.done():  # its caller was cancelled meanwhile
-                return
-            if isinstance(result, BaseException):
-                self.future.set_exception(result)
-            else:
-                self.future.set_result(result)
 
-        self.loop.call_soon_threadsafe(settle)
+def _settle(answers: list[tuple[asyncio.Future[Any], Any]]) -> None:
+    """On the caller's loop: each future gets its call's result or exception."""
+    for future, result in answers:
+        if future.done():  # its caller was cancelled meanwhile
+            continue
+        if isinstance(result, BaseException):
+            future.set_exception(result)
+        else:
+            future.set_result(result)
 
 
 class WriterThreadAuthority(InProcessAuthority):
@@ -113,8 +113,13 @@ class WriterThreadAuthority(InProcessAuthority):
             results = [exc] * len(group)
         self.calls += len(group)
         self.groups += 1
+        # one wake-up of each caller's loop for the whole group, not one per call: a loop woken
+        # from another thread costs a write to its self-pipe and a turn of its selector
+        answers: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], Any]]] = {}
         for call, result in zip(group, results, strict=True):
-            call.answer(result)
+            answers.setdefault(call.loop, []).append((call.future, result))
+        for loop, settled in answers.items():
+            loop.call_soon_threadsafe(_settle, settled)
 
     async def close(self) -> None:
         if self._closed:

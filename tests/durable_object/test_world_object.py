@@ -85,6 +85,7 @@ async def ledger_script(authority, clock):
     batch = [spawn, command("c-2"), command("c-3", max_attempts=1)]
     await call("admit", world_id=WORLD, commands=batch, quota=10)
     await call("admit", world_id=WORLD, commands=batch[:1], quota=10)  # replay
+    await call("reserve_spawn", **{**reserve, "command_id": "c-spawn-2"}, request_digest="d3", quota=3)  # quota_exceeded
     await call("pending_worlds")
     await call("admit", world_id=WORLD, commands=[command("c-2", payload='{"n":2}')])  # conflict
     await call("admit", world_id=WORLD, commands=[command("c-4"), command("c-5")], quota=4)  # quota_exceeded

@@ -33,3 +33,27 @@ def test_an_admission_commit_writes_the_command_its_keys_and_its_event_and_no_wo
     assert "worlds" not in pages
     assert sum(pages.values()) / commits < 6, pages
     port.close()
+
+
+def test_an_admission_transaction_is_one_read_two_writes(tmp_path):
+    """One statement reads everything admission checks (the world, replays and reservations, the
+    recorded schemas, quota counters); the command rows and their events are one write each,
+    however many the batch holds. A look-up that creeps back in as a statement of its own fails here."""
+    from archetype.commands import ledger_sql as q
+
+    port = SqliteSqlPort(tmp_path / "catalog.db")
+    ledger = Ledger(port, ManualClock())
+    ledger.create_world("w", "w")
+    statements: list[str] = []
+    port._conn.set_trace_callback(statements.append)
+    ledger.admit("w", [_row(0)])
+    ledger.admit("w", [_row(i) for i in range(1, 101)], quota=1_000)
+    ledger.admit("w", [_row(0)])  # a replay reads and writes nothing more
+    port._conn.set_trace_callback(None)
+    shapes = [s.split()[0] if s.split()[0] in ("BEGIN", "COMMIT") else s[:40] for s in statements]
+    read, insert, events = q.ADMISSION_READ[:40], q.INSERT_COMMANDS[:40], q.APPEND_EVENTS[:40]
+    quota = q.ADD_QUOTA_USAGE[:40]
+    assert shapes == ["BEGIN", read, insert, events, "COMMIT",
+                      "BEGIN", read, quota, insert, events, "COMMIT",
+                      "BEGIN", read, "COMMIT"], shapes  # fmt: skip
+    port.close()

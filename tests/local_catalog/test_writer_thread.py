@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
+import threading
 import time
 
 from archetype.canonical import canonical_json
@@ -14,12 +15,14 @@ from archetype.commands.errors import (
     InvalidCommandError,
     InvalidComponentDataError,
     UnknownComponentError,
+    WorldNotFoundError,
 )
 from archetype.commands.port import ManualClock
 from archetype.commands.scheduler import schema_row
 from archetype.runtime import Runtime
 from archetype.world import CreateWorld, Spawn
 from local_catalog import CATALOG_FILE, SqliteSqlPort, open_local_authority
+from local_catalog.writer import WriterThreadAuthority
 from tests.component_modules.alpha import Health
 
 ADMISSIONS = 64
@@ -156,4 +159,40 @@ async def test_component_admission_checks_run_per_call_inside_a_group(tmp_path):
     history = await authority.history("w", limit=100)
     assert [r["command_id"] for r in history] == [f"ok{i}" for i in range(9)]
     assert [r["sequence"] for r in history] == list(range(1, 10))  # nothing of the refused ones persisted
+    await authority.close()
+
+
+async def test_a_group_wakes_its_callers_loop_once(tmp_path):
+    """The answers of one group reach the event loop in one wake-up (one call_soon_threadsafe),
+    however many calls the group held; each caller still gets its own answer."""
+    authority = open_local_authority(tmp_path, clock=ManualClock())
+    assert isinstance(authority, WriterThreadAuthority)
+    await authority.create_world("w", "w")
+    loop = asyncio.get_running_loop()
+    wakes = 0
+    threadsafe = loop.call_soon_threadsafe
+
+    def counted(*args):
+        nonlocal wakes
+        wakes += 1
+        return threadsafe(*args)
+
+    loop.call_soon_threadsafe = counted  # type: ignore[method-assign]
+    gate = threading.Event()
+    try:
+        blocked = asyncio.ensure_future(authority._call(gate.wait, solo=False))  # holds the writer
+        await asyncio.sleep(0.05)
+        calls = [asyncio.ensure_future(authority.world_info("w")) for _ in range(20)]
+        calls.append(asyncio.ensure_future(authority.world_info("missing")))
+        await asyncio.sleep(0.05)  # all queued behind the held call: they run as one group
+        groups, wakes = authority.groups, 0
+        gate.set()
+        await blocked
+        answers = await asyncio.gather(*calls, return_exceptions=True)
+    finally:
+        loop.call_soon_threadsafe = threadsafe  # type: ignore[method-assign]
+    assert authority.groups - groups == 2  # the held call's, then the 21 queued behind it
+    assert wakes == 2, wakes
+    assert all(a["world_id"] == "w" for a in answers[:-1])  # type: ignore[index]
+    assert isinstance(answers[-1], WorldNotFoundError)
     await authority.close()

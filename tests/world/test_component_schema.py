@@ -22,6 +22,7 @@ from archetype.world.component_schema import (
     UnsupportedSchemaError,
     check_record,
     component_occurrences,
+    data_validator,
     json_equal,
     validate_data,
 )
@@ -142,6 +143,7 @@ def test_component_values_and_references_are_found_in_document_order():
                "component_types": [{"name": "C", "fingerprint": "c"}]}  # fmt: skip
     found = component_occurrences(payload)
     assert [(path, name) for path, name, _, _ in found] == [("$.components[0]", "A"), ("$.component_types[0]", "C")]
+    assert component_occurrences(5) == component_occurrences([1, "a", [None]]) == []  # scalars name nothing
 
 
 KEYS = st.sampled_from(["label", "mass", "value", "children", "a"])
@@ -182,3 +184,43 @@ def test_pydantic_and_the_validator_agree_on_the_listed_refusals():
     for data in ({"code": 12}, {"code": "AB1", "level": 2.5}, {"code": "AB1", "parts": [{"label": "", "mass": 1}]}):
         with pytest.raises(ValidationError):
             Machine.model_validate(data)
+
+
+def _verdict(check, data):
+    try:
+        check(data)
+    except SchemaMismatchError as exc:
+        return exc.path, exc.reason
+    return None
+
+
+COMPILED = data_validator(SCHEMA)
+
+
+@given(data=field_data)
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_the_compiled_validator_answers_what_validate_data_answers(data):
+    """Admission's compiled check (data_validator) admits exactly what validate_data admits and
+    refuses with its very path and message."""
+    assert _verdict(COMPILED, data) == _verdict(lambda d: validate_data(SCHEMA, d), data)
+
+
+LOOPING = {"component": "Loop", "properties": {"loop__a": {"$ref": "#/$defs/A"}, "loop__t": {"$ref": "#/$defs/T"}},
+           "required": [], "defs": {"A": {"$ref": "#/$defs/A"},
+                                    "T": {"type": "object", "properties": {"next": {"$ref": "#/$defs/T"}},
+                                          "required": ["v"]}}}  # fmt: skip
+# 70 schemas entered at one position, no loop: past validate_data's chain limit (64)
+DEEP = {"component": "Deep", "properties": {"deep__a": {"$ref": "#/$defs/D0"}}, "required": [],
+        "defs": {**{f"D{i}": {"$ref": f"#/$defs/D{i + 1}"} for i in range(70)}, "D70": {"type": "integer"}}}
+ONE_OF = {"component": "Pick", "properties": {"pick__a": {"oneOf": [{"type": "integer"}, {"type": "number"}]},
+                                              "pick__b": {"anyOf": [{"type": "string"}, {"type": "null"}]}},
+          "required": ["pick__a"], "defs": {}}  # fmt: skip
+
+
+@pytest.mark.parametrize(("schema", "data"), [
+    (LOOPING, {"a": 1}), (LOOPING, {"t": {"v": 1, "next": {"v": 2, "next": {"x": 0}}}}), (LOOPING, {"t": {"v": 1}}),
+    (DEEP, {"a": 1}), (ONE_OF, {"a": 1}), (ONE_OF, {"a": 1.5}), (ONE_OF, {"a": 1.5, "b": None}), (ONE_OF, {"a": "x"}),
+    (ONE_OF, {"b": 2}), (SCHEMA, {"code": "AB1", "parts": [{"label": "x", "mass": 1}] * 4}), (SCHEMA, [1]),
+])  # fmt: skip
+def test_the_compiled_validator_agrees_on_loops_deep_chains_and_one_of(schema, data):
+    assert _verdict(data_validator(schema), data) == _verdict(lambda d: validate_data(schema, d), data)

@@ -21,8 +21,9 @@ ever written by the transaction that publishes their tick.
 from __future__ import annotations
 
 import json
+import operator
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
 from archetype.canonical import canonical_json
@@ -83,14 +84,16 @@ from archetype.world.component_schema import (
     SchemaMismatchError,
     UnsupportedSchemaError,
     check_record,
-    component_occurrences,
-    validate_data,
+    data_validator,
+    occurrences,
+    render,
 )
 
 COMMAND_FIELDS = tuple(name.strip() for name in q.COMMAND_COLUMNS.split(","))
 WORLD_FIELDS = tuple(name.strip() for name in q.WORLD_COLUMNS.split(","))
 OUTBOX_FIELDS = tuple(name.strip() for name in q.OUTBOX_COLUMNS.split(","))
-ADMISSION_FIELDS = tuple(AdmissionRow.__annotations__)
+ADMISSION_KEYS = frozenset(AdmissionRow.__annotations__)
+_INSERTED = operator.itemgetter(*q.INSERTED_COMMAND_FIELDS)  # a command row's INSERT_COMMANDS array
 ORIGINS = ("local", "gateway")
 RUNNER_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@:-]{0,127}")
 RUNNER_FIELDS = tuple(name.strip() for name in q.RUNNER_COLUMNS.split(","))
@@ -100,9 +103,9 @@ INSTANCE_LIMIT = 256
 CANCEL_BATCH = 1_000
 CRASH_ERROR = "its runner stopped while materializing it (crash guard)"
 MIGRATION_FIELDS = tuple(name.strip() for name in q.MIGRATION_COLUMNS.split(","))
-# fingerprint -> its schema: content-addressed (the fingerprint is the schema's digest), so one
-# parse serves every world and can never go stale.
-_SCHEMAS: dict[str, dict[str, Any]] = {}
+# fingerprint -> its schema's compiled check: content-addressed (the fingerprint is the schema's
+# digest), so one compilation serves every world and can never go stale.
+_VALIDATORS: dict[str, Callable[[Any, Any], None]] = {}
 # A state chunk is one row: within the Durable Object's 2 MB row limit with room for its key.
 STATE_CHUNK_LIMIT = 2_000_000 - 4_096
 # `{"first":<first entity id>,` opens a columnar chunk, `[[<first entity id>,` one of per-entity
@@ -132,27 +135,44 @@ def check_components(world_id: str, documents: list[tuple[str, str]],
     one the world recorded and no migration superseded, and each value's data fits its schema:
     the check every authority runs at admission, without the Python classes. `find` answers the
     recorded rows (FIND_COMPONENTS' columns) among a list of fingerprints."""
-    found = [(label, occurrence) for label, text in documents for occurrence in component_occurrences(json.loads(text))]
-    if not found:
-        return
-    known = {r[1]: r for r in find(sorted({occurrence[2] for _, occurrence in found}))}
-    for label, (path, name, fingerprint, data) in found:
+    found = [(label, occurrence) for label, text in documents for occurrence in occurrences(json.loads(text))]
+    if found:
+        check_found(world_id, found, {r[1]: r for r in find(sorted({occurrence[2] for _, occurrence in found}))})
+
+
+Found = list[tuple[str, tuple[Any, str, str, Any]]]
+
+
+def check_found(world_id: str, found: Found, known: Mapping[str, Sequence[Any]]) -> None:
+    """`check_components` of occurrences already found (`occurrences`, each labelled), against
+    the recorded rows among their fingerprints, keyed by fingerprint."""
+    for label, (where, name, fingerprint, data) in found:
         record = known.get(fingerprint)
         if record is None or record[0] != name:
             raise UnknownComponentError(
-                f"{path}: world {world_id!r} has recorded no component {name!r} with fingerprint {fingerprint} "
+                f"{render(where)}: world {world_id!r} has recorded no component {name!r} with fingerprint {fingerprint} "
                 f"({label}; GET /worlds/{{id}}/components lists the recorded ones)"
             )
         if record[4] is not None:
-            raise UnknownComponentError(f"{path}: component {name!r} {fingerprint} was migrated to {record[4]} ({label})")
+            raise UnknownComponentError(
+                f"{render(where)}: component {name!r} {fingerprint} was migrated to {record[4]} ({label})"
+            )
         if data is not None:
-            schema = _SCHEMAS.get(fingerprint)
-            if schema is None:
-                schema = _SCHEMAS.setdefault(fingerprint, json.loads(record[2]))
+            validate = _VALIDATORS.get(fingerprint)
+            if validate is None:
+                validate = _VALIDATORS.setdefault(fingerprint, data_validator(json.loads(record[2])))
             try:
-                validate_data(schema, data, f"{path}.data")
+                validate(data, (where, "data"))
             except SchemaMismatchError as exc:
                 raise InvalidComponentDataError(f"{exc} ({name} {fingerprint[:12]}, {label})") from None
+
+
+def _payload_occurrences(payload: str) -> list[tuple[Any, str, str, Any]] | Exception:
+    """The component occurrences of one payload, or what parsing it raised."""
+    try:
+        return occurrences(json.loads(payload))
+    except Exception as exc:
+        return exc
 
 
 def _row(fields: Sequence[str], values: Sequence[Any]) -> dict[str, Any]:
@@ -500,7 +520,8 @@ class Ledger:
                 raise CommandConflictError(f"command {command_id!r} already exists and is not this spawn")
             first = self._active_world(world_id)["next_entity_id"]
             if quota is not None:
-                self._check_quota(world_id, {(scope, scheduled_tick): 1}, quota)
+                used = self._port.execute(q.GET_QUOTA_USAGE, (world_id, scope, scheduled_tick))
+                self._check_quota(world_id, scope, {scheduled_tick: 1}, quota, {scheduled_tick: used[0][0]} if used else {})
             now = self._clock.now_ms()
             self._port.execute(q.TAKE_ENTITY_IDS, (1, now, world_id))
             self._port.execute(q.INSERT_RESERVATION, (world_id, scope, command_id, first, request_digest, now))
@@ -526,15 +547,39 @@ class Ledger:
         if len(scopes) != 1:
             raise InvalidCommandError("a batch is admitted for one principal")
         (scope,) = scopes
-        ids_json = json.dumps(ids)
+        # Each payload is parsed once, before the transaction, so the one read below also answers
+        # the recorded schemas its components name; what a payload's parse raised is raised where
+        # the check of a new row would meet it (a replay is not checked).
+        parsed = [_payload_occurrences(r["payload"]) for r in rows]
+        fingerprints = sorted({o[2] for found in parsed if isinstance(found, list) for o in found})
+        ticks = sorted({r["scheduled_tick"] for r in rows}) if quota is not None else []
+        read_params = (world_id, scope, json.dumps(ids), json.dumps(fingerprints), json.dumps(ticks))
 
         def run() -> list[Admitted]:
-            world = self._active_world(world_id)
-            found = self._port.execute(q.FIND_ADMITTED, (ids_json, world_id, scope, world_id, scope))
-            existing = {r[0]: (r[1], r[2]) for r in found if r[1] is not None}
-            reserved = {r[0]: (r[3], r[4]) for r in found if r[3] is not None}
+            world: tuple[Any, ...] | None = None
+            existing: dict[str, tuple[str, int]] = {}
+            reserved: dict[str, tuple[int, str]] = {}
+            known: dict[str, tuple[Any, ...]] = {}
+            used: dict[int, int] = {}
+            for kind, *values in self._port.execute(q.ADMISSION_READ, read_params):
+                if kind == "command":
+                    if values[1] is not None:
+                        existing[values[0]] = (values[1], values[2])
+                    if values[3] is not None:
+                        reserved[values[0]] = (values[3], values[4])
+                elif kind == "component":
+                    known[values[1]] = tuple(values)
+                elif kind == "world":
+                    world = tuple(values)
+                else:
+                    used[values[0]] = values[1]
+            if world is None:
+                raise WorldNotFoundError(f"world {world_id!r} does not exist")
+            if world[0] != "ACTIVE":
+                raise WorldClosingError(f"world {world_id!r} is {world[0]}; it admits nothing")
             fresh = []
-            for row in rows:
+            fresh_found: list[list[Any] | Exception] = []
+            for row, found in zip(rows, parsed, strict=True):
                 command_id = row["command_id"]
                 if command_id in existing:
                     if existing[command_id][0] != row["digest"]:
@@ -550,23 +595,30 @@ class Ledger:
                         f"command {command_id!r} is bound to a spawn reservation that this command does not fulfil"
                     )
                 fresh.append(row)
-            self._check_components(world_id, [(f"command {r['command_id']!r}", r["payload"]) for r in fresh])
-            self._charge_quota(world_id, fresh, quota)
-            now = self._clock.now_ms()
+                fresh_found.append(found)
+            checked: Found = []
+            for row, found in zip(fresh, fresh_found, strict=True):
+                if isinstance(found, Exception):
+                    raise found
+                checked += [(f"command {row['command_id']!r}", occurrence) for occurrence in found]
+            check_found(world_id, checked, known)
+            if quota is not None:
+                self._charge_quota(world_id, scope, fresh, quota, used)
+            next_sequence, next_event_seq = world[1], world[2]
             for offset, row in enumerate(fresh):
-                row["sequence"] = world["next_sequence"] + offset
+                row["sequence"] = next_sequence + offset
             if fresh:
                 # the sequence numbers read above are current (this transaction has written no
                 # command or event yet), and the rows written here take them: no world row to update
-                inserted = [[r[field] for field in q.INSERTED_COMMAND_FIELDS] for r in fresh]
-                self._port.execute(q.INSERT_COMMANDS, (world_id, now, now, json.dumps(inserted)))
-                self._write_events(world_id, world["next_event_seq"], json.dumps([r["sequence"] for r in fresh]), now)
-            sequences = {r["command_id"]: r["sequence"] for r in fresh}
+                now = self._clock.now_ms()
+                inserted = json.dumps([_INSERTED(r) for r in fresh])
+                self._port.execute(q.INSERT_COMMANDS, (world_id, scope, next_sequence, now, inserted))
+                self._write_events(world_id, next_event_seq, json.dumps([r["sequence"] for r in fresh]), now)
             return [
                 {
                     "command_id": r["command_id"],
-                    "sequence": sequences.get(r["command_id"]) or existing[r["command_id"]][1],
-                    "replayed": r["command_id"] not in sequences,
+                    "sequence": r["sequence"] if r["command_id"] not in existing else existing[r["command_id"]][1],
+                    "replayed": r["command_id"] in existing,
                     "digest": r["digest"],
                 }
                 for r in rows
@@ -575,9 +627,9 @@ class Ledger:
         return self._port.transaction(run)
 
     def _admission_row(self, world_id: str, command: AdmissionRow) -> dict[str, Any]:
-        unknown = set(command) - set(ADMISSION_FIELDS)
-        missing = set(ADMISSION_FIELDS) - set(command)
-        if unknown or missing:
+        if command.keys() != ADMISSION_KEYS:
+            unknown = set(command) - ADMISSION_KEYS
+            missing = ADMISSION_KEYS - set(command)
             raise InvalidCommandError(f"admission row has unknown {sorted(unknown)} / missing {sorted(missing)} fields")
         if command["origin"] not in ORIGINS:
             raise InvalidCommandError(f"origin must be one of {ORIGINS}")
@@ -585,25 +637,21 @@ class Ledger:
         row["digest"] = command_digest(row)
         return row
 
-    def _charge_quota(self, world_id: str, rows: list[dict[str, Any]], quota: int | None) -> None:
-        if quota is None:
-            return
-        wanted: dict[tuple[str, int], int] = {}
+    def _charge_quota(self, world_id: str, scope: str, rows: list[dict[str, Any]], quota: int, used: dict[int, int]) -> None:
+        wanted: dict[int, int] = {}
         for row in rows:
-            key = (row["scope"], row["scheduled_tick"])
-            wanted[key] = wanted.get(key, 0) + 1
-        self._check_quota(world_id, wanted, quota)
-        for (scope, tick), count in wanted.items():
+            wanted[row["scheduled_tick"]] = wanted.get(row["scheduled_tick"], 0) + 1
+        self._check_quota(world_id, scope, wanted, quota, used)
+        for tick, count in wanted.items():
             self._port.execute(q.ADD_QUOTA_USAGE, (world_id, scope, tick, count))
 
-    def _check_quota(self, world_id: str, wanted: dict[tuple[str, int], int], quota: int) -> None:
-        for (scope, tick), count in wanted.items():
-            used_rows = self._port.execute(q.GET_QUOTA_USAGE, (world_id, scope, tick))
-            used = used_rows[0][0] if used_rows else 0
-            if used + count > quota:
+    def _check_quota(self, world_id: str, scope: str, wanted: dict[int, int], quota: int, used: dict[int, int]) -> None:
+        """`wanted` more commands of `scope` for each target tick fit the quota, `used` counting those admitted already."""
+        for tick, count in wanted.items():
+            if used.get(tick, 0) + count > quota:
                 raise QuotaExceededError(
                     f"{scope or 'trusted caller'} may admit {quota} commands for tick {tick} of world "
-                    f"{world_id!r}; {used} already admitted, {count} more asked"
+                    f"{world_id!r}; {used.get(tick, 0)} already admitted, {count} more asked"
                 )
 
     def _check_components(self, world_id: str, documents: list[tuple[str, str]]) -> None:

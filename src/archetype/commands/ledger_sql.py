@@ -92,22 +92,20 @@ COMMAND_COLUMNS = (
     "applied_tick, last_error, redriven_from, created_at, updated_at"
 )
 # Each inserted command is a JSON array of these fields, in this order: reading an array element
-# by position is markedly cheaper for SQLite than looking a key up in an object.
+# by position is markedly cheaper for SQLite than looking a key up in an object, and each element
+# read parses the whole array again, so what a batch shares is bound once instead: its scope (one
+# principal per batch) and its first sequence (the rest follow in array order).
 INSERTED_COMMAND_FIELDS = (
-    "command_id", "sequence", "scope", "schema_version", "scheduled_tick", "priority", "operation", "payload",
-    "digest", "principal", "origin", "max_attempts", "reserved_entity_id",
+    "command_id", "schema_version", "scheduled_tick", "priority", "operation", "payload", "digest", "principal",
+    "origin", "max_attempts", "reserved_entity_id",
 )  # fmt: skip
-INSERT_COMMANDS = f"""INSERT INTO commands (world_id, {", ".join(INSERTED_COMMAND_FIELDS)}, status, created_at, updated_at)
-    SELECT ?, {", ".join(f"json_extract(j.value, '$[{i}]')" for i in range(len(INSERTED_COMMAND_FIELDS)))},
-        'PENDING', ?, ?
-    FROM json_each(?) AS j"""
+INSERT_COMMANDS = f"""INSERT INTO commands (world_id, scope, sequence, {", ".join(INSERTED_COMMAND_FIELDS)}, status,
+        created_at, updated_at)
+    SELECT ?1, ?2, CAST(?3 AS INTEGER) + j.key,
+        {", ".join(f"json_extract(j.value, '$[{i}]')" for i in range(len(INSERTED_COMMAND_FIELDS)))}, 'PENDING', ?4, ?4
+    FROM json_each(?5) AS j"""
 GET_COMMAND = f"SELECT {COMMAND_COLUMNS} FROM commands WHERE world_id = ? AND scope = ? AND command_id = ?"
 GET_COMMAND_BY_SEQUENCE = f"SELECT {COMMAND_COLUMNS} FROM commands WHERE world_id = ? AND sequence = ?"
-# Admission's one look-up per command id of a batch: the command already admitted under it (a
-# replay or a conflict) and the spawn reservation it holds, each NULL when there is none.
-FIND_ADMITTED = """SELECT j.value, c.digest, c.sequence, r.entity_id, r.request_digest FROM json_each(?) AS j
-    LEFT JOIN commands AS c ON c.world_id = ? AND c.scope = ? AND c.command_id = j.value
-    LEFT JOIN spawn_reservations AS r ON r.world_id = ? AND r.scope = ? AND r.command_id = j.value"""
 DUE_COMMANDS = f"""SELECT {COMMAND_COLUMNS}, lease_session FROM commands
     WHERE world_id = ? AND status IN {OPEN_STATUSES} AND scheduled_tick <= ?
     ORDER BY scheduled_tick, priority, sequence LIMIT ?"""
@@ -235,6 +233,27 @@ _SUPERSEDED_JOIN = "LEFT JOIN component_migrations AS m ON m.world_id = c.world_
 # The recorded schemas among these fingerprints, each with what migrated it away (NULL: current).
 FIND_COMPONENTS = f"""SELECT {COMPONENT_COLUMNS} FROM json_each(?) AS j
     CROSS JOIN world_components AS c ON c.world_id = ? AND c.fingerprint = j.value {_SUPERSEDED_JOIN}"""
+# Everything an admission reads, in one statement (each statement is a round of the SQL engine, and
+# on the Durable Object a crossing into JavaScript): rows tagged by what they answer.
+# - 'world': the world's status and its next command and event sequence numbers (no row: no world);
+# - 'command': a command id of the batch (?3) already admitted in this scope (?2), or bound to a
+#   spawn reservation there: its digest and sequence, the reserved entity and the request digest
+#   (NULLs where there is none); ids with neither are not answered;
+# - 'component': a recorded schema among the fingerprints ?4, as FIND_COMPONENTS answers it;
+# - 'quota': this scope's admitted count for each target tick in ?5 that has one.
+ADMISSION_READ = f"""SELECT 'world', w.status, {NEXT_SEQUENCE_EXPR}, {NEXT_EVENT_SEQ_EXPR}, NULL, NULL
+    FROM worlds AS w WHERE w.world_id = ?1
+    UNION ALL
+    SELECT 'command', j.value, c.digest, c.sequence, r.entity_id, r.request_digest FROM json_each(?3) AS j
+        LEFT JOIN commands AS c ON c.world_id = ?1 AND c.scope = ?2 AND c.command_id = j.value
+        LEFT JOIN spawn_reservations AS r ON r.world_id = ?1 AND r.scope = ?2 AND r.command_id = j.value
+        WHERE c.digest IS NOT NULL OR r.entity_id IS NOT NULL
+    UNION ALL
+    SELECT 'component', {COMPONENT_COLUMNS} FROM json_each(?4) AS j
+        CROSS JOIN world_components AS c ON c.world_id = ?1 AND c.fingerprint = j.value {_SUPERSEDED_JOIN}
+    UNION ALL
+    SELECT 'quota', u.scheduled_tick, u.used, NULL, NULL, NULL FROM json_each(?5) AS j
+        CROSS JOIN quota_usage AS u ON u.world_id = ?1 AND u.principal = ?2 AND u.scheduled_tick = j.value"""
 LIST_COMPONENTS = f"""SELECT {COMPONENT_COLUMNS} FROM world_components AS c {_SUPERSEDED_JOIN}
     WHERE c.world_id = ? ORDER BY c.name, c.recorded_at, c.fingerprint"""
 # Each record is a JSON array [fingerprint, name, schema text].

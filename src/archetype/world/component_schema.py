@@ -387,10 +387,19 @@ def component_occurrences(value: Any, path: Path = "$") -> list[tuple[str, str, 
     entity's component list), found by its wire shape: an object with exactly the keys
     name/fingerprint/data is a value, exactly name/fingerprint a reference. Each is
     `(path, name, fingerprint, data)`, data None for a reference, in document order; a value's data is not searched."""
-    found: list[tuple[str, str, str, Any]] = []
+    return [(render(where), name, fingerprint, data) for where, name, fingerprint, data in occurrences(value, path)]
+
+
+def occurrences(value: Any, path: Path = "$") -> list[tuple[Path, str, str, Any]]:
+    """`component_occurrences` with each path left as its (parent, step) chain: admission renders
+    one only for the occurrence it refuses."""
+    found: list[tuple[Path, str, str, Any]] = []
     pending: list[tuple[Path, Any]] = [(path, value)]
+    push = pending.append
     while pending:
         where, node = pending.pop()
+        # a stack: children are pushed last first, so the document order comes out; scalars hold
+        # no component, so only containers are pushed
         if isinstance(node, dict):
             keys = node.keys()
             if (
@@ -398,12 +407,177 @@ def component_occurrences(value: Any, path: Path = "$") -> list[tuple[str, str, 
                 and isinstance(node["name"], str)
                 and isinstance(node["fingerprint"], str)
             ):
-                found.append((render(where), node["name"], node["fingerprint"], node.get("data")))
+                found.append((where, node["name"], node["fingerprint"], node.get("data")))
                 continue
-            children = [((where, key), item) for key, item in node.items()]
+            for key in reversed(keys):
+                item = node[key]
+                if isinstance(item, (dict, list)):
+                    push(((where, key), item))
         elif isinstance(node, list):
-            children = [((where, index), item) for index, item in enumerate(node)]
-        else:
-            continue
-        pending.extend(reversed(children))  # a stack: reversed, so the document order comes out
+            for index in range(len(node) - 1, -1, -1):
+                item = node[index]
+                if isinstance(item, (dict, list)):
+                    push(((where, index), item))
     return found
+
+
+# -- validate_data compiled for one schema --
+# Admission checks the same few component types over and over; walking the schema's keywords for
+# every value (validate_data) is most of the check's cost. `data_validator` compiles a schema once
+# into predicates that only say whether data fits: data they pass validate_data passes too (each
+# predicate passes only what the keyword's check passes, and a keyword they cannot decide alone,
+# `oneOf`, passes nothing), and anything else is handed to validate_data itself, so every refusal
+# and its message are validate_data's.
+Fits = Callable[[Any], bool]
+
+
+def data_validator(schema: Mapping[str, Any]) -> Callable[[Any, Path], None]:
+    """`validate_data(schema, data, path)` as a function of (data, path), compiled for this schema."""
+    fits = _compile_fits(schema)
+
+    def validate(data: Any, path: Path = "$") -> None:
+        try:
+            fitted = fits(data)
+        except Exception:  # (RecursionError on deep data, a type the keyword checks did not expect)
+            fitted = False
+        if not fitted:
+            validate_data(schema, data, path)
+
+    return validate
+
+
+def _never(value: Any) -> bool:
+    return False
+
+
+def _always(value: Any) -> bool:
+    return True
+
+
+def _compile_fits(schema: Mapping[str, Any]) -> Fits:
+    prefix = schema["component"].lower() + "__"
+    defs: Mapping[str, Any] = schema["defs"]
+    # a def compiled at each depth of schemas entered at one data position it is reached at, as
+    # validate_data counts them (_MAX_SCHEMA_CHAIN); late bound, so a def may contain itself
+    compiled: dict[tuple[str, int], Fits] = {}
+
+    def ref(name: str, depth: int) -> Fits:
+        key = (name, depth)
+        if key not in compiled:
+            compiled[key] = _never  # entered again before it is compiled: only through a loop
+            compiled[key] = node(defs[name], depth)
+        target = compiled[key]
+        if target is not _never:
+            return target
+        return lambda value: compiled[key](value)
+
+    def node(schema_node: Any, depth: int) -> Fits:
+        if depth > _MAX_SCHEMA_CHAIN or not isinstance(schema_node, Mapping):
+            return _never
+        checks = [keyword_fits(keyword, argument, schema_node, depth) for keyword, argument in schema_node.items()
+                  if keyword in _CHECKS]  # fmt: skip
+        if not checks:
+            return _always
+        if len(checks) == 1:
+            return checks[0]
+
+        def every(value: Any) -> bool:
+            for check in checks:
+                if not check(value):
+                    return False
+            return True
+
+        return every
+
+    def keyword_fits(keyword: str, argument: Any, schema_node: Mapping[str, Any], depth: int) -> Fits:
+        if keyword == "type":
+            kinds = [argument] if isinstance(argument, str) else argument
+            if not isinstance(kinds, list) or not all(kind in _IS for kind in kinds):
+                return _never
+            tests = [_IS[kind] for kind in kinds]
+            if len(tests) == 1:
+                return tests[0]
+            return lambda value: any(test(value) for test in tests)
+        if keyword == "$ref":
+            if not isinstance(argument, str) or argument[len(REF_PREFIX) :] not in defs:
+                return _never
+            return ref(argument[len(REF_PREFIX) :], depth + 1)
+        if keyword in ("anyOf", "allOf"):
+            if not isinstance(argument, list):
+                return _never
+            options = [node(option, depth + 1) for option in argument]
+            if keyword == "anyOf":
+                return lambda value: any(option(value) for option in options)
+            return lambda value: all(option(value) for option in options)
+        if keyword == "oneOf":  # exactly one option: a predicate that fails may not prove an option does not fit
+            return _never
+        if keyword == "properties":
+            if not isinstance(argument, dict):
+                return _never
+            fields = [(key, node(child, 0)) for key, child in argument.items()]
+
+            def properties(value: Any) -> bool:
+                if isinstance(value, dict):
+                    for key, child in fields:
+                        if key in value and not child(value[key]):
+                            return False
+                return True
+
+            return properties
+        if keyword == "required":
+            return lambda value: not isinstance(value, dict) or all(name in value for name in argument)
+        if keyword == "additionalProperties":
+            declared = schema_node.get("properties", {})
+            if argument is False:
+                return lambda value: not isinstance(value, dict) or all(key in declared for key in value)
+            if not isinstance(argument, dict):
+                return _always
+            extra = node(argument, 0)
+            return lambda value: not isinstance(value, dict) or all(
+                key in declared or extra(item) for key, item in value.items()
+            )
+        if keyword == "propertyNames":
+            names = node(argument, 0)
+            return lambda value: not isinstance(value, dict) or all(names(key) for key in value)
+        if keyword == "items":
+            items, skip = node(argument, 0), len(schema_node.get("prefixItems", ()))
+            return lambda value: not isinstance(value, list) or all(items(item) for item in value[skip:])
+        if keyword == "prefixItems":
+            if not isinstance(argument, list):
+                return _never
+            prefixed = [node(child, 0) for child in argument]
+            return lambda value: not isinstance(value, list) or all(
+                child(item) for child, item in zip(prefixed, value, strict=False)
+            )
+        return _leaf(_CHECKS[keyword], argument, schema_node)
+
+    fields = {key[len(prefix) :]: node(child, 0) for key, child in schema["properties"].items() if key.startswith(prefix)}
+    required = [name[len(prefix) :] for name in schema["required"]]
+
+    def fits(data: Any) -> bool:
+        if not isinstance(data, dict):
+            return False
+        for key, value in data.items():
+            field = fields.get(key)
+            if field is None or not field(value):
+                return False
+        for name in required:
+            if name not in data:
+                return False
+        return True
+
+    return fits
+
+
+def _leaf(check: Callable[..., None], argument: Any, schema_node: Mapping[str, Any]) -> Fits:
+    """A keyword that looks at the value alone (bounds, counts, enum, const, pattern, uniqueItems):
+    its own check, asked whether it raises."""
+
+    def fits(value: Any) -> bool:
+        try:
+            check(None, argument, schema_node, value, "$", 0)
+        except Exception:
+            return False
+        return True
+
+    return fits
