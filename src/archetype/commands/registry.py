@@ -6,14 +6,16 @@ registered. Only the six portable world mutations may carry a DurableOperation.
 `OperationSpec.payload_of` is admission's one check of a complete operation: canonical JSON,
 discriminator, a round trip through the registered decoder, and every component value built
 live through its class (where the class is loaded) and checked canonical, all before anything
-is persisted.
+is persisted. A registration may vouch for its payloads without the decoder (`DurableOperation.fits`);
+`payload_of_exhaustive` always asks the decoder, and is what the short cut is held to.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Awaitable, Callable, Iterator
+import json
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +29,14 @@ from archetype.commands.errors import (
     UnregisteredOperationError,
 )
 from archetype.commands.options import Role
-from archetype.world.components import ComponentValue, admission_context, live_component, non_canonical_refusal
+from archetype.world.components import (
+    Component,
+    ComponentValue,
+    admission_context,
+    live_from_data,
+    non_canonical_refusal,
+    resolve_component_class,
+)
 from archetype.world.operations import PORTABLE_MUTATIONS
 
 SUMMARY_LIMIT = 200
@@ -94,14 +103,22 @@ class DurableOperation:
     with the world's operation lock held and mutates only that world. Both are synchronous: a
     coroutine function is refused here (TypeError), and a materializer that returns an awaitable
     anyway fails its command with TypeError when it is called.
+
+    `fits(payload: dict, text: str)`, optional, lets admission skip the decoder: given a canonical
+    payload, parsed and as text, True promises that `decode` returns a model that dumps back to that payload, with
+    `components` (if any) the ComponentValues the payload spells; False promises nothing (the
+    decoder is asked, and its answer stands). It must never be True where the decoder would refuse.
     """
 
     decode: Callable[[dict[str, Any]], BaseModel]
     materialize: Callable[[Any, Any], object]  # what it returns, the tick ignores
+    fits: Callable[[dict[str, Any], str], bool] | None = None
 
     def __post_init__(self) -> None:
-        for role in ("decode", "materialize"):
+        for role in ("decode", "materialize", "fits"):
             fn = getattr(self, role)
+            if fn is None and role == "fits":
+                continue
             if not callable(fn):
                 raise TypeError(f"a durable {role} function must be callable, not {type(fn).__name__}")
             if _is_async(fn):
@@ -149,12 +166,37 @@ class OperationSpec:
         - decoded by the registered decoder to the exact model, round-tripping byte for byte;
         - every component value built live through its class, where the class is loaded here,
           and its live value canonical too (a class's coercions and validators run).
+
+        Where the registration's `fits` vouches for the parsed payload, the decoder is not run
+        (it would build the models only to dump them again); anything it does not vouch for takes
+        `payload_of_exhaustive`'s path from the same payload, so every refusal is that path's.
         """
         payload = self._canonical_payload(op)
+        fits = self.durable.fits if self.durable is not None else None
+        if fits is not None:
+            plain = _parse(payload)
+            if fits(plain, payload):
+                self._check_live(
+                    (index, value["name"], functools.partial(resolve_component_class, value["name"], value["fingerprint"]), value["data"])
+                    for index, value in enumerate(plain.get("components", ()))
+                )  # fmt: skip
+                return payload
+        return self._checked(op, payload)
+
+    def payload_of_exhaustive(self, op: BaseModel) -> str:
+        """`payload_of` through the registered decoder always: the reference its short cut is
+        held to (tests, bench/admission_validation.py)."""
+        return self._checked(op, self._canonical_payload(op))
+
+    def _checked(self, op: BaseModel, payload: str) -> str:
         decoded = self._decode(payload)
         if _json_text(decoded.model_dump(mode="python")) != payload:  # equal to canonical bytes: canonical too
             raise InvalidCommandError(f"{self.name!r} does not round-trip through its decoder byte for byte")
-        self._check_materializable(decoded)
+        self._check_live(
+            (index, value.name, value.resolve, value.data)
+            for index, value in enumerate(_components_of(decoded) or ())
+            if isinstance(value, ComponentValue)
+        )
         return payload
 
     def decode_exact(self, payload: str) -> BaseModel:
@@ -197,21 +239,20 @@ class OperationSpec:
         except NonCanonicalValueError as exc:
             raise NonCanonicalCommandError.at("$", exc) from None
 
-    def _check_materializable(self, op: BaseModel) -> None:
-        """Build each component value of `op` live, as its materializer will, and check it canonical.
+    def _check_live(self, values: Iterable[tuple[int, str, Callable[[], type[Component]], dict[str, Any]]]) -> None:
+        """Build each component value (index, name, its class's resolver, data) live, as its
+        materializer will, and check it canonical.
 
         A value whose class is not loaded in this process (an edge that admits for runners) is left
         to materialization, which runs the same check and rejects that one command."""
-        for index, value in enumerate(_components_of(op) or ()):
-            if not isinstance(value, ComponentValue):
-                continue
+        for index, name, resolve, data in values:
             where = f"$.components[{index}].data"
             try:
-                component_type = value.resolve()
+                component_type = resolve()
             except LookupError:
                 continue
             try:
-                live_component(value, context=admission_context(), component_type=component_type)
+                live_from_data(component_type, data, context=admission_context())
             except NonCanonicalValueError as exc:
                 raise NonCanonicalCommandError.at(where, exc) from None
             except ValidationError as exc:
@@ -220,9 +261,9 @@ class OperationSpec:
                     raise NonCanonicalCommandError.at(where, refusal) from None
                 first = exc.errors(include_url=False, include_input=False)[0]
                 at = where + "".join(path_step(step) for step in first["loc"])
-                raise InvalidComponentDataError(f"{at}: does not validate as {value.name}: {_errors(exc)}") from None
+                raise InvalidComponentDataError(f"{at}: does not validate as {name}: {_errors(exc)}") from None
             except (LookupError, TypeError, ValueError) as exc:
-                raise InvalidCommandError(f"{where}: {value.name} cannot be built from it: {type(exc).__name__}: {exc}") from None
+                raise InvalidCommandError(f"{where}: {name} cannot be built from it: {type(exc).__name__}: {exc}") from None
 
 
 _HAS_COMPONENTS: dict[type, bool] = {}
@@ -237,6 +278,15 @@ def _components_of(op: BaseModel) -> Any:
     if has is None:
         has = _HAS_COMPONENTS.setdefault(cls, "components" in cls.model_fields or hasattr(cls, "components"))
     return getattr(op, "components", None) if has else None
+
+
+# json.loads less its wrappers: what it is given is canonical text (valid JSON, one value, nested
+# within MAX_DEPTH), so there is nothing for them to check
+_SCAN = json.JSONDecoder().scan_once
+
+
+def _parse(text: str) -> Any:
+    return _SCAN(text, 0)[0]
 
 
 def _json_text(data: Any) -> str | None:

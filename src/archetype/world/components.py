@@ -282,6 +282,12 @@ def live_component(value: ComponentValue, *, context: Any = None, component_type
     validates and what a durable materializer applies. LookupError when no class matches,
     ValueError when the data does not validate, NonCanonicalValueError when the live value
     (after the class's coercions and validators) has no canonical form."""
-    component = value.to_component(context=context, component_type=component_type)
+    return live_from_data(component_type or value.resolve(), value.data, context=context)
+
+
+def live_from_data(component_type: type[Component], data: dict[str, Any], *, context: Any = None) -> Component:
+    """`live_component` of a value given as its class and field JSON: what admission builds from a
+    payload it has parsed but not decoded into models (`archetype.world.operations.payload_fits`)."""
+    component = component_type.model_validate(data, context=context)
     component_data(component)
     return component
