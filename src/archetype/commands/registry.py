@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-import json
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,8 +33,8 @@ from archetype.world.components import (
     ComponentValue,
     admission_context,
     live_from_data,
+    loaded_class,
     non_canonical_refusal,
-    resolve_component_class,
 )
 from archetype.world.operations import PORTABLE_MUTATIONS
 
@@ -104,20 +103,21 @@ class DurableOperation:
     coroutine function is refused here (TypeError), and a materializer that returns an awaitable
     anyway fails its command with TypeError when it is called.
 
-    `fits(payload: dict, text: str)`, optional, lets admission skip the decoder: given a canonical
-    payload, parsed and as text, True promises that `decode` returns a model that dumps back to that payload, with
-    `components` (if any) the ComponentValues the payload spells; False promises nothing (the
-    decoder is asked, and its answer stands). It must never be True where the decoder would refuse.
+    `encode(op)`, optional, lets admission skip the decoder: for an operation it vouches for, it
+    answers the payload `model_dump` and canonical JSON would give, and the component values
+    (name, fingerprint, data) `decode` would rebuild from it, key order included; it promises that
+    `decode` returns a model that dumps back to that payload. None promises nothing: the decoder
+    is asked, and its answer stands. It must never vouch where the decoder would refuse.
     """
 
     decode: Callable[[dict[str, Any]], BaseModel]
     materialize: Callable[[Any, Any], object]  # what it returns, the tick ignores
-    fits: Callable[[dict[str, Any], str], bool] | None = None
+    encode: Callable[[Any], tuple[str, list[tuple[str, str, dict[str, Any]]]] | None] | None = None
 
     def __post_init__(self) -> None:
-        for role in ("decode", "materialize", "fits"):
+        for role in ("decode", "materialize", "encode"):
             fn = getattr(self, role)
-            if fn is None and role == "fits":
+            if fn is None and role == "encode":
                 continue
             if not callable(fn):
                 raise TypeError(f"a durable {role} function must be callable, not {type(fn).__name__}")
@@ -167,36 +167,30 @@ class OperationSpec:
         - every component value built live through its class, where the class is loaded here,
           and its live value canonical too (a class's coercions and validators run).
 
-        Where the registration's `fits` vouches for the parsed payload, the decoder is not run
-        (it would build the models only to dump them again); anything it does not vouch for takes
-        `payload_of_exhaustive`'s path from the same payload, so every refusal is that path's.
+        Where the registration's `encode` vouches for `op`, neither the generic canonical pass nor
+        the decoder runs (it would build the models only to dump them again); anything it does
+        not vouch for takes `payload_of_exhaustive`'s path, so every refusal is that path's.
         """
-        payload = self._canonical_payload(op)
-        fits = self.durable.fits if self.durable is not None else None
-        if fits is not None:
-            plain = _parse(payload)
-            if fits(plain, payload):
-                self._check_live(
-                    (index, value["name"], functools.partial(resolve_component_class, value["name"], value["fingerprint"]), value["data"])
-                    for index, value in enumerate(plain.get("components", ()))
-                )  # fmt: skip
-                return payload
-        return self._checked(op, payload)
+        encode = self.durable.encode if self.durable is not None else None
+        vouched = encode(op) if encode is not None else None
+        if vouched is None:
+            return self.payload_of_exhaustive(op)
+        payload, parts = vouched
+        self._check_live([(index, name, loaded_class(name, fingerprint), data) for index, (name, fingerprint, data) in enumerate(parts)])
+        return payload
 
     def payload_of_exhaustive(self, op: BaseModel) -> str:
-        """`payload_of` through the registered decoder always: the reference its short cut is
-        held to (tests, bench/admission_validation.py)."""
-        return self._checked(op, self._canonical_payload(op))
-
-    def _checked(self, op: BaseModel, payload: str) -> str:
+        """`payload_of` through the generic canonical pass and the registered decoder always: the
+        reference its short cut is held to (tests, bench/admission_validation.py)."""
+        payload = self._canonical_payload(op)
         decoded = self._decode(payload)
         if _json_text(decoded.model_dump(mode="python")) != payload:  # equal to canonical bytes: canonical too
             raise InvalidCommandError(f"{self.name!r} does not round-trip through its decoder byte for byte")
-        self._check_live(
-            (index, value.name, value.resolve, value.data)
+        self._check_live([
+            (index, value.name, _resolved(value), value.data)
             for index, value in enumerate(_components_of(decoded) or ())
             if isinstance(value, ComponentValue)
-        )
+        ])  # fmt: skip
         return payload
 
     def decode_exact(self, payload: str) -> BaseModel:
@@ -239,18 +233,16 @@ class OperationSpec:
         except NonCanonicalValueError as exc:
             raise NonCanonicalCommandError.at("$", exc) from None
 
-    def _check_live(self, values: Iterable[tuple[int, str, Callable[[], type[Component]], dict[str, Any]]]) -> None:
-        """Build each component value (index, name, its class's resolver, data) live, as its
-        materializer will, and check it canonical.
+    def _check_live(self, values: list[tuple[int, str, type[Component] | None, dict[str, Any]]]) -> None:
+        """Build each component value (index, name, its class, data) live, as its materializer
+        will, and check it canonical.
 
-        A value whose class is not loaded in this process (an edge that admits for runners) is left
-        to materialization, which runs the same check and rejects that one command."""
-        for index, name, resolve, data in values:
-            where = f"$.components[{index}].data"
-            try:
-                component_type = resolve()
-            except LookupError:
+        A value whose class is not loaded in this process (None: an edge that admits for runners)
+        is left to materialization, which runs the same check and rejects that one command."""
+        for index, name, component_type, data in values:
+            if component_type is None:
                 continue
+            where = f"$.components[{index}].data"
             try:
                 live_from_data(component_type, data, context=admission_context())
             except NonCanonicalValueError as exc:
@@ -266,6 +258,13 @@ class OperationSpec:
                 raise InvalidCommandError(f"{where}: {name} cannot be built from it: {type(exc).__name__}: {exc}") from None
 
 
+def _resolved(value: ComponentValue) -> type[Component] | None:
+    try:
+        return value.resolve()
+    except LookupError:
+        return None
+
+
 _HAS_COMPONENTS: dict[type, bool] = {}
 
 
@@ -278,15 +277,6 @@ def _components_of(op: BaseModel) -> Any:
     if has is None:
         has = _HAS_COMPONENTS.setdefault(cls, "components" in cls.model_fields or hasattr(cls, "components"))
     return getattr(op, "components", None) if has else None
-
-
-# json.loads less its wrappers: what it is given is canonical text (valid JSON, one value, nested
-# within MAX_DEPTH), so there is nothing for them to check
-_SCAN = json.JSONDecoder().scan_once
-
-
-def _parse(text: str) -> Any:
-    return _SCAN(text, 0)[0]
 
 
 def _json_text(data: Any) -> str | None:

@@ -170,6 +170,12 @@ def component_text(component: Component) -> str:
     return '{"data":' + canonical_text(component_data(component)) + cls.__component_wire_suffix__
 
 
+def loaded_class(name: str, fingerprint: str) -> type[Component] | None:
+    """The loaded class for a wire identity, None when none matches exactly."""
+    classes = _LOADED.get((name, fingerprint))
+    return classes[0] if classes else None
+
+
 def resolve_component_class(name: str, fingerprint: str) -> type[Component]:
     """The loaded class for a wire identity; LookupError when none matches exactly."""
     classes = _LOADED.get((name, fingerprint))

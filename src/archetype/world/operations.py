@@ -6,13 +6,14 @@ None of them carries target tick, priority or attempts: those belong to `Durable
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Iterable
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
-from archetype.canonical import MAX_SAFE_INTEGER, NonCanonicalValueError, check_canonical, nesting_exceeds
+from archetype.canonical import PLAIN_SORTED, MAX_SAFE_INTEGER, NonCanonicalValueError, canonical_text, check_canonical, plain_json
 from archetype.world.components import (
     COMPONENT_NAME_PATTERN,
     FINGERPRINT_PATTERN,
@@ -136,84 +137,114 @@ PORTABLE_MUTATIONS: tuple[type[Operation], ...] = (Spawn, SpawnReserved, Despawn
 
 
 # -- admission's short cut past the decoder --
-# What `model_validate` checks of these six models, field by field, written for the one input it
-# is asked about at admission: the parsed canonical payload (plain JSON types, sorted keys, no
-# NaN, integers within +/-(2**53-1), valid Unicode, nesting within MAX_DEPTH). On such input the
-# models' own validators add nothing further: `_strings_are_unicode` is implied (world ids match
-# an ASCII pattern, and the payload's strings are valid Unicode), `_to_values`/`_to_refs` leave a
-# list without live objects as it is, and no field coerces, so the decoded model dumps to the
-# same payload. tests/world/test_payload_fits.py pins the models' fields and validators (it fails
-# the day one changes without this) and holds every verdict to the decoder's on generated input.
+# `model_validate` of these six models, field by field, written for the one kind of operation it
+# is vouched on: every field of the exact type validation itself makes (exact `str`, `int`,
+# tuple of exact ComponentValue / ComponentTypeRef) and component data made of exact JSON types
+# (`plain_json`). The model then dumps to those very values, its canonical text parses back to
+# equal values of the same types, and the decoder, given them, checks nothing these checks do not:
+# `_strings_are_unicode` is implied (world ids match an ASCII pattern, the discriminator is the
+# model's), `_to_values` / `_to_refs` leave a list without live objects as it is, ComponentValue's
+# data check is `plain_json`'s at the same depth, and no field coerces. So the decoder would
+# return a model that dumps to the same payload: admission skips it. Anything else (a subclass,
+# a tuple in data, a field out of range) is left to the decoder, which says why.
+# tests/world/test_payload_encoder.py pins the models' fields and validators (it fails the day
+# one changes without this) and holds every verdict to the decoder's on generated operations.
 _WORLD_ID = re.compile(WORLD_ID_PATTERN)
 _COMPONENT_NAME = re.compile(COMPONENT_NAME_PATTERN)
 _FINGERPRINT = re.compile(FINGERPRINT_PATTERN)
-_VALUE_KEYS = frozenset({"data", "fingerprint", "name"})
-_REF_KEYS = frozenset({"fingerprint", "name"})
+_VALUE_FIELDS = frozenset(ComponentValue.model_fields)
+_REF_FIELDS = frozenset(ComponentTypeRef.model_fields)
+# Strings the patterns accepted: a world and a handful of component types recur in every command.
+# Only accepted strings are kept, and the lot is dropped when it grows past the bound.
+_SEEN_LIMIT = 4096
+_WORLD_IDS: set[str] = set()
+_IDENTITIES: set[tuple[str, str]] = set()
+
+ComponentParts = list[tuple[str, str, dict[str, Any]]]
+"""Component values as (name, fingerprint, data), in payload order."""
 
 
-def _identity_fits(item: Any, keys: frozenset[str]) -> bool:
-    if type(item) is not dict or item.keys() != keys:
+def _world_id_ok(value: Any) -> bool:
+    if type(value) is not str:
         return False
-    name, fingerprint = item["name"], item["fingerprint"]
-    return (
-        type(name) is str and _COMPONENT_NAME.fullmatch(name) is not None
-        and type(fingerprint) is str and _FINGERPRINT.fullmatch(fingerprint) is not None
-    )  # fmt: skip
-
-
-# A value's data sits three containers deep in its payload (the payload, `components`, the value):
-# a payload nesting no deeper than this cannot hold data nested deeper than MAX_DATA_DEPTH, and
-# as the payload is canonical, neither can its data be otherwise non-canonical.
-_SHALLOW = 3 + MAX_DATA_DEPTH
-
-
-def _value_fits(item: Any, shallow: bool) -> bool:
-    if not _identity_fits(item, _VALUE_KEYS) or type(item["data"]) is not dict:
-        return False
-    if not shallow:
-        try:
-            check_canonical(item["data"], max_depth=MAX_DATA_DEPTH)  # ComponentValue._canonical_data's check
-        except NonCanonicalValueError:
+    if value not in _WORLD_IDS:
+        if _WORLD_ID.fullmatch(value) is None:
             return False
+        if len(_WORLD_IDS) >= _SEEN_LIMIT:
+            _WORLD_IDS.clear()
+        _WORLD_IDS.add(value)
     return True
 
 
-def _values_fit(value: Any, shallow: bool) -> bool:
-    return (
-        type(value) is list and 1 <= len(value) <= MAX_COMPONENTS and all(_value_fits(item, shallow) for item in value)
-    )
+def _identity_ok(item: Any, model: type[ComponentTypeRef | ComponentValue], fields: frozenset[str]) -> bool:
+    if type(item) is not model or item.__dict__.keys() != fields or item.__pydantic_extra__ is not None:
+        return False
+    name, fingerprint = item.name, item.fingerprint
+    if type(name) is not str or type(fingerprint) is not str:
+        return False
+    if (name, fingerprint) not in _IDENTITIES:
+        if _COMPONENT_NAME.fullmatch(name) is None or _FINGERPRINT.fullmatch(fingerprint) is None:
+            return False
+        if len(_IDENTITIES) >= _SEEN_LIMIT:
+            _IDENTITIES.clear()
+        _IDENTITIES.add((name, fingerprint))
+    return True
 
 
-def _refs_fit(value: Any, shallow: bool) -> bool:
-    return type(value) is list and 1 <= len(value) <= MAX_COMPONENTS and all(_identity_fits(item, _REF_KEYS) for item in value)
+def _sized(items: Any) -> bool:
+    return type(items) is tuple and 1 <= len(items) <= MAX_COMPONENTS  # as validation leaves them
 
 
-_FIELD_FITS: dict[str, Callable[[Any, bool], bool]] = {
-    "world_id": lambda value, _: type(value) is str and _WORLD_ID.fullmatch(value) is not None,
-    "entity_id": lambda value, _: type(value) is int and 1 <= value <= MAX_SAFE_INTEGER,  # strict: not a bool
-    "components": _values_fit,
-    "component_types": _refs_fit,
-}
-
-
-def payload_fits(model: type[Operation]) -> Callable[[dict[str, Any], str], bool]:
-    """A predicate on a canonical payload of `model` (one of PORTABLE_MUTATIONS), parsed and as
-    text: True when `model.model_validate` accepts it and the model dumps back to the same text,
-    its component values being exactly the payload's (name, fingerprint, data); False when it
-    might not (the decoder is then asked, and says why). Admission uses it in place of the decoder."""
+def payload_encoder(model: type[Operation]) -> Callable[[Any], tuple[str, ComponentParts] | None]:
+    """Admission's encoder for `model` (one of PORTABLE_MUTATIONS): for an operation it can vouch
+    for, its canonical payload (the very text `model_dump` + canonical JSON give) and its
+    component values as the decoder would hand them on, key order included; None for any other
+    (the decoder is then asked, and says why)."""
     if model not in PORTABLE_MUTATIONS:
         raise TypeError(f"{model.__qualname__} is not a portable mutation")
     name = model.model_fields["operation"].default
     fields = frozenset(model.model_fields)
-    checks = [(field, _FIELD_FITS[field]) for field in model.model_fields if field != "operation"]
+    has_entity, has_values, has_refs = "entity_id" in fields, "components" in fields, "component_types" in fields
 
-    def fits(payload: dict[str, Any], text: str) -> bool:
-        if payload.keys() != fields or payload["operation"] != name:
-            return False
-        shallow = not nesting_exceeds(text, _SHALLOW)
-        return all(check(payload[field], shallow) for field, check in checks)
+    def encode(op: Any) -> tuple[str, ComponentParts] | None:
+        if type(op) is not model or op.__dict__.keys() != fields or op.__pydantic_extra__ is not None:
+            return None
+        fields_of = op.__dict__
+        if fields_of["operation"] != name or type(fields_of["operation"]) is not str or not _world_id_ok(fields_of["world_id"]):
+            return None
+        wire: dict[str, Any] = {"operation": name, "world_id": fields_of["world_id"]}
+        if has_entity:
+            entity_id = fields_of["entity_id"]
+            if type(entity_id) is not int or not 1 <= entity_id <= MAX_SAFE_INTEGER:
+                return None
+            wire["entity_id"] = entity_id
+        parts: ComponentParts = []
+        order = PLAIN_SORTED
+        if has_values:
+            values = fields_of["components"]
+            if not _sized(values):
+                return None
+            for value in values:
+                if not _identity_ok(value, ComponentValue, _VALUE_FIELDS):
+                    return None
+                data = value.data
+                plain = plain_json(data, MAX_DATA_DEPTH) if type(data) is dict else 0
+                if not plain:
+                    return None
+                order = min(order, plain)
+                parts.append((value.name, value.fingerprint, data))
+            wire["components"] = [{"data": data, "fingerprint": fingerprint, "name": n} for n, fingerprint, data in parts]
+        if has_refs:
+            refs = fields_of["component_types"]
+            if not _sized(refs) or not all(_identity_ok(ref, ComponentTypeRef, _REF_FIELDS) for ref in refs):
+                return None
+            wire["component_types"] = [{"fingerprint": ref.fingerprint, "name": ref.name} for ref in refs]
+        payload = canonical_text(wire)
+        if order != PLAIN_SORTED:  # the decoder's data has its keys in payload (sorted) order
+            parts = [(v["name"], v["fingerprint"], v["data"]) for v in json.loads(payload)["components"]]
+        return payload, parts
 
-    return fits
+    return encode
 
 
 # -- direct-only --
