@@ -18,6 +18,7 @@ with it, materialization builds with it).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -151,6 +152,34 @@ def _floats_only(cls: type[Component]) -> bool:
         known = _FLOATS_ONLY[cls] = bool(cls.model_fields) and all(
             info.annotation is float for info in cls.model_fields.values()
         ) and not (decorators.field_serializers or decorators.model_serializers or cls.model_computed_fields)
+    return known
+
+
+_CANONICAL_BY_VALIDATION: dict[type[Component], bool] = {}
+
+
+def canonical_by_validation(cls: type[Component]) -> bool:
+    """Whether every instance `model_validate` makes of `cls` is canonical, provably, so that
+    `live_from_data` need not dump it to check: plain `float` fields only (`_floats_only`), each
+    required or with a finite float default, no constraint or validator anywhere (field, model,
+    `model_post_init`, `model_validate` itself) and finite floats enforced (`allow_inf_nan=False`,
+    Component's default). Validation then leaves a finite float in every field (it refuses NaN and
+    infinities, and an input beyond the double range), and such a value dumps to those floats."""
+    known = _CANONICAL_BY_VALIDATION.get(cls)
+    if known is None:
+        decorators = cls.__pydantic_decorators__
+        known = _CANONICAL_BY_VALIDATION[cls] = (
+            _floats_only(cls)
+            and cls.model_config.get("allow_inf_nan") is False
+            and all(
+                not info.metadata and info.default_factory is None
+                and (info.is_required() or (type(info.default) is float and math.isfinite(info.default)))
+                for info in cls.model_fields.values()
+            )
+            and not (decorators.validators or decorators.field_validators or decorators.root_validators or decorators.model_validators)
+            and cls.model_post_init is BaseModel.model_post_init
+            and cls.model_validate.__func__ is BaseModel.model_validate.__func__  # type: ignore[attr-defined]
+        )  # fmt: skip
     return known
 
 
@@ -295,5 +324,6 @@ def live_from_data(component_type: type[Component], data: dict[str, Any], *, con
     """`live_component` of a value given as its class and field JSON: what admission builds from a
     payload it has parsed but not decoded into models (`archetype.world.operations.payload_fits`)."""
     component = component_type.model_validate(data, context=context)
-    component_data(component)
+    if not canonical_by_validation(component_type):
+        component_data(component)
     return component
