@@ -18,7 +18,6 @@ with it, materialization builds with it).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -160,8 +159,9 @@ _CANONICAL_BY_VALIDATION: dict[type[Component], bool] = {}
 
 def canonical_by_validation(cls: type[Component]) -> bool:
     """Whether every instance `model_validate` makes of `cls` is canonical, provably, so that
-    `live_from_data` need not dump it to check: plain `float` fields only (`_floats_only`), each
-    required or with a finite float default, no constraint or validator anywhere (field, model,
+    `live_from_data` need not dump it to check: plain `float` fields only (`_floats_only`), no
+    default factory (a default itself is canonical: the class's fingerprint refuses it otherwise,
+    as it is part of the schema), no constraint or validator anywhere (field, model,
     `model_post_init`, `model_validate` itself) and finite floats enforced (`allow_inf_nan=False`,
     Component's default). Validation then leaves a finite float in every field (it refuses NaN and
     infinities, and an input beyond the double range), and such a value dumps to those floats."""
@@ -171,11 +171,7 @@ def canonical_by_validation(cls: type[Component]) -> bool:
         known = _CANONICAL_BY_VALIDATION[cls] = (
             _floats_only(cls)
             and cls.model_config.get("allow_inf_nan") is False
-            and all(
-                not info.metadata and info.default_factory is None
-                and (info.is_required() or (type(info.default) is float and math.isfinite(info.default)))
-                for info in cls.model_fields.values()
-            )
+            and all(not info.metadata and info.default_factory is None for info in cls.model_fields.values())
             and not (decorators.validators or decorators.field_validators or decorators.root_validators or decorators.model_validators)
             and cls.model_post_init is BaseModel.model_post_init
             and cls.model_validate.__func__ is BaseModel.model_validate.__func__  # type: ignore[attr-defined]

@@ -13,7 +13,14 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
-from archetype.canonical import PLAIN_SORTED, MAX_SAFE_INTEGER, NonCanonicalValueError, canonical_text, check_canonical, plain_json
+from archetype.canonical import (
+    MAX_SAFE_INTEGER,
+    PLAIN_SORTED,
+    NonCanonicalValueError,
+    canonical_text,
+    check_canonical,
+    plain_json,
+)
 from archetype.world.components import (
     COMPONENT_NAME_PATTERN,
     FINGERPRINT_PATTERN,
