@@ -202,6 +202,12 @@ def _sized(items: Any) -> bool:
     return type(items) is tuple and 1 <= len(items) <= MAX_COMPONENTS  # as validation leaves them
 
 
+# The members of a payload in canonical (sorted) order; written directly, as the strings in them
+# need no escaping: world ids, component names and fingerprints match ASCII patterns without
+# quotes or backslashes, and data is written by the canonical encoder.
+_MEMBERS = ("component_types", "components", "entity_id", "operation", "world_id")
+
+
 def payload_encoder(model: type[Operation]) -> Callable[[Any], tuple[str, ComponentParts] | None]:
     """Admission's encoder for `model` (one of PORTABLE_MUTATIONS): for an operation it can vouch
     for, its canonical payload (the very text `model_dump` + canonical JSON give) and its
@@ -209,28 +215,36 @@ def payload_encoder(model: type[Operation]) -> Callable[[Any], tuple[str, Compon
     (the decoder is then asked, and says why)."""
     if model not in PORTABLE_MUTATIONS:
         raise TypeError(f"{model.__qualname__} is not a portable mutation")
-    name = model.model_fields["operation"].default
     fields = frozenset(model.model_fields)
+    if not fields <= set(_MEMBERS):
+        raise TypeError(f"{model.__qualname__} has fields this encoder does not write")
+    name = model.model_fields["operation"].default
+    operation = f'"operation":"{name}"'
     has_entity, has_values, has_refs = "entity_id" in fields, "components" in fields, "component_types" in fields
 
     def encode(op: Any) -> tuple[str, ComponentParts] | None:
         if type(op) is not model or op.__dict__.keys() != fields or op.__pydantic_extra__ is not None:
             return None
         fields_of = op.__dict__
-        if fields_of["operation"] != name or type(fields_of["operation"]) is not str or not _world_id_ok(fields_of["world_id"]):
+        world_id = fields_of["world_id"]
+        if fields_of["operation"] != name or type(fields_of["operation"]) is not str or not _world_id_ok(world_id):
             return None
-        wire: dict[str, Any] = {"operation": name, "world_id": fields_of["world_id"]}
-        if has_entity:
-            entity_id = fields_of["entity_id"]
-            if type(entity_id) is not int or not 1 <= entity_id <= MAX_SAFE_INTEGER:
+        members = []
+        if has_refs:
+            refs = fields_of["component_types"]
+            if not _sized(refs) or not all(_identity_ok(ref, ComponentTypeRef, _REF_FIELDS) for ref in refs):
                 return None
-            wire["entity_id"] = entity_id
+            members.append(
+                '"component_types":['
+                + ",".join(f'{{"fingerprint":"{ref.fingerprint}","name":"{ref.name}"}}' for ref in refs) + "]"
+            )  # fmt: skip
         parts: ComponentParts = []
         order = PLAIN_SORTED
         if has_values:
             values = fields_of["components"]
             if not _sized(values):
                 return None
+            texts = []
             for value in values:
                 if not _identity_ok(value, ComponentValue, _VALUE_FIELDS):
                     return None
@@ -240,13 +254,16 @@ def payload_encoder(model: type[Operation]) -> Callable[[Any], tuple[str, Compon
                     return None
                 order = min(order, plain)
                 parts.append((value.name, value.fingerprint, data))
-            wire["components"] = [{"data": data, "fingerprint": fingerprint, "name": n} for n, fingerprint, data in parts]
-        if has_refs:
-            refs = fields_of["component_types"]
-            if not _sized(refs) or not all(_identity_ok(ref, ComponentTypeRef, _REF_FIELDS) for ref in refs):
+                texts.append(f'{{"data":{canonical_text(data)},"fingerprint":"{value.fingerprint}","name":"{value.name}"}}')
+            members.append('"components":[' + ",".join(texts) + "]")
+        if has_entity:
+            entity_id = fields_of["entity_id"]
+            if type(entity_id) is not int or not 1 <= entity_id <= MAX_SAFE_INTEGER:
                 return None
-            wire["component_types"] = [{"fingerprint": ref.fingerprint, "name": ref.name} for ref in refs]
-        payload = canonical_text(wire)
+            members.append(f'"entity_id":{entity_id}')
+        members.append(operation)
+        members.append(f'"world_id":"{world_id}"')
+        payload = "{" + ",".join(members) + "}"
         if order != PLAIN_SORTED:  # the decoder's data has its keys in payload (sorted) order
             parts = [(v["name"], v["fingerprint"], v["data"]) for v in json.loads(payload)["components"]]
         return payload, parts
