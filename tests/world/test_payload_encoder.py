@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pydantic import ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from archetype.canonical import MAX_SAFE_INTEGER, PLAIN, PLAIN_SORTED, plain_json
 from archetype.commands.families import default_registry
-from archetype.world.components import Component, ComponentTypeRef, ComponentValue, canonical_by_validation
+from archetype.world.components import Component, ComponentTypeRef, ComponentValue, canonical_by_validation, inert
 from archetype.world.operations import PORTABLE_MUTATIONS, RemoveComponents, Spawn, SpawnReserved
 from tests.component_modules.alpha import Health
 from tests.component_modules.coercing import Counter, Label, Loose, Ratio, Tree
@@ -53,6 +53,19 @@ class Checked(Component):
 
 class Constrained(Component):
     x: float = Field(gt=0)
+
+
+class Grabby(Component):
+    """A validator that changes the very dict it is given."""
+
+    n: int = 0
+
+    @model_validator(mode="before")
+    @classmethod
+    def _grab(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            data["n"] = data.get("n", 0) + 1
+        return data
 
 
 class Mode(enum.IntEnum):
@@ -233,6 +246,15 @@ def test_the_short_cut_is_taken_for_operations_built_the_ordinary_way() -> None:
         assert spec.payload_of(op) == spec.payload_of_exhaustive(op)
 
 
+def test_admission_never_hands_a_validator_the_callers_own_data() -> None:
+    op = Spawn(world_id="w", components=[ComponentValue(name="Grabby", fingerprint=Grabby.component_fingerprint(), data={"n": 1})])
+    spec = REGISTRY.resolve(op)
+    first = spec.payload_of(op)
+    assert op.components[0].data == {"n": 1}
+    assert spec.payload_of(op) == first == spec.payload_of_exhaustive(op)
+    assert op.components[0].data == {"n": 1}
+
+
 def test_plain_json_vouches_for_exact_json_types_only() -> None:
     assert plain_json({"a": [1, 2.5, "é", None, True], "b": {"c": {}}}) == PLAIN_SORTED
     assert plain_json({"b": 1, "a": 2}) == PLAIN and plain_json({"a": {"d": 1, "c": 2}}) == PLAIN
@@ -242,9 +264,11 @@ def test_plain_json_vouches_for_exact_json_types_only() -> None:
     assert plain_json(_nested(32), 32) == PLAIN_SORTED
 
 
-def test_canonical_by_validation_is_only_claimed_where_validation_alone_makes_it_so() -> None:
-    assert canonical_by_validation(Point)
-    for cls in (Wild, Defaulted, Checked, Constrained, Health, Counter, Label, Loose, Ratio, Tree):
+def test_inert_and_canonical_by_validation_are_only_claimed_where_they_hold() -> None:
+    assert canonical_by_validation(Point) and inert(Point) and inert(Health) and inert(Wild) and inert(Counter)
+    for cls in (Grabby, Checked, Constrained, Defaulted, Label, Loose, Ratio, Tree):
+        assert not inert(cls), cls
+    for cls in (Grabby, Wild, Defaulted, Checked, Constrained, Health, Counter, Label, Loose, Ratio, Tree):
         assert not canonical_by_validation(cls), cls
 
 

@@ -154,29 +154,39 @@ def _floats_only(cls: type[Component]) -> bool:
     return known
 
 
-_CANONICAL_BY_VALIDATION: dict[type[Component], bool] = {}
+_INERT: dict[type[Component], bool] = {}
+_INERT_TYPES = (int, float, str, bool)
 
 
-def canonical_by_validation(cls: type[Component]) -> bool:
-    """Whether every instance `model_validate` makes of `cls` is canonical, provably, so that
-    `live_from_data` need not dump it to check: plain `float` fields only (`_floats_only`), no
-    default factory (a default itself is canonical: the class's fingerprint refuses it otherwise,
-    as it is part of the schema), no constraint or validator anywhere (field, model,
-    `model_post_init`, `model_validate` itself) and finite floats enforced (`allow_inf_nan=False`,
-    Component's default). Validation then leaves a finite float in every field (it refuses NaN and
-    infinities, and an input beyond the double range), and such a value dumps to those floats."""
-    known = _CANONICAL_BY_VALIDATION.get(cls)
+def inert(cls: type[Component]) -> bool:
+    """Whether validating `cls` runs no code but pydantic's: every field a plain `int`, `float`,
+    `str` or `bool` with no constraint and no default factory, no validator anywhere (field,
+    model), no `model_post_init` and no `model_validate` of its own. pydantic never changes what
+    it validates, so such a class may be given a caller's own data."""
+    known = _INERT.get(cls)
     if known is None:
         decorators = cls.__pydantic_decorators__
-        known = _CANONICAL_BY_VALIDATION[cls] = (
-            _floats_only(cls)
-            and cls.model_config.get("allow_inf_nan") is False
-            and all(not info.metadata and info.default_factory is None for info in cls.model_fields.values())
+        known = _INERT[cls] = (
+            all(
+                info.annotation in _INERT_TYPES and not info.metadata and info.default_factory is None
+                for info in cls.model_fields.values()
+            )
             and not (decorators.validators or decorators.field_validators or decorators.root_validators or decorators.model_validators)
             and cls.model_post_init is BaseModel.model_post_init
             and cls.model_validate.__func__ is BaseModel.model_validate.__func__  # type: ignore[attr-defined]
         )  # fmt: skip
     return known
+
+
+def canonical_by_validation(cls: type[Component]) -> bool:
+    """Whether every instance `model_validate` makes of `cls` is canonical, provably, so that
+    `live_from_data` need not dump it to check: an `inert` class of plain `float` fields only
+    (`_floats_only`: no serializer either) with finite floats enforced (`allow_inf_nan=False`,
+    Component's default). Validation then leaves a finite float in every field (it refuses NaN
+    and infinities, and an input beyond the double range), and such a value dumps to those
+    floats; a default is canonical too (the class's fingerprint refuses it otherwise, as it is
+    part of the schema)."""
+    return inert(cls) and _floats_only(cls) and cls.model_config.get("allow_inf_nan") is False
 
 
 def component_text(component: Component) -> str:

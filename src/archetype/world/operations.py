@@ -28,7 +28,9 @@ from archetype.world.components import (
     Component,
     ComponentTypeRef,
     ComponentValue,
+    inert,
     live_component,
+    loaded_class,
     non_canonical,
 )
 
@@ -198,6 +200,13 @@ def _identity_ok(item: Any, model: type[ComponentTypeRef | ComponentValue], fiel
     return True
 
 
+def _may_see(name: str, fingerprint: str) -> bool:
+    """Whether the class a value is built live with (if one is loaded) may be given its data as
+    it is: an `inert` one, which runs no code that could change it."""
+    cls = loaded_class(name, fingerprint)
+    return cls is None or inert(cls)
+
+
 def _sized(items: Any) -> bool:
     return type(items) is tuple and 1 <= len(items) <= MAX_COMPONENTS  # as validation leaves them
 
@@ -264,7 +273,9 @@ def payload_encoder(model: type[Operation]) -> Callable[[Any], tuple[str, Compon
         members.append(operation)
         members.append(f'"world_id":"{world_id}"')
         payload = "{" + ",".join(members) + "}"
-        if order != PLAIN_SORTED:  # the decoder's data has its keys in payload (sorted) order
+        if order != PLAIN_SORTED or not all(_may_see(name, fingerprint) for name, fingerprint, _ in parts):
+            # as the decoder would hand them on: keys in payload (sorted) order, and fresh
+            # containers, never the caller's own, for a validator that might change them
             parts = [(v["name"], v["fingerprint"], v["data"]) for v in json.loads(payload)["components"]]
         return payload, parts
 
