@@ -68,6 +68,16 @@ class Grabby(Component):
         return data
 
 
+class Touchy:
+    """A value that raises when compared."""
+
+    def __eq__(self, other: object) -> bool:
+        raise RuntimeError("compared")
+
+    __ne__ = __eq__
+    __hash__ = object.__hash__
+
+
 class Mode(enum.IntEnum):
     ONE = 1
 
@@ -203,7 +213,7 @@ def operation(draw: st.DrawFn) -> Any:
     if "component_types" in model.model_fields:
         fields["component_types"] = tuple(draw(st.lists(type_ref(), min_size=0, max_size=3)))
     if draw(st.integers(0, 10)) == 0:
-        fields["operation"] = draw(st.sampled_from(["spawn", "update", Text(model.model_fields["operation"].default)]))
+        fields["operation"] = draw(st.sampled_from(["spawn", "update", Text(model.model_fields["operation"].default), Touchy()]))
     if draw(st.integers(0, 10)) == 0:
         fields.pop(draw(st.sampled_from(sorted(fields))))
     if draw(st.booleans()):

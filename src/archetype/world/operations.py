@@ -236,7 +236,8 @@ def payload_encoder(model: type[Operation]) -> Callable[[Any], tuple[str, Compon
             return None
         fields_of = op.__dict__
         world_id = fields_of["world_id"]
-        if fields_of["operation"] != name or type(fields_of["operation"]) is not str or not _world_id_ok(world_id):
+        discriminator = fields_of["operation"]
+        if type(discriminator) is not str or discriminator != name or not _world_id_ok(world_id):  # type first: no __ne__ runs
             return None
         members = []
         if has_refs:
