@@ -348,3 +348,29 @@ PINNED = _pinned()
 def test_every_portable_mutation_has_the_short_cut(model: type[Any]) -> None:
     durable = REGISTRY.named(model.model_fields["operation"].default).require_durable()
     assert durable.encode is not None
+
+
+def test_a_batch_built_together_refuses_as_item_by_item() -> None:
+    """A batch's live values are validated per class at once; a refusal is then found again item
+    by item, so it is the first in batch order, with its own path."""
+    from archetype.commands.options import DurableOptions
+    from archetype.commands.scheduler import CommandScheduler, DeferredItem
+
+    scheduler = CommandScheduler(REGISTRY, authority=None)  # type: ignore[arg-type]
+    options = DurableOptions(tick=0)
+
+    def item(*values: Any, command_id: str = "c") -> DeferredItem:
+        return DeferredItem(op=Spawn(world_id="w", components=list(values)), options=options, command_id=command_id)
+
+    huge = ComponentValue(name="Counter", fingerprint=Counter.component_fingerprint(), data={"n": 1e18})
+    misfit = ComponentValue(name="Health", fingerprint=Health.component_fingerprint(), data={"hp": "lots"})
+    batches = [
+        [item(Point(x=1.0)), item(Point(x=2.0), huge), item(misfit)],
+        [item(Point(x=1.0)), item(misfit), item(huge)],
+        [item(Point(x=1.0)), item(Point(x=2.0), command_id="not an id"), item(huge)],
+        [item(Point(x=1.0), command_id="a"), item(Health(hp=2), Point(x=3.0), command_id="b")],
+    ]
+    for batch in batches:
+        assert outcome(lambda items: scheduler._admission_rows(items, None, "local"), batch) == outcome(
+            lambda items: [scheduler._admission_row(i, None, "local") for i in items], batch
+        )

@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from archetype.canonical import NonCanonicalValueError, canonical_json, canonical_text, load_json, path_step
 from archetype.commands.errors import (
@@ -32,6 +32,8 @@ from archetype.world.components import (
     Component,
     ComponentValue,
     admission_context,
+    canonical_by_validation,
+    component_data,
     live_from_data,
     loaded_class,
     non_canonical_refusal,
@@ -39,6 +41,10 @@ from archetype.world.components import (
 from archetype.world.operations import PORTABLE_MUTATIONS
 
 SUMMARY_LIMIT = 200
+
+LiveValue = tuple[int, str, "type[Component] | None", dict[str, Any]]
+"""A component value to build live: its index in the operation, class name, class (None when
+none is loaded here) and data."""
 
 Handler = Callable[[Any, Any], Awaitable[Any]]
 
@@ -156,7 +162,7 @@ class OperationSpec:
         text = self.summarize(op)
         return text if len(text) <= SUMMARY_LIMIT else text[: SUMMARY_LIMIT - 3] + "..."
 
-    def payload_of(self, op: BaseModel) -> str:
+    def payload_of(self, op: BaseModel, live: list[LiveValue] | None = None) -> str:
         """The canonical payload JSON of `op` as admission stores it, after checking the complete
         operation as it will be materialized:
 
@@ -170,13 +176,19 @@ class OperationSpec:
         Where the registration's `encode` vouches for `op`, neither the generic canonical pass nor
         the decoder runs (it would build the models only to dump them again); anything it does
         not vouch for takes `payload_of_exhaustive`'s path, so every refusal is that path's.
+        Given `live`, a vouched-for operation's values are added to it instead of being built
+        (`check_live_together` builds a batch's at once).
         """
         encode = self.durable.encode if self.durable is not None else None
         vouched = encode(op) if encode is not None else None
         if vouched is None:
             return self.payload_of_exhaustive(op)
         payload, parts = vouched
-        self._check_live([(index, name, loaded_class(name, fingerprint), data) for index, (name, fingerprint, data) in enumerate(parts)])
+        values = [(index, name, loaded_class(name, fingerprint), data) for index, (name, fingerprint, data) in enumerate(parts)]
+        if live is None:
+            self._check_live(values)
+        else:
+            live.extend(values)
         return payload
 
     def payload_of_exhaustive(self, op: BaseModel) -> str:
@@ -233,7 +245,7 @@ class OperationSpec:
         except NonCanonicalValueError as exc:
             raise NonCanonicalCommandError.at("$", exc) from None
 
-    def _check_live(self, values: list[tuple[int, str, type[Component] | None, dict[str, Any]]]) -> None:
+    def _check_live(self, values: list[LiveValue]) -> None:
         """Build each component value (index, name, its class, data) live, as its materializer
         will, and check it canonical.
 
@@ -256,6 +268,28 @@ class OperationSpec:
                 raise InvalidComponentDataError(f"{at}: does not validate as {name}: {_errors(exc)}") from None
             except (LookupError, TypeError, ValueError) as exc:
                 raise InvalidCommandError(f"{where}: {name} cannot be built from it: {type(exc).__name__}: {exc}") from None
+
+
+_LIST_ADAPTERS: dict[type[Component], TypeAdapter[list[Component]]] = {}
+
+
+def check_live_together(values: list[LiveValue]) -> None:
+    """Build the live values of many operations at once, one validation per component class (a
+    batch's values share a few classes), and check them canonical. A refusal raises whatever it
+    raised, saying neither which value nor why: the caller checks item by item then, to refuse
+    as that would (the first refusal in batch order, with its path)."""
+    by_class: dict[type[Component], list[dict[str, Any]]] = {}
+    for _, _, component_type, data in values:
+        if component_type is not None:
+            by_class.setdefault(component_type, []).append(data)
+    for component_type, datas in by_class.items():
+        adapter = _LIST_ADAPTERS.get(component_type)
+        if adapter is None:
+            adapter = _LIST_ADAPTERS[component_type] = TypeAdapter(list[component_type])  # type: ignore[valid-type]
+        components = adapter.validate_python(datas, context=admission_context())
+        if not canonical_by_validation(component_type):
+            for component in components:
+                component_data(component)
 
 
 def _resolved(value: ComponentValue) -> type[Component] | None:

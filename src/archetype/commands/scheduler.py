@@ -29,7 +29,7 @@ from archetype.commands.identity import COMMAND_ID_PATTERN, command_digest
 from archetype.commands.ledger import check_components
 from archetype.commands.ledger_rows import AdmissionRow, CommandRow, ComponentSchemaRow, LeasedRow
 from archetype.commands.options import ActorCtx, DurableOptions
-from archetype.commands.registry import OperationRegistry, OperationSpec
+from archetype.commands.registry import LiveValue, OperationRegistry, OperationSpec, check_live_together
 from archetype.world.commit import Outcome, PreparedTick, TickOutcomeUnknownError
 from archetype.world.component_schema import UnsupportedSchemaError, check_record
 from archetype.world.components import DOC_KEYS, Component, canonical_prefixed_schema, resolve_component_class
@@ -225,10 +225,12 @@ class CommandScheduler:
 
     # -- admission --
     def _admission_row(
-        self, item: DeferredItem, actor: ActorCtx | None, origin: str, request_digest: str | None = None
+        self, item: DeferredItem, actor: ActorCtx | None, origin: str, request_digest: str | None = None,
+        live: list[LiveValue] | None = None,
     ) -> tuple[str, AdmissionRow]:
-        """The ledger row of `item`, validated. A SpawnReserved's `request_digest` is computed
-        unless the caller already has it (admit_spawn, which reserved with it)."""
+        """The ledger row of `item`, validated (its live values left in `live`, if given, for the
+        caller to build: `OperationSpec.payload_of`). A SpawnReserved's `request_digest` is
+        computed unless the caller already has it (admit_spawn, which reserved with it)."""
         spec = self.registry.resolve(item.op)
         spec.require_durable()
         command_id = checked_command_id(item.command_id)
@@ -242,7 +244,7 @@ class CommandScheduler:
             "scheduled_tick": item.options.tick,
             "priority": item.options.priority,
             "operation": spec.name,
-            "payload": spec.payload_of(item.op),
+            "payload": spec.payload_of(item.op, live),
             "principal": principal,
             "origin": origin,
             "max_attempts": item.options.max_attempts,
@@ -270,7 +272,21 @@ class CommandScheduler:
         """Validate every item, then admit the batch in one ledger transaction (all or nothing)."""
         if not items:
             raise InvalidCommandError("a batch needs at least one command")
-        return await self._admit([self._admission_row(item, actor, origin) for item in items], actor)
+        return await self._admit(self._admission_rows(items, actor, origin), actor)
+
+    def _admission_rows(self, items: list[DeferredItem], actor: ActorCtx | None, origin: str) -> list[tuple[str, AdmissionRow]]:
+        """Every item's row; a batch's live values are built together (check_live_together), and
+        should anything be refused, the batch is checked again item by item, which refuses as
+        it always did: the first refusal in batch order."""
+        if len(items) > 1:
+            live: list[LiveValue] = []
+            try:
+                prepared = [self._admission_row(item, actor, origin, live=live) for item in items]
+                check_live_together(live)
+                return prepared
+            except Exception:
+                pass  # said again below, by the path that says which item and why
+        return [self._admission_row(item, actor, origin) for item in items]
 
     async def _admit(self, prepared: list[tuple[str, AdmissionRow]], actor: ActorCtx | None) -> list[CommandIdentity]:
         worlds = {world_id for world_id, _ in prepared}
