@@ -176,11 +176,12 @@ in sorted order already."""
 
 
 def plain_json(value: Any, max_depth: int = MAX_DEPTH) -> int:
-    """Whether `value` is canonical and made only of the exact types `json.loads` gives (dict,
-    list, str, int, float, bool, None: no subclass, no tuple), so that its canonical text parses
-    back to an equal value of the same types: PLAIN_SORTED when every object's keys are also in
-    sorted order (the parsed value is then the same value, key order included), PLAIN when not,
-    0 when it is not plain or not canonical (`check_canonical` says why, or accepts it anyway)."""
+    """Whether container `value` is canonical and made only of the exact types `json.loads`
+    gives (dict, list, str, int, float, bool, None: no subclass, no tuple), so that its canonical
+    text parses back to an equal value of the same types: PLAIN_SORTED when every object's keys
+    are also in sorted order (the parsed value is then the same value, key order included), PLAIN
+    when not, 0 when it is not plain or not canonical (`check_canonical` says why, or accepts it
+    anyway)."""
     if max_depth == 0:
         return 0
     kind = type(value)

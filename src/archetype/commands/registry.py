@@ -6,8 +6,9 @@ registered. Only the six portable world mutations may carry a DurableOperation.
 `OperationSpec.payload_of` is admission's one check of a complete operation: canonical JSON,
 discriminator, a round trip through the registered decoder, and every component value built
 live through its class (where the class is loaded) and checked canonical, all before anything
-is persisted. A registration may vouch for its payloads without the decoder (`DurableOperation.fits`);
-`payload_of_exhaustive` always asks the decoder, and is what the short cut is held to.
+is persisted. A registration may vouch for an operation without the decoder
+(`DurableOperation.encode`); `payload_of_exhaustive` always asks the decoder, and is what that
+short cut is held to.
 """
 
 from __future__ import annotations

@@ -315,7 +315,8 @@ class CommandScheduler:
         command_id = checked_command_id(command_id)
         principal = actor.principal if actor else None
         checked = SpawnReserved(world_id=op.world_id, entity_id=1, components=op.components)
-        _, row = self._admission_row(DeferredItem(op=checked, options=options, command_id=command_id), actor, origin, "")
+        checked_item = DeferredItem(op=checked, options=options, command_id=command_id)
+        _, row = self._admission_row(checked_item, actor, origin, request_digest="")  # never admitted: no digest
         await self._check_components(op.world_id, row)
         request_digest = self.spawn_request_digest(op, options, principal)
         entity_id = await self.authority.reserve_spawn(
