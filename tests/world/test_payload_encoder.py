@@ -250,6 +250,12 @@ def test_the_short_cut_is_taken_for_operations_built_the_ordinary_way() -> None:
         SpawnReserved(world_id="w", entity_id=2, components=[Counter(n=1)]),
         RemoveComponents(world_id="w", entity_id=1, component_types=[Point, Health]),
     ]
+    from archetype.canonical import parse_json
+    from archetype.commands.http_translator import SubmitCommandRequest, translate
+
+    body = parse_json('{"type":"spawn","tick":0,"priority":0,"max_attempts":3,"components":[{"name":"Point","fingerprint":"'
+                      + Point.component_fingerprint() + '","data":{"y":2,"x":1.5}}]}')  # fmt: skip
+    ops.append(translate("w", SubmitCommandRequest.model_validate(body)).op)  # what the HTTP route admits
     for op in ops:
         spec = REGISTRY.resolve(op)
         assert spec.require_durable().encode is not None and spec.durable.encode(op) is not None  # type: ignore[union-attr]
