@@ -170,6 +170,67 @@ def check_canonical(value: Any, path: str = "$", *, max_depth: int = MAX_DEPTH, 
         raise NonCanonicalValueError(f"{where}: {reason}", path=where, reason=reason) from None
 
 
+PLAIN_SORTED, PLAIN = 2, 1
+"""What `plain_json` answers for a value it vouches for: its objects' keys are (or not all are)
+in sorted order already."""
+
+
+def plain_json(value: Any, max_depth: int = MAX_DEPTH) -> int:
+    """Whether container `value` is canonical and made only of the exact types `json.loads`
+    gives (dict, list, str, int, float, bool, None: no subclass, no tuple), so that its canonical
+    text parses back to an equal value of the same types: PLAIN_SORTED when every object's keys
+    are also in sorted order (the parsed value is then the same value, key order included), PLAIN
+    when not, 0 when it is not plain or not canonical (`check_canonical` says why, or accepts it
+    anyway)."""
+    if max_depth == 0:
+        return 0
+    kind = type(value)
+    if kind is dict:
+        order = PLAIN_SORTED
+        previous = None
+        for key, item in value.items():
+            if type(key) is not str or not (key.isascii() or _unicode(key)):
+                return 0
+            if previous is not None and key < previous:
+                order = PLAIN
+            previous = key
+            if not _plain_scalar(item):
+                inner = plain_json(item, max_depth - 1)
+                if not inner:
+                    return 0
+                order = min(order, inner)
+        return order
+    if kind is list:
+        order = PLAIN_SORTED
+        for item in value:
+            if not _plain_scalar(item):
+                inner = plain_json(item, max_depth - 1)
+                if not inner:
+                    return 0
+                order = min(order, inner)
+        return order
+    return 0
+
+
+def _plain_scalar(item: Any) -> bool:
+    t = type(item)
+    if t is str:
+        return item.isascii() or _unicode(item)
+    if t is float:
+        return -_FLOAT_MAX <= item <= _FLOAT_MAX  # false for NaN and both infinities
+    if t is int:
+        return -MAX_SAFE_INTEGER <= item <= MAX_SAFE_INTEGER
+    return item is None or t is bool
+
+
+def _unicode(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 # json.dumps(sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False), built
 # once: every payload, digest and component text goes through it, and json.dumps builds a
 # JSONEncoder and its C encoder anew on every call. No circular-reference markers: what it is

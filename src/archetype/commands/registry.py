@@ -6,7 +6,9 @@ registered. Only the six portable world mutations may carry a DurableOperation.
 `OperationSpec.payload_of` is admission's one check of a complete operation: canonical JSON,
 discriminator, a round trip through the registered decoder, and every component value built
 live through its class (where the class is loaded) and checked canonical, all before anything
-is persisted.
+is persisted. A registration may vouch for an operation without the decoder
+(`DurableOperation.encode`); `payload_of_exhaustive` always asks the decoder, and is what that
+short cut is held to.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from archetype.canonical import NonCanonicalValueError, canonical_json, canonical_text, load_json, path_step
 from archetype.commands.errors import (
@@ -27,10 +29,23 @@ from archetype.commands.errors import (
     UnregisteredOperationError,
 )
 from archetype.commands.options import Role
-from archetype.world.components import ComponentValue, admission_context, live_component, non_canonical_refusal
+from archetype.world.components import (
+    Component,
+    ComponentValue,
+    admission_context,
+    canonical_by_validation,
+    component_data,
+    live_from_data,
+    loaded_class,
+    non_canonical_refusal,
+)
 from archetype.world.operations import PORTABLE_MUTATIONS
 
 SUMMARY_LIMIT = 200
+
+LiveValue = tuple[int, str, "type[Component] | None", dict[str, Any]]
+"""A component value to build live: its index in the operation, class name, class (None when
+none is loaded here) and data."""
 
 Handler = Callable[[Any, Any], Awaitable[Any]]
 
@@ -94,14 +109,23 @@ class DurableOperation:
     with the world's operation lock held and mutates only that world. Both are synchronous: a
     coroutine function is refused here (TypeError), and a materializer that returns an awaitable
     anyway fails its command with TypeError when it is called.
+
+    `encode(op)`, optional, lets admission skip the decoder: for an operation it vouches for, it
+    answers the payload `model_dump` and canonical JSON would give, and the component values
+    (name, fingerprint, data) `decode` would rebuild from it, key order included; it promises that
+    `decode` returns a model that dumps back to that payload. None promises nothing: the decoder
+    is asked, and its answer stands. It must never vouch where the decoder would refuse.
     """
 
     decode: Callable[[dict[str, Any]], BaseModel]
     materialize: Callable[[Any, Any], object]  # what it returns, the tick ignores
+    encode: Callable[[Any], tuple[str, list[tuple[str, str, dict[str, Any]]]] | None] | None = None
 
     def __post_init__(self) -> None:
-        for role in ("decode", "materialize"):
+        for role in ("decode", "materialize", "encode"):
             fn = getattr(self, role)
+            if fn is None and role == "encode":
+                continue
             if not callable(fn):
                 raise TypeError(f"a durable {role} function must be callable, not {type(fn).__name__}")
             if _is_async(fn):
@@ -139,7 +163,7 @@ class OperationSpec:
         text = self.summarize(op)
         return text if len(text) <= SUMMARY_LIMIT else text[: SUMMARY_LIMIT - 3] + "..."
 
-    def payload_of(self, op: BaseModel) -> str:
+    def payload_of(self, op: BaseModel, live: list[LiveValue] | None = None) -> str:
         """The canonical payload JSON of `op` as admission stores it, after checking the complete
         operation as it will be materialized:
 
@@ -149,12 +173,37 @@ class OperationSpec:
         - decoded by the registered decoder to the exact model, round-tripping byte for byte;
         - every component value built live through its class, where the class is loaded here,
           and its live value canonical too (a class's coercions and validators run).
+
+        Where the registration's `encode` vouches for `op`, neither the generic canonical pass nor
+        the decoder runs (it would build the models only to dump them again); anything it does
+        not vouch for takes `payload_of_exhaustive`'s path, so every refusal is that path's.
+        Given `live`, a vouched-for operation's values are added to it instead of being built
+        (`check_live_together` builds a batch's at once).
         """
+        encode = self.durable.encode if self.durable is not None else None
+        vouched = encode(op) if encode is not None else None
+        if vouched is None:
+            return self.payload_of_exhaustive(op)
+        payload, parts = vouched
+        values = [(index, name, loaded_class(name, fingerprint), data) for index, (name, fingerprint, data) in enumerate(parts)]
+        if live is None:
+            self._check_live(values)
+        else:
+            live.extend(values)
+        return payload
+
+    def payload_of_exhaustive(self, op: BaseModel) -> str:
+        """`payload_of` through the generic canonical pass and the registered decoder always: the
+        reference its short cut is held to (tests, bench/admission_validation.py)."""
         payload = self._canonical_payload(op)
         decoded = self._decode(payload)
         if _json_text(decoded.model_dump(mode="python")) != payload:  # equal to canonical bytes: canonical too
             raise InvalidCommandError(f"{self.name!r} does not round-trip through its decoder byte for byte")
-        self._check_materializable(decoded)
+        self._check_live([
+            (index, value.name, _resolved(value), value.data)
+            for index, value in enumerate(_components_of(decoded) or ())
+            if isinstance(value, ComponentValue)
+        ])  # fmt: skip
         return payload
 
     def decode_exact(self, payload: str) -> BaseModel:
@@ -197,21 +246,18 @@ class OperationSpec:
         except NonCanonicalValueError as exc:
             raise NonCanonicalCommandError.at("$", exc) from None
 
-    def _check_materializable(self, op: BaseModel) -> None:
-        """Build each component value of `op` live, as its materializer will, and check it canonical.
+    def _check_live(self, values: list[LiveValue]) -> None:
+        """Build each component value (index, name, its class, data) live, as its materializer
+        will, and check it canonical.
 
-        A value whose class is not loaded in this process (an edge that admits for runners) is left
-        to materialization, which runs the same check and rejects that one command."""
-        for index, value in enumerate(_components_of(op) or ()):
-            if not isinstance(value, ComponentValue):
+        A value whose class is not loaded in this process (None: an edge that admits for runners)
+        is left to materialization, which runs the same check and rejects that one command."""
+        for index, name, component_type, data in values:
+            if component_type is None:
                 continue
             where = f"$.components[{index}].data"
             try:
-                component_type = value.resolve()
-            except LookupError:
-                continue
-            try:
-                live_component(value, context=admission_context(), component_type=component_type)
+                live_from_data(component_type, data, context=admission_context())
             except NonCanonicalValueError as exc:
                 raise NonCanonicalCommandError.at(where, exc) from None
             except ValidationError as exc:
@@ -220,9 +266,38 @@ class OperationSpec:
                     raise NonCanonicalCommandError.at(where, refusal) from None
                 first = exc.errors(include_url=False, include_input=False)[0]
                 at = where + "".join(path_step(step) for step in first["loc"])
-                raise InvalidComponentDataError(f"{at}: does not validate as {value.name}: {_errors(exc)}") from None
+                raise InvalidComponentDataError(f"{at}: does not validate as {name}: {_errors(exc)}") from None
             except (LookupError, TypeError, ValueError) as exc:
-                raise InvalidCommandError(f"{where}: {value.name} cannot be built from it: {type(exc).__name__}: {exc}") from None
+                raise InvalidCommandError(f"{where}: {name} cannot be built from it: {type(exc).__name__}: {exc}") from None
+
+
+_LIST_ADAPTERS: dict[type[Component], TypeAdapter[list[Component]]] = {}
+
+
+def check_live_together(values: list[LiveValue]) -> None:
+    """Build the live values of many operations at once, one validation per component class (a
+    batch's values share a few classes), and check them canonical. A refusal raises whatever it
+    raised, saying neither which value nor why: the caller checks item by item then, to refuse
+    as that would (the first refusal in batch order, with its path)."""
+    by_class: dict[type[Component], list[dict[str, Any]]] = {}
+    for _, _, component_type, data in values:
+        if component_type is not None:
+            by_class.setdefault(component_type, []).append(data)
+    for component_type, datas in by_class.items():
+        adapter = _LIST_ADAPTERS.get(component_type)
+        if adapter is None:
+            adapter = _LIST_ADAPTERS[component_type] = TypeAdapter(list[component_type])  # type: ignore[valid-type]
+        components = adapter.validate_python(datas, context=admission_context())
+        if not canonical_by_validation(component_type):
+            for component in components:
+                component_data(component)
+
+
+def _resolved(value: ComponentValue) -> type[Component] | None:
+    try:
+        return value.resolve()
+    except LookupError:
+        return None
 
 
 _HAS_COMPONENTS: dict[type, bool] = {}

@@ -29,7 +29,7 @@ from archetype.commands.identity import COMMAND_ID_PATTERN, command_digest
 from archetype.commands.ledger import check_components
 from archetype.commands.ledger_rows import AdmissionRow, CommandRow, ComponentSchemaRow, LeasedRow
 from archetype.commands.options import ActorCtx, DurableOptions
-from archetype.commands.registry import OperationRegistry, OperationSpec
+from archetype.commands.registry import LiveValue, OperationRegistry, OperationSpec, check_live_together
 from archetype.world.commit import Outcome, PreparedTick, TickOutcomeUnknownError
 from archetype.world.component_schema import UnsupportedSchemaError, check_record
 from archetype.world.components import DOC_KEYS, Component, canonical_prefixed_schema, resolve_component_class
@@ -224,7 +224,13 @@ class CommandScheduler:
         await self.record_components(world_id, classes, admitting=admitting)
 
     # -- admission --
-    def _admission_row(self, item: DeferredItem, actor: ActorCtx | None, origin: str) -> tuple[str, AdmissionRow]:
+    def _admission_row(
+        self, item: DeferredItem, actor: ActorCtx | None, origin: str, request_digest: str | None = None,
+        live: list[LiveValue] | None = None,
+    ) -> tuple[str, AdmissionRow]:
+        """The ledger row of `item`, validated (its live values left in `live`, if given, for the
+        caller to build: `OperationSpec.payload_of`). A SpawnReserved's `request_digest` is
+        computed unless the caller already has it (admit_spawn, which reserved with it)."""
         spec = self.registry.resolve(item.op)
         spec.require_durable()
         command_id = checked_command_id(item.command_id)
@@ -238,13 +244,17 @@ class CommandScheduler:
             "scheduled_tick": item.options.tick,
             "priority": item.options.priority,
             "operation": spec.name,
-            "payload": spec.payload_of(item.op),
+            "payload": spec.payload_of(item.op, live),
             "principal": principal,
             "origin": origin,
             "max_attempts": item.options.max_attempts,
             "reserved_entity_id": reserved.entity_id if reserved else None,
-            "request_digest": self.spawn_request_digest(reserved, item.options, principal) if reserved else None,
+            "request_digest": None,
         }
+        if reserved is not None:
+            row["request_digest"] = (
+                self.spawn_request_digest(reserved, item.options, principal) if request_digest is None else request_digest
+            )
         return world_id, row
 
     def spawn_request_digest(self, op: Spawn | SpawnReserved, options: DurableOptions, principal: str | None) -> str:
@@ -262,7 +272,23 @@ class CommandScheduler:
         """Validate every item, then admit the batch in one ledger transaction (all or nothing)."""
         if not items:
             raise InvalidCommandError("a batch needs at least one command")
-        prepared = [self._admission_row(item, actor, origin) for item in items]
+        return await self._admit(self._admission_rows(items, actor, origin), actor)
+
+    def _admission_rows(self, items: list[DeferredItem], actor: ActorCtx | None, origin: str) -> list[tuple[str, AdmissionRow]]:
+        """Every item's row; a batch's live values are built together (check_live_together), and
+        should anything be refused, the batch is checked again item by item, which refuses as
+        it always did: the first refusal in batch order."""
+        if len(items) > 1:
+            live: list[LiveValue] = []
+            try:
+                prepared = [self._admission_row(item, actor, origin, live=live) for item in items]
+                check_live_together(live)
+                return prepared
+            except Exception:
+                pass  # said again below, by the path that says which item and why
+        return [self._admission_row(item, actor, origin) for item in items]
+
+    async def _admit(self, prepared: list[tuple[str, AdmissionRow]], actor: ActorCtx | None) -> list[CommandIdentity]:
         worlds = {world_id for world_id, _ in prepared}
         if len(worlds) != 1:
             raise InvalidCommandError(f"a batch cannot span worlds (it names {sorted(worlds)})")
@@ -279,21 +305,26 @@ class CommandScheduler:
         """Reserve one entity id bound to the command id and request, then admit SpawnReserved.
 
         The whole admission is validated first (on a stand-in entity id), so a request that would
-        be refused reserves nothing.
+        be refused reserves nothing. The request digest is computed once, from `op` itself, and
+        bound by both the reservation and the admitted row: the row's own rule (the digest of the
+        Spawn with the SpawnReserved's world and components) gives the same bytes, those being
+        `op`'s fields, so the check row (never admitted) goes without one.
         """
         if type(op) is not Spawn:
             raise InvalidCommandError("defer_spawn takes a Spawn")
         command_id = checked_command_id(command_id)
         principal = actor.principal if actor else None
         checked = SpawnReserved(world_id=op.world_id, entity_id=1, components=op.components)
-        _, row = self._admission_row(DeferredItem(op=checked, options=options, command_id=command_id), actor, origin)
+        checked_item = DeferredItem(op=checked, options=options, command_id=command_id)
+        _, row = self._admission_row(checked_item, actor, origin, request_digest="")  # never admitted: no digest
         await self._check_components(op.world_id, row)
+        request_digest = self.spawn_request_digest(op, options, principal)
         entity_id = await self.authority.reserve_spawn(
-            op.world_id, command_id, principal, self.spawn_request_digest(op, options, principal), options.tick,
-            self.quota if actor else None,
+            op.world_id, command_id, principal, request_digest, options.tick, self.quota if actor else None,
         )  # fmt: skip
         reserved = SpawnReserved(world_id=op.world_id, entity_id=entity_id, components=op.components)
-        (identity,) = await self.admit([DeferredItem(op=reserved, options=options, command_id=command_id)], actor, origin)
+        item = DeferredItem(op=reserved, options=options, command_id=command_id)
+        (identity,) = await self._admit([self._admission_row(item, actor, origin, request_digest)], actor)
         return SpawnAdmission(command=identity, entity_id=entity_id)
 
     async def _check_components(self, world_id: str, row: AdmissionRow) -> None:

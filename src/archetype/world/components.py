@@ -154,6 +154,41 @@ def _floats_only(cls: type[Component]) -> bool:
     return known
 
 
+_INERT: dict[type[Component], bool] = {}
+_INERT_TYPES = (int, float, str, bool)
+
+
+def inert(cls: type[Component]) -> bool:
+    """Whether validating `cls` runs no code but pydantic's: every field a plain `int`, `float`,
+    `str` or `bool` with no constraint and no default factory, no validator anywhere (field,
+    model), no `model_post_init` and no `model_validate` of its own. pydantic never changes what
+    it validates, so such a class may be given a caller's own data."""
+    known = _INERT.get(cls)
+    if known is None:
+        decorators = cls.__pydantic_decorators__
+        known = _INERT[cls] = (
+            all(
+                info.annotation in _INERT_TYPES and not info.metadata and info.default_factory is None
+                for info in cls.model_fields.values()
+            )
+            and not (decorators.validators or decorators.field_validators or decorators.root_validators or decorators.model_validators)
+            and cls.model_post_init is BaseModel.model_post_init
+            and cls.model_validate.__func__ is BaseModel.model_validate.__func__  # type: ignore[attr-defined]
+        )  # fmt: skip
+    return known
+
+
+def canonical_by_validation(cls: type[Component]) -> bool:
+    """Whether every instance `model_validate` makes of `cls` is canonical, provably, so that
+    `live_from_data` need not dump it to check: an `inert` class of plain `float` fields only
+    (`_floats_only`: no serializer either) with finite floats enforced (`allow_inf_nan=False`,
+    Component's default). Validation then leaves a finite float in every field (it refuses NaN
+    and infinities, and an input beyond the double range), and such a value dumps to those
+    floats; a default is canonical too (the class's fingerprint refuses it otherwise, as it is
+    part of the schema)."""
+    return inert(cls) and _floats_only(cls) and cls.model_config.get("allow_inf_nan") is False
+
+
 def component_text(component: Component) -> str:
     """The canonical JSON of `ComponentValue.from_component(component)`, byte for byte, written
     directly: `{"data":<canonical field JSON>,"fingerprint":"<hex>","name":"<class>"}`. This is what
@@ -168,6 +203,12 @@ def component_text(component: Component) -> str:
         except ValueError:
             pass  # a non-finite float: component_data below says so, with its path
     return '{"data":' + canonical_text(component_data(component)) + cls.__component_wire_suffix__
+
+
+def loaded_class(name: str, fingerprint: str) -> type[Component] | None:
+    """The loaded class for a wire identity, None when none matches exactly."""
+    classes = _LOADED.get((name, fingerprint))
+    return classes[0] if classes else None
 
 
 def resolve_component_class(name: str, fingerprint: str) -> type[Component]:
@@ -282,6 +323,13 @@ def live_component(value: ComponentValue, *, context: Any = None, component_type
     validates and what a durable materializer applies. LookupError when no class matches,
     ValueError when the data does not validate, NonCanonicalValueError when the live value
     (after the class's coercions and validators) has no canonical form."""
-    component = value.to_component(context=context, component_type=component_type)
-    component_data(component)
+    return live_from_data(component_type or value.resolve(), value.data, context=context)
+
+
+def live_from_data(component_type: type[Component], data: dict[str, Any], *, context: Any = None) -> Component:
+    """`live_component` of a value given as its class and field JSON: what admission builds from a
+    payload it has parsed but not decoded into models (`archetype.world.operations.payload_fits`)."""
+    component = component_type.model_validate(data, context=context)
+    if not canonical_by_validation(component_type):
+        component_data(component)
     return component

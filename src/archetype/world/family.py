@@ -30,6 +30,7 @@ from archetype.world.operations import (
     Step,
     Update,
     operation_components,
+    payload_encoder,
 )
 from archetype.world.world import AsyncWorld
 
@@ -121,7 +122,7 @@ def _summary(op: Operation) -> str:
 
 
 def _durable(model: type[Operation], mutate: Callable[[AsyncWorld, Any], Any]) -> DurableOperation:
-    return DurableOperation(decode=model.model_validate, materialize=mutate)
+    return DurableOperation(decode=model.model_validate, materialize=mutate, encode=payload_encoder(model))
 
 
 class _MutationSpec(TypedDict):

@@ -6,17 +6,39 @@ None of them carries target tick, priority or attempts: those belong to `Durable
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import json
+import re
+from collections.abc import Callable, Iterable
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
-from archetype.canonical import MAX_SAFE_INTEGER, NonCanonicalValueError, check_canonical
-from archetype.world.components import Component, ComponentTypeRef, ComponentValue, live_component, non_canonical
+from archetype.canonical import (
+    MAX_SAFE_INTEGER,
+    PLAIN_SORTED,
+    NonCanonicalValueError,
+    canonical_text,
+    check_canonical,
+    plain_json,
+)
+from archetype.world.components import (
+    COMPONENT_NAME_PATTERN,
+    FINGERPRINT_PATTERN,
+    MAX_DATA_DEPTH,
+    Component,
+    ComponentTypeRef,
+    ComponentValue,
+    inert,
+    live_component,
+    loaded_class,
+    non_canonical,
+)
 
 WorldId = str
 WORLD_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 EntityId = int
+MAX_COMPONENTS = 256
+"""The most component values (or types) one mutation carries."""
 
 
 class Operation(BaseModel):
@@ -67,8 +89,12 @@ def _to_refs(items: Any) -> Any:
     return items
 
 
-ComponentValues = Annotated[tuple[ComponentValue, ...], BeforeValidator(_to_values), Field(min_length=1, max_length=256)]
-ComponentTypes = Annotated[tuple[ComponentTypeRef, ...], BeforeValidator(_to_refs), Field(min_length=1, max_length=256)]
+ComponentValues = Annotated[
+    tuple[ComponentValue, ...], BeforeValidator(_to_values), Field(min_length=1, max_length=MAX_COMPONENTS)
+]
+ComponentTypes = Annotated[
+    tuple[ComponentTypeRef, ...], BeforeValidator(_to_refs), Field(min_length=1, max_length=MAX_COMPONENTS)
+]
 
 
 class Spawn(Operation):
@@ -117,6 +143,144 @@ class RemoveComponents(Operation):
 
 
 PORTABLE_MUTATIONS: tuple[type[Operation], ...] = (Spawn, SpawnReserved, Despawn, Update, AddComponents, RemoveComponents)
+
+
+# -- admission's short cut past the decoder --
+# `model_validate` of these six models, field by field, written for the one kind of operation it
+# is vouched on: every field of the exact type validation itself makes (exact `str`, `int`,
+# tuple of exact ComponentValue / ComponentTypeRef) and component data made of exact JSON types
+# (`plain_json`). The model then dumps to those very values, its canonical text parses back to
+# equal values of the same types, and the decoder, given them, checks nothing these checks do not:
+# `_strings_are_unicode` is implied (world ids match an ASCII pattern, the discriminator is the
+# model's), `_to_values` / `_to_refs` leave a list without live objects as it is, ComponentValue's
+# data check is `plain_json`'s at the same depth, and no field coerces. So the decoder would
+# return a model that dumps to the same payload: admission skips it. Anything else (a subclass,
+# a tuple in data, a field out of range) is left to the decoder, which says why.
+# tests/world/test_payload_encoder.py pins the models' fields and validators (it fails the day
+# one changes without this) and holds every verdict to the decoder's on generated operations.
+_WORLD_ID = re.compile(WORLD_ID_PATTERN)
+_COMPONENT_NAME = re.compile(COMPONENT_NAME_PATTERN)
+_FINGERPRINT = re.compile(FINGERPRINT_PATTERN)
+_VALUE_FIELDS = frozenset(ComponentValue.model_fields)
+_REF_FIELDS = frozenset(ComponentTypeRef.model_fields)
+# Strings the patterns accepted: a world and a handful of component types recur in every command.
+# Only accepted strings are kept, and the lot is dropped when it grows past the bound.
+_SEEN_LIMIT = 4096
+_WORLD_IDS: set[str] = set()
+_IDENTITIES: set[tuple[str, str]] = set()
+
+ComponentParts = list[tuple[str, str, dict[str, Any]]]
+"""Component values as (name, fingerprint, data), in payload order."""
+
+
+def _world_id_ok(value: Any) -> bool:
+    if type(value) is not str:
+        return False
+    if value not in _WORLD_IDS:
+        if _WORLD_ID.fullmatch(value) is None:
+            return False
+        if len(_WORLD_IDS) >= _SEEN_LIMIT:
+            _WORLD_IDS.clear()
+        _WORLD_IDS.add(value)
+    return True
+
+
+def _identity_ok(item: Any, model: type[ComponentTypeRef | ComponentValue], fields: frozenset[str]) -> bool:
+    if type(item) is not model or item.__dict__.keys() != fields or item.__pydantic_extra__ is not None:
+        return False
+    name, fingerprint = item.name, item.fingerprint
+    if type(name) is not str or type(fingerprint) is not str:
+        return False
+    if (name, fingerprint) not in _IDENTITIES:
+        if _COMPONENT_NAME.fullmatch(name) is None or _FINGERPRINT.fullmatch(fingerprint) is None:
+            return False
+        if len(_IDENTITIES) >= _SEEN_LIMIT:
+            _IDENTITIES.clear()
+        _IDENTITIES.add((name, fingerprint))
+    return True
+
+
+def _may_see(name: str, fingerprint: str) -> bool:
+    """Whether the class a value is built live with (if one is loaded) may be given its data as
+    it is: an `inert` one, which runs no code that could change it."""
+    cls = loaded_class(name, fingerprint)
+    return cls is None or inert(cls)
+
+
+def _sized(items: Any) -> bool:
+    return type(items) is tuple and 1 <= len(items) <= MAX_COMPONENTS  # as validation leaves them
+
+
+# The members of a payload in canonical (sorted) order; written directly, as the strings in them
+# need no escaping: world ids, component names and fingerprints match ASCII patterns without
+# quotes or backslashes, and data is written by the canonical encoder.
+_MEMBERS = ("component_types", "components", "entity_id", "operation", "world_id")
+
+
+def payload_encoder(model: type[Operation]) -> Callable[[Any], tuple[str, ComponentParts] | None]:
+    """Admission's encoder for `model` (one of PORTABLE_MUTATIONS): for an operation it can vouch
+    for, its canonical payload (the very text `model_dump` + canonical JSON give) and its
+    component values as the decoder would hand them on, key order included; None for any other
+    (the decoder is then asked, and says why)."""
+    if model not in PORTABLE_MUTATIONS:
+        raise TypeError(f"{model.__qualname__} is not a portable mutation")
+    fields = frozenset(model.model_fields)
+    if not fields <= set(_MEMBERS):
+        raise TypeError(f"{model.__qualname__} has fields this encoder does not write")
+    name = model.model_fields["operation"].default
+    operation = f'"operation":"{name}"'
+    has_entity, has_values, has_refs = "entity_id" in fields, "components" in fields, "component_types" in fields
+
+    def encode(op: Any) -> tuple[str, ComponentParts] | None:
+        if type(op) is not model or op.__dict__.keys() != fields or op.__pydantic_extra__ is not None:
+            return None
+        fields_of = op.__dict__
+        world_id = fields_of["world_id"]
+        discriminator = fields_of["operation"]
+        if type(discriminator) is not str or discriminator != name or not _world_id_ok(world_id):  # type first: no __ne__ runs
+            return None
+        members = []
+        if has_refs:
+            refs = fields_of["component_types"]
+            if not _sized(refs) or not all(_identity_ok(ref, ComponentTypeRef, _REF_FIELDS) for ref in refs):
+                return None
+            members.append(
+                '"component_types":['
+                + ",".join(f'{{"fingerprint":"{ref.fingerprint}","name":"{ref.name}"}}' for ref in refs) + "]"
+            )  # fmt: skip
+        parts: ComponentParts = []
+        order = PLAIN_SORTED
+        if has_values:
+            values = fields_of["components"]
+            if not _sized(values):
+                return None
+            texts = []
+            for value in values:
+                if not _identity_ok(value, ComponentValue, _VALUE_FIELDS):
+                    return None
+                data = value.data
+                plain = plain_json(data, MAX_DATA_DEPTH) if type(data) is dict else 0
+                if not plain:
+                    return None
+                order = min(order, plain)
+                parts.append((value.name, value.fingerprint, data))
+                texts.append(f'{{"data":{canonical_text(data)},"fingerprint":"{value.fingerprint}","name":"{value.name}"}}')
+            members.append('"components":[' + ",".join(texts) + "]")
+        if has_entity:
+            entity_id = fields_of["entity_id"]
+            if type(entity_id) is not int or not 1 <= entity_id <= MAX_SAFE_INTEGER:
+                return None
+            members.append(f'"entity_id":{entity_id}')
+        members.append(operation)
+        members.append(f'"world_id":"{world_id}"')
+        payload = "{" + ",".join(members) + "}"
+        if order != PLAIN_SORTED or not all(_may_see(name, fingerprint) for name, fingerprint, _ in parts):
+            # as the decoder would hand them on: keys in payload (sorted) order, and fresh
+            # containers, never the caller's own, for a validator that might change them
+            parts = [(v["name"], v["fingerprint"], v["data"]) for v in json.loads(payload)["components"]]
+        return payload, parts
+
+    return encode
 
 
 # -- direct-only --
