@@ -56,7 +56,7 @@ from archetype.metrics import Metrics, ObservedAuthority, configure_logging, mou
 from archetype.retention import RetentionPolicy, run_retention
 from archetype.runtime import Runtime
 from archetype.settings import ConfigurationError, ServeSettings
-from archetype.stepper import Stepper, report_to_parent
+from archetype.stepper import Reporter, Stepper
 from archetype.world.operations import DestroyWorld
 from archetype.world.world import AsyncWorld
 from local_catalog import open_local_authority
@@ -678,10 +678,10 @@ async def _serve(config: ServeSettings, runners: Runners, tokens: TokenTable, so
     print(json.dumps({"stopped": True}), flush=True)
 
 
-async def step_worlds(config: ServeSettings, channel: socket.socket, lock: IO[str]) -> None:
+async def step_worlds(config: ServeSettings, reporter: Reporter, lock: IO[str]) -> None:
     """The stepping process (archetype.stepper): this serve's runner, under its runner id, whose
-    lock it shares with the HTTP process (`lock`); it stops on SIGTERM or SIGINT, or when the HTTP
-    process is gone."""
+    lock it shares with the HTTP process (`lock`), reporting to it through `reporter`; it stops on
+    SIGTERM or SIGINT, or when the HTTP process is gone."""
     assert config.runner_id is not None  # the HTTP process resolved it
     runners = Runners(config.data, config.runner_id, lock, pid=os.getppid())
     modules = import_modules(config.modules)
@@ -717,7 +717,7 @@ async def step_worlds(config: ServeSettings, channel: socket.socket, lock: IO[st
     world_runner = WorldRunner(runtime, catalog, metrics, config.tick_rate, registry=registry)
     beat_s = config.world_lease / 3
     tasks = [
-        asyncio.create_task(report_to_parent(channel, metrics, stop)),
+        asyncio.create_task(reporter.expose(metrics, stop)),
         asyncio.create_task(world_runner.run(stop)),
         asyncio.create_task(world_runner.heartbeat(stop, beat_s)),
         asyncio.create_task(singleton_duties(
