@@ -69,6 +69,7 @@ class RunnerBusyError(ConfigurationError):
 
 
 RUNNERS_DIR = "runners"  # <data>/runners/<runner id>.lock: held by the live process of that id
+ADOPT_POLL_MS = 250  # how often a runner whose share grew retries the worlds a live runner has not given back yet
 DUTIES_LOCK = "serve.lock"  # held by the one runner doing the singleton duties (audit projector, retention)
 
 
@@ -443,10 +444,15 @@ class WorldRunner:
                     log.warning("world %s: its world lease was taken over; no longer stepping it", world_id)
             except Exception:
                 log.exception("could not renew the world leases; trying again")
-            for world_id in self.runtime.worlds.loaded:
-                if not self.mine(world_id) and world_id not in self._handing_over:
-                    self._handing_over[world_id] = asyncio.create_task(self._hand_over(world_id))
+            self._hand_over_others()
         await registered
+
+    def _hand_over_others(self) -> None:
+        """Give back the loaded worlds that are no longer this runner's share, each in a task of its
+        own (after its tick in progress), so that neither the heartbeat nor a pass waits for a tick."""
+        for world_id in self.runtime.worlds.loaded:
+            if not self.mine(world_id) and world_id not in self._handing_over:
+                self._handing_over[world_id] = asyncio.create_task(self._hand_over(world_id))
 
     async def _hand_over(self, world_id: str) -> None:
         """Give a world that became another runner's share back, once its tick in progress is done;
@@ -468,41 +474,56 @@ class WorldRunner:
             return
         if live != self.live:
             log.info("live runners: %s", ", ".join(live))
-            gone = [runner_id for runner_id in self.live if runner_id not in live and runner_id != self.registry.runner_id]
+            others = sorted({*self.live, *live} - {self.registry.runner_id})  # joined, left, or live
             self.live, self._share, self.sweep_soon = live, {}, True
-            for runner_id in gone:
+            self._hand_over_others()
+            for runner_id in others:
                 if runner_id not in self._adopting:
                     self._adopting[runner_id] = asyncio.create_task(self._adopt(runner_id))
 
     async def _adopt(self, runner_id: str) -> None:
-        """Move the idle worlds of a runner that left the live list: of the worlds its lease names
-        (`hosted_worlds`: O(its worlds), once), claim those that are this runner's share now, once
-        their leases expired, and give each back at once (a claim, then a release): the world's
-        lease names a live runner, and its next command finds it here with no epoch bump. Worlds
-        with work move through the passes anyway; a world still held after the wait (clocks apart,
-        a lease renewed) moves when its next command arrives."""
+        """Take this runner's share of the worlds whose lease names `runner_id`, once the shares
+        moved (a runner joined, this one included, or left): of the worlds that runner's lease
+        names (`hosted_worlds`: O(its worlds), read once), each ACTIVE one that is this runner's
+        share now is adopted (`WorldHost.adopt`: claimed and given back at once, never loaded nor
+        ticked) as soon as its lease is free: a live runner gives back the worlds it no longer
+        hosts when it sees the new list (after their tick in progress: polled every
+        `ADOPT_POLL_MS`), a dead one's leases expire (awaited). The lease then names this runner,
+        and the world's next command finds it here with no epoch bump (one bump each, at the move);
+        idle worlds move at once, not at their next command. A lease still held one lease after
+        the expiry read (the holder sees another list, or renews it) moves with its next command."""
         assert self.registry is not None
         try:
-            worlds = [w for w in await self.catalog.hosted_worlds(runner_id) if w["status"] == "ACTIVE"]
-            expiry = max((w["host_expires_at"] or 0 for w in worlds), default=0)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), timeout=max(0, expiry - self.clock.now_ms()) / 1000)
-            for world in worlds:
-                world_id = world["world_id"]
+            held = {w["world_id"]: w["host_expires_at"] or 0 for w in await self.catalog.hosted_worlds(runner_id)
+                    if w["status"] == "ACTIVE" and self.mine(w["world_id"])}  # fmt: skip
+            deadline = max(held.values(), default=0) + self.registry.lease_ms
+            while held and not self._stop.is_set():
+                now = self.clock.now_ms()
+                wait_ms = ADOPT_POLL_MS if runner_id in self.live else max(0, min(held.values()) - now)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stop.wait(), timeout=min(wait_ms, max(0, deadline - now)) / 1000)
                 if self._stop.is_set():
                     return
-                if not self.mine(world_id) or world_id in self.runtime.worlds.loaded:
-                    continue
-                async with self._slots:
-                    try:
-                        claimed = await self.catalog.claim_world(world_id, self.registry.runner_id, self.registry.lease_ms)
-                        await self.catalog.release_world(world_id, self.registry.runner_id, claimed["writer_epoch"])
-                    except (WorldLeaseHeldError, StaleWriterError, WorldClosingError, WorldNotFoundError):
-                        continue  # held, taken or gone meanwhile: its next command decides
+                refused = await asyncio.gather(*(self._adopt_one(world_id) for world_id in held if self.mine(world_id)))
+                held = {world_id: held[world_id] for world_id in refused if world_id is not None}
+                if self.clock.now_ms() >= deadline:
+                    return
         except Exception:
             log.exception("could not move the idle worlds of runner %s; they move when a command arrives", runner_id)
         finally:
             del self._adopting[runner_id]
+
+    async def _adopt_one(self, world_id: str) -> str | None:
+        """Adopt one world (concurrently with the others: their claims share group commits); the
+        world when its lease is still held."""
+        async with self._slots:
+            try:
+                await self.runtime.worlds.adopt(world_id)
+            except WorldLeaseHeldError:
+                return world_id
+            except (StaleWriterError, WorldClosingError, WorldNotFoundError):
+                pass  # taken or gone meanwhile: its next command decides
+        return None
 
     def _held_elsewhere(self, world: PendingWorld, now_ms: int) -> bool:
         """Another live host holds its world lease: leave it alone (claiming would be refused)."""

@@ -1,7 +1,8 @@
 """A `WorldRunner` among cooperating runners follows the ledger's runner registry (docs/ledger.md,
 *The runner registry*): the live registrations are what `host_of` splits the worlds among, and
-when a runner leaves the list its idle worlds (no command, no processor) move to the survivors
-whose share they became, read through `hosted_worlds` (that runner's worlds only)."""
+when the list changes the idle worlds (no command, no processor) move to the runners whose share
+they became, read through `hosted_worlds` (the other runners' worlds only), never loaded: a dead
+runner's once their leases expired, a live one's once it gave them back."""
 
 from __future__ import annotations
 
@@ -54,7 +55,8 @@ async def test_a_dead_runners_idle_worlds_move_to_their_new_hosts(tmp_path):
         assert runner.live == ["runner-a", "runner-c"]
         await asyncio.gather(*runner._adopting.values())
 
-        assert calls.count("hosted_worlds") == 1 and "list_worlds" not in calls  # its worlds only, no walk
+        assert calls.count("hosted_worlds") <= 2 and "list_worlds" not in calls  # the other runners' worlds only, no walk
+        assert "load_state" not in calls  # moved, not loaded
         for world_id in dead:
             info = await catalog.world_info(world_id)
             survivor = host_of(world_id, ["runner-a", "runner-c"])
@@ -68,6 +70,66 @@ async def test_a_dead_runners_idle_worlds_move_to_their_new_hosts(tmp_path):
             info = await catalog.world_info(world_id)
             assert (info["host_owner"], info["writer_epoch"]) == ("runner-c", epochs[world_id]), info
         assert not runner._adopting
+    finally:
+        await rt.close()
+
+
+async def test_a_joining_runner_takes_its_share_of_a_live_runners_idle_worlds_at_once(tmp_path):
+    clock = ManualClock()
+    catalog = open_local_authority(tmp_path, clock=clock)
+    calls: list[str] = []
+    rpc = catalog.rpc
+
+    async def counted(method, arguments):
+        calls.append(method)
+        return await rpc(method, arguments)
+
+    catalog.rpc = counted  # type: ignore[method-assign]
+    rt = Runtime(catalog, owner="runner-b", audit=None, world_lease_ms=LEASE_MS)
+    try:
+        worlds = [f"idle-{i}" for i in range(16)]
+        for world_id in worlds:
+            await rt.dispatcher.apply(CreateWorld(name=world_id, world_id=world_id))
+        both = ["runner-a", "runner-b"]
+        mine = [w for w in worlds if host_of(w, both) == "runner-b"]
+        held, given_back, never = mine[:3], mine[3:-1], mine[-1]  # runner-a hosts (loaded), hosted once, never claimed
+        assert held and given_back
+        epochs = {w: (await catalog.claim_world(w, "runner-a", LEASE_MS))["writer_epoch"] for w in worlds if w != never}
+        for world_id in given_back:
+            await catalog.release_world(world_id, "runner-a", epochs[world_id])
+        await catalog.register_runner("runner-a", "host-a", LEASE_MS)
+        registry = RunnerRegistry(catalog, "runner-b", "host-b", LEASE_MS)
+        await registry.join()
+        runner = WorldRunner(rt, catalog, Metrics(), tick_rate=10, registry=registry, clock=clock)
+        calls.clear()
+
+        await runner.follow_runners()  # runner-b joins: its share is runner-a's now
+        assert runner.live == both
+
+        async def moved(world_id: str) -> bool:
+            info = await catalog.world_info(world_id)
+            return (info["host_owner"], info["writer_epoch"]) == ("runner-b", epochs[world_id] + 1)
+
+        for _ in range(40):  # a few polls: no clock moves, no command is sent
+            if all([await moved(w) for w in given_back]):
+                break
+            await asyncio.sleep(0.05)
+        assert all([await moved(w) for w in given_back])
+        assert not any([await moved(w) for w in held])  # runner-a still hosts them: refused, retried
+        for world_id in held:  # runner-a sees the new list and hands them over
+            await catalog.release_world(world_id, "runner-a", epochs[world_id])
+        await asyncio.wait_for(asyncio.gather(*runner._adopting.values()), timeout=5)
+        assert all([await moved(w) for w in held])
+
+        for world_id in mine[:-1]:  # given back at once: free for the next command, which finds it here
+            info = await catalog.world_info(world_id)
+            assert info["host_expires_at"] <= clock.now_ms() and info["tick_head"] == -1, info
+        assert (await catalog.world_info(never))["host_owner"] is None  # its first claim bumps the epoch anyway
+        for world_id in set(worlds) - set(mine):  # runner-a's share is not touched
+            assert (await catalog.world_info(world_id))["writer_epoch"] == epochs[world_id]
+        assert "load_state" not in calls and "list_worlds" not in calls  # moved, not loaded; no walk
+        assert calls.count("hosted_worlds") == 1  # runner-a's worlds, read once
+        assert not rt.worlds.loaded
     finally:
         await rt.close()
 

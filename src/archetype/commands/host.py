@@ -260,6 +260,18 @@ class WorldHost:
         lost = await asyncio.gather(*(renew(w, epoch) for w, epoch in list(self._leases.items())))
         return [world_id for world_id in lost if world_id is not None]
 
+    async def adopt(self, world_id: str) -> None:
+        """Make the world lease name this host's owner without loading the world: claim it and give it
+        back at once, so that its next load here resumes the lease with no epoch bump (cooperating
+        runners moving an idle world to its new host: one bump, now; docs/cli.md). One at a time with
+        the world's loads; a world this host holds or is loading is left as it is."""
+        assert self.world_lease_ms is not None, "only a host with world leases adopts worlds"
+        async with self._loading.setdefault(world_id, asyncio.Lock()):
+            if world_id in self._worlds or world_id in self._leases:
+                return
+            claimed = await self.authority.claim_world(world_id, self.scheduler.owner, self.world_lease_ms)
+            await self.authority.release_world(world_id, self.scheduler.owner, claimed["writer_epoch"])
+
     async def release(self, world_id: str) -> None:
         """Stop hosting a world: after its tick in progress, give back its command leases and its
         world lease (another runner may claim it at once), and drop it."""
