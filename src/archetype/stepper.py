@@ -8,15 +8,17 @@ the singleton duties (the audit projector and retention) when this serve has the
 process keeps no world in memory (`EdgeWorlds`); the two share the SQLite catalog.
 
 One channel joins them, a socket pair: the stepping process writes `ready` once it has opened the
-catalog, then its metrics every second (the HTTP process relays them at `/metrics`); it reads
-nothing, and end-of-file means the HTTP process is gone (SIGKILL included), so it stops by itself
-and never steps on as an orphan. It registers in the ledger's runner registry under the runner id
+catalog, then a line every second, its metrics (the HTTP process relays them at `/metrics`) or a
+`beat`, from a thread of its own (`Reporter`), so that only a hung process falls silent: silence
+longer than `--hang-timeout` makes the HTTP process kill it and start another. It reads nothing,
+and end-of-file means the HTTP process is gone (SIGKILL included), so it stops by itself and never
+steps on as an orphan. It registers in the ledger's runner registry under the runner id
 (archetype.server.RunnerRegistry: what the other runners split the worlds by), and inherits the
 runner id's lock (`<data>/runners/<id>.lock`), so a second serve of the id is refused until both
 processes are gone.
 
-The HTTP process restarts a stepping process that died (a restart resumes the runner id's leases
-at once); one that dies before it is ready `STARTS` times in a row makes `serve` stop with one line
+The HTTP process restarts a stepping process that died or hung (a restart resumes the runner id's
+leases at once); one that dies before it is ready `STARTS` times in a row makes `serve` stop with one line
 and exit 3 (`StepperFailedError`); one refused (its runner id is live in the runner registry under
 another instance) makes it stop at once with the refusal's line and exit 2, as any setting serve refuses.
 """
