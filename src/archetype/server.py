@@ -69,7 +69,6 @@ class RunnerBusyError(ConfigurationError):
 
 
 RUNNERS_DIR = "runners"  # <data>/runners/<runner id>.lock: held by the live process of that id
-ADOPT_POLL_MS = 250  # how often a runner whose share grew retries the worlds a live runner has not given back yet
 DUTIES_LOCK = "serve.lock"  # held by the one runner doing the singleton duties (audit projector, retention)
 
 
@@ -455,10 +454,11 @@ class WorldRunner:
                 self._handing_over[world_id] = asyncio.create_task(self._hand_over(world_id))
 
     async def _hand_over(self, world_id: str) -> None:
-        """Give a world that became another runner's share back, once its tick in progress is done;
-        in a task of its own, so that the heartbeat never waits for a tick."""
+        """Give a world that became another runner's share to that runner (its lease claimed in its
+        name: `WorldHost.release`), once its tick in progress is done; in a task of its own, so that
+        the heartbeat never waits for a tick."""
         try:
-            await self.runtime.worlds.release(world_id)
+            await self.runtime.worlds.release(world_id, to=host_of(world_id, self.live) if self.live else None)
         finally:
             del self._handing_over[world_id]
 
@@ -482,48 +482,38 @@ class WorldRunner:
                     self._adopting[runner_id] = asyncio.create_task(self._adopt(runner_id))
 
     async def _adopt(self, runner_id: str) -> None:
-        """Take this runner's share of the worlds whose lease names `runner_id`, once the shares
-        moved (a runner joined, this one included, or left): of the worlds that runner's lease
-        names (`hosted_worlds`: O(its worlds), read once), each ACTIVE one that is this runner's
-        share now is adopted (`WorldHost.adopt`: claimed and given back at once, never loaded nor
-        ticked) as soon as its lease is free: a live runner gives back the worlds it no longer
-        hosts when it sees the new list (after their tick in progress: polled every
-        `ADOPT_POLL_MS`), a dead one's leases expire (awaited). The lease then names this runner,
-        and the world's next command finds it here with no epoch bump (one bump each, at the move);
-        idle worlds move at once, not at their next command. A lease still held one lease after
-        the expiry read (the holder sees another list, or renews it) moves with its next command."""
+        """Take this runner's share of the worlds whose lease names `runner_id` and that it does not
+        hold, once the shares moved (a runner joined, this one included, or left): of the worlds
+        that runner's lease names (`hosted_worlds`: O(its worlds), read once), each ACTIVE one that
+        is this runner's share now is adopted (`WorldHost.adopt`: claimed and given back at once,
+        never loaded nor ticked): a live runner's once free (expired or given back: the worlds it
+        holds it hands over itself, in this runner's name), a dead one's once its leases expired
+        (awaited). The lease then names this runner, and the world's next command finds it here
+        with no epoch bump (one bump each, at the move): idle worlds move at once, not at their next
+        command. A world held still (clocks apart, a lease renewed) moves when its next command arrives."""
         assert self.registry is not None
         try:
-            held = {w["world_id"]: w["host_expires_at"] or 0 for w in await self.catalog.hosted_worlds(runner_id)
-                    if w["status"] == "ACTIVE" and self.mine(w["world_id"])}  # fmt: skip
-            deadline = max(held.values(), default=0) + self.registry.lease_ms
-            while held and not self._stop.is_set():
+            worlds = {w["world_id"]: w["host_expires_at"] or 0 for w in await self.catalog.hosted_worlds(runner_id)
+                      if w["status"] == "ACTIVE" and self.mine(w["world_id"])}  # fmt: skip
+            if runner_id in self.live:
                 now = self.clock.now_ms()
-                wait_ms = ADOPT_POLL_MS if runner_id in self.live else max(0, min(held.values()) - now)
+                worlds = {world_id: expires for world_id, expires in worlds.items() if expires <= now}
+            else:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._stop.wait(), timeout=min(wait_ms, max(0, deadline - now)) / 1000)
-                if self._stop.is_set():
-                    return
-                refused = await asyncio.gather(*(self._adopt_one(world_id) for world_id in held if self.mine(world_id)))
-                held = {world_id: held[world_id] for world_id in refused if world_id is not None}
-                if self.clock.now_ms() >= deadline:
-                    return
+                    expiry = max(worlds.values(), default=0)
+                    await asyncio.wait_for(self._stop.wait(), timeout=max(0, expiry - self.clock.now_ms()) / 1000)
+            if not self._stop.is_set():
+                await asyncio.gather(*(self._adopt_one(world_id) for world_id in worlds if self.mine(world_id)))
         except Exception:
             log.exception("could not move the idle worlds of runner %s; they move when a command arrives", runner_id)
         finally:
             del self._adopting[runner_id]
 
-    async def _adopt_one(self, world_id: str) -> str | None:
-        """Adopt one world (concurrently with the others: their claims share group commits); the
-        world when its lease is still held."""
+    async def _adopt_one(self, world_id: str) -> None:
+        """Adopt one world (concurrently with the others: their claims share group commits)."""
         async with self._slots:
-            try:
-                await self.runtime.worlds.adopt(world_id)
-            except WorldLeaseHeldError:
-                return world_id
-            except (StaleWriterError, WorldClosingError, WorldNotFoundError):
-                pass  # taken or gone meanwhile: its next command decides
-        return None
+            with contextlib.suppress(WorldLeaseHeldError, StaleWriterError, WorldClosingError, WorldNotFoundError):
+                await self.runtime.worlds.adopt(world_id)  # unless held, taken or gone meanwhile: its next command decides
 
     def _held_elsewhere(self, world: PendingWorld, now_ms: int) -> bool:
         """Another live host holds its world lease: leave it alone (claiming would be refused)."""

@@ -85,53 +85,59 @@ async def test_a_joining_runner_takes_its_share_of_a_live_runners_idle_worlds_at
         return await rpc(method, arguments)
 
     catalog.rpc = counted  # type: ignore[method-assign]
-    rt = Runtime(catalog, owner="runner-b", audit=None, world_lease_ms=LEASE_MS)
+    rt_a = Runtime(catalog, owner="runner-a", audit=None, world_lease_ms=LEASE_MS)
+    rt_b = Runtime(catalog, owner="runner-b", audit=None, world_lease_ms=LEASE_MS)
     try:
-        worlds = [f"idle-{i}" for i in range(16)]
+        worlds = [f"idle-{i}" for i in range(24)]
         for world_id in worlds:
-            await rt.dispatcher.apply(CreateWorld(name=world_id, world_id=world_id))
+            await rt_a.dispatcher.apply(CreateWorld(name=world_id, world_id=world_id))
         both = ["runner-a", "runner-b"]
-        mine = [w for w in worlds if host_of(w, both) == "runner-b"]
-        held, given_back, never = mine[:3], mine[3:-1], mine[-1]  # runner-a hosts (loaded), hosted once, never claimed
-        assert held and given_back
-        epochs = {w: (await catalog.claim_world(w, "runner-a", LEASE_MS))["writer_epoch"] for w in worlds if w != never}
+        loaded, given_back, never = worlds[:10], worlds[10:-1], worlds[-1]  # runner-a hosts them, hosted once, never claimed
+        shares = {w: host_of(w, both) for w in worlds}
+        assert {shares[w] for w in loaded} == {shares[w] for w in given_back} == set(both)
+        registry_a = RunnerRegistry(catalog, "runner-a", "host-a", LEASE_MS)
+        await registry_a.join()
+        runner_a = WorldRunner(rt_a, catalog, Metrics(), tick_rate=10, registry=registry_a, clock=clock)
+        await runner_a.follow_runners()
+        for world_id in loaded:
+            await rt_a.worlds.get(world_id)
         for world_id in given_back:
-            await catalog.release_world(world_id, "runner-a", epochs[world_id])
-        await catalog.register_runner("runner-a", "host-a", LEASE_MS)
-        registry = RunnerRegistry(catalog, "runner-b", "host-b", LEASE_MS)
-        await registry.join()
-        runner = WorldRunner(rt, catalog, Metrics(), tick_rate=10, registry=registry, clock=clock)
+            await catalog.release_world(world_id, "runner-a", (await catalog.claim_world(world_id, "runner-a", LEASE_MS))["writer_epoch"])
+        epochs = {w: (await catalog.world_info(w))["writer_epoch"] for w in worlds}
         calls.clear()
 
-        await runner.follow_runners()  # runner-b joins: its share is runner-a's now
-        assert runner.live == both
+        registry_b = RunnerRegistry(catalog, "runner-b", "host-b", LEASE_MS)
+        await registry_b.join()
+        runner_b = WorldRunner(rt_b, catalog, Metrics(), tick_rate=10, registry=registry_b, clock=clock)
+        await runner_b.follow_runners()  # runner-b joins: it adopts its share of runner-a's free leases
+        assert runner_b.live == both
+        await asyncio.wait_for(asyncio.gather(*runner_b._adopting.values()), timeout=5)  # no lease had to expire
 
-        async def moved(world_id: str) -> bool:
+        async def hosts(world_id: str) -> tuple[str | None, int]:
             info = await catalog.world_info(world_id)
-            return (info["host_owner"], info["writer_epoch"]) == ("runner-b", epochs[world_id] + 1)
+            return info["host_owner"], info["writer_epoch"] - epochs[world_id]
 
-        for _ in range(40):  # a few polls: no clock moves, no command is sent
-            if all([await moved(w) for w in given_back]):
-                break
-            await asyncio.sleep(0.05)
-        assert all([await moved(w) for w in given_back])
-        assert not any([await moved(w) for w in held])  # runner-a still hosts them: refused, retried
-        for world_id in held:  # runner-a sees the new list and hands them over
-            await catalog.release_world(world_id, "runner-a", epochs[world_id])
-        await asyncio.wait_for(asyncio.gather(*runner._adopting.values()), timeout=5)
-        assert all([await moved(w) for w in held])
+        for world_id in given_back:  # moved at once (one bump), or runner-a's share: untouched
+            assert await hosts(world_id) == ((shares[world_id], 1) if shares[world_id] == "runner-b" else ("runner-a", 0))
+        for world_id in loaded:  # runner-a hosts these: its own to hand over
+            assert await hosts(world_id) == ("runner-a", 0)
 
-        for world_id in mine[:-1]:  # given back at once: free for the next command, which finds it here
-            info = await catalog.world_info(world_id)
-            assert info["host_expires_at"] <= clock.now_ms() and info["tick_head"] == -1, info
+        await runner_a.follow_runners()  # runner-a sees runner-b: it hands over what became its share
+        await asyncio.wait_for(asyncio.gather(*runner_a._handing_over.values()), timeout=5)
+        for world_id in loaded:
+            expected = ("runner-b", 1) if shares[world_id] == "runner-b" else ("runner-a", 0)
+            assert await hosts(world_id) == expected, world_id
+        assert rt_a.worlds.loaded == sorted(w for w in loaded if shares[w] == "runner-a")
         assert (await catalog.world_info(never))["host_owner"] is None  # its first claim bumps the epoch anyway
-        for world_id in set(worlds) - set(mine):  # runner-a's share is not touched
-            assert (await catalog.world_info(world_id))["writer_epoch"] == epochs[world_id]
         assert "load_state" not in calls and "list_worlds" not in calls  # moved, not loaded; no walk
-        assert calls.count("hosted_worlds") == 1  # runner-a's worlds, read once
-        assert not rt.worlds.loaded
+        assert calls.count("hosted_worlds") == 2  # each runner read the other's worlds once
+        assert not rt_b.worlds.loaded
+
+        for world_id in (w for w in worlds if shares[w] == "runner-b" and w != never):  # their next load: no bump
+            assert (await rt_b.worlds.get(world_id)).writer_epoch == epochs[world_id] + 1
     finally:
-        await rt.close()
+        await rt_a.close()
+        await rt_b.close()
 
 
 async def test_a_runner_whose_id_was_taken_over_steps_nothing_until_it_has_it_back(tmp_path):
