@@ -353,10 +353,12 @@ class WorldRunner:
 
     With a `registry` (cooperating runners, local and remote) it steps only the worlds that are its
     share (`host_of` over the live runners of the registry) and that no other live host holds,
-    under world leases: a heartbeat every third of the lease renews them and its registration, and
-    hands a world to the runner whose share it became (a runner joined) by releasing it. A dead
-    runner's worlds become the others' share once its registration expired, and are claimed once
-    its world leases expired.
+    under world leases: a heartbeat every third of the lease renews them and its registration. When
+    the live runners change, it hands each world it hosts that became another's share to that
+    runner (released, then claimed in its name), and adopts its own share of the worlds other
+    runners' leases name and do not hold (never loading them: idle worlds move at once, for
+    nothing). A dead runner's worlds become the others' share once its registration expired, and
+    are claimed once its world leases expired.
     """
 
     def __init__(self, runtime: Runtime, catalog: RunnerCatalog, metrics: Metrics, tick_rate: float,
