@@ -213,11 +213,14 @@ class Reporter:
                     if frame is None:
                         return
                     self.channel.sendall(frame)
-                if time.monotonic() >= next_beat:
+                exposition, self._exposition = self._exposition, None
+                if exposition is not None:  # sent as soon as exposed: /metrics lags the loop by no more than before
+                    self.channel.sendall(b"metrics %d\n" % len(exposition) + exposition)
                     next_beat = time.monotonic() + METRICS_EVERY_S
-                    exposition, self._exposition = self._exposition, None
-                    self.channel.sendall(b"beat\n" if exposition is None else b"metrics %d\n" % len(exposition) + exposition)
-                    self._watch_loop()
+                elif time.monotonic() >= next_beat:  # the loop exposed nothing for a second: it is busy
+                    self.channel.sendall(b"beat\n")
+                    next_beat = time.monotonic() + METRICS_EVERY_S
+                self._watch_loop()
         except OSError:  # the HTTP process is gone (a broken pipe)
             self._parent_gone()
 
