@@ -93,6 +93,8 @@ def client_options(fn: Any) -> Any:
                    "with distinct ids on one --data split its worlds between them.")
 @click.option("--world-lease", type=float, default=None,
               help="Seconds a world lease lasts unrenewed (default 10): how soon a dead runner's worlds are taken over.")
+@click.option("--hang-timeout", type=float, default=None,
+              help="Seconds the stepping process may stay silent before serve takes it for hung, kills and restarts it (default 10).")
 @click.option("--log-level", default=None, help="Log level: critical, error, warning (default), info, debug.")
 @click.option("--log-format", default=None, help="text (default) or json: one JSON object per log line, one per request.")
 @click.option("--body-timeout", type=float, default=None, help="Seconds a request's head, then its body, may take to arrive (default 20).")

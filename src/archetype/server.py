@@ -57,7 +57,7 @@ from archetype.metrics import Metrics, ObservedAuthority, configure_logging, mou
 from archetype.retention import RetentionPolicy, run_retention
 from archetype.runtime import Runtime
 from archetype.settings import ConfigurationError, ServeSettings
-from archetype.stepper import Stepper, report_to_parent
+from archetype.stepper import Reporter, Stepper
 from archetype.world.operations import DestroyWorld
 from archetype.world.world import AsyncWorld
 from local_catalog import open_local_authority
@@ -395,10 +395,12 @@ class WorldRunner:
 
     With a `registry` (cooperating runners, local and remote) it steps only the worlds that are its
     share (`host_of` over the live runners of the registry) and that no other live host holds,
-    under world leases: a heartbeat every third of the lease renews them and its registration, and
-    hands a world to the runner whose share it became (a runner joined) by releasing it. A dead
-    runner's worlds become the others' share once its registration expired, and are claimed once
-    its world leases expired.
+    under world leases: a heartbeat every third of the lease renews them and its registration. When
+    the live runners change, it hands each world it hosts that became another's share to that
+    runner (released, then claimed in its name), and adopts its own share of the worlds other
+    runners' leases name and do not hold (never loading them: idle worlds move at once, for
+    nothing). A dead runner's worlds become the others' share once its registration expired, and
+    are claimed once its world leases expired.
     """
 
     def __init__(self, runtime: Runtime, catalog: RunnerCatalog, metrics: Metrics, tick_rate: float,
@@ -485,16 +487,22 @@ class WorldRunner:
                     log.warning("world %s: its world lease was taken over; no longer stepping it", world_id)
             except Exception:
                 log.exception("could not renew the world leases; trying again")
-            for world_id in self.runtime.worlds.loaded:
-                if not self.mine(world_id) and world_id not in self._handing_over:
-                    self._handing_over[world_id] = asyncio.create_task(self._hand_over(world_id))
+            self._hand_over_others()
         await registered
 
+    def _hand_over_others(self) -> None:
+        """Give back the loaded worlds that are no longer this runner's share, each in a task of its
+        own (after its tick in progress), so that neither the heartbeat nor a pass waits for a tick."""
+        for world_id in self.runtime.worlds.loaded:
+            if not self.mine(world_id) and world_id not in self._handing_over:
+                self._handing_over[world_id] = asyncio.create_task(self._hand_over(world_id))
+
     async def _hand_over(self, world_id: str) -> None:
-        """Give a world that became another runner's share back, once its tick in progress is done;
-        in a task of its own, so that the heartbeat never waits for a tick."""
+        """Give a world that became another runner's share to that runner (its lease claimed in its
+        name: `WorldHost.release`), once its tick in progress is done; in a task of its own, so that
+        the heartbeat never waits for a tick."""
         try:
-            await self.runtime.worlds.release(world_id)
+            await self.runtime.worlds.release(world_id, to=host_of(world_id, self.live) if self.live else None)
         finally:
             del self._handing_over[world_id]
 
@@ -510,41 +518,46 @@ class WorldRunner:
             return
         if live != self.live:
             log.info("live runners: %s", ", ".join(live))
-            gone = [runner_id for runner_id in self.live if runner_id not in live and runner_id != self.registry.runner_id]
+            others = sorted({*self.live, *live} - {self.registry.runner_id})  # joined, left, or live
             self.live, self._share, self.sweep_soon = live, {}, True
-            for runner_id in gone:
+            self._hand_over_others()
+            for runner_id in others:
                 if runner_id not in self._adopting:
                     self._adopting[runner_id] = asyncio.create_task(self._adopt(runner_id))
 
     async def _adopt(self, runner_id: str) -> None:
-        """Move the idle worlds of a runner that left the live list: of the worlds its lease names
-        (`hosted_worlds`: O(its worlds), once), claim those that are this runner's share now, once
-        their leases expired, and give each back at once (a claim, then a release): the world's
-        lease names a live runner, and its next command finds it here with no epoch bump. Worlds
-        with work move through the passes anyway; a world still held after the wait (clocks apart,
-        a lease renewed) moves when its next command arrives."""
+        """Take this runner's share of the worlds whose lease names `runner_id` and that it does not
+        hold, once the shares moved (a runner joined, this one included, or left): of the worlds
+        that runner's lease names (`hosted_worlds`: O(its worlds), read once), each ACTIVE one that
+        is this runner's share now is adopted (`WorldHost.adopt`: claimed and given back at once,
+        never loaded nor ticked): a live runner's once free (expired or given back: the worlds it
+        holds it hands over itself, in this runner's name), a dead one's once its leases expired
+        (awaited). The lease then names this runner, and the world's next command finds it here
+        with no epoch bump (one bump each, at the move): idle worlds move at once, not at their next
+        command. A world held still (clocks apart, a lease renewed) moves when its next command arrives."""
         assert self.registry is not None
         try:
-            worlds = [w for w in await self.catalog.hosted_worlds(runner_id) if w["status"] == "ACTIVE"]
-            expiry = max((w["host_expires_at"] or 0 for w in worlds), default=0)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), timeout=max(0, expiry - self.clock.now_ms()) / 1000)
-            for world in worlds:
-                world_id = world["world_id"]
-                if self._stop.is_set():
-                    return
-                if not self.mine(world_id) or world_id in self.runtime.worlds.loaded:
-                    continue
-                async with self._slots:
-                    try:
-                        claimed = await self.catalog.claim_world(world_id, self.registry.runner_id, self.registry.lease_ms)
-                        await self.catalog.release_world(world_id, self.registry.runner_id, claimed["writer_epoch"])
-                    except (WorldLeaseHeldError, StaleWriterError, WorldClosingError, WorldNotFoundError):
-                        continue  # held, taken or gone meanwhile: its next command decides
+            worlds = {w["world_id"]: w["host_expires_at"] or 0 for w in await self.catalog.hosted_worlds(runner_id)
+                      if w["status"] == "ACTIVE" and self.mine(w["world_id"])}  # fmt: skip
+            if runner_id in self.live:
+                now = self.clock.now_ms()
+                worlds = {world_id: expires for world_id, expires in worlds.items() if expires <= now}
+            else:
+                with contextlib.suppress(TimeoutError):
+                    expiry = max(worlds.values(), default=0)
+                    await asyncio.wait_for(self._stop.wait(), timeout=max(0, expiry - self.clock.now_ms()) / 1000)
+            if not self._stop.is_set():
+                await asyncio.gather(*(self._adopt_one(world_id) for world_id in worlds if self.mine(world_id)))
         except Exception:
             log.exception("could not move the idle worlds of runner %s; they move when a command arrives", runner_id)
         finally:
             del self._adopting[runner_id]
+
+    async def _adopt_one(self, world_id: str) -> None:
+        """Adopt one world (concurrently with the others: their claims share group commits)."""
+        async with self._slots:
+            with contextlib.suppress(WorldLeaseHeldError, StaleWriterError, WorldClosingError, WorldNotFoundError):
+                await self.runtime.worlds.adopt(world_id)  # unless held, taken or gone meanwhile: its next command decides
 
     def _held_elsewhere(self, world: PendingWorld, now_ms: int) -> bool:
         """Another live host holds its world lease: leave it alone (claiming would be refused)."""
@@ -724,10 +737,10 @@ async def _serve(config: ServeSettings, runners: Runners, tokens: TokenTable, so
     print(json.dumps({"stopped": True}), flush=True)
 
 
-async def step_worlds(config: ServeSettings, channel: socket.socket, lock: IO[str]) -> None:
+async def step_worlds(config: ServeSettings, reporter: Reporter, lock: IO[str]) -> None:
     """The stepping process (archetype.stepper): this serve's runner, under its runner id, whose
-    lock it shares with the HTTP process (`lock`); it stops on SIGTERM or SIGINT, or when the HTTP
-    process is gone."""
+    lock it shares with the HTTP process (`lock`), reporting to it through `reporter`; it stops on
+    SIGTERM or SIGINT, or when the HTTP process is gone."""
     assert config.runner_id is not None  # the HTTP process resolved it
     runners = Runners(config.data, config.runner_id, lock, pid=os.getppid())
     modules = import_modules(config.modules)
@@ -763,7 +776,7 @@ async def step_worlds(config: ServeSettings, channel: socket.socket, lock: IO[st
     world_runner = WorldRunner(runtime, catalog, metrics, config.tick_rate, registry=registry)
     beat_s = config.world_lease / 3
     tasks = [
-        asyncio.create_task(report_to_parent(channel, metrics, stop)),
+        asyncio.create_task(reporter.expose(metrics, stop)),
         asyncio.create_task(world_runner.run(stop)),
         asyncio.create_task(world_runner.heartbeat(stop, beat_s)),
         asyncio.create_task(singleton_duties(

@@ -105,6 +105,7 @@ class ServeSettings(_Settings):
     synchronous: Literal["FULL", "NORMAL"] = "FULL"
     runner_id: str | None = None
     world_lease: float = Field(default=10.0, ge=0.5, le=3600)  # seconds a runner's world lease lasts unrenewed
+    hang_timeout: float = Field(default=10.0, ge=2, le=3600)  # seconds of silence after which the stepping process is hung
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "warning"
     log_format: Literal["text", "json"] = "text"
     body_timeout: float = Field(default=DEFAULT_BODY_TIMEOUT_S, gt=0, le=3600)

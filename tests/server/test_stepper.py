@@ -1,6 +1,8 @@
 """`archetype serve`'s two processes (archetype.stepper), as real processes: the stepping process
-SIGKILLed (restarted, every command applied exactly once), the serve process SIGKILLed (the
-stepping process stops by itself), a stepping process that cannot start (serve exits 3, one line)."""
+SIGKILLed (restarted, every command applied exactly once), SIGSTOPped (hung: killed and restarted,
+every command applied exactly once) or held by a long processor (not a hang: left running), the
+serve process SIGKILLed (the stepping process stops by itself), a stepping process that cannot
+start (serve exits 3, one line)."""
 
 from __future__ import annotations
 
@@ -89,6 +91,79 @@ def test_a_killed_stepping_process_is_restarted_and_every_command_applies_once(t
         _, logs = process.communicate()
         assert f"the stepping process (pid {stepper}) exited (killed by SIGKILL); starting another" in logs
         assert not alive(restarted)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(WAIT_S)
+
+
+HANG_S = 3.0
+
+
+def test_a_hung_stepping_process_is_killed_and_restarted_and_every_command_applies_once(tmp_path):
+    process, url = start_server(tmp_path, "--hang-timeout", str(HANG_S))
+    try:
+        (stepper,) = children(process.pid)
+        with httpx.Client(base_url=url, timeout=10) as http:
+            assert http.post("/worlds", json={"name": "w", "world_id": "w"}, headers=ADMIN).status_code == 201
+            for n in range(20):
+                submit(http, f"before-{n}")
+            wait_for(lambda: set(statuses(tmp_path / "data").values()) == {"APPLIED"}, "the first commands to apply")
+            os.kill(stepper, signal.SIGSTOP)  # alive, its channel open, silent
+            stopped_at = time.monotonic()
+            for n in range(20):  # while it is hung: HTTP admits all the same
+                submit(http, f"during-{n}")
+            restarted = wait_for(lambda: [p for p in children(process.pid) if p != stepper], "a new stepping process")
+            replaced_in_s = time.monotonic() - stopped_at
+            assert replaced_in_s < HANG_S + 5  # the setting, plus a beat and the restart delay
+            assert not alive(stepper)
+
+            def settled():
+                found = statuses(tmp_path / "data")
+                return found if len(found) == 40 and set(found.values()) == {"APPLIED"} else None
+
+            wait_for(settled, "every command to be applied by the restarted stepping process")
+            state = http.get("/worlds/w/state", params={"limit": 100}, headers=ADMIN).json()
+            assert len(state["entities"]) == 40  # one ship per command: none applied twice
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(WAIT_S) == 0
+        _, logs = process.communicate()
+        line = f"the stepping process (pid {stepper}) sent nothing for {HANG_S:.1f} s: hung; killed it (SIGKILL), starting another"
+        assert logs.count(line) == 1, logs
+        assert f"(pid {stepper}) exited" not in logs  # one line for the hang, not a second for its death
+        assert not any(alive(pid) for pid in restarted)
+        print(f"hung stepping process replaced {replaced_in_s:.2f} s after SIGSTOP (--hang-timeout {HANG_S:g})")
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(WAIT_S)
+
+
+def test_a_processor_holding_the_loop_longer_than_the_hang_timeout_is_not_a_hang(tmp_path):
+    from tests.server.blocking import BLOCK_S
+
+    process, url = start_server(tmp_path, "--hang-timeout", str(HANG_S), "--module", "tests.server.blocking")
+    try:
+        (stepper,) = children(process.pid)
+        with httpx.Client(base_url=url, timeout=10) as http:
+            assert http.post("/worlds", json={"name": "w", "world_id": "w"}, headers=ADMIN).status_code == 201
+            submit(http, "ship")  # its first tick with a Position holds the loop BLOCK_S seconds
+            started = time.monotonic()
+            wait_for(lambda: statuses(tmp_path / "data").get("ship") == "APPLIED", "the long tick to publish")
+
+            def moved():
+                (entity,) = http.get("/worlds/w/state", headers=ADMIN).json()["entities"]
+                return next(c for c in entity["components"] if c["name"] == "Position")["data"]["x"] >= 2
+
+            wait_for(moved, "the ship to move on after the long tick")
+            assert time.monotonic() - started >= BLOCK_S - 1
+            assert children(process.pid) == [stepper]  # never taken for hung
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(WAIT_S) == 0
+        _, logs = process.communicate()
+        assert "hung" not in logs and "exited" not in logs, logs
+        assert "the event loop of the stepping process has not run for" in logs, logs
+        assert "the event loop of the stepping process runs again, after" in logs, logs
     finally:
         if process.poll() is None:
             process.kill()

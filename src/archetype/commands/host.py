@@ -18,6 +18,7 @@ and retried with exponential backoff: `retry_due` tells a runner loop when (docs
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -26,7 +27,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from archetype.commands.authority import Authority
-from archetype.commands.errors import LeaseLostError, StaleWriterError, WorldClosingError
+from archetype.commands.errors import (
+    LeaseLostError,
+    StaleWriterError,
+    WorldClosingError,
+    WorldLeaseHeldError,
+    WorldNotFoundError,
+)
 from archetype.commands.ledger_rows import ComponentMigrationRow, EntityRewrite, PayloadRewrite, WorldRow
 from archetype.commands.scheduler import AuthorityIdSource, CommandScheduler, LedgerPublisher
 from archetype.world.commit import ERROR_TEXT_LIMIT, CommittedTickReceipt
@@ -260,9 +267,25 @@ class WorldHost:
         lost = await asyncio.gather(*(renew(w, epoch) for w, epoch in list(self._leases.items())))
         return [world_id for world_id in lost if world_id is not None]
 
-    async def release(self, world_id: str) -> None:
+    async def adopt(self, world_id: str) -> None:
+        """Make the world lease name this host's owner without loading the world: claim it and give it
+        back at once, so that its next load here resumes the lease with no epoch bump (cooperating
+        runners moving an idle world to its new host: one bump, now; docs/cli.md). One at a time with
+        the world's loads; a world this host holds or is loading is left as it is."""
+        assert self.world_lease_ms is not None, "only a host with world leases adopts worlds"
+        async with self._loading.setdefault(world_id, asyncio.Lock()):
+            if world_id in self._worlds or world_id in self._leases:
+                return
+            claimed = await self.authority.claim_world(world_id, self.scheduler.owner, self.world_lease_ms)
+            await self.authority.release_world(world_id, self.scheduler.owner, claimed["writer_epoch"])
+
+    async def release(self, world_id: str, to: str | None = None) -> None:
         """Stop hosting a world: after its tick in progress, give back its command leases and its
-        world lease (another runner may claim it at once), and drop it."""
+        world lease (another runner may claim it at once), and drop it. With `to` (cooperating
+        runners: the runner whose share the world became), the world lease is then claimed in its
+        name (one epoch bump, here): it names its new host at once, which resumes it with no bump
+        when it first loads the world, however long the world stays idle, and nobody else may take
+        it meanwhile; an idle world's lease simply expires, naming its host."""
         world = self._worlds.get(world_id)
         if world is None:
             return
@@ -272,6 +295,9 @@ class WorldHost:
                                              world.writer_epoch)  # fmt: skip
                 if self.world_lease_ms is not None:
                     await self.authority.release_world(world_id, self.scheduler.owner, world.writer_epoch)
+                    if to is not None:
+                        with contextlib.suppress(WorldLeaseHeldError, WorldClosingError, WorldNotFoundError):
+                            await self.authority.claim_world(world_id, to, self.world_lease_ms)  # unless taken meanwhile
         except Exception as exc:  # fenced or gone: its leases are another writer's now, or expire
             log.warning("world %s: leases not released: %s: %s", world_id, type(exc).__name__, exc)
         finally:
