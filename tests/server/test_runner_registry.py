@@ -18,8 +18,8 @@ from local_catalog import open_local_authority
 LEASE_MS = 5_000
 
 
-async def test_a_dead_runners_idle_worlds_move_to_their_new_hosts(tmp_path):
-    clock = ManualClock()
+def counting_catalog(tmp_path, clock):
+    """A local catalog that lists the ledger methods called on it, in order."""
     catalog = open_local_authority(tmp_path, clock=clock)
     calls: list[str] = []
     rpc = catalog.rpc
@@ -29,6 +29,12 @@ async def test_a_dead_runners_idle_worlds_move_to_their_new_hosts(tmp_path):
         return await rpc(method, arguments)
 
     catalog.rpc = counted  # type: ignore[method-assign]
+    return catalog, calls
+
+
+async def test_a_dead_runners_idle_worlds_move_to_their_new_hosts(tmp_path):
+    clock = ManualClock()
+    catalog, calls = counting_catalog(tmp_path, clock)
     rt = Runtime(catalog, owner="runner-a", audit=None, world_lease_ms=LEASE_MS)
     try:
         worlds = [f"idle-{i}" for i in range(12)]
@@ -76,15 +82,7 @@ async def test_a_dead_runners_idle_worlds_move_to_their_new_hosts(tmp_path):
 
 async def test_a_joining_runner_takes_its_share_of_a_live_runners_idle_worlds_at_once(tmp_path):
     clock = ManualClock()
-    catalog = open_local_authority(tmp_path, clock=clock)
-    calls: list[str] = []
-    rpc = catalog.rpc
-
-    async def counted(method, arguments):
-        calls.append(method)
-        return await rpc(method, arguments)
-
-    catalog.rpc = counted  # type: ignore[method-assign]
+    catalog, calls = counting_catalog(tmp_path, clock)
     rt_a = Runtime(catalog, owner="runner-a", audit=None, world_lease_ms=LEASE_MS)
     rt_b = Runtime(catalog, owner="runner-b", audit=None, world_lease_ms=LEASE_MS)
     try:
