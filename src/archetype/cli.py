@@ -104,6 +104,9 @@ def client_options(fn: Any) -> Any:
 @click.option("--idempotency-window", type=float, default=None,
               help="Seconds a settled command id keeps replaying before it is pruned and may be reused (default 86400).")
 @click.option("--prune-interval", type=float, default=None, help="Seconds between retention runs (default 60).")
+@click.option("--telemetry/--no-telemetry", default=None,
+              help="FastAPI's OpenTelemetry spans, metrics and logs for every request, where an OpenTelemetry SDK is "
+                   "configured (default off: the hot routes are then answered ahead of the framework).")
 def serve(**flags: Any) -> None:
     """Serve the HTTP API, the dashboard and /metrics over the local catalog, and step every active world."""
     import uvloop

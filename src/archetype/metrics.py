@@ -24,10 +24,11 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from fastapi import Depends, FastAPI, Response
+from fastapi import Depends, Response
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from archetype.api.app import HttpApp
 from archetype.api.auth import require
 from archetype.commands.authority import Authority
 from archetype.commands.errors import CommandConflictError, QuotaExceededError, WorldClosingError
@@ -250,7 +251,7 @@ def configure_logging(level: str, log_format: str) -> None:
         access_log.setLevel(logging.INFO)  # requested: one line per request, whatever the level
 
 
-def mount_metrics(app: FastAPI, metrics: Metrics, *, log_requests: bool) -> None:
+def mount_metrics(app: HttpApp, metrics: Metrics, *, log_requests: bool) -> None:
     """`GET /metrics` (the Prometheus text format; a viewer token, like every read) and the HTTP middleware."""
 
     @app.get("/metrics", include_in_schema=False, dependencies=[Depends(require(Role.viewer))])
@@ -258,4 +259,4 @@ def mount_metrics(app: FastAPI, metrics: Metrics, *, log_requests: bool) -> None
         body, content_type = metrics.exposition()
         return Response(body, media_type=content_type)
 
-    app.add_middleware(HttpMetrics, metrics=metrics, log_requests=log_requests)
+    app.front(HttpMetrics, metrics=metrics, log_requests=log_requests)  # ahead of every other layer: it times them all

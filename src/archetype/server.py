@@ -691,7 +691,8 @@ async def _serve(config: ServeSettings, runners: Runners, tokens: TokenTable, so
     catalog = open_local_authority(config.data, synchronous=config.synchronous)
     authority = ObservedAuthority(catalog, metrics)
     audit = AuditLog.open_local(config.data, authority)  # GetAuditHistory reads it; the stepping process projects
-    app = create_app(authority, tokens=tokens, quota=config.quota, audit=audit, body_timeout_s=config.body_timeout)
+    app = create_app(authority, tokens=tokens, quota=config.quota, audit=audit, body_timeout_s=config.body_timeout,
+                     telemetry=config.telemetry)  # fmt: skip
     mount_docs(app)
     mount_dashboard(app)
     mount_metrics(app, metrics, log_requests=config.log_format == "json")

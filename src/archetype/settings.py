@@ -110,6 +110,7 @@ class ServeSettings(_Settings):
     log_format: Literal["text", "json"] = "text"
     body_timeout: float = Field(default=DEFAULT_BODY_TIMEOUT_S, gt=0, le=3600)
     metrics_worlds: int = Field(default=50, ge=0, le=10_000)
+    telemetry: bool = False  # FastAPI's OpenTelemetry hooks on every request (archetype.api.create_app)
     # retention (docs/ledger.md, "Retention")
     keep_ticks: int = Field(default=DEFAULT_KEEP_TICKS, ge=1)
     idempotency_window: float = Field(default=DEFAULT_IDEMPOTENCY_WINDOW_MS / 1000, ge=0)  # seconds

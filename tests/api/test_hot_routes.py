@@ -61,11 +61,6 @@ REQUESTS: list[tuple[str, str, Any, dict[str, str], bool]] = [
 ]
 
 
-def without_hot_routes(app: Any) -> Any:
-    app.user_middleware = [m for m in app.user_middleware if m.cls is not HotRoutes]
-    return app
-
-
 async def answers(app: Any, count: dict[str, int] | None = None) -> list[tuple[Any, ...]]:
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://edge") as client:
         created = await client.post("/worlds", json={"name": "arena", "world_id": "w1"}, headers=auth("t-admin"))
@@ -82,9 +77,8 @@ async def answers(app: Any, count: dict[str, int] | None = None) -> list[tuple[A
 
 
 def hot_layer(app: Any) -> HotRoutes:
-    """The app's HotRoutes instance (it exists once the middleware stack is built)."""
-    layer = app.build_middleware_stack()
-    app.middleware_stack = layer
+    """The app's HotRoutes instance, among its front layers."""
+    layer = app._front
     while not isinstance(layer, HotRoutes):
         layer = layer.app
     return layer
@@ -115,7 +109,8 @@ async def test_hot_routes_answer_as_the_framework_does(authorities):
     hot_app = create_app(authorities[0], tokens=TOKENS, quota=QUOTA, max_body_bytes=MAX_BODY)
     count: dict[str, int] = {}
     counting(hot_app, count)
-    framework = without_hot_routes(create_app(authorities[1], tokens=TOKENS, quota=QUOTA, max_body_bytes=MAX_BODY))
+    # with FastAPI's telemetry on, every request goes through the framework
+    framework = create_app(authorities[1], tokens=TOKENS, quota=QUOTA, max_body_bytes=MAX_BODY, telemetry=True)
     hot_answers = await answers(hot_app, count)
     framework_answers = await answers(framework)
     assert [a[:3] for a in hot_answers] == framework_answers
@@ -160,3 +155,35 @@ async def test_the_actors_kept_are_bounded_and_unknown_tokens_are_not_kept(autho
             assert (await client.post(COMMANDS, json=despawn(), headers=keyed("k1", token))).status_code in (202, 401)
             assert len(layer._actors) <= ACTORS_KEPT
         assert (b"Bearer t-unknown", Role.player) not in layer._actors
+
+
+def failing_admissions(authority: Any) -> None:
+    rpc = authority.rpc
+
+    async def failing(method: str, arguments: dict[str, Any]) -> Any:
+        if method == "admit":
+            raise RuntimeError("the disk is on fire")
+        return await rpc(method, arguments)
+
+    authority.rpc = failing
+
+
+async def test_an_unexpected_failure_is_answered_as_the_frameworks_error_page(authorities):
+    """HotRoutes sits ahead of the framework's error page, so it gives the app's own answer to an
+    exception nothing expected (500 `internal_error`) and raises it on for the server to log, as that page does."""
+    answered = []
+    for authority, telemetry in zip(authorities, (False, True), strict=True):
+        app = create_app(authority, tokens=TOKENS, quota=QUOTA, max_body_bytes=MAX_BODY, telemetry=telemetry)
+        count: dict[str, int] = {}
+        if not telemetry:
+            counting(app, count)
+        transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+        async with httpx.AsyncClient(transport=transport, base_url="http://edge") as client:
+            await client.post("/worlds", json={"name": "arena", "world_id": "w1"}, headers=auth("t-admin"))
+            failing_admissions(authority)
+            count.clear()
+            response = await client.post(COMMANDS, json=despawn(), headers=keyed("k1"))
+            answered.append((response.status_code, response.headers.raw, response.content))
+        assert count == ({} if telemetry else {"hot": 1})
+    assert answered[0] == answered[1]
+    assert answered[0][0] == 500 and b'"code":"internal_error"' in answered[0][2] and b"RuntimeError" in answered[0][2]

@@ -10,7 +10,6 @@ import httpx
 
 from archetype.api import create_app
 from tests.api.conftest import ADMIN, PLAYER, TOKENS, VIEWER
-from tests.api.test_hot_routes import without_hot_routes
 
 
 async def test_no_route_dependency_runs_in_a_worker_thread(authority, monkeypatch):
@@ -21,7 +20,7 @@ async def test_no_route_dependency_runs_in_a_worker_thread(authority, monkeypatc
         raise AssertionError(f"a dependency ran in a worker thread: {args[:1]}")
 
     monkeypatch.setattr(fastapi.dependencies.utils, "run_in_threadpool", refused)
-    app = without_hot_routes(create_app(authority, tokens=TOKENS))  # every request through the framework
+    app = create_app(authority, tokens=TOKENS, telemetry=True)  # every request through the framework
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://edge") as client:
         assert (await client.post("/worlds", json={"name": "a", "world_id": "w1"}, headers=ADMIN)).status_code == 201
         submitted = await client.post("/worlds/w1/commands", json={"type": "despawn", "tick": 0, "entity_id": 1},
@@ -40,7 +39,7 @@ async def test_world_creation_is_one_ledger_call(authority):
         return await rpc(method, arguments)
 
     authority.rpc = counted
-    for app in (create_app(authority, tokens=TOKENS), without_hot_routes(create_app(authority, tokens=TOKENS))):
+    for app in (create_app(authority, tokens=TOKENS), create_app(authority, tokens=TOKENS, telemetry=True)):
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://edge") as client:
             calls.clear()
             created = await client.post("/worlds", json={"name": "a", "world_id": "w1"}, headers=ADMIN)

@@ -8,14 +8,14 @@ the role gets the same answer whether or not the world exists.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Annotated, Any
 
 from fastapi import Body, Depends, FastAPI, Header, Path, Query, Request
 from fastapi.responses import JSONResponse
 
 from archetype.api.auth import Bearer, TokenTable, require
-from archetype.api.errors import InvalidRequestError, ShuttingDownError, install_error_handlers
+from archetype.api.errors import InvalidRequestError, ShuttingDownError, install_error_handlers, unexpected_error
 from archetype.api.hot import HotRoutes, hot_route
 from archetype.api.limits import DEFAULT_BODY_TIMEOUT_S, DEFAULT_MAX_BODY_BYTES, BodyLimit
 from archetype.api.models import (
@@ -94,6 +94,23 @@ class AdmissionGate:
             raise ShuttingDownError("the server is shutting down and admits nothing more")
 
 
+class HttpApp(FastAPI):
+    """FastAPI behind front layers: ASGI layers every request passes before the framework's own
+    (its error pages, OpenTelemetry hooks, body limit and routing), each added with `front` (the
+    last added runs first, like `add_middleware`). The requests HotRoutes answers never enter the
+    framework: its layers cost an admission a tenth of the event loop's work (docs/http.md)."""
+
+    def __init__(self, **settings: Any) -> None:
+        super().__init__(**settings)
+        self._front: Callable[..., Any] = super().__call__
+
+    def front(self, layer: Callable[..., Any], **options: Any) -> None:
+        self._front = layer(self._front, **options)
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        await self._front(scope, receive, send)
+
+
 class EdgeWorlds:
     """The HTTP edge steps no worlds, so destroying one has no loaded world to drop."""
 
@@ -140,10 +157,15 @@ def create_app(
     body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S,
     worlds: Any = None,
     audit: Any = None,
-) -> FastAPI:
+    telemetry: bool = False,
+) -> HttpApp:
     """The HTTP application over `authority`. `tokens` maps bearer tokens to actors; `worlds` is
     the runner's WorldHost when one shares the process (destroy then drops its loaded world);
-    `audit` is the audit projection GetAuditHistory reads (without one it answers 503)."""
+    `audit` is the audit projection GetAuditHistory reads (without one it answers 503).
+
+    `telemetry` turns on FastAPI's OpenTelemetry spans, metrics and logs (reported where the
+    process configures an OpenTelemetry provider); every request then goes through the
+    framework, the hot routes included, so that each has its span."""
     registry = registry or default_registry()
     scheduler = CommandScheduler(registry, authority, quota=quota)
     dispatcher = CommandDispatcher(registry, scheduler, worlds or EdgeWorlds(), origin="gateway", audit=audit)
@@ -151,8 +173,9 @@ def create_app(
     # No trailing-slash redirects: the framework builds them from the request's Host header, which
     # the client controls (`GET /worlds/w1/` with `Host: evil.example` would send it there).
     # No docs pages here: FastAPI's load Swagger UI from a CDN; `archetype serve` mounts local ones (archetype.docs_ui).
-    app = FastAPI(title="archetype", version="1", summary="Durable world commands over HTTP", redirect_slashes=False,
-                  docs_url=None, redoc_url=None)  # fmt: skip
+    off = None if telemetry else {"tracing": False, "metrics": False, "logs": False}
+    app = HttpApp(title="archetype", version="1", summary="Durable world commands over HTTP", redirect_slashes=False,
+                  docs_url=None, redoc_url=None, telemetry=off)  # fmt: skip
     app.state.tokens = tokens if isinstance(tokens, TokenTable) else TokenTable(tokens or {})
     app.state.admission = AdmissionGate()
     install_error_handlers(app)
@@ -172,9 +195,10 @@ def create_app(
 
     hot = (hot_route("/worlds/{world_id}/commands", Role.player, SubmitCommand, 202, admit_one, keyed=True),
            hot_route("/worlds", Role.admin, CreateWorldRequest, 201, create_one, keyed=False))  # fmt: skip
-    # added first, so it runs inside BodyLimit: it gets the body read, checked and parsed
-    app.add_middleware(HotRoutes, state=app.state, routes=lambda: app.router.routes, hot=hot)
-    app.add_middleware(BodyLimit, max_bytes=max_body_bytes, body_timeout_s=body_timeout_s)
+    # BodyLimit runs first: HotRoutes gets the body read, checked and parsed
+    if not telemetry:
+        app.front(HotRoutes, state=app.state, routes=lambda: app.router.routes, hot=hot, on_error=unexpected_error)
+    app.front(BodyLimit, max_bytes=max_body_bytes, body_timeout_s=body_timeout_s)
 
     viewer, player, operator, admin = (
         Depends(require(role)) for role in (Role.viewer, Role.player, Role.operator, Role.admin)

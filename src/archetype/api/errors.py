@@ -126,5 +126,10 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:
-        log.error("unexpected error answering %s %s", request.method, request.url.path, exc_info=exc)
-        return error_response(InternalError(f"internal error ({type(exc).__name__}); see the server log"))
+        return unexpected_error(request.method, request.url.path, exc)
+
+
+def unexpected_error(method: str, path: str, exc: Exception) -> JSONResponse:
+    """The answer to an exception nothing expected (logged with its traceback): 500 `internal_error`."""
+    log.error("unexpected error answering %s %s", method, path, exc_info=exc)
+    return error_response(InternalError(f"internal error ({type(exc).__name__}); see the server log"))

@@ -3,15 +3,17 @@
 
 FastAPI's routing and dependency solving cost more CPU per admission than the admission itself
 (route matching over every route, a dependency graph solved per request, the body parsed a
-second time); on `archetype serve`'s one event loop that CPU is what caps HTTP admission and
-what `/health` queues behind. This ASGI layer sits inside `BodyLimit` (which has already read
-the body, checked its headers and parsed it strictly) and answers a request of these routes
-itself only when every check the framework would make passes: a known bearer token with the
-role, the admission gate open, a world id and Idempotency-Key of the declared patterns, a JSON
-content type and a body that validates. Anything else goes to the framework unchanged, which
-gives every refusal its usual answer. The work and the answer are the route's own (its
-`handler`, the same serialisation as the route's `response_model`), so the bytes are the same
-either way (tests/api/test_hot_routes.py holds the two paths to identical answers).
+second time), and its middleware a tenth of the rest; on `archetype serve`'s one event loop that
+CPU is what caps HTTP admission and what `/health` queues behind. This ASGI layer is a front
+layer of the app (`HttpApp.front`), behind `BodyLimit` (which has already read the body, checked
+its headers and parsed it strictly) and ahead of the whole framework, and answers a request of
+these routes itself only when every check the framework would make passes: a known bearer token
+with the role, the admission gate open, a world id and Idempotency-Key of the declared patterns,
+a JSON content type and a body that validates. Anything else goes to the framework unchanged,
+which gives every refusal its usual answer. The work and the answer are the route's own (its
+`handler`, the same serialisation as the route's `response_model`, the app's answer to an
+unexpected exception), so the bytes are the same either way (tests/api/test_hot_routes.py holds
+the two paths to identical answers).
 """
 
 from __future__ import annotations
@@ -72,8 +74,10 @@ async def send_json(send: Any, status: int, content: bytes) -> None:
 
 
 class HotRoutes:
-    def __init__(self, app: Any, *, state: Any, routes: Callable[[], list[Any]], hot: Sequence[HotRoute]) -> None:
+    def __init__(self, app: Any, *, state: Any, routes: Callable[[], list[Any]], hot: Sequence[HotRoute],
+                 on_error: Callable[[str, str, Exception], Any]) -> None:  # fmt: skip
         self.app = app
+        self.on_error = on_error  # the app's answer to an exception nothing expected (the framework's error page is behind)
         self.state = state  # the application's state: its token table and admission gate
         self._routes = routes
         self._route: dict[tuple[str, str], Any] = {}
@@ -127,6 +131,9 @@ class HotRoutes:
             await error_response(exc)(scope, receive, send)
         except ValidationError as exc:
             await error_response(validation_error(exc.errors()))(scope, receive, send)
+        except Exception as exc:  # answered as the framework's error page would, then raised on for the server to log
+            await self.on_error(scope["method"], scope["path"], exc)(scope, receive, send)
+            raise
         else:
             await send_json(send, hot.status, answer.__pydantic_serializer__.to_json(answer))
         return True
