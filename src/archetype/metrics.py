@@ -75,6 +75,7 @@ class Metrics:
         self.world = WorldLabels(world_limit)
         r = self.registry
         self.admissions = Counter("archetype_admissions", "Admission answers of the ledger, by outcome.", ["outcome"], registry=r)
+        self._admission_outcomes: dict[str, Callable[[], None]] = {}  # each outcome's inc, looked up once (as HttpMetrics')
         self.events = Counter("archetype_command_events", "Command transitions: outbox events acknowledged by the audit projector.",
                               ["event"], registry=r)  # fmt: skip
         self.takeovers = Counter("archetype_lease_takeovers", "Leased commands taken over from a runner session that stopped.",
@@ -91,6 +92,12 @@ class Metrics:
         self.http_seconds = Histogram("archetype_http_request_duration_seconds", "HTTP request latency.",
                                       ["method", "route", "status"], registry=r)  # fmt: skip
         self._relayed: Callable[[], bytes] = bytes
+
+    def count_admission(self, outcome: str) -> None:
+        inc = self._admission_outcomes.get(outcome)
+        if inc is None:
+            inc = self._admission_outcomes[outcome] = self.admissions.labels(outcome).inc
+        inc()
 
     def exposition(self) -> tuple[bytes, str]:
         return generate_latest(self.registry) + self._relayed(), CONTENT_TYPE_LATEST
@@ -166,11 +173,11 @@ class ObservedAuthority(Authority):
             result = await self.inner.rpc(method, arguments)
         except tuple(ADMISSION_REFUSALS) as exc:
             if method in ("admit", "reserve_spawn"):
-                self.metrics.admissions.labels(ADMISSION_REFUSALS[type(exc)]).inc()
+                self.metrics.count_admission(ADMISSION_REFUSALS[type(exc)])
             raise
         if method == "admit":
             for admitted in result:
-                self.metrics.admissions.labels("replayed" if admitted["replayed"] else "admitted").inc()
+                self.metrics.count_admission("replayed" if admitted["replayed"] else "admitted")
         elif method == "list_worlds":  # the runner lists them every sweep (the projector reads its backlog): lag rides along
             self.metrics.observe_worlds(result)
         elif method == "lease":

@@ -76,6 +76,7 @@ class BodyLimit:
         self.app = app
         self.max_bytes = max_bytes
         self.body_timeout_s = body_timeout_s
+        self._late: set[asyncio.Task[Any]] = set()  # tasks this layer cancelled: their body came too late
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -99,10 +100,23 @@ class BodyLimit:
             if int(declared) > self.max_bytes:
                 await error_response(self._too_large())(scope, receive, send)
                 return
+        # The deadline is a timer cancelling this task, as asyncio.timeout's, without its context
+        # manager: that cost an admission 6% of the event loop's work; this, a third of it.
+        task = asyncio.current_task()
+        assert task is not None  # an ASGI app runs in a task
+        loop, cancelling = task.get_loop(), task.cancelling()
+        deadline = loop.call_at(loop.time() + self.body_timeout_s, self._expire, task)
         try:
-            async with asyncio.timeout(self.body_timeout_s):  # in this task: wait_for would start one per request
+            try:
                 body = await self._read_body(receive)
-        except TimeoutError:
+            finally:
+                deadline.cancel()
+        except asyncio.CancelledError:
+            if task not in self._late:
+                raise
+            self._late.discard(task)
+            if task.uncancel() > cancelling:  # cancelled for another reason as well: that one stands
+                raise
             late = RequestTimeoutError(f"the request body did not arrive within {self.body_timeout_s:g} s")
             await error_response(late, headers={"Connection": "close"})(scope, receive, send)
             return
@@ -119,6 +133,10 @@ class BodyLimit:
             if value is not None:
                 scope[PARSED_BODY] = value
         await self.app(scope, replay(body, receive), send)
+
+    def _expire(self, task: asyncio.Task[Any]) -> None:
+        self._late.add(task)
+        task.cancel()
 
     async def _read_body(self, receive: Any) -> bytes | None:
         """The whole body; None when the client went away before sending it."""

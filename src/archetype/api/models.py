@@ -130,7 +130,7 @@ class CommandAccepted(BaseModel):
 
     @classmethod
     def of(cls, identity: CommandIdentity, entity_id: int | None = None) -> CommandAccepted:
-        return cls(**identity.model_dump(), entity_id=entity_id)
+        return cls(**identity.__dict__, entity_id=entity_id)  # its fields as they are: no dump of them first
 
 
 class RedriveAccepted(BaseModel):
