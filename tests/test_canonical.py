@@ -1,5 +1,6 @@
 import json
 import math
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -249,3 +250,23 @@ def test_arbitrary_bytes_are_parsed_or_refused_never_crash(raw):
         parse_json(raw)
     except (NonCanonicalValueError, json.JSONDecodeError, UnicodeDecodeError):
         pass
+
+
+def _outcome(parse: Any, text: str | bytes) -> Any:
+    try:
+        return parse(text)
+    except ValueError as exc:
+        return type(exc)
+
+
+@given(st.dictionaries(st.text(max_size=5), st.integers(-9, 9) | st.text(max_size=5), max_size=3),
+       st.sampled_from(["utf-8", "utf-8-sig", "utf-16", "utf-16-le", "utf-16-be", "utf-32", "utf-32-le", "utf-32-be"]),
+       st.booleans())  # fmt: skip
+def test_parse_json_reads_text_as_json_loads_does(value, encoding, ensure_ascii):
+    """parse_json keeps a decoder of its own rather than build one per call as json.loads does:
+    bytes in any encoding json.loads detects, and a str opening with a byte order mark, read alike."""
+    text = json.dumps(value, ensure_ascii=ensure_ascii)
+    if any(0xD800 <= ord(c) <= 0xDFFF for c in text):
+        return  # lone surrogates: refused by parse_json alone (above)
+    for form in (text.encode(encoding), text.encode(encoding).decode("latin-1"), "\ufeff" + text):
+        assert _outcome(parse_json, form) == _outcome(json.loads, form)

@@ -24,6 +24,7 @@ import json.encoder
 import math
 import re
 import sys
+import threading
 from itertools import accumulate
 from typing import Any
 
@@ -294,7 +295,7 @@ def _too_deep(max_depth: int) -> NonCanonicalValueError:
     return NonCanonicalValueError(f"$: {reason}", reason=reason)
 
 
-def load_json(text: str | bytes, *, max_depth: int = MAX_DEPTH, object_pairs_hook: Any = None) -> Any:
+def load_json(text: str | bytes, *, max_depth: int = MAX_DEPTH, decoder: json.JSONDecoder | None = None) -> Any:
     """`json.loads` with its nesting bounded first, so it cannot recurse without limit, and
     nothing else checked: for text the caller verifies itself (a stored payload, which must
     re-encode to the same canonical bytes). Raises json.JSONDecodeError for text that is not
@@ -302,7 +303,7 @@ def load_json(text: str | bytes, *, max_depth: int = MAX_DEPTH, object_pairs_hoo
     if nesting_exceeds(text, max_depth):
         raise _too_deep(max_depth)
     try:
-        return json.loads(text, object_pairs_hook=object_pairs_hook)
+        return json.loads(text) if decoder is None else decoder.decode(_json_text(text))
     except (json.JSONDecodeError, UnicodeDecodeError):
         raise
     except ValueError:  # an integer literal beyond Python's digit limit
@@ -310,6 +311,33 @@ def load_json(text: str | bytes, *, max_depth: int = MAX_DEPTH, object_pairs_hoo
         raise NonCanonicalValueError(f"$: {reason}", reason=reason) from None
     except RecursionError:  # not reached after the scan; kept so that none can ever escape
         raise _too_deep(max_depth) from None
+
+
+def _json_text(text: str | bytes) -> str:
+    """The text `json.loads` would decode: bytes in the encoding it detects; a str opening with a
+    byte order mark is not JSON. (A decoder of our own is kept, not built per call as loads does.)"""
+    if isinstance(text, (bytes, bytearray)):
+        return text.decode(json.detect_encoding(text), "surrogatepass")
+    if text.startswith("\ufeff"):
+        raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
+    return text
+
+
+_parsing = threading.local()  # the duplicate keys found by the parse in progress on this thread
+
+
+def _pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+    mapping = dict(items)
+    if len(mapping) != len(items):
+        seen: set[str] = set()
+        for key, _ in items:
+            if key in seen:
+                _parsing.duplicates.append(key)
+            seen.add(key)
+    return mapping
+
+
+_STRICT_DECODER = json.JSONDecoder(object_pairs_hook=_pairs)
 
 
 def parse_json(text: str | bytes, *, max_depth: int = MAX_DEPTH, integers: bool = True) -> Any:
@@ -322,18 +350,8 @@ def parse_json(text: str | bytes, *, max_depth: int = MAX_DEPTH, integers: bool 
     +/-(2**53-1).
     """
     duplicates: list[str] = []
-
-    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
-        mapping = dict(items)
-        if len(mapping) != len(items):
-            seen: set[str] = set()
-            for key, _ in items:
-                if key in seen:
-                    duplicates.append(key)
-                seen.add(key)
-        return mapping
-
-    value = load_json(text, max_depth=max_depth, object_pairs_hook=pairs)
+    _parsing.duplicates = duplicates
+    value = load_json(text, max_depth=max_depth, decoder=_STRICT_DECODER)
     check_canonical(value, max_depth=max_depth, integers=integers)
     if duplicates:
         reason = f"object key {json.dumps(duplicates[0], ensure_ascii=True)} appears more than once"
