@@ -1,7 +1,9 @@
 """`SqlPort` over the standard library's sqlite3.
 
 WAL journal, `BEGIN IMMEDIATE` per transaction (the write lock is taken up front, so two
-processes never deadlock upgrading a read), a busy timeout for waiting on other processes, and
+processes never deadlock upgrading a read), handed from one of our writers to the next by the
+kernel rather than polled for (`local_catalog.writer_lock`), a busy timeout for waiting on any
+other writer, and
 `synchronous=FULL` by default: a committed transaction survives power loss, not only a process
 crash. `synchronous="NORMAL"` trades the last transactions before a power loss for speed.
 """
@@ -10,9 +12,13 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from local_catalog.writer_lock import WriterLock
 
 T = TypeVar("T")
 
@@ -29,6 +35,11 @@ class SqliteSqlPort:
         self._conn.execute("PRAGMA journal_mode = WAL")
         self._conn.execute(f"PRAGMA synchronous = {synchronous}")
         self._depth = 0
+        self._writer_lock: WriterLock | None = None
+        if sys.platform != "emscripten":  # Pyodide: one process, one writer, and no flock worth the name
+            from local_catalog.writer_lock import WriterLock
+
+            self._writer_lock = WriterLock(self.path, busy_timeout_ms / 1000)
 
     def execute(self, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
         return self._conn.execute(sql, tuple(params)).fetchall()
@@ -43,21 +54,22 @@ class SqliteSqlPort:
     @contextlib.contextmanager
     def _immediate(self) -> Iterator[None]:
         """One BEGIN IMMEDIATE .. COMMIT around the body, rolled back when the body or the commit raises."""
-        self._conn.execute("BEGIN IMMEDIATE")
-        self._depth += 1
-        try:
-            yield
-        except BaseException:
-            self._depth -= 1
-            self._conn.execute("ROLLBACK")
-            raise
-        self._depth -= 1
-        try:
-            self._conn.execute("COMMIT")
-        except BaseException:
-            if self._conn.in_transaction:
+        with self._writer_lock.held() if self._writer_lock else contextlib.nullcontext():
+            self._conn.execute("BEGIN IMMEDIATE")
+            self._depth += 1
+            try:
+                yield
+            except BaseException:
+                self._depth -= 1
                 self._conn.execute("ROLLBACK")
-            raise
+                raise
+            self._depth -= 1
+            try:
+                self._conn.execute("COMMIT")
+            except BaseException:
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
+                raise
 
     def group(self, calls: Sequence[Callable[[], T]]) -> list[T | Exception]:
         """Run several calls as one transaction, one commit (group commit): each call inside its
@@ -83,3 +95,5 @@ class SqliteSqlPort:
 
     def close(self) -> None:
         self._conn.close()
+        if self._writer_lock is not None:
+            self._writer_lock.close()
