@@ -1,7 +1,7 @@
 """Many worlds in one `archetype serve`: 10,000 worlds of which 100 are busy, against the same 100 alone.
 
     .venv/bin/python bench/many_worlds.py [--worlds 10000] [--busy 100] [--tick-rate 4] [--busy-seconds 20]
-                                          [--idle-seconds 30] [--admissions 600] [--no-record]
+                                          [--idle-seconds 30] [--admissions 600] [--admission-rounds 3] [--no-record]
 
 Two `serve` processes on 127.0.0.1, one after the other, each on a fresh data directory (catalog
 `synchronous=FULL`), and this process as their only client (bench/lean_http.py: keep-alive
@@ -13,7 +13,9 @@ connections and next to no CPU per request, so the figures are the server's, not
  2. the same serve holding `worlds` worlds: world creation timed at 0 and at `worlds` existing,
     RSS before and after the worlds exist, then the same busy load on `busy` of them, then
     `idle-seconds` with no traffic (the catalog must not grow), then HTTP admission into one world at
-    1, 8 and 32 requests in flight (far-future tick: the runner never leases them).
+    1, 8 and 32 requests in flight (far-future tick: the runner never leases them), the three
+    levels alternated for `admission-rounds` rounds and the best round of each kept, as
+    bench/http_admission.py keeps its (the round the machine's other work disturbed least).
 
 Busy tick rate is manifests published per busy world per second; due-to-applied is a command's
 settlement time minus its admission time, from the catalog (read-only), also in ticks. Every phase
@@ -191,7 +193,7 @@ async def busy_load(http: Pool, serve: Serve, busy: list[str], tick_rate: float,
     }
 
 
-async def admission(http: Pool, world_id: str, count: int, in_flight: int) -> dict[str, float]:
+async def admission(http: Pool, world_id: str, count: int, in_flight: int, round_: int) -> dict[str, float]:
     latencies: list[float] = []
     pending = iter(range(count))
     started = time.perf_counter()
@@ -201,7 +203,7 @@ async def admission(http: Pool, world_id: str, count: int, in_flight: int) -> di
             t0 = time.perf_counter()
             status, text = await http.request("POST", f"/worlds/{world_id}/commands",
                                               {"type": "despawn", "tick": FAR_TICK, "entity_id": index + 1},
-                                              {**PLAYER, "Idempotency-Key": f"a{in_flight}-{index}"})  # fmt: skip
+                                              {**PLAYER, "Idempotency-Key": f"a{round_}-{in_flight}-{index}"})  # fmt: skip
             latencies.append(time.perf_counter() - t0)
             assert status == 202, text
             if time.perf_counter() - started > PHASE_LIMIT_S:
@@ -271,7 +273,9 @@ async def many_run(directory: Path, args: argparse.Namespace) -> dict[str, objec
             figures["idle_growth_bytes_per_min"] = (after - before) * 60 / args.idle_seconds
             figures["idle_rows"] = (rows_before, rows_after)
 
-            figures["admission"] = [await admission(http, "later-0", args.admissions, n) for n in (1, 8, 32)]
+            rounds = [[await admission(http, "later-0", args.admissions, n, r) for n in (1, 8, 32)]
+                      for r in range(args.admission_rounds)]  # fmt: skip
+            figures["admission"] = [max(level, key=lambda a: a["per_s"]) for level in zip(*rounds, strict=True)]
     finally:
         serve.stop()
     return figures
@@ -326,7 +330,8 @@ def report(args: argparse.Namespace, alone: dict[str, float], many: dict[str, ob
         f"| world creation at 0 / {args.worlds:,} existing | | {created_0:,.0f} / {created_n:,.0f} worlds/s "
         f"({created_n / created_0:.2f}x) | >= 500/s, unchanged | "
         f"{verdict(min(created_0, created_n) >= 500 and created_n / created_0 >= 0.8)} |",
-        *(f"| HTTP admission, {a['in_flight']} in flight | {'(baseline)' if a['in_flight'] == 1 else ''} | "
+        *(f"| HTTP admission, {a['in_flight']} in flight (best of {args.admission_rounds}) | "
+          f"{'(baseline)' if a['in_flight'] == 1 else ''} | "
           f"{a['per_s']:,.0f} commands/s ({a['per_s'] / one:.1f}x), p50 {a['p50_ms']:.1f} ms, p99 {a['p99_ms']:.1f} ms | "
           f"{'>= 1,500/s, p99 <= 50 ms, >= 3x' if a['in_flight'] == 32 else ''} | "
           f"{verdict(a['per_s'] >= 1500 and a['p99_ms'] <= 50 and a['per_s'] >= 3 * one) if a['in_flight'] == 32 else ''} |"
@@ -345,7 +350,8 @@ def main() -> None:
     parser.add_argument("--tick-rate", type=float, default=4.0)
     parser.add_argument("--busy-seconds", type=float, default=20.0)
     parser.add_argument("--idle-seconds", type=float, default=30.0)
-    parser.add_argument("--admissions", type=int, default=600, help="commands per in-flight level")
+    parser.add_argument("--admissions", type=int, default=600, help="commands per in-flight level and round")
+    parser.add_argument("--admission-rounds", type=int, default=3, help="rounds of the admission levels (best kept)")
     parser.add_argument("--no-record", action="store_true", help="print only; leave docs/performance.md alone")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="archetype-many-") as tmp:

@@ -81,17 +81,20 @@ class SqliteSqlPort:
                 return [calls[0]()]
             except Exception as exc:
                 return [exc]
-        results: list[T | Exception] = []
         with self._immediate():
-            for call in calls:
-                self._conn.execute("SAVEPOINT call")
-                try:
-                    results.append(call())
-                except Exception as exc:
-                    self._conn.execute("ROLLBACK TO call")
-                    results.append(exc)
-                self._conn.execute("RELEASE call")
-        return results
+            return [self.attempt(call) for call in calls]
+
+    def attempt(self, call: Callable[[], T]) -> T | Exception:
+        """`call` inside a savepoint of the transaction in progress: what it raised is rolled back
+        and answered, and the rest of the transaction goes on."""
+        self._conn.execute("SAVEPOINT call")
+        try:
+            result: T | Exception = call()
+        except Exception as exc:
+            self._conn.execute("ROLLBACK TO call")
+            result = exc
+        self._conn.execute("RELEASE call")
+        return result
 
     def close(self) -> None:
         self._conn.close()

@@ -6,6 +6,12 @@ transaction commits run together as the next transaction (group commit): under l
 admissions share one fsync, yet each caller is answered only after the commit that made its own
 call durable, and a call that raises is rolled back alone (a savepoint each; see
 `SqliteSqlPort.group`).
+
+Admissions queued one after another for the same world, principal and quota (concurrent HTTP
+submissions, typically) run as one `admit` of all their commands, in queue order: a batch's
+statements cost about a fifth of single admissions' per command. Should that batch be refused
+(it is all or nothing), each admission runs again alone, in its own savepoint of the same
+transaction, so every caller gets the answer it would have got alone.
 """
 
 from __future__ import annotations
@@ -29,6 +35,8 @@ from local_catalog.port import SqliteSqlPort
 SOLO_METHODS = frozenset({"destroy"})
 # Bounds how long one group holds the catalog's write lock.
 MAX_GROUP = 256
+# The most commands queued admissions are merged into (a batch over HTTP holds up to 1,000).
+MAX_MERGED_COMMANDS = 1_000
 
 
 class BacklogWorld(Watermark):
@@ -42,6 +50,28 @@ class _Call:
     solo: bool
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future[Any]
+    admission: dict[str, Any] | None = None  # an admit's arguments: it may run merged with its neighbours
+
+
+def _merge_key(arguments: dict[str, Any]) -> tuple[Any, ...] | None:
+    """What admissions merged into one batch must share (one world, one quota, one principal: a
+    batch's rule), or None when the arguments are not a plain admission (it then runs alone and
+    answers whatever it answers)."""
+    try:
+        commands = arguments["commands"]
+        return (arguments["world_id"], arguments.get("quota"), commands[0]["principal"], len(commands))
+    except Exception:
+        return None
+
+
+def _commands(call: _Call) -> list[Any]:
+    assert call.admission is not None  # a merged call is an admission
+    return list(call.admission["commands"])
+
+
+def _answer_each(calls: list[_Call], result: Any) -> list[Any]:
+    """Each merged call's answer: its own (a list from `run_merged`), or the group's failure."""
+    return result if isinstance(result, list) else [result] * len(calls)
 
 
 def _settle(answers: list[tuple[asyncio.Future[Any], Any]]) -> None:
@@ -70,7 +100,8 @@ class WriterThreadAuthority(InProcessAuthority):
         if method not in LEDGER_METHODS:
             raise UnregisteredOperationError(f"{method!r} is not a ledger method")
         fn = getattr(self.ledger, method)
-        return await self._call(lambda: fn(**arguments), solo=method in SOLO_METHODS)
+        return await self._call(lambda: fn(**arguments), solo=method in SOLO_METHODS,
+                                admission=arguments if method == "admit" else None)  # fmt: skip
 
     async def outbox_backlog(self) -> list[BacklogWorld]:
         """The worlds of the catalog with outbox events not yet projected, each with its watermark,
@@ -80,11 +111,11 @@ class WriterThreadAuthority(InProcessAuthority):
         return [{"world_id": r[0], "status": r[1], "health": r[2], "committed_seq": r[3], "projected_seq": r[4],
                  "pending": r[3] - r[4]} for r in rows]  # fmt: skip
 
-    async def _call(self, fn: Callable[[], Any], *, solo: bool) -> Any:
+    async def _call(self, fn: Callable[[], Any], *, solo: bool, admission: dict[str, Any] | None = None) -> Any:
         if self._closed:
             raise RuntimeError("the local authority is closed")
         loop = asyncio.get_running_loop()
-        call = _Call(fn, solo, loop, loop.create_future())
+        call = _Call(fn, solo, loop, loop.create_future(), admission)
         self._queue.put(call)
         return await call.future
 
@@ -107,8 +138,11 @@ class WriterThreadAuthority(InProcessAuthority):
             self._run_group(group)
 
     def _run_group(self, group: list[_Call]) -> None:
+        units = self._merged(group)
         try:
-            results: list[Any] = self._port.group([call.fn for call in group])
+            done = self._port.group([calls[0].fn if len(calls) == 1 else self._run_merged(calls) for calls in units])
+            results = [answer for calls, result in zip(units, done, strict=True)
+                       for answer in ([result] if len(calls) == 1 else _answer_each(calls, result))]  # fmt: skip
         except BaseException as exc:  # the commit itself failed: nothing of the group is durable
             results = [exc] * len(group)
         self.calls += len(group)
@@ -120,6 +154,41 @@ class WriterThreadAuthority(InProcessAuthority):
             answers.setdefault(call.loop, []).append((call.future, result))
         for loop, settled in answers.items():
             loop.call_soon_threadsafe(_settle, settled)
+
+    @staticmethod
+    def _merged(group: list[_Call]) -> list[list[_Call]]:
+        """The group in queue order, neighbouring admissions that may run as one batch together."""
+        units: list[list[_Call]] = []
+        keys: list[tuple[Any, ...] | None] = []
+        for call in group:
+            key = _merge_key(call.admission) if call.admission is not None else None
+            last = keys[-1] if keys else None
+            if key is not None and last is not None and key[:3] == last[:3] and last[3] + key[3] <= MAX_MERGED_COMMANDS:
+                units[-1].append(call)
+                keys[-1] = (*last[:3], last[3] + key[3])
+            else:
+                units.append([call])
+                keys.append(key)
+        return units
+
+    def _run_merged(self, calls: list[_Call]) -> Callable[[], list[Any]]:
+        """One `admit` of the calls' commands; refused, each call alone (a savepoint each)."""
+
+        def run() -> list[Any]:
+            first = calls[0].admission
+            assert first is not None
+            each = [_commands(call) for call in calls]
+            batch = [command for commands in each for command in commands]
+            admitted = self._port.attempt(lambda: self.ledger.admit(first["world_id"], batch, first.get("quota")))
+            if isinstance(admitted, Exception):
+                return [self._port.attempt(call.fn) for call in calls]
+            answers: list[Any] = []
+            for commands in each:
+                answers.append(admitted[: len(commands)])
+                admitted = admitted[len(commands) :]
+            return answers
+
+        return lambda: self._port.transaction(run)  # in the group's transaction, or one of its own when alone
 
     async def close(self) -> None:
         if self._closed:

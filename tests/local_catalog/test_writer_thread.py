@@ -28,6 +28,15 @@ from tests.component_modules.alpha import Health
 ADMISSIONS = 64
 
 
+def _row(command_id: str, principal: str | None, *, hp: object = 1, tick: int = 0, fingerprint: str | None = None) -> dict:
+    """The admission row of a spawn of one Health into world `w`."""
+    component = {"name": "Health", "fingerprint": fingerprint or Health.component_fingerprint(), "data": {"hp": hp}}
+    payload = canonical_json({"operation": "spawn", "world_id": "w", "components": [component]})
+    return {"command_id": command_id, "schema_version": 1, "scheduled_tick": tick, "priority": 0, "operation": "spawn",
+            "payload": payload, "principal": principal, "origin": "gateway", "max_attempts": 3,
+            "reserved_entity_id": None, "request_digest": None}  # fmt: skip
+
+
 async def _loop_lag_while(work: asyncio.Future) -> float:
     """The longest the event loop stayed away from a 1 ms timer while `work` ran."""
     worst = 0.0
@@ -135,11 +144,7 @@ async def test_component_admission_checks_run_per_call_inside_a_group(tmp_path):
     await authority.create_world("w", "w")
 
     def admission(command_id: str, fingerprint: str, hp: object) -> dict:
-        payload = canonical_json({"operation": "spawn", "world_id": "w",
-                                  "components": [{"name": "Health", "fingerprint": fingerprint, "data": {"hp": hp}}]})  # fmt: skip
-        return {"command_id": command_id, "schema_version": 1, "scheduled_tick": 0, "priority": 0, "operation": "spawn",
-                "payload": payload, "principal": None, "origin": "gateway", "max_attempts": 3,
-                "reserved_entity_id": None, "request_digest": None}  # fmt: skip
+        return _row(command_id, None, hp=hp, fingerprint=fingerprint)
 
     health = Health.component_fingerprint()
     calls, groups = authority.calls, authority.groups
@@ -196,3 +201,70 @@ async def test_a_group_wakes_its_callers_loop_once(tmp_path):
     assert all(a["world_id"] == "w" for a in answers[:-1])  # type: ignore[index]
     assert isinstance(answers[-1], WorldNotFoundError)
     await authority.close()
+
+
+QUOTA = 9  # per principal and target tick: tick 0 stays under it
+# Admissions as concurrent HTTP submissions queue them: mostly one principal's singles into one
+# world, with a replay, a conflict, a key sent twice at once, a refused value, a quota overflow
+# and another principal's in between.
+QUEUED = [
+    ("p", [_row("a1", "p")]), ("p", [_row("a2", "p")]), ("p", [_row("seen", "p")]),  # a replay
+    ("p", [_row("a3", "p"), _row("a4", "p")]), ("p", [_row("twice", "p")]), ("p", [_row("twice", "p")]),
+    ("p", [_row("clash", "p", hp=2)]),  # admitted before with other content: a conflict
+    ("q", [_row("b1", "q")]), ("q", [_row("b2", "q")]),
+    ("p", [_row("bad", "p", hp="x")]), ("p", [_row("a5", "p")]),
+    *(("p", [_row(f"t{i}", "p", tick=7)]) for i in range(QUOTA + 1)),  # the last over the quota of tick 7
+    (None, [_row("trusted", None)]),
+    *(("p", [_row(f"c{i}", "p", tick=3)]) for i in range(6)),  # nothing to refuse: one batch
+]
+
+
+async def _queued_admissions(tmp_path, name: str, *, at_once: bool) -> tuple[list, list, list[int]]:
+    authority = open_local_authority(tmp_path / name, clock=ManualClock())
+    assert isinstance(authority, WriterThreadAuthority)
+    batches: list[int] = []
+    admit = authority.ledger.admit
+
+    def counted(world_id, commands, quota=None):
+        batches.append(len(commands))
+        return admit(world_id, commands, quota)
+
+    authority.ledger.admit = counted  # type: ignore[method-assign]
+    await authority.create_world("w", "w")
+    await authority.record_components("w", [schema_row(Health)])
+    await authority.admit("w", [_row("seen", "p"), _row("clash", "p")], QUOTA)
+    batches.clear()
+
+    def call(principal: str | None, rows: list) -> asyncio.Future:
+        return asyncio.ensure_future(authority.rpc("admit", {"world_id": "w", "commands": rows, "quota": QUOTA if principal else None}))
+
+    if at_once:  # queued behind a held call: they run as one group
+        gate = threading.Event()
+        held = asyncio.ensure_future(authority._call(gate.wait, solo=False))
+        await asyncio.sleep(0.05)
+        futures = [call(principal, rows) for principal, rows in QUEUED]
+        await asyncio.sleep(0.05)
+        gate.set()
+        await held
+        answers = await asyncio.gather(*futures, return_exceptions=True)
+    else:
+        answers = [(await asyncio.gather(call(principal, rows), return_exceptions=True))[0] for principal, rows in QUEUED]
+    ledger = [await authority.history("w", limit=100, scope=None), await authority.read_outbox("w", 0, 1000)]
+    await authority.close()
+    return [a if isinstance(a, list) else (type(a).__name__, str(a)) for a in answers], ledger, batches
+
+
+async def test_queued_admissions_run_as_one_batch_and_answer_as_each_alone(tmp_path):
+    """Neighbouring admissions of one world and principal run as one `admit` (the writer merges
+    them); each caller's answer, and every row and event the ledger keeps, is what running them one
+    at a time gives, refusals included (the merged batch refused, each runs alone)."""
+    merged, merged_ledger, merged_batches = await _queued_admissions(tmp_path, "merged", at_once=True)
+    alone, alone_ledger, alone_batches = await _queued_admissions(tmp_path, "alone", at_once=False)
+    assert merged == alone
+    assert merged_ledger == alone_ledger
+    assert alone_batches == [len(rows) for _, rows in QUEUED]
+    assert merged_batches[-1] == 6 and len(merged_batches) < len(alone_batches) + 4, merged_batches  # merged; refused, alone
+    refused = {answer[0] for answer in alone if isinstance(answer, tuple)}
+    assert refused == {"CommandConflictError", "InvalidComponentDataError", "QuotaExceededError"}
+    replays = [a[0]["replayed"] for a in alone if isinstance(a, list) and a[0]["command_id"] in ("seen", "twice")]
+    assert replays == [True, False, True]
