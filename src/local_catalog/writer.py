@@ -70,7 +70,7 @@ def _commands(call: _Call) -> list[Any]:
 
 
 def _answer_each(calls: list[_Call], result: Any) -> list[Any]:
-    """Each merged call's answer: its own (a list from `run_merged`), or the group's failure."""
+    """Each merged call's answer: its own (the list `_run_merged` answers), or what failed them all."""
     return result if isinstance(result, list) else [result] * len(calls)
 
 
