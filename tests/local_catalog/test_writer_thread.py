@@ -206,9 +206,10 @@ async def test_a_group_wakes_its_callers_loop_once(tmp_path):
 QUOTA = 9  # per principal and target tick: tick 0 stays under it
 # Admissions as concurrent HTTP submissions queue them: mostly one principal's singles into one
 # world, with a replay, a conflict, a key sent twice at once, a refused value, a quota overflow
-# and another principal's in between.
+# and another principal's in between; an empty one, which no batch may be.
 QUEUED = [
-    ("p", [_row("a1", "p")]), ("p", [_row("a2", "p")]), ("p", [_row("seen", "p")]),  # a replay
+    ("p", [_row("a1", "p")]), ("p", [_row("a2", "p")]), ("p", []),  # an empty batch: refused
+    ("p", [_row("seen", "p")]),  # a replay
     ("p", [_row("a3", "p"), _row("a4", "p")]), ("p", [_row("twice", "p")]), ("p", [_row("twice", "p")]),
     ("p", [_row("clash", "p", hp=2)]),  # admitted before with other content: a conflict
     ("q", [_row("b1", "q")]), ("q", [_row("b2", "q")]),
@@ -265,6 +266,6 @@ async def test_queued_admissions_run_as_one_batch_and_answer_as_each_alone(tmp_p
     assert alone_batches == [len(rows) for _, rows in QUEUED]
     assert merged_batches[-1] == 6 and len(merged_batches) < len(alone_batches) + 4, merged_batches  # merged; refused, alone
     refused = {answer[0] for answer in alone if isinstance(answer, tuple)}
-    assert refused == {"CommandConflictError", "InvalidComponentDataError", "QuotaExceededError"}
+    assert refused == {"CommandConflictError", "InvalidComponentDataError", "QuotaExceededError", "InvalidCommandError"}
     replays = [a[0]["replayed"] for a in alone if isinstance(a, list) and a[0]["command_id"] in ("seen", "twice")]
     assert replays == [True, False, True]
