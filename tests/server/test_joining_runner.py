@@ -7,20 +7,16 @@ applied by its new host with no further bump and no command leased twice."""
 
 from __future__ import annotations
 
-import re
-import sqlite3
 import time
-from contextlib import closing
 from pathlib import Path
 
 import httpx
 import pytest
 
 from archetype.server import host_of
-from archetype.world import ComponentValue
 from tests.api.conftest import TOKENS
-from tests.component_modules.alpha import Position, Velocity
-from tests.crash.harness import Serve
+from tests.crash.harness import Serve, wait_for
+from tests.crash.test_cooperating_runners import ADMIN, WAIT_S, catalog, settled, submit, takeovers
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -28,42 +24,11 @@ WORLDS = [f"join-{i}" for i in range(12)]
 RUNNERS = ["runner-a", "runner-b"]
 LEASE_S = 3.0
 FLAGS = ("--module", "tests.component_modules.alpha", "--world-lease", str(LEASE_S))  # components, no processor: idle worlds
-ADMIN = {"Authorization": "Bearer t-admin"}
-SHIP = [ComponentValue.from_component(c).model_dump() for c in (Position(x=0, y=0), Velocity(dx=1, dy=0))]
-
-
-def rows(data: Path, sql: str) -> list[tuple]:
-    with closing(sqlite3.connect(f"file:{data / 'catalog.sqlite3'}?mode=ro", uri=True, timeout=30)) as db:
-        return db.execute(sql).fetchall()
 
 
 def worlds(data: Path) -> dict[str, tuple[str | None, int, int]]:
-    found = rows(data, "SELECT world_id, host_owner, writer_epoch, tick_head FROM worlds")
+    found = catalog(data, "SELECT world_id, host_owner, writer_epoch, tick_head FROM worlds")
     return {world_id: (owner, epoch, head) for world_id, owner, epoch, head in found}
-
-
-def wait_for(predicate, what: str, within_s: float = 30.0):
-    deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline:
-        if result := predicate():
-            return result
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def settled(data: Path) -> bool:
-    return not rows(data, "SELECT 1 FROM commands WHERE status IN ('PENDING', 'LEASED', 'RETRYABLE') LIMIT 1")
-
-
-def takeovers(url: str) -> float:
-    text = httpx.get(f"{url}/metrics", headers=ADMIN, timeout=10).text
-    return sum(float(v) for v in re.findall(r"^archetype_lease_takeovers_total (\S+)$", text, re.M))
-
-
-def submit(http: httpx.Client, world_id: str, key: str) -> None:
-    answer = http.post(f"/worlds/{world_id}/commands", json={"type": "spawn", "tick": 0, "components": SHIP},
-                       headers={**ADMIN, "Idempotency-Key": key})  # fmt: skip
-    assert answer.status_code == 202, answer.text
 
 
 def test_a_joining_runner_takes_its_share_of_the_idle_worlds_with_no_command_sent(tmp_path: Path) -> None:
@@ -76,7 +41,7 @@ def test_a_joining_runner_takes_its_share_of_the_idle_worlds_with_no_command_sen
             for world_id in WORLDS:
                 assert http.post("/worlds", json={"name": world_id, "world_id": world_id}, headers=ADMIN).status_code == 201
                 submit(http, world_id, "first")
-            wait_for(lambda: settled(data), "runner-a to apply every first command")
+            wait_for(lambda: settled(data), "runner-a to apply every first command", WAIT_S)
             before = worlds(data)
             assert {owner for owner, _, _ in before.values()} == {"runner-a"}  # it hosts them all
             idle_since = {w: head for w, (_, _, head) in before.items()}
@@ -87,18 +52,18 @@ def test_a_joining_runner_takes_its_share_of_the_idle_worlds_with_no_command_sen
             split = {w: host_of(w, RUNNERS) for w in WORLDS}
             assert "runner-a" in split.values() and "runner-b" in split.values()
             wait_for(lambda: all(worlds(data)[w][0] == host for w, host in split.items()), "the idle worlds to split",
-                     within_s=LEASE_S)  # fmt: skip
+                     LEASE_S, every=0.05)  # fmt: skip
             moved_in_s = time.monotonic() - joined
             after = worlds(data)
             for world_id, host in split.items():
                 owner, epoch, head = after[world_id]
                 assert epoch == before[world_id][1] + (host == "runner-b"), (world_id, before[world_id], after[world_id])
                 assert head == idle_since[world_id]  # moved, not ticked
-            assert not rows(data, "SELECT 1 FROM commands WHERE status IN ('PENDING', 'LEASED', 'RETRYABLE')")
+            assert settled(data)
 
             for world_id in WORLDS:  # their next commands, admitted by runner-a's front door
                 submit(http, world_id, "second")
-            wait_for(lambda: settled(data), "every second command to be applied")
+            wait_for(lambda: settled(data), "every second command to be applied", WAIT_S)
             final = worlds(data)
             for world_id, host in split.items():  # applied by the new host, with no further bump
                 assert final[world_id][:2] == (host, after[world_id][1]), (world_id, after[world_id], final[world_id])
