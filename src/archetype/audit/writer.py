@@ -11,7 +11,7 @@ commits batch N. The child is `python -m archetype.audit.writer <data_dir>`; one
 The batch travels through a spool file, not the pipe: the parent's event loop is often blocked
 in synchronous ledger calls, and a large pipe write would only trickle out when it yields.
 The child deletes each spool file once handled. Closing its stdin ends it; a child that died is
-replaced by the next `start()`.
+replaced by the next `start()`. A child whose parent died says so in one line on stderr and exits.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -29,6 +30,9 @@ import pyarrow as pa
 
 from archetype.audit.catalog import AUDIT_DIR, local_catalog
 from archetype.audit.table import AuditTable
+
+
+REPLY_FD = 1  # the child answers on its stdout
 
 
 class AuditWriteError(RuntimeError):
@@ -104,6 +108,15 @@ class ProcessWriter:
 
 
 def serve(data_dir: str) -> None:
+    try:
+        _serve(data_dir)
+    except BrokenPipeError:  # its answer had nowhere to go: the parent died, SIGKILL included
+        # what is still buffered for the pipe would raise again as the interpreter exits
+        os.dup2(os.open(os.devnull, os.O_WRONLY), REPLY_FD)
+        print("archetype audit writer: its parent process is gone (broken pipe); exiting", file=sys.stderr)
+
+
+def _serve(data_dir: str) -> None:
     requests, replies = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # stray prints must not corrupt the reply channel
     table = AuditTable(local_catalog(data_dir))
