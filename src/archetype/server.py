@@ -376,7 +376,11 @@ def listen(host: str, port: int) -> socket.socket:
     except OSError as exc:
         sock.close()
         raise ConfigurationError(f"cannot listen on {host}:{port}: {exc.strerror}; stop what uses it, or pick another --port") from None
-    sock.set_inheritable(True)
+    # Never inheritable (close-on-exec, Python's default for sockets): a child process holding it
+    # (the stepping process, its audit writer) would keep the port bound after serve alone died.
+    # uvloop's subprocess_exec ignores close_fds (every inheritable descriptor goes to the child), so
+    # close-on-exec is the one guard.
+    sock.set_inheritable(False)
     return sock
 
 
