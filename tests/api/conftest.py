@@ -15,6 +15,8 @@ TOKENS = {
     "t-player2": {"principal": "quinn", "roles": ["player"]},
     "t-viewer": {"principal": "vic", "roles": ["viewer"]},
     "t-nobody": {"principal": "nobody", "roles": []},
+    "t-analyst": {"principal": "ana", "roles": ["analyst"]},
+    "t-projector": {"principal": "iceberg", "roles": ["projector"]},
 }
 QUOTA = 5
 MAX_BODY = 64 * 1024
@@ -24,7 +26,7 @@ def auth(token: str, **headers: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}", **headers}
 
 
-ADMIN, OPERATOR, PLAYER, PLAYER2, VIEWER, NOBODY = (auth(t) for t in TOKENS)
+ADMIN, OPERATOR, PLAYER, PLAYER2, VIEWER, NOBODY, ANALYST, PROJECTOR = (auth(t) for t in TOKENS)
 
 
 @pytest.fixture

@@ -100,7 +100,7 @@ async def test_oversized_bodies_are_refused_before_parsing(client, world, snapsh
         ("/worlds/{w}/ledger/lease", {}, 422, "invalid_request"),
         ("/worlds/{w}/ledger/lease", {"owner": "o", "writer_epoch": "1", "tick": 0, "limit": 1, "lease_ms": 1}, 422, "invalid_request"),
         ("/worlds/{w}/ledger/reserve_entity_ids", {"count": 2**62}, 422, "invalid_request"),
-        ("/worlds/{w}/ledger/reserve_entity_ids", {"count": 0}, 422, "invalid_command"),
+        ("/worlds/{w}/ledger/reserve_entity_ids", {"count": 0}, 422, "invalid_request"),
         ("/worlds/{w}/ledger/world_info", {"world_id": "other"}, 422, "invalid_request"),
         ("/worlds/{w}/ledger/list_worlds", {}, 422, "invalid_request"),
         ("/ledger/world_info", {}, 422, "invalid_request"),

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from archetype.api import create_app
 from archetype.canonical import canonical_json
 from local_catalog import open_local_authority
-from tests.api.conftest import ADMIN, PLAYER, TOKENS, VIEWER
+from tests.api.conftest import ADMIN, PLAYER, PROJECTOR, TOKENS, VIEWER
 from tests.component_modules.alpha import Position
 from tests.component_modules.coercing import Counter, Label, Loose
 from tests.support.durable_object_standin import world_namespace
@@ -49,7 +49,7 @@ async def edge(request, tmp_path, clock):
 async def persisted(client) -> dict:
     """What the edge holds for the world: its commands, its outbox, its state."""
     history = await client.get(f"/worlds/{WORLD}/commands", headers=ADMIN)
-    outbox = await client.post(f"/worlds/{WORLD}/ledger/read_outbox", json={"limit": 1000}, headers=ADMIN)
+    outbox = await client.post(f"/worlds/{WORLD}/ledger/read_outbox", json={"limit": 1000}, headers=PROJECTOR)
     world = await client.get(f"/worlds/{WORLD}", headers=VIEWER)
     assert (history.status_code, outbox.status_code, world.status_code) == (200, 200, 200)
     return {"commands": history.json()["commands"], "outbox": outbox.json(), "world": world.json()}

@@ -45,7 +45,7 @@ class LoopbackServer:
 async def local_over_http(directory: Path, clock: ManualClock):
     """The local catalog behind `archetype.api` on loopback, reached through HttpAuthority (admin token)."""
     local = open_local_authority(directory, clock=clock)
-    with LoopbackServer(create_app(local, tokens={"conformance": {"principal": "root", "roles": ["admin"]}})) as server:
+    with LoopbackServer(create_app(local, tokens={"conformance": {"principal": "root", "roles": ["admin", "projector"]}})) as server:
         authority = HttpAuthority(server.url, token="conformance")
         try:
             yield authority

@@ -21,7 +21,7 @@ TOKEN = "worker-conformance"
 @asynccontextmanager
 async def worker_over_http(directory: Path, clock: ManualClock):
     namespace = world_namespace(directory, clock)
-    namespace.env.ARCHETYPE_TOKENS = json.dumps({TOKEN: {"principal": "root", "roles": ["admin"]}})
+    namespace.env.ARCHETYPE_TOKENS = json.dumps({TOKEN: {"principal": "root", "roles": ["admin", "projector"]}})
     with LoopbackServer(build_app(namespace.env)) as server:
         authority = HttpAuthority(server.url, token=TOKEN)
         try:

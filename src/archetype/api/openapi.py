@@ -22,6 +22,7 @@ from archetype.api.errors import (
     UnsupportedCommandTypeError,
 )
 from archetype.commands.errors import (
+    AmbiguousCommandError,
     AuditUnavailableError,
     CommandConflictError,
     CommandError,
@@ -66,14 +67,15 @@ SUBMITTING: Errors = (*JSON_BODY, *ADMITTING, UnsupportedCommandTypeError, Idemp
 LEDGER: Errors = (*JSON_BODY, ShuttingDownError, UnregisteredOperationError, NotDurableError, InvalidCommandError,
                   OperationUnavailableError, CommandConflictError, ReservationNotOwnedError, WorldNotFoundError,
                   WorldExistsError, WorldClosingError, StaleWriterError, LeaseLostError, QuotaExceededError,
-                  WorldEdgeHostedError, RouteNotFoundError, CommandNotFoundError, NotDeadLetteredError, RedriveConflictError,
+                  WorldEdgeHostedError, RouteNotFoundError, CommandNotFoundError, AmbiguousCommandError, NotDeadLetteredError,
+                  RedriveConflictError,
                   *COMPONENTS, MigrationConflictError)  # fmt: skip
 CREATE_WORLD: Errors = (*JSON_BODY, ShuttingDownError, InvalidCommandError, WorldExistsError, WorldClosingError)
 DESTROY_WORLD: Errors = (*WORLD_PATH, ShuttingDownError, WorldClosingError)
-READ_COMMAND: Errors = (*WORLD_PATH, CommandNotFoundError)
+READ_COMMAND: Errors = (*WORLD_PATH, CommandNotFoundError, AmbiguousCommandError)
 READ_AUDIT: Errors = (*WORLD_PATH, AuditUnavailableError)
-REDRIVE: Errors = (*WORLD_PATH, *ADMITTING, CommandNotFoundError, NotDeadLetteredError, RedriveConflictError,
-                   CommandConflictError)  # fmt: skip
+REDRIVE: Errors = (*WORLD_PATH, *ADMITTING, CommandNotFoundError, AmbiguousCommandError, NotDeadLetteredError,
+                   RedriveConflictError, CommandConflictError)  # fmt: skip
 
 
 def error_responses(*groups: Errors, authenticated: bool = True) -> dict[int | str, dict[str, Any]]:

@@ -31,7 +31,6 @@ import pyarrow as pa
 from archetype.audit.catalog import AUDIT_DIR, local_catalog
 from archetype.audit.table import AuditTable
 
-
 REPLY_FD = 1  # the child answers on its stdout
 
 

@@ -153,7 +153,7 @@ class Authority(ABC):
         return await self.rpc("destroy", {"world_id": world_id})
 
     # -- reads --
-    async def command(self, world_id: str, command_id: str, scope: str = "") -> CommandRow | None:
+    async def command(self, world_id: str, command_id: str, scope: str | None = "") -> CommandRow | None:
         return await self.rpc("command", {"world_id": world_id, "command_id": command_id, "scope": scope})
 
     async def history(self, world_id: str, status: str | None = None, after_sequence: int = 0, limit: int = 100,

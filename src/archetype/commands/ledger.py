@@ -24,12 +24,15 @@ import json
 import operator
 import re
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, cast
+from typing import Annotated, Any, cast
 
-from archetype.canonical import canonical_json
+from pydantic import Field
+
+from archetype.canonical import MAX_SAFE_INTEGER, canonical_json, printable_text
 from archetype.commands import ledger_sql as q
 from archetype.commands import migrations
 from archetype.commands.errors import (
+    AmbiguousCommandError,
     CommandConflictError,
     CommandNotFoundError,
     InvalidCommandError,
@@ -52,27 +55,41 @@ from archetype.commands.errors import (
 )
 from archetype.commands.identity import COMMAND_ID_PATTERN, command_digest
 from archetype.commands.ledger_rows import (
+    COMMAND_LEASE_MAX_MS,
+    HOST_LEASE_MAX_MS,
+    MAX_PAGE,
+    MAX_PRUNE,
+    MAX_RESERVE,
     AdmissionRow,
     Admitted,
+    CommandId,
+    CommandLeaseMs,
     CommandRow,
+    CommandSequence,
     ComponentMigrationRow,
     ComponentRow,
     ComponentSchemaRow,
     Destroyed,
     EntityRewrite,
+    Epoch,
+    HostLeaseMs,
     LeasedRow,
     ManifestRow,
     Migrated,
     MigrationRow,
     OutboxEvent,
+    PageLimit,
     PayloadRewrite,
     PendingWorld,
+    Position,
     Pruned,
     Published,
+    Quota,
     Redriven,
     RunnerRow,
     StatePage,
     StateWrite,
+    Tick,
     Watermark,
     WorldComponents,
     WorldRow,
@@ -88,6 +105,7 @@ from archetype.world.component_schema import (
     occurrences,
     render,
 )
+from archetype.world.operations import Label, Name
 
 COMMAND_FIELDS = tuple(name.strip() for name in q.COMMAND_COLUMNS.split(","))
 WORLD_FIELDS = tuple(name.strip() for name in q.WORLD_COLUMNS.split(","))
@@ -116,6 +134,7 @@ WORLD_EVENTS = ("world_stalled", "world_recovered")
 DEFAULT_KEEP_TICKS = 1_000
 DEFAULT_IDEMPOTENCY_WINDOW_MS = 86_400_000  # 24 hours
 PRUNE_LIMIT = 1_000
+AMBIGUITY_NAMED = 10  # the principals an AmbiguousCommandError names, at most
 
 # Public operations, in the order docs/ledger.md describes them. The Durable Object exposes
 # exactly these, and `Authority` (authority.py) has one typed method for each.
@@ -179,9 +198,9 @@ def _row(fields: Sequence[str], values: Sequence[Any]) -> dict[str, Any]:
     return dict(zip(fields, values, strict=True))
 
 
-def _check_lease_ms(lease_ms: int) -> None:
-    if not 0 < lease_ms <= 86_400_000:
-        raise InvalidCommandError(f"a world lease lasts 1 ms to a day, not {lease_ms} ms")
+def _check_lease_ms(lease_ms: int, longest: int = HOST_LEASE_MAX_MS) -> None:
+    if not 0 < lease_ms <= longest:
+        raise InvalidCommandError(f"this lease lasts 1 to {longest:,} ms, not {lease_ms} ms")
 
 
 def scope_of(principal: str | None) -> str:
@@ -255,7 +274,7 @@ class Ledger:
         return cast(CommandRow, _row(COMMAND_FIELDS, rows[0])) if rows else None
 
     # -- worlds --
-    def create_world(self, world_id: str, name: str) -> WorldRow:
+    def create_world(self, world_id: str, name: Name) -> WorldRow:
         def run() -> WorldRow:
             rows = self._port.execute(q.GET_WORLD, (world_id,))
             if rows:
@@ -288,7 +307,7 @@ class Ledger:
         return self._port.transaction(run)
 
     # -- world leases --
-    def claim_world(self, world_id: str, owner: str, lease_ms: int) -> WorldRow:
+    def claim_world(self, world_id: str, owner: Label, lease_ms: HostLeaseMs) -> WorldRow:
         """Become the world's host until `now + lease_ms`, fenced by the writer epoch.
 
         The lease's own owner resumes it (unexpired after a restart, or expired or released with no
@@ -315,7 +334,7 @@ class Ledger:
 
         return self._port.transaction(run)
 
-    def renew_world(self, world_id: str, owner: str, writer_epoch: int, lease_ms: int) -> WorldRow:
+    def renew_world(self, world_id: str, owner: Label, writer_epoch: Epoch, lease_ms: HostLeaseMs) -> WorldRow:
         """The host's heartbeat: its world lease now runs until `now + lease_ms`. Fenced like every
         write of a host: a taken-over (or forced) writer gets `StaleWriterError` and changes nothing.
         A lease that expired with no other host since is renewed: nobody else held the epoch."""
@@ -328,7 +347,7 @@ class Ledger:
 
         return self._port.transaction(run)
 
-    def release_world(self, world_id: str, owner: str, writer_epoch: int) -> WorldRow:
+    def release_world(self, world_id: str, owner: Label, writer_epoch: Epoch) -> WorldRow:
         """Give the world lease back (a host stopping cleanly, or handing a world to another runner):
         it expires now, so any runner may claim it at once; its owner is kept, so claiming it back
         does not move the epoch. Fenced by the writer epoch. Command leases are `release`'s."""
@@ -348,7 +367,7 @@ class Ledger:
         return world
 
     # -- the runner registry --
-    def register_runner(self, runner_id: str, instance: str, lease_ms: int) -> RunnerRow:
+    def register_runner(self, runner_id: str, instance: Label, lease_ms: HostLeaseMs) -> RunnerRow:
         """Register `runner_id` as live until `now + lease_ms`, or renew it (the heartbeat): the
         runners that split the worlds are the live registrations (`live_runners`).
 
@@ -362,6 +381,10 @@ class Ledger:
             raise InvalidCommandError(f"runner id {runner_id!r} must match {RUNNER_ID_PATTERN.pattern}")
         if not 0 < len(instance) <= INSTANCE_LIMIT:
             raise InvalidCommandError(f"a runner instance is 1 to {INSTANCE_LIMIT} characters")
+        try:
+            printable_text(instance)
+        except ValueError as exc:
+            raise InvalidCommandError(f"a runner instance is printable text: {exc}") from None
 
         def run() -> RunnerRow:
             now = self._clock.now_ms()
@@ -375,7 +398,7 @@ class Ledger:
 
         return self._port.transaction(run)
 
-    def leave_runner(self, runner_id: str, instance: str) -> RunnerRow | None:
+    def leave_runner(self, runner_id: str, instance: Label) -> RunnerRow | None:
         """A runner stopping cleanly: its registration expires now, so the others take its share at
         once. Another instance's live registration is `RunnerIdHeldError`; an expired or unknown one
         is left as it is (None: no runner ever had this id)."""
@@ -400,7 +423,7 @@ class Ledger:
             cast(RunnerRow, _row(RUNNER_FIELDS, r)) for r in self._port.execute(q.LIVE_RUNNERS, (self._clock.now_ms(),))
         ])  # fmt: skip
 
-    def hosted_worlds(self, owner: str) -> list[WorldRow]:
+    def hosted_worlds(self, owner: Label) -> list[WorldRow]:
         """The worlds whose world lease names `owner` (held, expired or released), in world id order:
         what the other runners move when that runner dies, read through an index of the lease's owner."""
         return self._port.transaction(
@@ -419,7 +442,7 @@ class Ledger:
             lambda: [cast(PendingWorld, _row(PENDING_FIELDS, r)) for r in self._port.execute(q.PENDING_WORLDS)]
         )
 
-    def load_state(self, world_id: str, after_entity_id: int = 0, limit: int = 10_000) -> StatePage:
+    def load_state(self, world_id: str, after_entity_id: Position = 0, limit: PageLimit = MAX_PAGE) -> StatePage:
         """The world's published state at its tick head, one page of entities at a time: the
         `limit` lowest entity ids above `after_entity_id`. Each entity's components are the
         canonical JSON text it was published as: chunks are parsed and each entity's part written
@@ -489,10 +512,10 @@ class Ledger:
                            if e not in overlay and isinstance(t, str) and fingerprint in t]  # fmt: skip
         return sorted(naming)
 
-    def reserve_entity_ids(self, world_id: str, count: int) -> int:
+    def reserve_entity_ids(self, world_id: str, count: Annotated[int, Field(ge=1, le=MAX_RESERVE)]) -> int:
         """Take `count` never-used entity ids; return the first. Ids are never handed out twice."""
-        if not 1 <= count <= 1_000_000:
-            raise InvalidCommandError(f"cannot reserve {count} entity ids (1..1000000)")
+        if not 1 <= count <= MAX_RESERVE:
+            raise InvalidCommandError(f"cannot reserve {count} entity ids (1..{MAX_RESERVE})")
 
         def run() -> int:
             first = self._active_world(world_id)["next_entity_id"]
@@ -501,8 +524,8 @@ class Ledger:
 
         return self._port.transaction(run)
 
-    def reserve_spawn(self, world_id: str, command_id: str, principal: str | None, request_digest: str,
-                      scheduled_tick: int, quota: int | None = None) -> int:  # fmt: skip
+    def reserve_spawn(self, world_id: str, command_id: CommandId, principal: Name | None, request_digest: str,
+                      scheduled_tick: Tick, quota: Quota | None = None) -> int:  # fmt: skip
         """Bind exactly one entity id to a principal's spawn command; the same request gets it back.
 
         A different request under that command id conflicts and allocates nothing. With a `quota`,
@@ -530,7 +553,7 @@ class Ledger:
         return self._port.transaction(run)
 
     # -- admission --
-    def admit(self, world_id: str, commands: list[AdmissionRow], quota: int | None = None) -> list[Admitted]:
+    def admit(self, world_id: str, commands: list[AdmissionRow], quota: Quota | None = None) -> list[Admitted]:
         """Admit a non-empty batch of one principal all-or-nothing; identical replays return their
         existing identity.
 
@@ -700,7 +723,7 @@ class Ledger:
 
         return self._port.transaction(run)
 
-    def migrate_components(self, world_id: str, writer_epoch: int, migration: ComponentMigrationRow,
+    def migrate_components(self, world_id: str, writer_epoch: Epoch, migration: ComponentMigrationRow,
                            entities: list[EntityRewrite], commands: list[PayloadRewrite]) -> Migrated:  # fmt: skip
         """Apply a declared component migration in one transaction: rewrite every published entity
         and every open command that names the old fingerprint (the caller computed the new forms;
@@ -773,8 +796,8 @@ class Ledger:
         self._check_components(world_id, documents)
 
     # -- leasing --
-    def lease(self, world_id: str, owner: str, session: str, writer_epoch: int, tick: int, limit: int,
-              lease_ms: int) -> list[LeasedRow]:  # fmt: skip
+    def lease(self, world_id: str, owner: Label, session: Label, writer_epoch: Epoch, tick: Tick, limit: PageLimit,
+              lease_ms: CommandLeaseMs) -> list[LeasedRow]:  # fmt: skip
         """Lease due commands in (scheduled_tick, priority, sequence) order; never deletes a row,
         never charges an attempt.
 
@@ -784,6 +807,7 @@ class Ledger:
         skipped). First, a crash guard left by another session charges its command one attempt
         (and that command stays suspect).
         """
+        _check_lease_ms(lease_ms, COMMAND_LEASE_MAX_MS)
 
         def run() -> list[LeasedRow]:
             world = self._writer(world_id, writer_epoch)
@@ -822,7 +846,7 @@ class Ledger:
         self._append_events(world_id, [row["sequence"]], now)
         return row["sequence"]
 
-    def guard(self, world_id: str, owner: str, session: str, writer_epoch: int, sequence: int | None) -> None:
+    def guard(self, world_id: str, owner: Label, session: Label, writer_epoch: Epoch, sequence: CommandSequence | None) -> None:
         """Name the command this session is about to materialize in guarded mode (None: no command).
 
         If the session dies before it moves the guard on, the next lease by another session
@@ -839,7 +863,7 @@ class Ledger:
         self._port.transaction(run)
 
     # -- publication --
-    def publish(self, world_id: str, owner: str, session: str, manifest: ManifestRow,
+    def publish(self, world_id: str, owner: Label, session: Label, manifest: ManifestRow,
                 writes: StateWrite) -> Published:  # fmt: skip
         """Publish one tick: manifest, state write (a snapshot replacing the world's state, or a
         delta overlaying it: one row per chunk), every settlement of the tick with its outbox
@@ -927,7 +951,7 @@ class Ledger:
             raise InvalidCommandError("the manifest lists its commands out of (scheduled_tick, priority, sequence) order")
 
     # -- health --
-    def record_tick_failure(self, world_id: str, owner: str, session: str, writer_epoch: int, tick: int, error: str,
+    def record_tick_failure(self, world_id: str, owner: Label, session: Label, writer_epoch: Epoch, tick: Tick, error: str,
                             release: bool = True) -> WorldRow:  # fmt: skip
         """Record that the writer's tick `tick` failed before it was prepared (a hook or processor
         raised, the authority did not answer): one more failed attempt, the error, and the first
@@ -953,7 +977,7 @@ class Ledger:
 
         return self._port.transaction(run)
 
-    def release(self, world_id: str, owner: str, session: str, writer_epoch: int) -> int:
+    def release(self, world_id: str, owner: Label, session: Label, writer_epoch: Epoch) -> int:
         """Give back everything this session holds, uncharged (a runner shutting down cleanly):
         PENDING, or RETRYABLE if it was ever attempted. Bookkeeping: no event. Answers how many."""
 
@@ -972,7 +996,7 @@ class Ledger:
         return cast(int, held)
 
     # -- redrive --
-    def redrive(self, world_id: str, command_id: str, scope: str = "", new_command_id: str | None = None) -> Redriven:
+    def redrive(self, world_id: str, command_id: CommandId, scope: str = "", new_command_id: CommandId | None = None) -> Redriven:
         """A new command redriving the dead letter `command_id` of `scope`: the same operation,
         payload, principal, priority and attempt budget, none of it spent, due at the next tick,
         linked by `redriven_from`, with its own `redriven` event. The dead record stays as it is.
@@ -1058,17 +1082,29 @@ class Ledger:
         return {"cancelled": cancelled}
 
     # -- reads --
-    def command(self, world_id: str, command_id: str, scope: str = "") -> CommandRow | None:
-        """The command `command_id` of `scope` (a principal's name; '' for trusted callers)."""
+    def command(self, world_id: str, command_id: CommandId, scope: str | None = "") -> CommandRow | None:
+        """The command `command_id` of `scope` (a principal's name; '' for trusted callers). With
+        scope None, the one command of that id in any scope; `AmbiguousCommandError`, naming their
+        principals, when several scopes hold one."""
 
         def run() -> CommandRow | None:
             self._world(world_id)
-            rows = self._port.execute(q.GET_COMMAND, (world_id, scope, command_id))
+            if scope is not None:
+                rows = self._port.execute(q.GET_COMMAND, (world_id, scope, command_id))
+            else:
+                rows = self._port.execute(q.COMMANDS_NAMED, (world_id, command_id, AMBIGUITY_NAMED + 1))
+            if len(rows) > 1:
+                found = [cast(CommandRow, _row(COMMAND_FIELDS, r))["principal"] for r in rows[:AMBIGUITY_NAMED]]
+                named = ", ".join("trusted callers" if p is None else repr(p) for p in found)
+                more = " and more" if len(rows) > AMBIGUITY_NAMED else ""
+                raise AmbiguousCommandError(
+                    f"world {world_id!r} has commands {command_id!r} of {named}{more}; name the principal (or the trusted callers)"
+                )
             return cast(CommandRow, _row(COMMAND_FIELDS, rows[0])) if rows else None
 
         return self._port.transaction(run)
 
-    def history(self, world_id: str, status: str | None = None, after_sequence: int = 0, limit: int = 100,
+    def history(self, world_id: str, status: str | None = None, after_sequence: Position = 0, limit: PageLimit = 100,
                 scope: str | None = None) -> list[CommandRow]:  # fmt: skip
         """Commands in sequence order; `scope` keeps one principal's ('' trusted callers'), None all."""
 
@@ -1090,18 +1126,19 @@ class Ledger:
 
         return self._port.transaction(run)
 
-    def manifests(self, world_id: str, after_tick: int = -1, limit: int = 100) -> list[ManifestRow]:
+    def manifests(self, world_id: str, after_tick: Annotated[int, Field(ge=-1, le=MAX_SAFE_INTEGER)] = -1,
+                  limit: PageLimit = 100) -> list[ManifestRow]:  # fmt: skip
         return self._port.transaction(
             lambda: [_manifest(r[0]) for r in self._port.execute(q.LIST_TICKS, (world_id, after_tick, limit))]
         )
 
     # -- outbox --
-    def read_outbox(self, world_id: str, after_seq: int = 0, limit: int = 100) -> list[OutboxEvent]:
+    def read_outbox(self, world_id: str, after_seq: Position = 0, limit: PageLimit = 100) -> list[OutboxEvent]:
         """Unacknowledged events after `after_seq`, in sequence order, one dict per event."""
         page = self._outbox_page(q.READ_OUTBOX, world_id, after_seq, limit)
         return [cast(OutboxEvent, _row(OUTBOX_FIELDS, r)) for r in page]
 
-    def read_outbox_columns(self, world_id: str, after_seq: int = 0, limit: int = 100) -> dict[str, list[Any]]:
+    def read_outbox_columns(self, world_id: str, after_seq: Position = 0, limit: PageLimit = 100) -> dict[str, list[Any]]:
         """The same page as `read_outbox`, column by column (field name -> values): what a columnar
         projector wants, without building a Python object per event."""
         (arrays,) = self._outbox_page(q.READ_OUTBOX_COLUMNS, world_id, after_seq, limit)
@@ -1119,7 +1156,7 @@ class Ledger:
 
         return self._port.transaction(run)
 
-    def acknowledge_outbox(self, world_id: str, up_to_seq: int) -> Watermark:
+    def acknowledge_outbox(self, world_id: str, up_to_seq: Position) -> Watermark:
         """Record that events up to `up_to_seq` are projected; they leave the outbox."""
 
         def run() -> Watermark:
@@ -1146,8 +1183,9 @@ class Ledger:
         }
 
     # -- retention --
-    def prune(self, world_id: str, keep_ticks: int = DEFAULT_KEEP_TICKS,
-              idempotency_window_ms: int = DEFAULT_IDEMPOTENCY_WINDOW_MS, limit: int = PRUNE_LIMIT) -> Pruned:  # fmt: skip
+    def prune(self, world_id: str, keep_ticks: Annotated[int, Field(ge=1, le=MAX_SAFE_INTEGER)] = DEFAULT_KEEP_TICKS,
+              idempotency_window_ms: Annotated[int, Field(ge=0, le=MAX_SAFE_INTEGER)] = DEFAULT_IDEMPOTENCY_WINDOW_MS,
+              limit: Annotated[int, Field(ge=1, le=MAX_PRUNE)] = PRUNE_LIMIT) -> Pruned:  # fmt: skip
         """Remove what no guarantee needs any more (docs/ledger.md, "Retention"), at most `limit`
         rows of each kind, oldest first; `done` is False while more is left.
 
@@ -1163,8 +1201,8 @@ class Ledger:
             raise InvalidCommandError("keep_ticks must be at least 1: the tick head's manifest is always kept")
         if idempotency_window_ms < 0:
             raise InvalidCommandError("idempotency_window_ms cannot be negative")
-        if not 1 <= limit <= 100_000:
-            raise InvalidCommandError(f"cannot prune {limit} rows at a time (1..100000)")
+        if not 1 <= limit <= MAX_PRUNE:
+            raise InvalidCommandError(f"cannot prune {limit} rows at a time (1..{MAX_PRUNE})")
 
         def run() -> Pruned:
             world = self._world(world_id)

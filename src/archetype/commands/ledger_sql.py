@@ -105,6 +105,8 @@ INSERT_COMMANDS = f"""INSERT INTO commands (world_id, scope, sequence, {", ".joi
         {", ".join(f"json_extract(j.value, '$[{i}]')" for i in range(len(INSERTED_COMMAND_FIELDS)))}, 'PENDING', ?4, ?4
     FROM json_each(?5) AS j"""
 GET_COMMAND = f"SELECT {COMMAND_COLUMNS} FROM commands WHERE world_id = ? AND scope = ? AND command_id = ?"
+# the commands of one id in every scope, in scope order (the unique index's), at most ? of them
+COMMANDS_NAMED = f"SELECT {COMMAND_COLUMNS} FROM commands WHERE world_id = ? AND command_id = ? ORDER BY scope LIMIT ?"
 GET_COMMAND_BY_SEQUENCE = f"SELECT {COMMAND_COLUMNS} FROM commands WHERE world_id = ? AND sequence = ?"
 DUE_COMMANDS = f"""SELECT {COMMAND_COLUMNS}, lease_session FROM commands
     WHERE world_id = ? AND status IN {OPEN_STATUSES} AND scheduled_tick <= ?
