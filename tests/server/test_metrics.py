@@ -16,7 +16,7 @@ from archetype.world import ComponentValue
 from tests.component_modules.alpha import Position
 from tests.server.test_serve import WAIT_S, start_server, wait_for
 
-pytestmark = pytest.mark.timeout(90)
+pytestmark = pytest.mark.timeout(240)
 ADMIN, PLAYER, VIEWER = ({"Authorization": f"Bearer {t}"} for t in ("t-admin", "t-player", "t-viewer"))
 
 

@@ -18,9 +18,9 @@ from local_catalog import open_local_authority
 from tests.api.conftest import TOKENS
 from tests.component_modules.alpha import Position, Velocity
 
-pytestmark = pytest.mark.timeout(90)
+pytestmark = pytest.mark.timeout(240)  # a guard against a hang; waits inside have their own generous deadlines
 ROOT = Path(__file__).resolve().parents[2]
-WAIT_S = 20
+WAIT_S = 60  # generous: a busy machine (load 4-8) starts and steps slowly
 
 
 def start_server(tmp_path: Path, *extra: str) -> tuple[subprocess.Popen, str]:
@@ -83,15 +83,17 @@ def test_serve_applies_http_commands_and_stops_cleanly(tmp_path, stop_signal):
 
     ledger = open_local_authority(tmp_path / "data").ledger
     world = ledger.world_info("s1")
-    manifests = ledger.manifests("s1", limit=100_000)
-    assert [m["tick"] for m in manifests] == list(range(world["tick_head"] + 1))
+    ticks = {m["tick"]: m for m in ledger.manifests("s1", limit=10_000)}
+    # ascending to the head; a busy machine may skip ticks (a runner that fell behind steps to the
+    # tick its clock is at, coalescing the ones between: docs/ledger.md, *Idle worlds*)
+    assert sorted(ticks) == list(ticks) and max(ticks) == world["tick_head"]
     statuses = {c["command_id"]: c["status"] for c in ledger.history("s1")}
     assert statuses == {"ship": "APPLIED", "later": "PENDING"}
-    assert [s["command_id"] for s in manifests[record["applied_tick"]]["settlements"]] == ["ship"]
+    assert [s["command_id"] for s in ticks[record["applied_tick"]]["settlements"]] == ["ship"]
     (page_entity,) = ledger.load_state("s1")["entities"]
     assert page_entity["entity_id"] == entity
-    # the module's processor moved the ship once in every tick since (and including) its spawn
-    moves = world["tick_head"] - record["applied_tick"] + 1
+    # the module's processor moved the ship once in every tick the world ran since (and including) its spawn
+    moves = sum(1 for tick in ticks if tick >= record["applied_tick"])
     assert {c["name"]: c["data"] for c in json.loads(page_entity["components"])} == {
         "Position": {"x": 3.0 + moves, "y": 4.0}, "Velocity": {"dx": 1.0, "dy": 0.0}
     }

@@ -14,7 +14,7 @@ import pytest
 
 from tests.server.test_serve import WAIT_S
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = pytest.mark.timeout(240)
 ARCHETYPE = str(Path(sys.executable).parent / "archetype")  # the console script, not `python -m`
 ROOT = Path(__file__).resolve().parents[2]
 

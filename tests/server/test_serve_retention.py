@@ -20,7 +20,7 @@ from archetype.world import ComponentValue
 from tests.component_modules.alpha import Position
 from tests.server.test_serve import ROOT, WAIT_S, start_server
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = pytest.mark.timeout(240)
 ADMIN = {"Authorization": "Bearer t-admin"}
 
 
