@@ -158,3 +158,12 @@ async def test_each_role_may_do_exactly_what_the_matrix_says(edge, method, url, 
         else:
             expected = 401 if token is None else 403
             assert answer.status_code == expected, f"{method} {url} ({role}) answered {who}: {answer.status_code} {answer.text}"
+
+
+@pytest.mark.parametrize("path", ["/worlds/no-such-world%2Fcommands", "/worlds/w%2fx/ledger/list_worlds", "/ledger%2Flist_worlds"])
+async def test_an_encoded_slash_routes_nowhere_on_either_app(edge, path):
+    """The framework routes on the decoded path; the front door refuses the encoded slash first."""
+    _, _, client = edge
+    for method in ("GET", "POST"):
+        answer = await client.request(method, path, json={} if method == "POST" else None, headers={"Authorization": "Bearer t-admin"})
+        assert (answer.status_code, answer.json()["code"]) == (422, "invalid_request"), answer.text

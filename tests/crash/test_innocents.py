@@ -41,16 +41,15 @@ from archetype.world import Spawn
 from tests.crash.harness import READY, READY_S, CatalogView, LedgerDump, Proc, wait_for
 from tests.crash.model import Tag
 
-pytestmark = [pytest.mark.crash, pytest.mark.timeout(420)]
-
 WORLD = "innocents"
 OWNER = "innocents-runner"
 COMMANDS = 1_000
 BUDGET = 3
 MIN_KILLS = 8  # kills of a runner that held the commands LEASED: more than twice the budget
 LEASE_MS = 30_000
-KILL_PHASE_S = 240
-DRAIN_S = 120
+KILL_PHASE_S = 600  # deadlines, not targets: a quiet machine is done in a fraction (restarts are slow under load)
+DRAIN_S = 240
+pytestmark = [pytest.mark.crash, pytest.mark.timeout(KILL_PHASE_S + DRAIN_S + 300)]
 STAGE_S = READY_S + 60  # one stage of one runner (lease taken, drain reached a command) under load
 
 
