@@ -309,10 +309,9 @@ def create_app(
     async def redrive(world_id: WorldIdPath, command_id: CommandIdPath, actor: ActorCtx = operator,
                       _: None = admitting, principal: PrincipalQuery = None, trusted: TrustedQuery = False,
                       idempotency_key: IdempotencyKey = None) -> RedriveAccepted:  # fmt: skip
-        """Operator only. A new command redriving the dead letter `command_id` (of `principal`, or the
-        trusted scope, else of whichever principal has it: 409 `ambiguous_command` when several do):
-        same operation and payload, a fresh attempt budget, due at the next tick; the dead record
-        stays terminal. The `Idempotency-Key` names the new command (default
+        """Operators (and admins). A new command redriving the dead letter `command_id` (the one
+        `find_command` finds): same operation and payload, a fresh attempt budget, due at the next
+        tick; the dead record stays terminal. The `Idempotency-Key` names the new command (default
         `<command_id>.redrive`); the same key again answers the same command."""
         dead = await find_command(world_id, command_id, actor, principal, trusted)
         redriven = await authority.redrive(world_id, command_id, scope_of(dead["principal"]), idempotency_key)
