@@ -24,11 +24,9 @@ import json
 import operator
 import re
 from collections.abc import Callable, Mapping, Sequence
-from typing import Annotated, Any, cast
+from typing import Any, cast
 
-from pydantic import Field
-
-from archetype.canonical import MAX_SAFE_INTEGER, canonical_json, printable_text
+from archetype.canonical import canonical_json, printable_text
 from archetype.commands import ledger_sql as q
 from archetype.commands import migrations
 from archetype.commands.errors import (
@@ -73,6 +71,7 @@ from archetype.commands.ledger_rows import (
     EntityRewrite,
     Epoch,
     HostLeaseMs,
+    KeepTicks,
     LeasedRow,
     ManifestRow,
     Migrated,
@@ -83,14 +82,18 @@ from archetype.commands.ledger_rows import (
     PendingWorld,
     Position,
     Pruned,
+    PruneLimit,
     Published,
     Quota,
     Redriven,
+    ReserveCount,
     RunnerRow,
     StatePage,
     StateWrite,
     Tick,
+    TickPosition,
     Watermark,
+    WindowMs,
     WorldComponents,
     WorldRow,
 )
@@ -512,7 +515,7 @@ class Ledger:
                            if e not in overlay and isinstance(t, str) and fingerprint in t]  # fmt: skip
         return sorted(naming)
 
-    def reserve_entity_ids(self, world_id: str, count: Annotated[int, Field(ge=1, le=MAX_RESERVE)]) -> int:
+    def reserve_entity_ids(self, world_id: str, count: ReserveCount) -> int:
         """Take `count` never-used entity ids; return the first. Ids are never handed out twice."""
         if not 1 <= count <= MAX_RESERVE:
             raise InvalidCommandError(f"cannot reserve {count} entity ids (1..{MAX_RESERVE})")
@@ -1126,8 +1129,7 @@ class Ledger:
 
         return self._port.transaction(run)
 
-    def manifests(self, world_id: str, after_tick: Annotated[int, Field(ge=-1, le=MAX_SAFE_INTEGER)] = -1,
-                  limit: PageLimit = 100) -> list[ManifestRow]:  # fmt: skip
+    def manifests(self, world_id: str, after_tick: TickPosition = -1, limit: PageLimit = 100) -> list[ManifestRow]:
         return self._port.transaction(
             lambda: [_manifest(r[0]) for r in self._port.execute(q.LIST_TICKS, (world_id, after_tick, limit))]
         )
@@ -1183,9 +1185,8 @@ class Ledger:
         }
 
     # -- retention --
-    def prune(self, world_id: str, keep_ticks: Annotated[int, Field(ge=1, le=MAX_SAFE_INTEGER)] = DEFAULT_KEEP_TICKS,
-              idempotency_window_ms: Annotated[int, Field(ge=0, le=MAX_SAFE_INTEGER)] = DEFAULT_IDEMPOTENCY_WINDOW_MS,
-              limit: Annotated[int, Field(ge=1, le=MAX_PRUNE)] = PRUNE_LIMIT) -> Pruned:  # fmt: skip
+    def prune(self, world_id: str, keep_ticks: KeepTicks = DEFAULT_KEEP_TICKS,
+              idempotency_window_ms: WindowMs = DEFAULT_IDEMPOTENCY_WINDOW_MS, limit: PruneLimit = PRUNE_LIMIT) -> Pruned:  # fmt: skip
         """Remove what no guarantee needs any more (docs/ledger.md, "Retention"), at most `limit`
         rows of each kind, oldest first; `done` is False while more is left.
 

@@ -47,6 +47,12 @@ PageLimit = Annotated[int, Field(ge=1, le=MAX_PAGE)]
 HostLeaseMs = Annotated[int, Field(ge=1, le=HOST_LEASE_MAX_MS)]
 CommandLeaseMs = Annotated[int, Field(ge=1, le=COMMAND_LEASE_MAX_MS)]
 Quota = Annotated[int, Field(ge=1, le=MAX_SAFE_INTEGER)]
+TickPosition = Annotated[int, Field(ge=-1, le=MAX_SAFE_INTEGER)]
+"""A tick to continue after (-1: from the start)."""
+ReserveCount = Annotated[int, Field(ge=1, le=MAX_RESERVE)]
+KeepTicks = Annotated[int, Field(ge=1, le=MAX_SAFE_INTEGER)]
+WindowMs = Annotated[int, Field(ge=0, le=MAX_SAFE_INTEGER)]
+PruneLimit = Annotated[int, Field(ge=1, le=MAX_PRUNE)]
 
 
 class WorldRow(TypedDict):
