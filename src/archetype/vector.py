@@ -1,22 +1,29 @@
 """Vectorised processors (CPython runners only: this module imports numpy, which Pyodide-hosted
-worlds do without; `archetype.world` never imports it).
+worlds do without; `archetype.world` never imports it). The guide: docs/guide/vectorised.md.
 
 A world that has a vectorised processor holds the component types it reads in numpy columns
 (`NumpyColumn`: one float64/int64 array per field, in each archetype table of the world's state,
 docs/storage.md), kept across ticks. The processor runs on them in place: once per tick for each
 table of entities that have its component types (tables in the order of their sorted component
-keys, each one's rows in entity-id order), and once more for the entities with those types that
-the tick already changed through the per-entity API (they are not in their table's columns yet),
-in id order. It changes entities by assigning to (or updating in place) the arrays of the
-component types it declares it writes; what it writes is a new column for the whole table, in the
-tick's layer (a failed tick drops it), so reads, queries, hooks, the write-set and the retry
-rule keep their meaning, and no Python object is made per entity.
+keys, each one's rows in entity-id order), and once more, in id order, for the entities with
+those types that the tick already changed through the per-entity API in one of those types, or
+spawned, or moved into such a table (they are not in their table's columns yet); an entity the
+tick changed in other components only is in its table's call. It changes entities by assigning
+to (or updating in place) the arrays of the component types it declares it writes; what it
+writes is a new column for the whole table, in the tick's layer (a failed tick drops it), so
+reads, queries, hooks, the write-set and the retry rule keep their meaning, and no Python object
+is made per entity.
 
     def move(world, tick, table):
         table[Position].x += table[Velocity].dx
         table[Position].y += table[Velocity].dy
 
     add_vector_processor(world, move, Position, Velocity, writes=[Position])
+
+Per-entity code reads the same columns: a row's component object is built when it is first read
+after its values changed, and kept (`NumpyColumn`), so a world that mixes both kinds of processor
+builds one object per row changed through the columns and read per entity, and one that reads no
+column per entity builds none.
 
 Eligible component types have only `float` and `int` fields (float64 and int64 columns), no
 aliases, serializers, computed fields, private attributes or post-init hooks, so that a component
