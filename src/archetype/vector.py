@@ -149,9 +149,10 @@ class NumpyColumn:
     def component_type(self) -> type[Component]:
         return self.layout.cls
 
-    def held(self, row: int) -> Component | None:
-        """Row `row`'s component object when it has one, without building it."""
-        return None if self._objects is None else self._objects[row]
+    def held(self) -> np.ndarray | None:
+        """Each row's component object when it has one (None: not built), without building any;
+        None when no row has one."""
+        return self._objects
 
     def value(self, row: int) -> Component:
         objects = self._objects
@@ -164,6 +165,21 @@ class NumpyColumn:
                 {field: self.arrays[field][row].item() for field in self.layout.fields}
             )
         return found
+
+    def values(self, rows: Sequence[int]) -> list[Component]:
+        """The components of `rows`, those not at hand built in bulk (and kept)."""
+        import numpy as np
+
+        objects = self._objects
+        if objects is None:
+            objects = self._objects = _no_objects(len(self))
+        missing = [row for row in rows if objects[row] is None]
+        if missing:
+            build, fields, taken = self.layout.build, self.layout.fields, np.asarray(missing, dtype=np.intp)
+            columns = [self.arrays[field][taken].tolist() for field in fields]
+            for row, values in zip(missing, zip(*columns, strict=True), strict=True):
+                objects[row] = build(dict(zip(fields, values, strict=True)))
+        return [objects[row] for row in rows]
 
     def set(self, rows: Sequence[int], components: Sequence[Component], text_of: TextOf | None) -> None:
         import numpy as np
@@ -342,9 +358,10 @@ def add_vector_processor(world: AsyncWorld, fn: VectorProcessor, *component_type
                 state.override(table, item.key, column)
                 # an entity's entry wins over its table's columns (archetype.world.state): the
                 # entered ones processed here take their new components into their entries
-                for row in np.intersect1d(_changed(arrays, base.arrays), kept, assume_unique=True).tolist():
+                moved = np.intersect1d(_changed(arrays, base.arrays), kept, assume_unique=True).tolist()
+                for row, component in zip(moved, column.values(moved), strict=True):
                     entity_id = table.ids[row]
-                    state.put(entity_id, {**state.get(entity_id), item.key: column.value(row)})  # type: ignore[dict-item]
+                    state.put(entity_id, {**state.get(entity_id), item.key: component})  # type: ignore[dict-item]
         changed_earlier = []
         for entity_id in sorted(entered - in_columns):
             components = state.get(entity_id)
@@ -362,19 +379,27 @@ def _entered_rows(state: WorldState, table: StateTable, entered: set[int],
     components of the processor's types are still the very objects the columns hold (the tick
     changed others of their components: they are processed in the table), and the rest (set
     aside: processed from their entries, as they are now), each ascending."""
+    index, get = table.index, state.get
+    rows = [row for row in map(index.get, entered) if row is not None]
+    found = [(key, column.held()) for key, column in current.items() if isinstance(column, NumpyColumn)]
+    held = [(key, objects) for key, objects in found if objects is not None]
+    if len(held) < len(current):
+        return [], sorted(rows)  # a column that holds no objects: no entry's component is its
     kept: list[int] = []
     aside: list[int] = []
-    for entity_id in entered:
-        row = table.index.get(entity_id)
-        if row is None:
-            continue
-        components = state.get(entity_id)
-        held = components is not None and all(
-            isinstance(column, NumpyColumn) and key in components and column.held(row) is components[key]
-            for key, column in current.items()
-        )  # fmt: skip
-        (kept if held else aside).append(row)
+    ids = table.ids
+    for row in rows:
+        components = get(ids[row])
+        for key, objects in held:
+            if components is None or components.get(key, _ABSENT) is not objects[row]:
+                aside.append(row)
+                break
+        else:
+            kept.append(row)
     return sorted(kept), sorted(aside)
+
+
+_ABSENT = object()  # a component an entry does not have: never a column's
 
 
 def _ids_of(table: StateTable, rows: np.ndarray | None) -> Callable[[], np.ndarray]:
