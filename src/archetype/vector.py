@@ -266,13 +266,25 @@ def _changed(arrays: dict[str, np.ndarray], base: dict[str, np.ndarray]) -> np.n
 
 
 class ComponentColumns:
-    """One component type's columns in a table: an attribute per field (a numpy array)."""
+    """One component type's columns in a table: an attribute per field (a numpy array). Those of a
+    type the processor does not write are read-only arrays, and cannot be assigned either."""
 
-    def __init__(self, columns: dict[str, np.ndarray]) -> None:
+    def __init__(self, cls: type[Component], columns: dict[str, np.ndarray], writable: bool) -> None:
         self.__dict__.update(columns)
+        self.__dict__["_type"], self.__dict__["_writable"] = cls, writable  # (no field starts with _)
 
     def __getitem__(self, field: str) -> np.ndarray:
         return self.__dict__[field]
+
+    def __setattr__(self, field: str, values: Any) -> None:
+        cls = self.__dict__["_type"]
+        if field.startswith("_") or field not in self.__dict__:
+            raise AttributeError(f"{cls.__name__} has no field {field!r}")
+        if not self.__dict__["_writable"]:
+            raise ValueError(
+                f"{cls.__name__} is read-only here: the processor writes only the types of its writes=[...]"
+            )
+        self.__dict__[field] = values
 
 
 class Table:
@@ -337,7 +349,7 @@ def add_vector_processor(world: AsyncWorld, fn: VectorProcessor, *component_type
                         array = array.view()
                         array.flags.writeable = False
                     arrays[field] = array
-                columns[cls] = ComponentColumns(arrays)
+                columns[cls] = ComponentColumns(cls, arrays, cls in writing)
             count = len(table) if rows is None else len(rows)
             if not count:
                 continue
@@ -419,9 +431,13 @@ def _run_on_entries(world: AsyncWorld, tick: int, fn: VectorProcessor, layouts: 
     are encoded, a column at a time, like a table's)."""
     import numpy as np
 
-    columns = {
-        item.cls: ComponentColumns(NumpyColumn.of(item, [c[item.key] for _, c in live]).arrays) for item in layouts
-    }
+    writing = {item.cls for item in written}
+    columns = {}
+    for item in layouts:
+        arrays = NumpyColumn.of(item, [c[item.key] for _, c in live]).arrays
+        for array in arrays.values():
+            array.flags.writeable = item.cls in writing
+        columns[item.cls] = ComponentColumns(item.cls, arrays, item.cls in writing)
     originals = {item.cls: {f: columns[item.cls][f].copy() for f in item.fields} for item in written}
     entity_ids = np.asarray([entity_id for entity_id, _ in live], dtype=np.int64)
     fn(world, tick, Table(lambda: entity_ids, len(live), columns))
