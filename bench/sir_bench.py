@@ -13,8 +13,9 @@ whole run (ticks / the sum of their times, a `gc.collect()` before each), and th
 end every contestant must hold the very state numpy holds, agent for agent, or the bench fails.
 
 Also counted, per tick: the components built from numpy columns (archetype.vector's
-`_Layout.build`: what a per-entity read of a column costs), and the time in the world's processors
-(the rest of a tick is encoding and publishing it).
+`_Layout.build`: what a per-entity read of a column costs), the time in the world's processors, and
+the time spent awaiting the authority's publication (the durable transaction, in the local
+authority's writer thread); the rest of a tick is mostly encoding it.
 
 `--baseline-src DIR` ticks the three worlds on another version of the code as well (a `src/`
 tree, e.g. `git archive <commit> src | tar -x -C /tmp/base`), each in a process of its own (this
@@ -89,6 +90,7 @@ class World:
     def __init__(self, model: tuple[ModuleType, ModuleType], variant: str, builds: Builds) -> None:
         (self.sir, self.sir_vector), self.variant, self.builds = model, variant, builds
         self.processors = 0.0  # seconds in the world's processors, over the timed ticks
+        self.publishing = 0.0  # seconds awaiting the authority's publication, over the timed ticks
 
     async def open(self, directory: Path, agents: int) -> World:
         self.runtime = Runtime(open_local_authority(directory, synchronous="FULL"), owner=f"sir-{self.variant}")
@@ -105,6 +107,14 @@ class World:
             self.processors += time.perf_counter() - start
 
         world._run_systems = timed  # type: ignore[method-assign]
+        publish = world.publisher.publish
+
+        async def published(prepared: Any) -> None:
+            start = time.perf_counter()
+            await publish(prepared)
+            self.publishing += time.perf_counter() - start
+
+        world.publisher.publish = published  # type: ignore[method-assign]
         return self
 
     async def tick(self) -> tuple[float, int]:
@@ -235,7 +245,7 @@ async def run(args: argparse.Namespace, directory: Path) -> dict[str, Any]:
         if held != expected:
             raise SystemExit(f"{name} does not hold the state numpy holds after {args.ticks} ticks")
     counts = [sum(row[1] == state for row in expected) for state in (sir.S, sir.I, sir.R)]
-    processors = {v: w.processors / args.ticks for v, w in worlds.items()}
+    processors = {v: (w.processors / args.ticks, w.publishing / args.ticks) for v, w in worlds.items()}
     for world in worlds.values():
         await world.close()
     for process in elsewhere.values():
@@ -259,18 +269,25 @@ def report(args: argparse.Namespace, result: dict[str, Any]) -> list[str]:
         f"process, FULL), {args.ticks} interleaved ticks each; after them S/I/R = {s:,} / {i:,} / {r:,}, and every "
         "world held numpy's state agent for agent.",
         "",
-        "| contestant | ticks/s | best tick | x per-entity | processors per tick | components built from columns per tick |",
+        "| contestant | ticks/s | best tick | x per-entity | processors / publication per tick "
+        "| components built from columns per tick |",
         "|---|---|---|---|---|---|",
     ]
     for name, tally in tallies.items():
-        processors = result["processors"].get(name)
+        phases = result["processors"].get(name)
         lines.append(
             f"| {name} | {tally.per_s:,.1f} | {min(tally.seconds) * 1000:.2f} ms | {tally.per_s / base:.1f}x | "
-            f"{'' if processors is None else f'{processors * 1000:.1f} ms'} | "
+            f"{'' if phases is None else f'{phases[0] * 1000:.1f} / {phases[1] * 1000:.1f} ms'} | "
             f"{'' if name == 'numpy alone' else f'{tally.builds / len(tally.seconds):,.0f}'} |"
         )
     verdict = "met" if speedup >= TARGET_SPEEDUP else "**missed**"
-    lines += ["", f"Target: vectorised >= {TARGET_SPEEDUP:.0f}x the per-entity ticks/s: {speedup:.1f}x, {verdict}.", ""]
+    best = min(tallies["per-entity"].seconds) / min(tallies["vectorised"].seconds)
+    lines += [
+        "",
+        f"Target: vectorised >= {TARGET_SPEEDUP:.0f}x the per-entity ticks/s: {speedup:.1f}x, {verdict} "
+        f"(best tick against best tick: {best:.1f}x).",
+        "",
+    ]
     return lines
 
 
