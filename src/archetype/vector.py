@@ -368,6 +368,8 @@ def add_vector_processor(world: AsyncWorld, fn: VectorProcessor, *component_type
                     arrays[field] = values
                 column = base.replaced(arrays)
                 state.override(table, item.key, column)
+                if not kept:
+                    continue
                 # an entity's entry wins over its table's columns (archetype.world.state): the
                 # entered ones processed here take their new components into their entries
                 moved = np.intersect1d(_changed(arrays, base.arrays), kept, assume_unique=True).tolist()
