@@ -13,11 +13,11 @@ Two ways to run it:
 
 - `LocalWorker(directory, ...).build()` stages the Worker into `directory` and writes a workerd
   config for it from wrangler.toml (`render_config`); `command()` is workerd's command line. The
-  tests run this (tests/support/workerd/python_worker.py), for their own storage and port.
-- `python3 src/worker/local_workerd.py launcher DIR` fills DIR's bundle cache and writes
-  DIR/workerd, the pinned workerd given that cache: with `MINIFLARE_WORKERD_PATH=DIR/workerd`,
-  `wrangler dev --compatibility-date ... --compatibility-flags ...` runs the Worker on it (what
-  `./dev edge-dev` does; `launcher` prints those wrangler arguments).
+  tests run this (tests/support/workerd/python_worker.py), for their own storage, port and restarts.
+- `python3 src/worker/local_workerd.py edge-dev [--module M] [wrangler dev args]` (`./dev
+  edge-dev`) runs `wrangler dev` with the local date and flags on the pinned workerd, through
+  `MINIFLARE_WORKERD_PATH` and a launcher that adds the bundle cache to workerd's command line:
+  wrangler's build step, its watch of src/, its local Durable Objects, queue and static assets.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: stage.py is a sibling module
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from worker.stage import ROOT, stage, vendor
+from worker.stage import MODULES_ENV, ROOT, stage, vendor
 
 WORKERD = ROOT / "node_modules" / "workerd-python" / "bin" / "workerd"
 WRANGLER_TOML = ROOT / "wrangler.toml"
@@ -273,7 +273,9 @@ const worker :Workerd.Worker = (
 """
 
 
-# -- wrangler dev on the pinned workerd ---------------------------------------------------------
+# -- wrangler dev on the pinned workerd (`./dev edge-dev`) -------------------------------------
+
+EDGE_DEV_DIR = ROOT / "build" / "edge-dev"
 
 
 def write_launcher(directory: Path) -> Path:
@@ -295,18 +297,68 @@ def wrangler_dev_options() -> list[str]:
     return options
 
 
+def tokens_env_file(tokens: str, directory: Path) -> Path:
+    """The token table from the environment as a dotenv file for `wrangler dev --env-file` (which
+    then reads it in place of .dev.vars), readable by this user only."""
+    if "'" in tokens or "$" in tokens:
+        raise MissingRuntimeError(f"{TOKENS_SECRET} holds ' or $, which a dotenv file cannot carry as is; put it in .dev.vars")
+    path = directory / "secrets.env"
+    path.touch(mode=0o600)
+    path.write_text(f"{TOKENS_SECRET}='{tokens}'\n")
+    return path
+
+
+def edge_dev(modules: Sequence[str], wrangler_args: Sequence[str]) -> None:
+    """Run `wrangler dev` (its build step, watch of src/, local Durable Objects, queue and assets)
+    on the pinned workerd with the offline bundle: the user's `modules` staged into the Worker,
+    the token table from $ARCHETYPE_TOKENS, else .dev.vars. Replaces this process."""
+    EDGE_DEV_DIR.mkdir(parents=True, exist_ok=True)
+    bin_dir = ROOT / "node_modules" / ".bin"  # wrangler, and the Node it needs (package.json's node-*)
+    env = {**os.environ, "MINIFLARE_WORKERD_PATH": str(write_launcher(EDGE_DEV_DIR)),
+           "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+           # offline: no fetch of the `Request.cf` object from workers.cloudflare.com (a placeholder serves)
+           "CLOUDFLARE_CF_FETCH_ENABLED": os.environ.get("CLOUDFLARE_CF_FETCH_ENABLED", "false")}  # fmt: skip
+    env[MODULES_ENV] = " ".join([*os.environ.get(MODULES_ENV, "").split(), *modules])
+    options = wrangler_dev_options()
+    if os.environ.get(TOKENS_SECRET):
+        options += ["--env-file", str(tokens_env_file(os.environ[TOKENS_SECRET], EDGE_DEV_DIR))]
+    elif not (ROOT / ".dev.vars").is_file():
+        print(f"edge-dev: no {TOKENS_SECRET} in the environment and no .dev.vars: every request but /health "
+              f"will be refused (docs/deployment.md, Local sessions)", file=sys.stderr)  # fmt: skip
+    dev = tomllib.loads(WRANGLER_TOML.read_text()).get("dev", {})
+    print(f"edge-dev: http://{_option(wrangler_args, '--ip', dev.get('ip', '127.0.0.1'))}:"
+          f"{_option(wrangler_args, '--port', dev.get('port', 8787))} (workerd {workerd_version()} with "
+          f"the offline Pyodide bundle; the Worker restarts when src/ changes)", flush=True)  # fmt: skip
+    wrangler = bin_dir / "wrangler"
+    os.chdir(ROOT)
+    os.execve(wrangler, [str(wrangler), "dev", *options, *wrangler_args], env)
+
+
+def workerd_version() -> str:
+    package = json.loads((WORKERD.parents[1] / "package.json").read_text())
+    return str(package["version"])
+
+
+def _option(args: Sequence[str], name: str, default: object) -> object:
+    for i, arg in enumerate(args):
+        if arg == name and i + 1 < len(args):
+            return args[i + 1]
+        if arg.startswith(name + "="):
+            return arg.split("=", 1)[1]
+    return default
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="The Worker on the pinned workerd with the offline Pyodide bundle.")
     commands = parser.add_subparsers(dest="command", required=True)
-    launcher = commands.add_parser("launcher", help="write DIR/workerd for MINIFLARE_WORKERD_PATH; print wrangler dev's options")
-    launcher.add_argument("directory", type=Path)
-    arguments = parser.parse_args(argv)
+    dev = commands.add_parser("edge-dev", help="wrangler dev on it (./dev edge-dev); other arguments go to wrangler dev")
+    dev.add_argument("--module", action="append", default=[], dest="modules",
+                     help="a module of the user's components and edge-hosted worlds, staged into the Worker (repeatable)")  # fmt: skip
+    arguments, wrangler_args = parser.parse_known_args(argv)
     try:
-        arguments.directory.mkdir(parents=True, exist_ok=True)
-        path = write_launcher(arguments.directory)
+        edge_dev(arguments.modules, wrangler_args)
     except MissingRuntimeError as exc:
         raise SystemExit(f"edge-dev: {exc}") from None
-    print(json.dumps({"launcher": str(path), "wrangler_dev_options": wrangler_dev_options()}))
 
 
 if __name__ == "__main__":

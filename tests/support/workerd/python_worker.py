@@ -126,17 +126,23 @@ _shared: PythonWorker | None = None
 _failed: BaseException | None = None
 
 
-def shared_python_worker() -> PythonWorker:
-    """The session's deployment, started on first use (tests/conftest.py stops it at session end).
-    Where the runtime is missing, the test skips with one line saying how to get it, or fails
-    under CI=true; a deployment that failed to start fails every later caller at once."""
-    global _shared, _failed
+def require_runtime() -> None:
+    """Where the pinned workerd or the offline bundle is missing, skip the test with one line
+    saying how to get it; under CI=true, fail it."""
     try:
         check_runtime()
     except MissingRuntimeError as exc:
         if os.environ.get("CI") == "true":
             pytest.fail(f"the real-runtime tests cannot run: {exc}", pytrace=False)
         pytest.skip(str(exc))
+
+
+def shared_python_worker() -> PythonWorker:
+    """The session's deployment, started on first use (tests/conftest.py stops it at session end);
+    skipped or failed by `require_runtime`. A deployment that failed to start fails every later
+    caller at once."""
+    global _shared, _failed
+    require_runtime()
     if _failed is not None:
         raise WorkerdError(f"the session's Worker failed to start: {_failed}")
     if _shared is None:
