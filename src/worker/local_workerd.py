@@ -50,9 +50,11 @@ LOCAL_FLAGS = ("python_workers_development", "no_python_workers_20250116")
 LOCAL_COMPATIBILITY_DATE = "2026-08-22"
 TOKENS_SECRET = "ARCHETYPE_TOKENS"
 QUEUE_SERVICE = "audit-queue"
-# workerd hands a queue binding's send()/sendBatch() to a service as HTTP requests: POST /message
-# (one body) and POST /batch ({"messages": [{"contentType", "body": base64}]}), and reads the
-# answer as JSON queue metrics. This service answers them and drops the messages.
+# workerd hands a queue binding's send() and sendBatch() to a service as HTTP requests to host
+# "fake-host": POST /message (one body) and POST /batch, whose JSON body is {"messages": [{"body":
+# <base64 of the serialised body: JSON text for contentType "json">, "contentType": ...}, ...]}
+# (headers CF-Queue-Batch-Count, -Batch-Bytes, -Largest-Msg); a 200 answer must be JSON (the
+# queue's metrics), anything else fails the send. This service takes them and drops them.
 DROP_QUEUE_JS = """\
 export default {
   async fetch(request) {
