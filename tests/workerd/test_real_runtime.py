@@ -20,7 +20,7 @@ from tests.component_modules.alpha import Position, Velocity
 from tests.crash.harness import RemoteRunner
 from tests.support.clock_header import ClockHeader
 from tests.support.workerd.python_worker import ADMIN_TOKEN, OPERATOR_TOKEN, PLAYER_TOKEN
-from tests.workerd.clock_entry import NOW_HEADER
+from tests.workerd.harness_entry import NAMESPACE_HEADER, NOW_HEADER
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -126,7 +126,7 @@ def test_archetype_runner_steps_a_runner_hosted_world_through_the_real_objects(w
 
 
 async def test_a_request_s_clock_header_sets_the_objects_clock(workerd_python):
-    """The test-only clock (tests/workerd/clock_entry.py): how the conformance suite's ManualClock
+    """The test-only clock (tests/workerd/harness_entry.py): how the conformance suite's ManualClock
     reaches the objects; a request without the header runs on the system clock."""
     clock = ManualClock(1_700_000_000_000)
     manual = HttpAuthority(workerd_python.url, token=ADMIN_TOKEN, transport=ClockHeader(clock, NOW_HEADER))
@@ -168,3 +168,21 @@ def test_a_restart_on_the_same_disk_keeps_every_world_command_and_tick(workerd_p
     assert {pending_world, edge_world} <= {w.world_id for w in admin.worlds()}
     # the edge-hosted world's alarm survived the restart: it goes on ticking from where it was
     wait_for(lambda: admin.world(edge_world).tick_head > edge_head or None, "the edge-hosted world to tick after the restart")
+
+
+async def test_a_request_s_namespace_header_gives_it_durable_objects_of_its_own(workerd_python):
+    """The test-only namespaces (tests/workerd/harness_entry.py): suites that expect a fresh
+    authority per test (the same world ids in every test) share the one deployment."""
+    clock = ManualClock()
+    spaces = [uuid.uuid4().hex for _ in range(2)]
+    authorities = [HttpAuthority(workerd_python.url, token=ADMIN_TOKEN,
+                                 transport=ClockHeader(clock, NOW_HEADER, {NAMESPACE_HEADER: space}))
+                   for space in spaces]  # fmt: skip
+    try:
+        for n, authority in enumerate(authorities):
+            assert (await authority.create_world("w1", f"in {n}"))["name"] == f"in {n}"  # the same id in each
+        for n, authority in enumerate(authorities):
+            assert [(w["world_id"], w["name"]) for w in await authority.list_worlds()] == [("w1", f"in {n}")]
+    finally:
+        for authority in authorities:
+            await authority.close()

@@ -5,8 +5,9 @@ with workerd's offline Pyodide bundle, on 127.0.0.1, its objects' SQLite files o
 One per test session, started on first use (a cold start takes 10-25 s: workerd loads Pyodide and
 imports the Worker) and stopped at session end (tests/conftest.py), or by the kernel if pytest dies;
 tests isolate by world id. The bundle is staged with `tests.server.game` (worlds named `edge-*` are
-stepped by their object's alarm, the rest by a runner) and `tests/workerd/clock_entry.py` as its
-main module (a request's `x-archetype-test-now-ms` sets the objects' clock; none: the system's).
+stepped by their object's alarm, the rest by a runner) and `tests/workerd/harness_entry.py` as its
+main module: a request's `x-archetype-test-namespace` gives it Durable Objects of their own and its
+`x-archetype-test-now-ms` sets their clock (without them: the objects' own names, the system clock).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from tests.support.workerd.process import WorkerdError, WorkerdProcess
 from worker.local_workerd import LocalWorker, MissingRuntimeError, check_runtime
 
 ROOT = Path(__file__).resolve().parents[3]
-CLOCK_ENTRY = ROOT / "tests" / "workerd" / "clock_entry.py"
+HARNESS_ENTRY = ROOT / "tests" / "workerd" / "harness_entry.py"
 MODULES = ("tests.server.game",)
 TOKENS = {
     "workerd-admin": {"principal": "root", "roles": ["admin"]},
@@ -51,7 +52,7 @@ class PythonWorker:
         self.directory = directory or Path(tempfile.mkdtemp(prefix="archetype-workerd-python-"))
         self._owns_directory = directory is None
         self.tokens = TOKENS
-        self.local = LocalWorker(self.directory, modules=MODULES, tokens=TOKENS, vars=VARS, main=CLOCK_ENTRY)
+        self.local = LocalWorker(self.directory, modules=MODULES, tokens=TOKENS, vars=VARS, main=HARNESS_ENTRY)
         started = time.monotonic()
         self.local.build()
         self.build_s = time.monotonic() - started

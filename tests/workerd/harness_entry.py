@@ -1,17 +1,19 @@
-"""The Worker's main module in the real-runtime tests: the product's `worker.entry`, plus a clock a
-test can set per request, so a test's ManualClock reaches the Durable Objects as it reaches a
-local authority (the conformance suite compares timestamps byte for byte).
+"""The Worker's main module in the real-runtime tests: the product's `worker.entry` unchanged, plus
+two things a request may ask for, so that test suites written against a fresh authority per test
+and a ManualClock (the conformance suite) can run on one long-lived deployment.
 
 Never deployed: the real-runtime fixture stages this file as the bundle's main module
-(`LocalWorker(main=...)`); the product's entry is staged beside it unchanged and does the work.
+(`LocalWorker(main=...)`); the product's entry is staged beside it and does the work.
 
-A request carrying `x-archetype-test-now-ms: <ms>` runs at that time: the Worker sends every RPC
-it makes for that request through the object's `clocked(now_ms, method, args)`, which sets the
-object's clock and runs `method`. A request without it runs on the system clock (`clocked(None,
-...)`), so real-time tests share the deployment. An object's alarm reads the time of the last RPC
-it served: alarms fire on the real clock, at times an object on a test clock set on its test
-timeline (in the past, so at once); a world stepped by its alarm (edge-hosted) therefore belongs
-on the system clock, or its alarm would come back at once until the test clock reaches its tick.
+- `x-archetype-test-namespace: <name>`: every Durable Object the request reaches is the one named
+  `<name>/<object name>` (the world directory included), so a namespace sees only the worlds
+  created in it, as a fresh deployment would. Without it, objects have their own names.
+- `x-archetype-test-now-ms: <ms>`: the request runs at that time. The Worker sends every RPC it
+  makes for the request through the object's `clocked(now_ms, method, args)`, which sets that
+  object's clock and runs `method`; without the header, `clocked(None, ...)` puts the object back
+  on the system clock. An object's alarm reads the time of the last RPC it served; workerd fires
+  alarms on the real clock, at times an object on a test clock set on its test timeline (in the
+  past, so at once): a world its alarm steps (edge-hosted) belongs on the system clock.
 """
 
 from __future__ import annotations
@@ -28,9 +30,13 @@ from worker.entry import build_app
 __all__ = ["Default", "WorldObject"]
 
 NOW_HEADER = "x-archetype-test-now-ms"
+NAMESPACE_HEADER = "x-archetype-test-namespace"
 DIRECTORY_METHODS = frozenset({"directory_register", "directory_world_ids"})
 
+# Set per request in `Default.fetch`; the ASGI bridge runs the app in a task started from there,
+# which carries them to every RPC the request makes.
 _request_now: contextvars.ContextVar[int | None] = contextvars.ContextVar("request_now", default=None)
+_request_namespace: contextvars.ContextVar[str] = contextvars.ContextVar("request_namespace", default="")
 
 
 class RpcClock:
@@ -69,23 +75,26 @@ class _ClockedStub:
         return call
 
 
-class _ClockedNamespace:
+class _HarnessNamespace:
+    """The WORLDS namespace as the request asks for it: objects of its test namespace, clocked stubs."""
+
     def __init__(self, namespace: Any) -> None:
         self._namespace = namespace
 
     def idFromName(self, name: str) -> Any:
-        return self._namespace.idFromName(name)
+        prefix = _request_namespace.get()
+        return self._namespace.idFromName(f"{prefix}/{name}" if prefix else name)
 
     def get(self, object_id: Any) -> _ClockedStub:
         return _ClockedStub(self._namespace.get(object_id))
 
 
-class _ClockedEnv:
-    """The Worker's env with its WORLDS namespace reaching the objects through `clocked`."""
+class _HarnessEnv:
+    """The Worker's env with its WORLDS namespace wrapped."""
 
     def __init__(self, env: Any) -> None:
         self._env = env
-        self.WORLDS = _ClockedNamespace(env.WORLDS)
+        self.WORLDS = _HarnessNamespace(env.WORLDS)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._env, name)
@@ -93,8 +102,9 @@ class _ClockedEnv:
 
 class Default(entry.Default):
     async def fetch(self, request: Any) -> Any:
-        if entry._app is None:  # the product's per-isolate app, over the clocked namespace
-            entry._app = build_app(_ClockedEnv(self.env))
-        header = request.headers.get(NOW_HEADER)
-        _request_now.set(int(header) if header else None)  # this request's task and the tasks it starts
+        if entry._app is None:  # the product's per-isolate app, over the wrapped namespace
+            entry._app = build_app(_HarnessEnv(self.env))
+        now = request.headers.get(NOW_HEADER)
+        _request_now.set(int(now) if now else None)
+        _request_namespace.set(request.headers.get(NAMESPACE_HEADER) or "")
         return await super().fetch(request)
