@@ -150,6 +150,8 @@ def test_a_restart_on_the_same_disk_keeps_every_world_command_and_tick(workerd_p
     admin.create_world("ticking", world_id=edge_world)
     admin.submit(edge_world, mover(), idempotency_key="moving")
     admin.wait(edge_world, "moving", timeout=SETTLE_S)
+    # the admission's audit event leaves on the object's delivery alarm: let it, so nothing moves meanwhile
+    wait_for(lambda: admin.world(pending_world).outbox_pending == 0 or None, "the audit outbox to be sent")
     before = {
         "history": admin.history(pending_world),
         "state": admin.state(pending_world),
