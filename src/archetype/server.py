@@ -45,6 +45,7 @@ from archetype.commands.errors import (
     RunnerIdHeldError,
     StaleWriterError,
     WorldClosingError,
+    WorldEdgeHostedError,
     WorldLeaseHeldError,
     WorldNotFoundError,
 )
@@ -422,6 +423,10 @@ class WorldRunner:
         self._grid_ms: int | None = None  # the first pass's time: passes fall on this grid
         self.clocks: dict[str, TickClock] = {}  # world -> its tick clock, from its ledger row
         self.ticking: set[str] = set()  # worlds with systems
+        # Worlds their Durable Object steps (a remote runner is refused them): left alone until the
+        # next sweep asks again (a new deployment may host them elsewhere), logged once per world.
+        self.edge_hosted: set[str] = set()
+        self._edge_hosted_logged: set[str] = set()
         self._slots = asyncio.Semaphore(concurrency)
         self._loads_systems = bool(runtime.worlds.on_load)  # modules add processors: a world must be seen
         runtime.worlds.on_load.append(self._loaded)  # after the modules' callbacks: it sees what they added
@@ -571,6 +576,7 @@ class WorldRunner:
         except Exception:
             log.exception("could not list the worlds; trying again at the next sweep")
             return
+        self.edge_hosted.clear()  # asked again (at most once a sweep): a new deployment may have moved them
         unseen = []
         for world in worlds:
             if stop.is_set():
@@ -589,6 +595,9 @@ class WorldRunner:
         async with self._slots:
             try:
                 await self.runtime.worlds.get(world_id)
+            except WorldEdgeHostedError:
+                self.clocks.pop(world_id, None)
+                self._leave_to_the_edge(world_id)
             except Exception:  # held by a runner that died and whose lease has not expired yet, or failing
                 self.clocks.pop(world_id, None)
                 self._unseen_failed = True  # seen again at a sweep after the next heartbeat
@@ -625,7 +634,8 @@ class WorldRunner:
                 continue
             if clock.step_to(now, head) is not None:  # due: with systems, every tick of the clock
                 due[world_id] = clock.tick_at(now)
-        due = {world_id: tick for world_id, tick in due.items() if self.runtime.worlds.retry_due(world_id)}
+        due = {world_id: tick for world_id, tick in due.items()
+               if self.runtime.worlds.retry_due(world_id) and world_id not in self.edge_hosted}  # fmt: skip
         if not stop.is_set():
             await asyncio.gather(*(self.step(world_id, tick) for world_id, tick in due.items()))
 
@@ -642,11 +652,21 @@ class WorldRunner:
                 self.clocks.pop(world_id, None)
             except WorldLeaseHeldError:
                 return  # another live runner hosts it (it was its share until a moment ago): not a tick
+            except WorldEdgeHostedError:
+                self._leave_to_the_edge(world_id)
+                return
             except CommandError as exc:  # fenced, or leases taken over: the host reloads it next tick
                 log.warning("world %s not stepped: %s: %s", world_id, exc.code, exc.message)
             except Exception:
                 pass  # the world host recorded it (STALLED), logged it (rate-limited) and backs off
             self.metrics.observe_tick(world_id, time.perf_counter() - started, ok)
+
+    def _leave_to_the_edge(self, world_id: str) -> None:
+        self.edge_hosted.add(world_id)
+        self.ticking.discard(world_id)
+        if world_id not in self._edge_hosted_logged:
+            self._edge_hosted_logged.add(world_id)
+            log.info("world %s is stepped by its Durable Object (edge-hosted): this runner leaves it alone", world_id)
 
 
 async def finish_destroy(runtime: Runtime, world_id: str) -> None:

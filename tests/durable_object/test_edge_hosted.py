@@ -6,14 +6,17 @@ and on the real Durable Object SQL engine."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import types
 
 import pytest
 
 from archetype.commands import DurableOptions, WorldEdgeHostedError
 from archetype.commands.port import ManualClock
+from archetype.metrics import Metrics
 from archetype.runtime import Runtime
-from archetype.server import set_up_modules
+from archetype.server import WorldRunner, set_up_modules
 from archetype.world import CreateWorld, Despawn, Spawn
 from durable_world import DurableObjectAuthority
 from durable_world.edge import TICK_INTERVAL_MS
@@ -223,6 +226,35 @@ async def test_a_remote_runner_is_refused_an_edge_hosted_world_and_the_edge_leav
     set_up_modules(runner, [game])
     await runner.worlds.step("w-runner")  # ... its runner does
     assert (await authority.world_info("w-runner"))["tick_head"] == 0
+
+
+async def test_a_runner_logs_an_edge_hosted_world_once_and_leaves_it_alone_until_the_next_sweep(
+        namespace, admitter, clock, caplog):  # fmt: skip
+    """`archetype runner` against a deployment with edge-hosted worlds: it used to try every pass
+    and log a `world_edge_hosted` warning each time."""
+    caplog.set_level(logging.INFO, logger="archetype.serve")
+    await admitter.dispatcher.apply(CreateWorld(name="edge", world_id=EDGE))
+    await spawn_mover(admitter, EDGE, "later", tick=1_000)  # open: the world is in the due index
+    runtime = Runtime(DurableObjectAuthority(namespace), owner="remote-runner")
+    set_up_modules(runtime, [game])
+    runner = WorldRunner(runtime, runtime.authority, Metrics(), tick_rate=1, clock=clock)  # type: ignore[arg-type]
+    asked = []
+    acquire = runtime.authority.acquire_writer
+
+    async def counted(world_id, *args, **kwargs):
+        asked.append(world_id)
+        return await acquire(world_id, *args, **kwargs)
+
+    runtime.authority.acquire_writer = counted  # type: ignore[method-assign]
+    stop = asyncio.Event()
+    for sweep in range(2):
+        await runner.sweep(stop)
+        for _ in range(5):
+            clock.advance(1_000_000)  # every pass finds the command due
+            await runner.run_pass(stop)
+        assert asked.count(EDGE) == sweep + 1  # once per sweep, not once per pass
+    lines = [r for r in caplog.records if EDGE in r.getMessage()]
+    assert [(r.levelname, "Durable Object" in r.getMessage()) for r in lines] == [("INFO", True)]
 
 
 @pytest.mark.parametrize("engine", ["standin", "workerd"])
