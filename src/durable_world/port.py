@@ -23,14 +23,22 @@ def _number(value: Any) -> Any:
 
 
 class DurableObjectSqlPort:
+    """`rows_read` and `rows_written` sum the engine's own counters (each cursor's final
+    `rowsRead`/`rowsWritten`, what Cloudflare bills) over every statement this port ran."""
+
     def __init__(self, storage: Any) -> None:
         self._storage = storage
         self._sql = storage.sql
+        self.rows_read = 0
+        self.rows_written = 0
 
     def execute(self, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
         # raw() rows are column arrays in select order, which is what the ledger indexes by;
         # toArray() consumes the cursor now, before any await can let another event in.
-        rows = to_py(self._sql.exec(sql, *[sql_binding(p) for p in params]).raw().toArray())
+        cursor = self._sql.exec(sql, *[sql_binding(p) for p in params])
+        rows = to_py(cursor.raw().toArray())
+        self.rows_read += int(cursor.rowsRead)  # final once the cursor is consumed
+        self.rows_written += int(cursor.rowsWritten)
         return [tuple(_number(v) for v in row) for row in rows]
 
     def transaction(self, fn: Callable[[], T]) -> T:

@@ -18,6 +18,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -53,13 +54,15 @@ class PythonWorker:
     (staging and config) and `cold_starts` (seconds from each start to the first answer of /health)
     say what it cost."""
 
-    def __init__(self, directory: Path | None = None, vars: dict[str, str] | None = None) -> None:
+    def __init__(self, directory: Path | None = None, *, modules: Sequence[str] = MODULES,
+                 tokens: Mapping[str, object] = TOKENS, vars: Mapping[str, str] | None = None) -> None:  # fmt: skip
+        """The tests' deployment by default; a bench stages its own `modules`, `tokens`, `vars` (over VARS)."""
         check_runtime()
         self.directory = directory or Path(tempfile.mkdtemp(prefix="archetype-workerd-python-"))
         self._owns_directory = directory is None
-        self.tokens = TOKENS
+        self.tokens = tokens
         self.queue = LoopbackQueue().__enter__()
-        self.local = LocalWorker(self.directory, modules=MODULES, tokens=TOKENS, vars={**VARS, **(vars or {})},
+        self.local = LocalWorker(self.directory, modules=modules, tokens=tokens, vars={**VARS, **(vars or {})},
                                  main=HARNESS_ENTRY, queue_address=self.queue.address)  # fmt: skip
         self.log_path = self.directory / "workerd.log"
         self.cold_starts: list[float] = []
