@@ -82,9 +82,12 @@ class WorldObject(entry.WorldObject):
         import pyodide_js  # only on Pyodide: the module the runtime loaded Python with
 
         port = self.ledger._port  # the object's DurableObjectSqlPort
+        sql = self.ctx.storage.sql
+        # the SDK's binding wrapper keeps the first value it read of any attribute: read the JS object's
+        size = getattr(sql, "_binding", sql).databaseSize
         return {"rpc_calls": self.rpc_calls, "alarms": self.alarms,
                 "rows_read": port.rows_read, "rows_written": port.rows_written,
-                "database_bytes": int(self.ctx.storage.sql.databaseSize),
+                "database_bytes": int(size),
                 "wasm_memory_bytes": int(pyodide_js._module.HEAP8.length)}  # fmt: skip
 
 
