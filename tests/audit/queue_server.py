@@ -18,12 +18,18 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import subprocess
+import sys
 import threading
 import time
 import uuid
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from tests.audit.seaweed import WeedMini
 
 PushFailure = Literal["refuse", "hang"]
 HANG_AT_MOST_S = 300.0  # a held push is answered (refused) by then, so no thread outlives a test for long
@@ -220,3 +226,16 @@ class LoopbackQueue:
                 self._answer(200, {"success": True, "errors": [], "messages": [], "result": result})
 
         return Handler
+
+
+def consume_once(queue: LoopbackQueue, weed: WeedMini) -> subprocess.CompletedProcess[str]:
+    """`archetype audit consume --once` in a child process: from `queue` into `weed`'s Iceberg REST catalog."""
+    from tests.audit.seaweed import BUCKET
+
+    properties = [f"--catalog-property={key}={value}" for key, value in weed.catalog_properties().items()]
+    return subprocess.run(
+        [sys.executable, "-m", "archetype.cli", "audit", "consume", "--once", "--account-id", queue.account_id,
+         "--queue-id", queue.queue_id, "--queue-api", queue.api, "--catalog-uri", weed.iceberg, "--warehouse", BUCKET,
+         *properties],
+        env={**os.environ, "CLOUDFLARE_QUEUES_TOKEN": queue.token}, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip

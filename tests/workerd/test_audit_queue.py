@@ -7,41 +7,25 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import subprocess
-import sys
 import time
 
 import pytest
 from pyiceberg.expressions import EqualTo
 
-from archetype import Client
 from archetype.audit.catalog import rest_catalog
 from archetype.audit.queue import QueueClient, QueueProjector
 from archetype.audit.table import AuditTable
 from archetype.commands import GetAuditHistory
 from archetype.remote import HttpAuthority
-from tests.audit.seaweed import BUCKET, WeedMini
-from tests.support.workerd.python_worker import ADMIN_TOKEN, OPERATOR_TOKEN, VARS
+from tests.audit.queue_server import consume_once
+from tests.audit.seaweed import BUCKET
+from tests.support.workerd.python_worker import OPERATOR_TOKEN, VARS
 from tests.workerd.test_real_runtime import SETTLE_S, mover, wait_for, world
 
 pytestmark = pytest.mark.timeout(420)
 
 RETRY_DELAY_S = int(VARS["AUDIT_RETRY_DELAY_MS"]) / 1000
 FAR_TICK = 10**9  # commands that stay open: one `admitted` event each, and an empty tick
-
-
-@pytest.fixture(scope="module")
-def weed(tmp_path_factory):
-    server = WeedMini(tmp_path_factory.mktemp("weed"))
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def admin(workerd_python):
-    with Client(workerd_python.url, token=ADMIN_TOKEN) as client:
-        yield client
 
 
 @pytest.fixture
@@ -63,15 +47,9 @@ def committed_seq(url: str, world_id: str) -> int:
     return asyncio.run(read())
 
 
-def consume_once(queue, weed) -> int:
+def appended(queue, weed) -> int:
     """One round of `archetype audit consume --once` against the session's queue; the events it appended."""
-    properties = [f"--catalog-property={key}={value}" for key, value in weed.catalog_properties().items()]
-    done = subprocess.run(
-        [sys.executable, "-m", "archetype.cli", "audit", "consume", "--once", "--account-id", queue.account_id,
-         "--queue-id", queue.queue_id, "--queue-api", queue.api, "--catalog-uri", weed.iceberg, "--warehouse", BUCKET,
-         *properties],
-        env={**os.environ, "CLOUDFLARE_QUEUES_TOKEN": queue.token}, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    done = consume_once(queue, weed)
     assert done.returncode == 0, done.stderr[-4000:]
     return int(done.stdout.split()[1])  # "appended N events"
 
@@ -100,7 +78,7 @@ def test_every_event_lands_once_in_iceberg_across_a_consumer_crash_a_queue_outag
     # 1. the objects push, `archetype audit consume` lands them in the table
     submit_and_send("k1", "k2")
     assert pushes_of(queue, edge) and {p.outcome for p in pushes_of(queue, edge)} == {"stored"}
-    assert consume_once(queue, weed) >= 4  # admitted + applied, twice (and whatever other tests sent)
+    assert appended(queue, weed) >= 4  # admitted + applied, twice (and whatever other tests sent)
 
     # 2. the consumer dies after its commit, before acknowledging: the leases expire, the events
     #    come again and are appended a second time
@@ -155,7 +133,7 @@ def test_every_event_lands_once_in_iceberg_across_a_consumer_crash_a_queue_outag
     wait_for(lambda: admin.world(edge).outbox_pending == 0 or None, "the restarted object to send the waiting events")
 
     # every event of the world is in the table's history exactly once, however often it was appended
-    while consume_once(queue, weed):
+    while appended(queue, weed):
         pass
     assert queue.pending() == 0
     events = table.history(GetAuditHistory(world_id=edge, limit=1_000))
