@@ -128,6 +128,8 @@ async def ledger_script(authority, clock):
     await call("load_state", world_id=WORLD, after_entity_id=reserved)
     await call("command", world_id=WORLD, command_id="c-spawn", scope="alice")
     await call("command", world_id=WORLD, command_id="c-spawn")  # the trusted scope has no such command
+    await call("commands_by_id", world_id=WORLD, command_ids=["c-3", "c-spawn", "c-none"], scope="alice")
+    await call("commands_by_id", world_id=WORLD, command_ids=[])  # invalid_command
     await call("history", world_id=WORLD)
     await call("history", world_id=WORLD, status="REJECTED", limit=5)
     await call("history", world_id=WORLD, scope="bob")
@@ -162,6 +164,9 @@ async def ledger_script(authority, clock):
     await call("migrate_components", world_id=WORLD, writer_epoch=epoch, migration=migration, entities=entities, commands=rewrite)
     await call("migrate_components", world_id=WORLD, writer_epoch=epoch, migration=migration, entities=entities, commands=rewrite)  # replay
     await call("load_state", world_id=WORLD)  # the migrated entity, overlaid as a delta
+    await call("read_state", world_id=WORLD, component_types=["Position"], limit=1)
+    await call("read_state", world_id=WORLD, entity_ids=[healthy], component_types=[f"Position:{'0' * 64}"])  # unknown_component
+    await call("read_state", world_id=WORLD, limit=0)  # invalid_command
     await call("components", world_id=WORLD)
     await call("create_world", world_id="w-other", name="other")
     await call("list_worlds")

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import itertools
 from dataclasses import dataclass, field
 from typing import Any
@@ -251,6 +252,26 @@ class World:
     def next_due_tick(self) -> int | None:
         """docs/ledger.md "Ordering and leasing": the lowest scheduled tick of an open command."""
         return min((c.sub.options.tick for c in self.commands.values() if c.status in OPEN), default=None)
+
+    def read_state(self, names: set[str] | None, entity_ids: set[int] | None) -> list[tuple[int, dict[str, dict]]]:
+        """docs/storage.md "Reading state", every page of it in a row: the published entities in
+        id order; with `names`, those that have a component of each named type, with only those
+        components; with `entity_ids`, those ids only."""
+        found = []
+        for entity_id in sorted(self.entities):
+            components = self.entities[entity_id]
+            if entity_ids is not None and entity_id not in entity_ids:
+                continue
+            if names is not None:
+                if not names <= components.keys():
+                    continue
+                components = {name: data for name, data in components.items() if name in names}
+            found.append((entity_id, components))
+        return found
+
+    def commands_by_id(self, scope: str, command_ids: list[str]) -> list[Command]:
+        """docs/ledger.md "Reads": the commands of `scope` among these ids, in sequence order."""
+        return sorted((c for c in map(functools.partial(self.command, scope), set(command_ids)) if c), key=lambda c: c.sequence)
 
 
 class Ledger:

@@ -877,6 +877,27 @@ class LedgerMachine(RuleBasedStateMachine):
                 row = self.run(authority.command(world_id, command_id, scope))
                 command = world.command(scope, command_id)
                 assert (row and row["sequence"]) == (command and command.sequence), (scope, command_id)
+            rows = self.run(authority.commands_by_id(world_id, list(COMMAND_IDS), scope))
+            assert [r["sequence"] for r in rows] == [c.sequence for c in world.commands_by_id(scope, list(COMMAND_IDS))]
+        self.compare_reads(world_id)
+
+    def compare_reads(self, world_id: str) -> None:
+        """read_state, page after page, with and without filters, against the model's entities."""
+        authority, world = self.ctx.authority, self.model.worlds[world_id]
+        present = sorted({name for components in world.entities.values() for name in components})
+        some_ids = sorted(world.entities)[::2] + [MISSING_ENTITY]
+        for names, ids in ((None, None), (present[:1] or None, None), (present[-2:] or None, some_ids), (None, some_ids)):
+            keys = None if names is None else [f"{n}:{CLASSES[n].component_fingerprint()}" for n in names]
+            found, after = [], 0
+            while True:
+                page = self.run(authority.read_state(world_id, after, 2, keys, ids))
+                assert len(page["entities"]) <= 2
+                found += [(e["entity_id"], e["components"]) for e in page["entities"]]
+                if page["next_after"] is None:
+                    break
+                after = page["next_after"]
+            want = [(e, entity_text(c)) for e, c in world.read_state(set(names) if names else None, set(ids) if ids else None)]
+            assert found == want, f"read_state {names} {ids}:\n authority {found}\n model     {want}"
 
 
 def check_invariants(world_id: str, info: dict, rows: list[dict], manifests: list[dict], outbox: list[dict]) -> None:

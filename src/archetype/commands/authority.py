@@ -40,6 +40,7 @@ from archetype.commands.ledger_rows import (
     Redriven,
     RunnerRow,
     StatePage,
+    StateRead,
     StateWrite,
     Watermark,
     WorldComponents,
@@ -101,6 +102,13 @@ class Authority(ABC):
     async def load_state(self, world_id: str, after_entity_id: int = 0, limit: int = 10_000) -> StatePage:
         return await self.rpc("load_state", {"world_id": world_id, "after_entity_id": after_entity_id, "limit": limit})
 
+    async def read_state(self, world_id: str, after_entity_id: int = 0, limit: int = 1_000,
+                         component_types: list[str] | None = None, entity_ids: list[int] | None = None) -> StateRead:  # fmt: skip
+        return await self.rpc("read_state", {
+            "world_id": world_id, "after_entity_id": after_entity_id, "limit": limit, "component_types": component_types,
+            "entity_ids": entity_ids,
+        })  # fmt: skip
+
     async def reserve_entity_ids(self, world_id: str, count: int) -> int:
         return await self.rpc("reserve_entity_ids", {"world_id": world_id, "count": count})
 
@@ -155,6 +163,9 @@ class Authority(ABC):
     # -- reads --
     async def command(self, world_id: str, command_id: str, scope: str = "") -> CommandRow | None:
         return await self.rpc("command", {"world_id": world_id, "command_id": command_id, "scope": scope})
+
+    async def commands_by_id(self, world_id: str, command_ids: list[str], scope: str = "") -> list[CommandRow]:
+        return await self.rpc("commands_by_id", {"world_id": world_id, "command_ids": command_ids, "scope": scope})
 
     async def history(self, world_id: str, status: str | None = None, after_sequence: int = 0, limit: int = 100,
                       scope: str | None = None) -> list[CommandRow]:  # fmt: skip

@@ -132,6 +132,16 @@ class StatePage(TypedDict):
     entities: list[EntityRow]
 
 
+class StateRead(TypedDict):
+    """A page of a filtered state read (`read_state`); `next_after` is the entity id to continue
+    after, None when nothing is left (a page may hold fewer entities than asked, even none, and
+    still have a next one)."""
+
+    tick_head: int
+    entities: list[EntityRow]
+    next_after: int | None
+
+
 @with_config(WIRE)
 class StateWrite(TypedDict):
     """A tick's state write as its runner sends it (docs/storage.md): chunks of

@@ -105,6 +105,9 @@ INSERT_COMMANDS = f"""INSERT INTO commands (world_id, scope, sequence, {", ".joi
         {", ".join(f"json_extract(j.value, '$[{i}]')" for i in range(len(INSERTED_COMMAND_FIELDS)))}, 'PENDING', ?4, ?4
     FROM json_each(?5) AS j"""
 GET_COMMAND = f"SELECT {COMMAND_COLUMNS} FROM commands WHERE world_id = ? AND scope = ? AND command_id = ?"
+# Some commands of one scope by id (a JSON array of distinct ids), in sequence order.
+GET_COMMANDS = f"""SELECT {COMMAND_COLUMNS} FROM json_each(?) AS j
+    JOIN commands AS c ON c.world_id = ? AND c.scope = ? AND c.command_id = j.value ORDER BY c.sequence"""
 GET_COMMAND_BY_SEQUENCE = f"SELECT {COMMAND_COLUMNS} FROM commands WHERE world_id = ? AND sequence = ?"
 DUE_COMMANDS = f"""SELECT {COMMAND_COLUMNS}, lease_session FROM commands
     WHERE world_id = ? AND status IN {OPEN_STATUSES} AND scheduled_tick <= ?
@@ -180,8 +183,15 @@ INSERT_STATE_DELTA = "INSERT INTO state_deltas (world_id, tick, part, body) VALU
 # A snapshot replaces both: a world's chunks are few (each up to a megabyte of state).
 CLEAR_STATE_CHUNKS = "DELETE FROM state_chunks WHERE world_id = ?"
 CLEAR_STATE_DELTAS = "DELETE FROM state_deltas WHERE world_id = ?"
-# The chunk an entity id falls in starts at the greatest first id at or below it.
-STATE_CHUNK_FLOOR = "SELECT max(first_entity_id) FROM state_chunks WHERE world_id = ? AND first_entity_id <= ?"
+# A read of some entities (archetype.commands.state_pages): the snapshot's chunk boundaries (chunk
+# i holds the ids from its first up to the next chunk's), a chunk by its first id, each delta's
+# opening (which names the id range it covers), and some deltas by (tick, part) in one statement.
+STATE_CHUNK_FIRSTS = "SELECT first_entity_id FROM state_chunks WHERE world_id = ? ORDER BY first_entity_id"
+GET_STATE_CHUNK = "SELECT body FROM state_chunks WHERE world_id = ? AND first_entity_id = ?"
+STATE_DELTA_HEADS = "SELECT tick, part, substr(body, 1, 64) FROM state_deltas WHERE world_id = ? ORDER BY tick, part"
+GET_STATE_DELTAS = """SELECT d.body FROM json_each(?) AS j
+    JOIN state_deltas AS d ON d.world_id = ? AND d.tick = json_extract(j.value, '$[0]') AND d.part = json_extract(j.value, '$[1]')
+    ORDER BY d.tick, d.part"""
 NEXT_STATE_CHUNK = """SELECT first_entity_id, body FROM state_chunks WHERE world_id = ? AND first_entity_id > ?
     ORDER BY first_entity_id LIMIT 1"""
 LIST_STATE_DELTAS = "SELECT body FROM state_deltas WHERE world_id = ? ORDER BY tick, part"

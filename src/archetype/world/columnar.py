@@ -33,7 +33,8 @@ import json
 import math
 import sys
 from array import array
-from collections.abc import Iterable, Sequence
+from bisect import bisect_left, bisect_right
+from collections.abc import Iterable, Sequence, Set
 from dataclasses import dataclass
 from typing import Any
 
@@ -203,8 +204,6 @@ def _span(ids: Any, low: int, high: int) -> tuple[int, int]:
     """The rows of ascending `ids` within [low, high]."""
     if hasattr(ids, "searchsorted"):
         return int(ids.searchsorted(low, "left")), int(ids.searchsorted(high, "right"))
-    from bisect import bisect_left, bisect_right
-
     return bisect_left(ids, low), bisect_right(ids, high)
 
 
@@ -300,12 +299,13 @@ def _b64(values: Any, kind: str) -> str:
     return base64.b64encode(raw).decode("ascii")
 
 
-def _unpack(text: str, kind: str) -> list[Any]:
+def _unpack(text: str, kind: str, start: int = 0, stop: int | None = None) -> list[Any]:
+    """The values of a base64 column, or of its rows `start:stop`."""
     packed = array(_ARRAY_CODES[kind])
     packed.frombytes(base64.b64decode(text))
     if sys.byteorder == "big":
         packed.byteswap()
-    return packed.tolist()
+    return (packed if start == 0 and stop is None else packed[start:stop]).tolist()
 
 
 def _data_text(value: Any) -> str:
@@ -313,43 +313,76 @@ def _data_text(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=True)
 
 
-def decode(body: str) -> list[tuple[int, str | Partial | None]]:
-    """Every entity of a chunk (either layout: columnar, or the per-entity `[[id,components],...]`)
-    by id: its components text, a Partial (the components a partial section replaces), or None
-    when the chunk removes it."""
-    if not body.startswith(CHUNK_HEAD):
-        return [(e, None if c is None else _data_text(c)) for e, c in json.loads(body)]
-    chunk = json.loads(body)
-    found: list[tuple[int, Any]] = [(entity_id, None) for entity_id in chunk["removed"]]
+class Partial(dict[str, str]):
+    """What a partial section holds of an entity: component key (`<name>:<fingerprint>`) -> that
+    component's text, to replace in the entity's components text (`overlay`)."""
+
+
+Entry = dict[str, str] | None
+"""An entity as a chunk holds it: its components' texts by component key, in key order (a
+`Partial` when a partial section carries it: the components it replaces), or None when the chunk
+removes it."""
+
+
+def entity_text(entry: dict[str, str]) -> str:
+    """The components text of a whole entry (its texts are in component-key order)."""
+    return "[" + ",".join(entry.values()) + "]"
+
+
+def entries(chunk: Any, low: int = 1, high: int = MAX_SAFE_INTEGER, keys: Set[str] | None = None) -> list[tuple[int, Entry]]:
+    """The entities of a parsed chunk (`json.loads` of either layout: columnar, or the per-entity
+    `[[id,components],...]`) whose ids are within [low, high], in id order, each an `Entry` with
+    only the components of `keys` (None: all). Only the rows in range are written out: a chunk
+    read for a page of its entities costs its parse and that page."""
+    if isinstance(chunk, list):  # the per-entity layout
+        found: list[tuple[int, Entry]] = []
+        for entity_id, components in chunk:
+            if not low <= entity_id <= high:
+                continue
+            if components is None:
+                found.append((entity_id, None))
+                continue
+            texts = {f'{c.get("name")}:{c.get("fingerprint")}': _data_text(c) for c in components}
+            found.append((entity_id, texts if keys is None else {k: t for k, t in texts.items() if k in keys}))
+        found.sort(key=_first)
+        return found
+    found = [(entity_id, None) for entity_id in chunk["removed"] if low <= entity_id <= high]
     for section in chunk["sections"]:
-        ids = _unpack(section["ids"], "i8") if "ids" in section else run_ids(section["id_runs"])
-        columns: list[list[str]] = []
+        ids: Sequence[int] = _unpack(section["ids"], "i8") if "ids" in section else run_ids(section["id_runs"])
+        start, stop = bisect_left(ids, low), bisect_right(ids, high)
+        if start == stop:
+            continue
+        ids = ids[start:stop]
+        names, columns = [], []
         for component in section["components"]:
+            key = f'{component["name"]}:{component["fingerprint"]}'
+            if keys is not None and key not in keys:
+                continue
+            names.append(key)
             suffix = f',"fingerprint":"{component["fingerprint"]}","name":"{component["name"]}"}}'
             if "rows" in component:
-                columns.append(['{"data":' + _data_text(data) + suffix for data in component["rows"]])
+                columns.append(['{"data":' + _data_text(data) + suffix for data in component["rows"][start:stop]])
                 continue
-            names, values = [], []
-            for name, column in component["columns"].items():
+            fields, values = [], []
+            for field, column in component["columns"].items():
                 ((kind, text),) = column.items()
-                names.append(name)
-                values.append(_unpack(text, kind))
-            template = '{"data":{' + ",".join(f'"{name}":%r' for name in names) + "}" + suffix.replace("%", "%%")
+                fields.append(field)
+                values.append(_unpack(text, kind, start, stop))
+            template = '{"data":{' + ",".join(f'"{field}":%r' for field in fields) + "}" + suffix.replace("%", "%%")
             columns.append([template % row for row in zip(*values, strict=True)])
         # an entity stripped of every component is a section without columns: its rows are empty
         rows: Iterable[tuple[str, ...]] = zip(*columns, strict=True) if columns else [()] * len(ids)
-        if section.get("partial"):
-            keys = [f'{c["name"]}:{c["fingerprint"]}' for c in section["components"]]
-            found += zip(ids, [Partial(zip(keys, row, strict=True)) for row in rows], strict=True)
-        else:
-            found += zip(ids, ["[" + ",".join(row) + "]" for row in rows], strict=True)
+        kind = Partial if section.get("partial") else dict
+        found += zip(ids, [kind(zip(names, row, strict=True)) for row in rows], strict=True)
     found.sort(key=_first)
     return found
 
 
-class Partial(dict[str, str]):
-    """What a partial section holds of an entity: component key (`<name>:<fingerprint>`) -> that
-    component's text, to replace in the entity's components text (`overlay`)."""
+def decode(body: str) -> list[tuple[int, str | Partial | None]]:
+    """Every entity of a chunk (either layout) by id: its components text, a Partial (the
+    components a partial section replaces), or None when the chunk removes it."""
+    return [(e, entry if entry is None or isinstance(entry, Partial) else entity_text(entry))
+            for e, entry in entries(json.loads(body))]  # fmt: skip
 
 
 def overlay(below: str | Partial | None, above: str | Partial | None) -> str | Partial | None:
@@ -366,5 +399,5 @@ def overlay(below: str | Partial | None, above: str | Partial | None) -> str | P
     return "[" + ",".join(components[key] for key in sorted(components)) + "]"
 
 
-def _first(entry: tuple[int, str | None]) -> int:
+def _first(entry: tuple[int, Any]) -> int:
     return entry[0]
