@@ -26,7 +26,10 @@ SYNCHRONOUS_MODES = ("FULL", "NORMAL")
 
 
 class SqliteSqlPort:
-    def __init__(self, path: str | Path, *, synchronous: str = "FULL", busy_timeout_ms: int = 30_000) -> None:
+    def __init__(self, path: str | Path, *, synchronous: str = "FULL", busy_timeout_ms: int = 30_000,
+                 read_only: bool = False) -> None:  # fmt: skip
+        """`read_only`: a reader's connection (`local_catalog.reader`): `query_only`, and each
+        transaction a deferred one, a snapshot taken without the write lock."""
         if synchronous not in SYNCHRONOUS_MODES:
             raise ValueError(f"synchronous must be one of {SYNCHRONOUS_MODES}")
         self.path = Path(path)
@@ -34,9 +37,13 @@ class SqliteSqlPort:
         self._conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
         self._conn.execute("PRAGMA journal_mode = WAL")
         self._conn.execute(f"PRAGMA synchronous = {synchronous}")
+        self._begin = "BEGIN IMMEDIATE"
         self._depth = 0
         self._writer_lock: WriterLock | None = None
-        if sys.platform != "emscripten":  # Pyodide: one process, one writer, and no flock worth the name
+        if read_only:
+            self._conn.execute("PRAGMA query_only = ON")
+            self._begin = "BEGIN DEFERRED"
+        elif sys.platform != "emscripten":  # Pyodide: one process, one writer, and no flock worth the name
             from local_catalog.writer_lock import WriterLock
 
             self._writer_lock = WriterLock(self.path, busy_timeout_ms / 1000)
@@ -53,9 +60,10 @@ class SqliteSqlPort:
 
     @contextlib.contextmanager
     def _immediate(self) -> Iterator[None]:
-        """One BEGIN IMMEDIATE .. COMMIT around the body, rolled back when the body or the commit raises."""
+        """One BEGIN IMMEDIATE (a reader's: DEFERRED) .. COMMIT around the body, rolled back when
+        the body or the commit raises."""
         with self._writer_lock.held() if self._writer_lock else contextlib.nullcontext():
-            self._conn.execute("BEGIN IMMEDIATE")
+            self._conn.execute(self._begin)
             self._depth += 1
             try:
                 yield
