@@ -120,6 +120,8 @@ dicts = st.dictionaries(st.sampled_from(["commit_token", "tick", "writer_epoch",
 BY_ANNOTATION = {
     "int": ints, "str": ids, "bool": st.booleans(), "int | None": ints | st.none(), "str | None": ids | st.none(),
     "list[str]": st.lists(ids, max_size=3), "dict[str, Any]": dicts, "list[dict[str, Any]]": st.lists(dicts, max_size=3),
+    "list[str] | None": st.lists(ids | st.sampled_from(["Position", "Health"]), max_size=3) | st.none(),
+    "list[int] | None": st.lists(ints, max_size=3) | st.none(),
     # the exact wire shapes, well-typed most of the time so that calls get past validation
     "list[AdmissionRow]": st.lists(st.from_type(AdmissionRow) | dicts, max_size=3),
     "ManifestRow": st.from_type(ManifestRow) | dicts,

@@ -121,6 +121,7 @@ async def test_a_page_reads_a_bounded_number_of_chunks_and_says_where_to_go_on(r
     ({"component_types": ["Nobody"]}, UnknownComponentError),
     ({"component_types": ["Position:abc"]}, InvalidCommandError),
     ({"component_types": []}, InvalidCommandError),
+    ({"component_types": ["Position"] * 33}, InvalidCommandError),
     ({"entity_ids": []}, InvalidCommandError),
     ({"entity_ids": [0]}, InvalidCommandError),
     ({"entity_ids": [5, -5]}, InvalidCommandError),

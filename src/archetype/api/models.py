@@ -12,6 +12,8 @@ from pydantic_core import CoreSchema
 from archetype.canonical import parse_json
 from archetype.commands.audit_history import AuditEvent
 from archetype.commands.http_translator import MUTATION_FIELDS, MUTATIONS, SubmitCommandRequest
+from archetype.commands.identity import COMMAND_ID_PATTERN
+from archetype.commands.ledger_rows import StateRead
 from archetype.commands.scheduler import CommandIdentity, CommandSummary, WorldHealth
 from archetype.world.components import ComponentValue
 from archetype.world.operations import CreateWorld
@@ -68,13 +70,18 @@ class StateView(BaseModel):
 
     tick_head: int
     entities: list[EntityView]
-    next_after: int | None = Field(description="pass as `after` for the next page; null when this page is the last")
+    next_after: int | None = Field(
+        description="pass as `after` for the next page; null when nothing is left (a page may hold fewer entities than "
+        "`limit`, even none, and still have a next one)"
+    )
 
-    @classmethod
-    def of(cls, page: Mapping[str, Any], limit: int) -> StateView:
-        entities = [EntityView(entity_id=row["entity_id"], components=parse_json(row["components"])) for row in page["entities"]]
-        next_after = entities[-1].entity_id if len(entities) == limit else None
-        return cls(tick_head=page["tick_head"], entities=entities, next_after=next_after)
+    @staticmethod
+    def body(page: StateRead) -> bytes:
+        """The JSON of this model for a ledger page, written around the components texts as they
+        are (canonical JSON of the component values already), not through a model per entity."""
+        entities = ",".join(f'{{"entity_id":{e["entity_id"]},"components":{e["components"]}}}' for e in page["entities"])
+        next_after = "null" if page["next_after"] is None else page["next_after"]
+        return f'{{"tick_head":{page["tick_head"]},"entities":[{entities}],"next_after":{next_after}}}'.encode()
 
 
 class DestroyedWorld(BaseModel):
@@ -166,6 +173,28 @@ class CommandView(CommandSummary):
         if not isinstance(payload, dict):
             return cls(**cls.summary_fields(row), payload=None, problem="the stored payload is not a JSON object")
         return cls(**cls.summary_fields(row), payload=payload)
+
+
+class CommandOutcome(CommandSummary):
+    """Where a command stands: a ledger row without its payload (which its submitter holds)."""
+
+    @classmethod
+    def of(cls, row: Mapping[str, Any]) -> CommandOutcome:
+        return cls(**cls.summary_fields(row))
+
+
+class OutcomesRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    command_ids: list[Annotated[str, Field(pattern=COMMAND_ID_PATTERN.pattern)]] = Field(min_length=1, max_length=MAX_BATCH)
+
+
+class OutcomesPage(BaseModel):
+    """The outcomes of the command ids asked for, in admission order, and the ids of those asked
+    for that the caller has no command of (never admitted, another principal's, or pruned)."""
+
+    commands: list[CommandOutcome]
+    missing: list[str]
 
 
 class HistoryPage(BaseModel):

@@ -71,6 +71,8 @@ LEDGER: Errors = (*JSON_BODY, ShuttingDownError, UnregisteredOperationError, Not
 CREATE_WORLD: Errors = (*JSON_BODY, ShuttingDownError, InvalidCommandError, WorldExistsError, WorldClosingError)
 DESTROY_WORLD: Errors = (*WORLD_PATH, ShuttingDownError, WorldClosingError)
 READ_COMMAND: Errors = (*WORLD_PATH, CommandNotFoundError)
+READ_OUTCOMES: Errors = (*WORLD_PATH, *JSON_BODY)
+READ_STATE: Errors = (*WORLD_PATH, UnknownComponentError)
 READ_AUDIT: Errors = (*WORLD_PATH, AuditUnavailableError)
 REDRIVE: Errors = (*WORLD_PATH, *ADMITTING, CommandNotFoundError, NotDeadLetteredError, RedriveConflictError,
                    CommandConflictError)  # fmt: skip

@@ -90,7 +90,6 @@ from archetype.world.component_schema import (
     occurrences,
     render,
 )
-from archetype.world.operations import MAX_COMPONENTS
 
 COMMAND_FIELDS = tuple(name.strip() for name in q.COMMAND_COLUMNS.split(","))
 WORLD_FIELDS = tuple(name.strip() for name in q.WORLD_COLUMNS.split(","))
@@ -116,13 +115,16 @@ STATE_CHUNK_LIMIT = 2_000_000 - 4_096
 _CHUNK_HEAD = re.compile(r'(?:\{"first":|\[\[)([1-9][0-9]{0,15}),')
 WORLD_EVENTS = ("world_stalled", "world_recovered")
 # A filtered state read (`read_state`): the most entities of a page, entity ids and component
-# types it may name, and the snapshot chunks (about a megabyte each) one page reads at most.
+# types it may name (all of them fit in a URL's query), and the snapshot chunks (about a megabyte
+# each) one page reads at most.
 STATE_READ_LIMIT = 10_000
 STATE_READ_IDS = 1_000
+STATE_READ_TYPES = 32
 STATE_READ_CHUNKS = 8
 # The most command ids one `commands_by_id` names.
 COMMANDS_BY_ID_LIMIT = 1_000
-_COMPONENT_SPEC = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}(?::[0-9a-f]{64})?")
+COMPONENT_SPEC_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,127}(?::[0-9a-f]{64})?$"  # a type's <name>[:<fingerprint>]
+_COMPONENT_SPEC = re.compile(COMPONENT_SPEC_PATTERN)
 # Retention defaults (docs/ledger.md, "Retention"): what `archetype serve` and `catalog prune` use.
 DEFAULT_KEEP_TICKS = 1_000
 DEFAULT_IDEMPOTENCY_WINDOW_MS = 86_400_000  # 24 hours
@@ -461,9 +463,9 @@ class Ledger:
                 and 1 <= limit <= STATE_READ_LIMIT):  # fmt: skip
             raise InvalidCommandError(f"read_state takes after_entity_id 0..2**53-1 and limit 1..{STATE_READ_LIMIT}")
         if component_types is not None and not (
-            0 < len(component_types) <= MAX_COMPONENTS and all(type(t) is str and _COMPONENT_SPEC.fullmatch(t) for t in component_types)
+            0 < len(component_types) <= STATE_READ_TYPES and all(type(t) is str and _COMPONENT_SPEC.fullmatch(t) for t in component_types)
         ):  # fmt: skip
-            raise InvalidCommandError(f"component_types are 1..{MAX_COMPONENTS} of <name> or <name>:<64 hex fingerprint>")
+            raise InvalidCommandError(f"component_types are 1..{STATE_READ_TYPES} of <name> or <name>:<64 hex fingerprint>")
         if entity_ids is not None and not (
             0 < len(entity_ids) <= STATE_READ_IDS and all(type(e) is int and 1 <= e <= MAX_SAFE_INTEGER for e in entity_ids)
         ):  # fmt: skip
