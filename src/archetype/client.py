@@ -110,22 +110,29 @@ class WaitTimeoutError(TimeoutError):
 
 class EntityState:
     """One published entity as a state read answers it: `entity_id`, and its components, read by
-    class (`get`, `[]`) or as wire values (`components`). Built from the answer's JSON as it is;
-    a component becomes an instance of its class only when it is asked for."""
+    class (`get`, `[]`, `in`) or as wire values (`components`). Built from the answer's JSON as it
+    is (a row of its section's columns); a component becomes an instance of its class only when it
+    is asked for."""
 
-    __slots__ = ("_values", "entity_id")
+    __slots__ = ("_columns", "_row", "entity_id")
 
-    def __init__(self, entity_id: int, values: list[dict[str, Any]]) -> None:
+    def __init__(self, entity_id: int, columns: list[dict[str, Any]], row: int) -> None:
         self.entity_id = entity_id
-        self._values = values  # each {"data", "fingerprint", "name"}, in component-key order
+        self._columns = columns  # its section's: each {"name", "fingerprint", "rows"}, in component-key order
+        self._row = row
+
+    def _data(self, cls: type[Component]) -> dict[str, Any] | None:
+        name, fingerprint = cls.__name__, cls.__component_fingerprint__
+        for column in self._columns:
+            if column["name"] == name and column["fingerprint"] == fingerprint:
+                data: dict[str, Any] = column["rows"][self._row]
+                return data
+        return None
 
     def get(self, cls: type[C]) -> C | None:
         """Its component of class `cls` (by name and fingerprint), or None when it has none."""
-        name, fingerprint = cls.__name__, cls.__component_fingerprint__
-        for value in self._values:
-            if value["name"] == name and value["fingerprint"] == fingerprint:
-                return cls.model_validate(value["data"])
-        return None
+        data = self._data(cls)
+        return None if data is None else cls.model_validate(data)
 
     def __getitem__(self, cls: type[C]) -> C:
         found = self.get(cls)
@@ -134,15 +141,15 @@ class EntityState:
         return found
 
     def __contains__(self, cls: type[Component]) -> bool:
-        return any(v["name"] == cls.__name__ and v["fingerprint"] == cls.__component_fingerprint__ for v in self._values)
+        return self._data(cls) is not None
 
     @property
     def components(self) -> list[ComponentValue]:
         """Its components as wire values (name, fingerprint, data), in component-key order."""
-        return [ComponentValue.model_validate(value) for value in self._values]
+        return [ComponentValue(name=c["name"], fingerprint=c["fingerprint"], data=c["rows"][self._row]) for c in self._columns]
 
     def __repr__(self) -> str:
-        return f"EntityState({self.entity_id}, {[v['name'] for v in self._values]})"
+        return f"EntityState({self.entity_id}, {[c['name'] for c in self._columns]})"
 
 
 @dataclass(frozen=True)
@@ -372,9 +379,12 @@ class _Calls:
         return [AuditEvent.model_validate(row) for row in rows]
 
     def state_page(self, world_id: str, query: Mapping[str, Any], after: int, limit: int) -> Call[_StatePage]:
-        params = {**query, "after": after, "limit": limit}
+        params = {**query, "after": after, "limit": limit, "layout": "sections"}
         page = yield from self.send(_Request("GET", f"/worlds/{world_id}/state", params=params))
-        entities = [EntityState(entity["entity_id"], entity["components"]) for entity in page["entities"]]
+        entities = [EntityState(entity_id, section["components"], row)
+                    for section in page["sections"] for row, entity_id in enumerate(section["ids"])]  # fmt: skip
+        if len(page["sections"]) > 1:
+            entities.sort(key=_entity_id)
         return _StatePage(page["tick_head"], entities, page["next_after"])
 
     def state(self, world_id: str, query: _StateFilter, limit: int) -> Call[WorldState]:
@@ -409,6 +419,10 @@ class _Calls:
     def destroy_world(self, world_id: str) -> Call[DestroyedWorld]:
         # re-running destroy finishes it; a retry after a lost answer reports nothing left to cancel
         return DestroyedWorld.model_validate((yield from self.send(_Request("DELETE", f"/worlds/{world_id}"))))
+
+
+def _entity_id(entity: EntityState) -> int:
+    return entity.entity_id
 
 
 def _limit(page_size: int) -> int:

@@ -131,6 +131,7 @@ async def test_real_answers_validate_against_the_published_schema(client, world)
         (await client.get(f"/worlds/{world}/state", params={"component": "Position", "entity_id": [1, 2]}, headers=VIEWER),
          "/worlds/{world_id}/state"),
         (await client.get(f"/worlds/{world}/state", params={"component": "Nobody"}, headers=VIEWER), "/worlds/{world_id}/state"),
+        (await client.get(f"/worlds/{world}/state", params={"layout": "sections"}, headers=VIEWER), "/worlds/{world_id}/state"),
         (await client.get(f"/worlds/{world}/commands?principal=pat", headers=PLAYER), submit),  # 403
         (await client.get(f"/worlds/{world}/audit", headers=VIEWER), "/worlds/{world_id}/audit"),  # 503: no audit here
         (await client.post(f"/worlds/{world}/ledger/watermark", json={}, headers=OPERATOR), "/worlds/{world_id}/ledger/{method}"),

@@ -103,6 +103,22 @@ async def test_the_state_filtered_and_paged(client, world, types, ids):
     assert by_name == entities
 
 
+async def test_the_sections_layout_holds_the_same_entities(client, world):
+    for params in ({}, {"component": "Health"}, {"entity_id": [3, 4, 5], "component": ["Position"]}):
+        entities = (await client.get("/worlds/w1/state", params={**params, "limit": 50}, headers=VIEWER)).json()
+        grouped = (await client.get("/worlds/w1/state", params={**params, "limit": 50, "layout": "sections"}, headers=VIEWER)).json()
+        assert (grouped["tick_head"], grouped["next_after"]) == (entities["tick_head"], entities["next_after"])
+        rows = sorted(
+            ({"entity_id": entity_id, "components": [{"data": c["rows"][row], "fingerprint": c["fingerprint"], "name": c["name"]}
+                                                     for c in section["components"]]}
+             for section in grouped["sections"] for row, entity_id in enumerate(section["ids"])),
+            key=lambda e: e["entity_id"],
+        )  # fmt: skip
+        assert rows == entities["entities"]
+        signatures = [[c["name"] for c in section["components"]] for section in grouped["sections"]]
+        assert len(signatures) == len({tuple(s) for s in signatures})  # one section per signature
+
+
 async def test_the_answer_keeps_the_published_floats(client, world):
     page = (await client.get("/worlds/w1/state", params={"entity_id": [1, 2]}, headers=VIEWER)).json()
     assert page["tick_head"] == world.tick and page["next_after"] is None

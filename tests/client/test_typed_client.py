@@ -170,7 +170,8 @@ def test_wait_all_reads_a_page_of_1000_per_request_and_only_the_unsettled():
 
 def test_an_entity_state_reads_its_components_by_class():
     fingerprint = Position.component_fingerprint()
-    entity = EntityState(7, [{"data": {"x": 1.5, "y": -0.0}, "fingerprint": fingerprint, "name": "Position"}])
+    column = {"name": "Position", "fingerprint": fingerprint, "rows": [{"x": 0.0, "y": 0.0}, {"x": 1.5, "y": -0.0}]}
+    entity = EntityState(7, [column], 1)
     assert entity.get(Position) == Position(x=1.5, y=-0.0) and entity[Position].y == -0.0
     assert entity.get(Velocity) is None and Velocity not in entity and Position in entity
     with pytest.raises(KeyError):

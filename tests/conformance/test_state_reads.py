@@ -8,6 +8,7 @@ import pytest
 from archetype.commands import DurableOptions, InvalidCommandError
 from archetype.commands.errors import UnknownComponentError, WorldNotFoundError
 from archetype.commands.options import ActorCtx, Role
+from archetype.commands.state_pages import entity_texts
 from archetype.vector import add_vector_processor
 from archetype.world import Despawn
 from archetype.world.components import type_key
@@ -21,11 +22,13 @@ async def read_all(authority, world_id, **filters):
     found, sizes, after = [], [], 0
     while True:
         page = await authority.read_state(world_id=world_id, after_entity_id=after, **filters)
-        found += [(e["entity_id"], e["components"]) for e in page["entities"]]
-        sizes.append(len(page["entities"]))
+        entities = entity_texts(page["sections"])
+        assert page["sections"] == sorted(page["sections"], key=lambda s: [(c["name"], c["fingerprint"]) for c in s["components"]])
+        found += entities
+        sizes.append(len(entities))
         if page["next_after"] is None:
             return found, sizes
-        assert page["next_after"] >= after + 1 and (not page["entities"] or page["next_after"] >= found[-1][0])
+        assert page["next_after"] >= after + 1 and (not entities or page["next_after"] >= found[-1][0])
         after = page["next_after"]
 
 
@@ -98,7 +101,7 @@ async def test_an_entity_filter_keeps_those_ids(rt, world_id, authority, monkeyp
     found, _ = await read_all(authority, world_id, entity_ids=wanted, component_types=[type_key(Health)])
     assert found == expected(world, [Health], set(wanted))
     beyond = await authority.read_state(world_id=world_id, after_entity_id=ids[30], entity_ids=[ids[0], ids[30]])
-    assert (beyond["entities"], beyond["next_after"]) == ([], None)
+    assert (beyond["sections"], beyond["next_after"]) == ([], None)
 
 
 async def test_a_page_reads_a_bounded_number_of_chunks_and_says_where_to_go_on(rt, world_id, authority, monkeypatch):

@@ -60,7 +60,7 @@ async def test_reads_run_while_another_writer_holds_the_write_lock(tmp_path, wor
         holder.execute("ROLLBACK")
         holder.close()
     state, read, command, commands, history = answers
-    assert [e["entity_id"] for e in state["entities"]] == [e["entity_id"] for e in read["entities"]] == [1]
+    assert [e["entity_id"] for e in state["entities"]] == [e for s in read["sections"] for e in s["ids"]] == [1]
     assert command["command_id"] == commands[0]["command_id"] == history[0]["command_id"] == command_id
 
 

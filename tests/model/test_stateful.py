@@ -57,6 +57,7 @@ from archetype.commands import (
     WorldNotFoundError,
 )
 from archetype.commands.port import ManualClock
+from archetype.commands.state_pages import entity_texts
 from archetype.runtime import Runtime
 from archetype.world import (
     AddComponents,
@@ -891,8 +892,9 @@ class LedgerMachine(RuleBasedStateMachine):
             found, after = [], 0
             while True:
                 page = self.run(authority.read_state(world_id, after, 2, keys, ids))
-                assert len(page["entities"]) <= 2
-                found += [(e["entity_id"], e["components"]) for e in page["entities"]]
+                entities = entity_texts(page["sections"])
+                assert len(entities) <= 2
+                found += entities
                 if page["next_after"] is None:
                     break
                 after = page["next_after"]

@@ -9,7 +9,7 @@ the role gets the same answer whether or not the world exists.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import Body, Depends, FastAPI, Header, Path, Query, Request
 from fastapi.responses import JSONResponse, Response
@@ -34,6 +34,7 @@ from archetype.api.models import (
     OutcomesPage,
     OutcomesRequest,
     RedriveAccepted,
+    StateSectionsView,
     StateView,
     SubmitBatchRequest,
     SubmitCommand,
@@ -94,6 +95,9 @@ EntityIdQuery = Annotated[
     list[Annotated[int, Field(ge=1, le=MAX_SAFE_INTEGER)]] | None,
     Query(max_length=STATE_READ_IDS, description="keep these entities (repeat it)"),
 ]
+LAYOUT = ("`entities`: each entity with its component values (name, fingerprint, data); `sections`: the same entities "
+          "grouped by signature, each component type named once per section with a row of data per entity (a fraction of "
+          "the bytes: what `archetype.Client` reads)")
 LedgerArguments = Annotated[dict[str, Any], Body(default_factory=dict, description="the method's keyword arguments")]
 
 
@@ -241,7 +245,7 @@ def create_app(
     async def inspect_world(world_id: WorldIdPath, actor: ActorCtx = viewer) -> WorldView:
         return WorldView.of(await authority.world_info(world_id))
 
-    @app.get("/worlds/{world_id}/state", response_model=StateView, responses=error_responses(READ_STATE))
+    @app.get("/worlds/{world_id}/state", response_model=StateView | StateSectionsView, responses=error_responses(READ_STATE))
     async def world_state(
         world_id: WorldIdPath,
         actor: ActorCtx = viewer,
@@ -249,11 +253,13 @@ def create_app(
         entity_id: EntityIdQuery = None,
         after: Annotated[int, Query(ge=0, le=MAX_SAFE_INTEGER, description="entity id to continue after (`next_after`)")] = 0,
         limit: Annotated[int, Query(ge=1, le=STATE_READ_LIMIT)] = 100,
+        layout: Annotated[Literal["entities", "sections"], Query(description=LAYOUT)] = "entities",
     ) -> Response:
         """The world's published entities and their components, in id order (world state is shared:
         docs/ledger.md, isolation), read from its stored chunks (docs/storage.md, "Reading state")."""
         page = await authority.read_state(world_id, after, limit, component, entity_id)
-        return Response(StateView.body(page), media_type="application/json")
+        view = StateView if layout == "entities" else StateSectionsView
+        return Response(view.body(page), media_type="application/json")
 
     @app.get("/worlds/{world_id}/components", response_model=ComponentList, responses=error_responses(WORLD_PATH))
     async def world_components(world_id: WorldIdPath, actor: ActorCtx = viewer) -> ComponentList:

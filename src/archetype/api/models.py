@@ -15,6 +15,7 @@ from archetype.commands.http_translator import MUTATION_FIELDS, MUTATIONS, Submi
 from archetype.commands.identity import COMMAND_ID_PATTERN
 from archetype.commands.ledger_rows import StateRead
 from archetype.commands.scheduler import CommandIdentity, CommandSummary, WorldHealth
+from archetype.commands.state_pages import entity_texts
 from archetype.world.components import ComponentValue
 from archetype.world.operations import CreateWorld
 
@@ -79,9 +80,47 @@ class StateView(BaseModel):
     def body(page: StateRead) -> bytes:
         """The JSON of this model for a ledger page, written around the components texts as they
         are (canonical JSON of the component values already), not through a model per entity."""
-        entities = ",".join(f'{{"entity_id":{e["entity_id"]},"components":{e["components"]}}}' for e in page["entities"])
-        next_after = "null" if page["next_after"] is None else page["next_after"]
-        return f'{{"tick_head":{page["tick_head"]},"entities":[{entities}],"next_after":{next_after}}}'.encode()
+        entities = ",".join([f'{{"entity_id":{e},"components":{text}}}' for e, text in entity_texts(page["sections"])])
+        return f'{{"tick_head":{page["tick_head"]},"entities":[{entities}],"next_after":{_json_int(page["next_after"])}}}'.encode()
+
+
+class ComponentColumnView(BaseModel):
+    """One component type in a section: its identity once, and each entity's data, in the section's id order."""
+
+    name: str
+    fingerprint: str
+    rows: list[dict[str, Any]]
+
+
+class StateSectionView(BaseModel):
+    """The entities of one signature (set of component types) in id order, a column per type."""
+
+    ids: list[int]
+    components: list[ComponentColumnView]
+
+
+class StateSectionsView(BaseModel):
+    """A page of a world's published state at `tick_head` (`layout=sections`): the same entities
+    as the `entities` layout, grouped by signature, each type named once per section."""
+
+    tick_head: int
+    sections: list[StateSectionView]
+    next_after: int | None = Field(description=StateView.model_fields["next_after"].description)
+
+    @staticmethod
+    def body(page: StateRead) -> bytes:
+        """The JSON of this model for a ledger page, written around the data texts as they are."""
+        sections = ",".join([
+            '{"ids":[' + ",".join(map(str, section["ids"])) + '],"components":['
+            + ",".join([f'{{"name":"{c["name"]}","fingerprint":"{c["fingerprint"]}","rows":[{",".join(c["rows"])}]}}'
+                        for c in section["components"]]) + "]}"
+            for section in page["sections"]
+        ])  # fmt: skip
+        return f'{{"tick_head":{page["tick_head"]},"sections":[{sections}],"next_after":{_json_int(page["next_after"])}}}'.encode()
+
+
+def _json_int(value: int | None) -> str:
+    return "null" if value is None else str(value)
 
 
 class DestroyedWorld(BaseModel):

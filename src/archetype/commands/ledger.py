@@ -79,7 +79,7 @@ from archetype.commands.ledger_rows import (
     WorldRow,
 )
 from archetype.commands.port import Clock, SqlPort
-from archetype.commands.state_pages import read_page
+from archetype.commands.state_pages import read_page, sections
 from archetype.world import columnar
 from archetype.world.commit import ERROR_TEXT_LIMIT, OUTCOMES, chunk_entries
 from archetype.world.component_schema import (
@@ -446,7 +446,7 @@ class Ledger:
             return {
                 "tick_head": world["tick_head"],
                 "writer_epoch": world["writer_epoch"],
-                "entities": [{"entity_id": e, "components": t} for e, t in page],
+                "entities": [{"entity_id": e, "components": columnar.entity_text(entry)} for e, entry in page],
             }
 
         return self._port.transaction(run)
@@ -454,7 +454,8 @@ class Ledger:
     def read_state(self, world_id: str, after_entity_id: int = 0, limit: int = 1_000,
                    component_types: list[str] | None = None, entity_ids: list[int] | None = None) -> StateRead:  # fmt: skip
         """A page of the published state for a reader (docs/storage.md, "Reading state"): the
-        entities above `after_entity_id`, in id order, as `load_state` answers them, kept to those
+        entities above `after_entity_id`, in id order, as `load_state` answers them (but in
+        sections by signature, each component type's data a column: `state_pages.sections`), kept to those
         that have a component of every type of `component_types` (each a recorded type's
         `<name>:<fingerprint>`, or the `<name>` of the one current type so named), with only
         those components, and to `entity_ids`; at most `limit` of them, and at most
@@ -476,8 +477,7 @@ class Ledger:
             keys = None if component_types is None else self._component_keys(world_id, component_types)
             page, next_after = read_page(self._port, world_id, after_entity_id, limit, keys=keys,
                                          entity_ids=entity_ids, max_chunks=STATE_READ_CHUNKS)  # fmt: skip
-            return {"tick_head": world["tick_head"], "entities": [{"entity_id": e, "components": t} for e, t in page],
-                    "next_after": next_after}  # fmt: skip
+            return {"tick_head": world["tick_head"], "sections": sections(page), "next_after": next_after}
 
         return self._port.transaction(run)
 

@@ -132,13 +132,28 @@ class StatePage(TypedDict):
     entities: list[EntityRow]
 
 
+class StateColumn(TypedDict):
+    """One component type's values in a section: the canonical JSON of each entity's data."""
+
+    name: str
+    fingerprint: str
+    rows: list[str]
+
+
+class StateSection(TypedDict):
+    """Entities of one signature (set of component types), ascending, and a column per type."""
+
+    ids: list[int]
+    components: list[StateColumn]
+
+
 class StateRead(TypedDict):
-    """A page of a filtered state read (`read_state`); `next_after` is the entity id to continue
-    after, None when nothing is left (a page may hold fewer entities than asked, even none, and
-    still have a next one)."""
+    """A page of a filtered state read (`read_state`), its entities in sections by signature;
+    `next_after` is the entity id to continue after, None when nothing is left (a page may hold
+    fewer entities than asked, even none, and still have a next one)."""
 
     tick_head: int
-    entities: list[EntityRow]
+    sections: list[StateSection]
     next_after: int | None
 
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from archetype.canonical import MAX_SAFE_INTEGER
 from archetype.commands import ledger_sql as q
+from archetype.commands.ledger_rows import StateColumn, StateSection
 from archetype.commands.port import SqlPort
 from archetype.world import columnar
 
@@ -52,13 +53,14 @@ class _Deltas:
         return [self._parsed[key] for key in overlapping]
 
 
-Page = tuple[list[tuple[int, str]], int | None]
+Page = tuple[list[tuple[int, dict[str, str]]], int | None]
 
 
 def read_page(port: SqlPort, world_id: str, after: int, limit: int, *, keys: Set[str] | None = None,
               entity_ids: Sequence[int] | None = None, max_chunks: int | None = None) -> Page:  # fmt: skip
     """Up to `limit` published entities with ids above `after`, in id order, each with its
-    components text, and the id to continue after (None: nothing is left above the page).
+    components' data texts by component key (`columnar.Entry`), and the id to continue after
+    (None: nothing is left above the page).
 
     `keys` keeps the entities that have a component of every one of these component keys
     (`<name>:<fingerprint>`), each with only those components; `entity_ids` keeps these ids.
@@ -70,7 +72,7 @@ def read_page(port: SqlPort, world_id: str, after: int, limit: int, *, keys: Set
     wanted = None if entity_ids is None else sorted({e for e in entity_ids if e > after})
     if wanted == []:
         return [], None
-    page: list[tuple[int, str]] = []
+    page: list[tuple[int, dict[str, str]]] = []
     index = max(0, bisect_right(firsts, after + 1) - 1)  # the span holding the id after `after`
     read = 0
     while True:
@@ -82,7 +84,7 @@ def read_page(port: SqlPort, world_id: str, after: int, limit: int, *, keys: Set
             body = port.execute(q.GET_STATE_CHUNK, (world_id, firsts[index]))[0][0] if firsts else None
             read += 1
             found = _span(body, deltas, low, high, keys)
-            page += [(e, columnar.entity_text(entry)) for e, entry in found if ids is None or e in ids]
+            page += found if ids is None else [(e, entry) for e, entry in found if e in ids]
         done = last_span or (wanted is not None and wanted[-1] <= high)
         if len(page) > limit:  # the span is read in part: the next page starts in it again
             return page[:limit], page[limit - 1][0]
@@ -113,3 +115,39 @@ def _span(body: str | None, deltas: _Deltas, low: int, high: int, keys: Set[str]
 
 def _first(item: tuple[int, Any]) -> int:
     return item[0]
+
+
+def sections(page: list[tuple[int, dict[str, str]]]) -> list[StateSection]:
+    """A page as `read_state` answers it: its entities grouped by signature (their component keys),
+    the groups in the order of their sorted keys, each group's entities in id order, each component
+    type's data texts a row per entity (the layout of docs/storage.md, "The columnar chunk")."""
+    grouped: dict[tuple[str, ...], tuple[list[int], list[list[str]]]] = {}
+    for entity_id, entry in page:
+        signature = tuple(entry)
+        group = grouped.get(signature)
+        if group is None:
+            group = grouped[signature] = ([], [[] for _ in signature])
+        group[0].append(entity_id)
+        for rows, data in zip(group[1], entry.values(), strict=True):
+            rows.append(data)
+    found: list[StateSection] = []
+    for signature in sorted(grouped):
+        ids, columns = grouped[signature]
+        components = []
+        for key, rows in zip(signature, columns, strict=True):
+            name, _, fingerprint = key.partition(":")
+            components.append(StateColumn(name=name, fingerprint=fingerprint, rows=rows))
+        found.append(StateSection(ids=ids, components=components))
+    return found
+
+
+def entity_texts(read: Sequence[StateSection]) -> list[tuple[int, str]]:
+    """The entities of `read_state`'s sections in id order, each with its components text (what
+    `load_state` answers for it)."""
+    found = []
+    for section in read:
+        columns = [(f"{c['name']}:{c['fingerprint']}", c["rows"]) for c in section["components"]]
+        for row, entity_id in enumerate(section["ids"]):
+            found.append((entity_id, "[" + ",".join([columnar.component_text(key, rows[row]) for key, rows in columns]) + "]"))
+    found.sort(key=_first)
+    return found

@@ -38,7 +38,7 @@ from collections.abc import Iterable, Sequence, Set
 from dataclasses import dataclass
 from typing import Any
 
-from archetype.canonical import MAX_SAFE_INTEGER, NonCanonicalValueError
+from archetype.canonical import MAX_SAFE_INTEGER, NonCanonicalValueError, canonical_text
 from archetype.world.components import Component
 
 CHUNK_HEAD = '{"first":'
@@ -309,8 +309,9 @@ def _unpack(text: str, kind: str, start: int = 0, stop: int | None = None) -> li
 
 
 def _data_text(value: Any) -> str:
-    """Parsed canonical JSON, written back in the same layout (docs/storage.md, load_state)."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=True)
+    """Parsed canonical JSON, written back in the same layout (docs/storage.md, load_state): its
+    keys were sorted, so sorting them again changes nothing."""
+    return canonical_text(value)
 
 
 class Partial(dict[str, str]):
@@ -319,14 +320,25 @@ class Partial(dict[str, str]):
 
 
 Entry = dict[str, str] | None
-"""An entity as a chunk holds it: its components' texts by component key, in key order (a
-`Partial` when a partial section carries it: the components it replaces), or None when the chunk
-removes it."""
+"""An entity as a chunk holds it: its components' data texts (the canonical JSON of each one's
+fields) by component key (`<name>:<fingerprint>`), in key order (a `Partial` when a partial
+section carries it: the components it replaces), or None when the chunk removes it."""
+
+_SUFFIXES: dict[str, str] = {}
+
+
+def component_text(key: str, data: str) -> str:
+    """A component's text (`{"data":...,"fingerprint":...,"name":...}`) from its key and data text."""
+    suffix = _SUFFIXES.get(key)
+    if suffix is None:
+        name, _, fingerprint = key.partition(":")
+        suffix = _SUFFIXES.setdefault(key, f',"fingerprint":"{fingerprint}","name":"{name}"}}')
+    return '{"data":' + data + suffix
 
 
 def entity_text(entry: dict[str, str]) -> str:
-    """The components text of a whole entry (its texts are in component-key order)."""
-    return "[" + ",".join(entry.values()) + "]"
+    """The components text of a whole entry (its components are in component-key order)."""
+    return "[" + ",".join([component_text(key, data) for key, data in entry.items()]) + "]"
 
 
 def entries(chunk: Any, low: int = 1, high: int = MAX_SAFE_INTEGER, keys: Set[str] | None = None) -> list[tuple[int, Entry]]:
@@ -342,7 +354,7 @@ def entries(chunk: Any, low: int = 1, high: int = MAX_SAFE_INTEGER, keys: Set[st
             if components is None:
                 found.append((entity_id, None))
                 continue
-            texts = {f'{c.get("name")}:{c.get("fingerprint")}': _data_text(c) for c in components}
+            texts = {f'{c.get("name")}:{c.get("fingerprint")}': _data_text(c.get("data")) for c in components}
             found.append((entity_id, texts if keys is None else {k: t for k, t in texts.items() if k in keys}))
         found.sort(key=_first)
         return found
@@ -359,16 +371,15 @@ def entries(chunk: Any, low: int = 1, high: int = MAX_SAFE_INTEGER, keys: Set[st
             if keys is not None and key not in keys:
                 continue
             names.append(key)
-            suffix = f',"fingerprint":"{component["fingerprint"]}","name":"{component["name"]}"}}'
             if "rows" in component:
-                columns.append(['{"data":' + _data_text(data) + suffix for data in component["rows"][start:stop]])
+                columns.append([_data_text(data) for data in component["rows"][start:stop]])
                 continue
             fields, values = [], []
             for field, column in component["columns"].items():
                 ((kind, text),) = column.items()
                 fields.append(field)
                 values.append(_unpack(text, kind, start, stop))
-            template = '{"data":{' + ",".join(f'"{field}":%r' for field in fields) + "}" + suffix.replace("%", "%%")
+            template = "{" + ",".join(f'"{field}":%r' for field in fields) + "}"
             columns.append([template % row for row in zip(*values, strict=True)])
         # an entity stripped of every component is a section without columns: its rows are empty
         rows: Iterable[tuple[str, ...]] = zip(*columns, strict=True) if columns else [()] * len(ids)
@@ -379,10 +390,15 @@ def entries(chunk: Any, low: int = 1, high: int = MAX_SAFE_INTEGER, keys: Set[st
 
 
 def decode(body: str) -> list[tuple[int, str | Partial | None]]:
-    """Every entity of a chunk (either layout) by id: its components text, a Partial (the
-    components a partial section replaces), or None when the chunk removes it."""
-    return [(e, entry if entry is None or isinstance(entry, Partial) else entity_text(entry))
-            for e, entry in entries(json.loads(body))]  # fmt: skip
+    """Every entity of a chunk (either layout) by id: its components text, a Partial (the texts of
+    the components a partial section replaces), or None when the chunk removes it."""
+    found: list[tuple[int, str | Partial | None]] = []
+    for entity_id, entry in entries(json.loads(body)):
+        if isinstance(entry, Partial):
+            found.append((entity_id, Partial({key: component_text(key, data) for key, data in entry.items()})))
+        else:
+            found.append((entity_id, None if entry is None else entity_text(entry)))
+    return found
 
 
 def overlay(below: str | Partial | None, above: str | Partial | None) -> str | Partial | None:
