@@ -58,8 +58,6 @@ LARGE_PAGE = 5_000
 BASELINE_CHILD = """
 import json, sys, time
 from archetype import Client
-from archetype.api.models import StateSectionsView
-from local_catalog import open_local_authority
 url, world, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
 times = []
 with Client(url, token="viewer") as client:

@@ -56,6 +56,7 @@ from archetype.commands.ledger import STATE_READ_IDS, STATE_READ_LIMIT
 from archetype.commands.options import DurableOptions
 from archetype.commands.scheduler import CommandStatus, CommandSummary, DeferredItem
 from archetype.remote import DEFAULT_TIMEOUT_S, raise_for_error
+from archetype.world import columnar
 from archetype.world.components import Component, ComponentValue, type_key
 from archetype.world.operations import AddComponents, Despawn, RemoveComponents, Spawn, Update
 
@@ -108,31 +109,48 @@ class WaitTimeoutError(TimeoutError):
         self.commands = list(commands) or [command]
 
 
+class _Column:
+    """One component type of a state read's section: each entity's data, by row (built from the
+    section's numeric columns, or its data rows, when asked for)."""
+
+    __slots__ = ("fields", "fingerprint", "name", "rows")
+
+    def __init__(self, component: dict[str, Any]) -> None:
+        self.name, self.fingerprint = component["name"], component["fingerprint"]
+        self.rows: list[dict[str, Any]] | None = component.get("rows")
+        columns = component.get("columns") or {}
+        self.fields = [(field, columnar.column_values(column)) for field, column in columns.items()]
+
+    def data(self, row: int) -> dict[str, Any]:
+        if self.rows is not None:
+            return self.rows[row]
+        return {field: values[row] for field, values in self.fields}
+
+
 class EntityState:
     """One published entity as a state read answers it: `entity_id`, and its components, read by
-    class (`get`, `[]`, `in`) or as wire values (`components`). Built from the answer's JSON as it
-    is (a row of its section's columns); a component becomes an instance of its class only when it
+    class (`get`, `[]`, `in`) or as wire values (`components`). It is a row of its section's
+    columns as the answer carried them; a component becomes an instance of its class only when it
     is asked for."""
 
     __slots__ = ("_columns", "_row", "entity_id")
 
-    def __init__(self, entity_id: int, columns: list[dict[str, Any]], row: int) -> None:
+    def __init__(self, entity_id: int, columns: list[_Column], row: int) -> None:
         self.entity_id = entity_id
-        self._columns = columns  # its section's: each {"name", "fingerprint", "rows"}, in component-key order
+        self._columns = columns  # its section's, in component-key order
         self._row = row
 
-    def _data(self, cls: type[Component]) -> dict[str, Any] | None:
+    def _column(self, cls: type[Component]) -> _Column | None:
         name, fingerprint = cls.__name__, cls.__component_fingerprint__
         for column in self._columns:
-            if column["name"] == name and column["fingerprint"] == fingerprint:
-                data: dict[str, Any] = column["rows"][self._row]
-                return data
+            if column.name == name and column.fingerprint == fingerprint:
+                return column
         return None
 
     def get(self, cls: type[C]) -> C | None:
         """Its component of class `cls` (by name and fingerprint), or None when it has none."""
-        data = self._data(cls)
-        return None if data is None else cls.model_validate(data)
+        column = self._column(cls)
+        return None if column is None else cls.model_validate(column.data(self._row))
 
     def __getitem__(self, cls: type[C]) -> C:
         found = self.get(cls)
@@ -141,15 +159,15 @@ class EntityState:
         return found
 
     def __contains__(self, cls: type[Component]) -> bool:
-        return self._data(cls) is not None
+        return self._column(cls) is not None
 
     @property
     def components(self) -> list[ComponentValue]:
         """Its components as wire values (name, fingerprint, data), in component-key order."""
-        return [ComponentValue(name=c["name"], fingerprint=c["fingerprint"], data=c["rows"][self._row]) for c in self._columns]
+        return [ComponentValue(name=c.name, fingerprint=c.fingerprint, data=c.data(self._row)) for c in self._columns]
 
     def __repr__(self) -> str:
-        return f"EntityState({self.entity_id}, {[c['name'] for c in self._columns]})"
+        return f"EntityState({self.entity_id}, {[c.name for c in self._columns]})"
 
 
 @dataclass(frozen=True)
@@ -381,8 +399,10 @@ class _Calls:
     def state_page(self, world_id: str, query: Mapping[str, Any], after: int, limit: int) -> Call[_StatePage]:
         params = {**query, "after": after, "limit": limit, "layout": "sections"}
         page = yield from self.send(_Request("GET", f"/worlds/{world_id}/state", params=params))
-        entities = [EntityState(entity_id, section["components"], row)
-                    for section in page["sections"] for row, entity_id in enumerate(section["ids"])]  # fmt: skip
+        entities = []
+        for section in page["sections"]:
+            columns = [_Column(component) for component in section["components"]]
+            entities += [EntityState(entity_id, columns, row) for row, entity_id in enumerate(section["ids"])]
         if len(page["sections"]) > 1:
             entities.sort(key=_entity_id)
         return _StatePage(page["tick_head"], entities, page["next_after"])

@@ -6,13 +6,16 @@ a scripted server too."""
 
 from __future__ import annotations
 
+import base64
 import json
+import math
+import struct
 
 import httpx
 import pytest
 
 from archetype import AsyncClient, Client
-from archetype.client import EntityState, RetryPolicy, WaitTimeoutError
+from archetype.client import EntityState, RetryPolicy, WaitTimeoutError, _Column
 from archetype.commands import DurableOptions
 from archetype.commands.errors import CommandNotFoundError, UnknownComponentError
 from archetype.commands.scheduler import CommandStatus, DeferredItem
@@ -170,8 +173,12 @@ def test_wait_all_reads_a_page_of_1000_per_request_and_only_the_unsettled():
 
 def test_an_entity_state_reads_its_components_by_class():
     fingerprint = Position.component_fingerprint()
-    column = {"name": "Position", "fingerprint": fingerprint, "rows": [{"x": 0.0, "y": 0.0}, {"x": 1.5, "y": -0.0}]}
-    entity = EntityState(7, [column], 1)
+    as_rows = {"name": "Position", "fingerprint": fingerprint, "rows": [{"x": 0.0, "y": 0.0}, {"x": 1.5, "y": -0.0}]}
+    as_columns = {"name": "Position", "fingerprint": fingerprint,
+                  "columns": {"x": {"f8": base64.b64encode(struct.pack("<2d", 0.0, 1.5)).decode()},
+                              "y": {"f8": base64.b64encode(struct.pack("<2d", 0.0, -0.0)).decode()}}}  # fmt: skip
+    assert _Column(as_columns).data(1) == _Column(as_rows).data(1) and math.copysign(1, _Column(as_columns).data(1)["y"]) == -1
+    entity = EntityState(7, [_Column(as_columns)], 1)
     assert entity.get(Position) == Position(x=1.5, y=-0.0) and entity[Position].y == -0.0
     assert entity.get(Velocity) is None and Velocity not in entity and Position in entity
     with pytest.raises(KeyError):

@@ -11,6 +11,7 @@ from archetype.commands.options import ActorCtx, Role
 from archetype.commands.state_pages import entity_texts
 from archetype.vector import add_vector_processor
 from archetype.world import Despawn
+from archetype.world.columnar import Part, Section, encode
 from archetype.world.components import type_key
 from tests.component_modules.alpha import Health, Position, Velocity
 from tests.component_modules.mixed import Tag
@@ -169,3 +170,38 @@ async def test_a_bad_commands_by_id_is_refused(rt, world_id, authority, command_
         await authority.commands_by_id(world_id=world_id, command_ids=command_ids, scope="alice")
     with pytest.raises(WorldNotFoundError):
         await authority.commands_by_id(world_id="w-nowhere", command_ids=["a-1"])
+
+
+async def test_deltas_overlay_in_publication_order_whatever_their_kind(rt, world_id, authority):
+    """Published chunks by hand (docs/storage.md): a column delta, then a whole entry of the same
+    entity, then a column delta again, a despawn and a spawn of an id the snapshot never held: the
+    latest source of each component wins, on every read."""
+    epoch = (await authority.acquire_writer(world_id=world_id))["writer_epoch"]
+    await rt.scheduler.record_components(world_id, [Position, Health])
+
+    def chunk(ids, components, partial=False, removed=()):
+        parts = [Part(type(column[0]), fields={f: [getattr(c, f) for c in column] for f in type(column[0]).model_fields})
+                 for column in components]  # fmt: skip
+        return encode([Section(ids, parts, partial=partial)] if ids else [], list(removed))
+
+    async def publish(tick, chunks, snapshot=False):
+        manifest = {"world_id": world_id, "tick": tick, "writer_epoch": epoch, "settlements": [],
+                    "written_runs": [], "commit_token": f"t{tick}"}  # fmt: skip
+        await authority.publish(world_id=world_id, owner="o", session="s", manifest=manifest,
+                                writes={"snapshot": snapshot, "chunks": chunks})  # fmt: skip
+
+    positions = [Position(x=float(i), y=0.0) for i in range(3)]
+    await publish(0, chunk([1, 2, 3], [[Health(hp=i) for i in range(3)], positions]), snapshot=True)
+    await publish(1, chunk([1, 2, 3], [[Position(x=10.0 + i, y=1.0) for i in range(3)]], partial=True))
+    await publish(2, chunk([2], [[Health(hp=20)], [Position(x=-2.0, y=-2.0)]]))  # whole: the column delta before loses
+    await publish(3, chunk([1, 2], [[Position(x=31.0, y=3.0), Position(x=32.0, y=3.0)]], partial=True) + chunk([], [], removed=[3]))
+    await publish(4, chunk([9], [[Health(hp=9)]]))  # above the snapshot's last id
+    expected = [(1, wire([Health(hp=0), Position(x=31.0, y=3.0)])), (2, wire([Health(hp=20), Position(x=32.0, y=3.0)])),
+                (9, wire([Health(hp=9)]))]  # fmt: skip
+    assert [(e["entity_id"], e["components"]) for e in (await authority.load_state(world_id=world_id))["entities"]] == expected
+    assert (await read_all(authority, world_id, limit=1))[0] == expected
+    found, _ = await read_all(authority, world_id, component_types=[type_key(Position)])
+    assert found == [(1, wire([Position(x=31.0, y=3.0)])), (2, wire([Position(x=32.0, y=3.0)]))]
+    await publish(5, chunk([2], [[Health(hp=21)], [Position(x=5.0, y=5.0)]]))  # a whole entry after the column delta
+    found, _ = await read_all(authority, world_id, entity_ids=[2])
+    assert found == [(2, wire([Health(hp=21), Position(x=5.0, y=5.0)]))]

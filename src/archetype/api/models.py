@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, GetJsonSchemaHandler, TypeAda
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema
 
-from archetype.canonical import parse_json
+from archetype.canonical import canonical_text, parse_json
 from archetype.commands.audit_history import AuditEvent
 from archetype.commands.http_translator import MUTATION_FIELDS, MUTATIONS, SubmitCommandRequest
 from archetype.commands.identity import COMMAND_ID_PATTERN
@@ -85,11 +85,15 @@ class StateView(BaseModel):
 
 
 class ComponentColumnView(BaseModel):
-    """One component type in a section: its identity once, and each entity's data, in the section's id order."""
+    """One component type in a section, its identity once, and each entity's value in the
+    section's id order, as the stored chunks hold them (docs/storage.md): `columns` for a type of
+    plain `float` / `int` fields (field -> `{"f8" | "i8": base64 of the little-endian float64 /
+    int64 values}`), else `rows` (each entity's data)."""
 
     name: str
     fingerprint: str
-    rows: list[dict[str, Any]]
+    columns: dict[str, dict[Literal["f8", "i8"], str]] | None = None
+    rows: list[dict[str, Any]] | None = None
 
 
 class StateSectionView(BaseModel):
@@ -109,11 +113,13 @@ class StateSectionsView(BaseModel):
 
     @staticmethod
     def body(page: StateRead) -> bytes:
-        """The JSON of this model for a ledger page, written around the data texts as they are."""
+        """The JSON of this model for a ledger page, written around its columns and data texts as they are."""
         sections = ",".join([
-            '{"ids":[' + ",".join(map(str, section["ids"])) + '],"components":['
-            + ",".join([f'{{"name":"{c["name"]}","fingerprint":"{c["fingerprint"]}","rows":[{",".join(c["rows"])}]}}'
-                        for c in section["components"]]) + "]}"
+            '{"ids":[' + ",".join(map(str, section["ids"])) + '],"components":[' + ",".join([
+                f'{{"name":"{c["name"]}","fingerprint":"{c["fingerprint"]}",'
+                + (f'"columns":{canonical_text(c["columns"])}}}' if "columns" in c else f'"rows":[{",".join(c["rows"])}]}}')
+                for c in section["components"]
+            ]) + "]}"
             for section in page["sections"]
         ])  # fmt: skip
         return f'{{"tick_head":{page["tick_head"]},"sections":[{sections}],"next_after":{_json_int(page["next_after"])}}}'.encode()

@@ -79,7 +79,7 @@ from archetype.commands.ledger_rows import (
     WorldRow,
 )
 from archetype.commands.port import Clock, SqlPort
-from archetype.commands.state_pages import read_page, sections
+from archetype.commands.state_pages import entity_texts_of, read_page, sections
 from archetype.world import columnar
 from archetype.world.commit import ERROR_TEXT_LIMIT, OUTCOMES, chunk_entries
 from archetype.world.component_schema import (
@@ -446,7 +446,7 @@ class Ledger:
             return {
                 "tick_head": world["tick_head"],
                 "writer_epoch": world["writer_epoch"],
-                "entities": [{"entity_id": e, "components": columnar.entity_text(entry)} for e, entry in page],
+                "entities": [{"entity_id": e, "components": text} for e, text in entity_texts_of(page)],
             }
 
         return self._port.transaction(run)

@@ -133,11 +133,14 @@ class StatePage(TypedDict):
 
 
 class StateColumn(TypedDict):
-    """One component type's values in a section: the canonical JSON of each entity's data."""
+    """One component type's values in a section, as a chunk holds them (docs/storage.md):
+    `columns` (field -> {"f8" | "i8": base64 of the little-endian values}) for a numeric type, else
+    `rows` (the canonical JSON text of each entity's data)."""
 
     name: str
     fingerprint: str
-    rows: list[str]
+    columns: NotRequired[dict[str, dict[str, str]]]
+    rows: NotRequired[list[str]]
 
 
 class StateSection(TypedDict):

@@ -5,9 +5,14 @@ since laid over them, later ticks winning. A page is read span by span: the span
 i runs from its first id to the next chunk's first id less one (the first span from id 1, the last
 to the highest id), so each entity belongs to exactly one span, that of the one chunk that may hold
 it. For a span, only its chunk and the deltas whose id range overlaps it are parsed (each delta at
-most once per page), and only the rows within the span (and of the component types asked for) are
-written out as text. So a page costs what its spans hold, never the whole world, however large:
-paging through 100,000 entities holds one span's chunks at a time.
+most once per page), into `columnar.Piece`s of the rows within the span (and of the component
+types asked for). The overlay is kept by reference, not by copying values: each entity points at
+the row of the piece that holds it whole (the snapshot's, or a later whole entry's), and each
+component type at the row of the latest partial piece that replaced it, if later than that. So a
+page costs what its spans hold, never the whole world, however large (paging through 100,000
+entities holds one span's chunks at a time), and no value is written out as text unless the
+answer is texts (`load_state`, the `entities` layout): `read_state` answers the values in
+sections, numeric columns still as the bytes they were stored as.
 
 Every authority runs this Python over its own SQL port, so every one answers the same bytes.
 """
@@ -18,11 +23,12 @@ import json
 import re
 from bisect import bisect_left, bisect_right
 from collections.abc import Sequence, Set
-from typing import Any
+from itertools import repeat
+from typing import Any, cast
 
 from archetype.canonical import MAX_SAFE_INTEGER
 from archetype.commands import ledger_sql as q
-from archetype.commands.ledger_rows import StateColumn, StateSection
+from archetype.commands.ledger_rows import StateSection
 from archetype.commands.port import SqlPort
 from archetype.world import columnar
 
@@ -53,14 +59,28 @@ class _Deltas:
         return [self._parsed[key] for key in overlapping]
 
 
-Page = tuple[list[tuple[int, dict[str, str]]], int | None]
+Column = list[tuple[columnar.Values, int]]
+"""One component type of a group's entities: for each (in the group's id order), the `Values`
+and the row that hold its component."""
+
+
+class Group:
+    """Entities of one signature (their component keys, in key order) in id order, and for each
+    key their `Column`."""
+
+    __slots__ = ("columns", "ids", "signature")
+
+    def __init__(self, signature: tuple[str, ...], ids: list[int], columns: list[Column]) -> None:
+        self.signature, self.ids, self.columns = signature, ids, columns
+
+
+Page = tuple[list[Group], int | None]
 
 
 def read_page(port: SqlPort, world_id: str, after: int, limit: int, *, keys: Set[str] | None = None,
               entity_ids: Sequence[int] | None = None, max_chunks: int | None = None) -> Page:  # fmt: skip
-    """Up to `limit` published entities with ids above `after`, in id order, each with its
-    components' data texts by component key (`columnar.Entry`), and the id to continue after
-    (None: nothing is left above the page).
+    """Up to `limit` published entities with ids above `after` (the lowest), in `Group`s by
+    signature, and the id to continue after (None: nothing is left above the page).
 
     `keys` keeps the entities that have a component of every one of these component keys
     (`<name>:<fingerprint>`), each with only those components; `entity_ids` keeps these ids.
@@ -72,7 +92,8 @@ def read_page(port: SqlPort, world_id: str, after: int, limit: int, *, keys: Set
     wanted = None if entity_ids is None else sorted({e for e in entity_ids if e > after})
     if wanted == []:
         return [], None
-    page: list[tuple[int, dict[str, str]]] = []
+    groups: list[Group] = []
+    room = limit
     index = max(0, bisect_right(firsts, after + 1) - 1)  # the span holding the id after `after`
     read = 0
     while True:
@@ -83,71 +104,113 @@ def read_page(port: SqlPort, world_id: str, after: int, limit: int, *, keys: Set
         if ids is None or ids:
             body = port.execute(q.GET_STATE_CHUNK, (world_id, firsts[index]))[0][0] if firsts else None
             read += 1
-            found = _span(body, deltas, low, high, keys)
-            page += found if ids is None else [(e, entry) for e, entry in found if e in ids]
+            found, cut = _span(body, deltas, low, high, keys, ids, room)
+            groups += found
+            room -= sum(len(group.ids) for group in found)
+            if cut is not None:  # the span is read in part: the next page starts in it again
+                return groups, cut
         done = last_span or (wanted is not None and wanted[-1] <= high)
-        if len(page) > limit:  # the span is read in part: the next page starts in it again
-            return page[:limit], page[limit - 1][0]
-        if done or len(page) == limit:
-            return page, None if done else high
+        if done or not room:
+            return groups, None if done else high
         if max_chunks is not None and read >= max_chunks:
-            return page, high
+            return groups, high
         index += 1
 
 
-def _span(body: str | None, deltas: _Deltas, low: int, high: int, keys: Set[str] | None) -> list[tuple[int, dict[str, str]]]:
-    """The whole entities of one span in id order, as its snapshot chunk `body` and the deltas
-    over it make them, with only the components of `keys` and only those that have every one."""
-    state: dict[int, dict[str, str]] = {} if body is None else dict(columnar.entries(json.loads(body), low, high, keys))  # type: ignore[arg-type]  # a snapshot removes nothing
-    for delta in deltas.over(low, high):
-        for entity_id, entry in columnar.entries(delta, low, high, keys):
-            below = state.get(entity_id)
-            if entry is None:
-                state.pop(entity_id, None)
-            elif isinstance(entry, columnar.Partial) and below is not None:
-                below.update(entry)  # a Partial below stays one: the snapshot under it holds the rest
+def _span(body: str | None, deltas: _Deltas, low: int, high: int, keys: Set[str] | None, ids: set[int] | None,
+          room: int) -> tuple[list[Group], int | None]:  # fmt: skip
+    """The lowest `room` whole entities of one span (of `ids`, if given), as its snapshot chunk
+    `body` and the deltas over it make them, with only the components of `keys` and only those
+    that have every one; and, when the span holds more of them, the last id taken.
+
+    Each source of the span gets a stamp (the snapshot 0, then each delta in publication order):
+    an entity is the row of the latest whole piece holding it (`owner`), and a component of it the
+    row of the latest partial piece holding that type (`patches`) when that is later still."""
+    owner: dict[int, tuple[int, columnar.Piece, int]] = {}
+    patches: dict[str, dict[int, tuple[int, columnar.Values, int]]] = {}
+    snapshot = [] if body is None else [json.loads(body)]
+    for stamp, chunk in enumerate([*snapshot, *deltas.over(low, high)]):
+        removed, found = columnar.pieces(chunk, low, high, keys)
+        for entity_id in removed:
+            owner.pop(entity_id, None)
+        for piece in found:
+            rows = range(len(piece.ids))
+            if not piece.partial:
+                owner.update(zip(piece.ids, zip(repeat(stamp), repeat(piece), rows), strict=True))
+                continue
+            for values in piece.values:  # a partial entry over nothing whole is never answered: its stamp loses
+                patches.setdefault(values.key, {}).update(zip(piece.ids, zip(repeat(stamp), repeat(values), rows), strict=True))
+    kept = sorted(owner) if ids is None else sorted(ids.intersection(owner))
+    if keys is not None:
+        kept = [e for e in kept if len(owner[e][1].values) == len(keys)]
+    cut = kept[room - 1] if len(kept) > room else None
+    by_piece: dict[columnar.Piece, list[int]] = {}
+    for entity_id in kept[:room]:
+        piece = owner[entity_id][1]
+        held = by_piece.get(piece)
+        if held is None:
+            held = by_piece[piece] = []
+        held.append(entity_id)
+    groups = []
+    for piece, entities in by_piece.items():
+        places = [owner[e] for e in entities]
+        columns = []
+        for index, values in enumerate(piece.values):
+            patched = patches.get(values.key)
+            if patched is None:
+                columns.append([(values, row) for _, _, row in places])
             else:
-                state[entity_id] = entry  # kept partial when nothing is below: not answered
-    wanted = None if keys is None else len(keys)
-    return [(entity_id, entry) for entity_id, entry in sorted(state.items(), key=_first)
-            if type(entry) is dict and (wanted is None or len(entry) == wanted)]  # fmt: skip
+                columns.append([(patch[1], patch[2]) if (patch := patched.get(e)) is not None and patch[0] > stamp
+                                else (piece.values[index], row) for e, (stamp, _, row) in zip(entities, places, strict=True)])  # fmt: skip
+        groups.append(Group(tuple(values.key for values in piece.values), entities, columns))
+    return groups, cut
 
 
-def _first(item: tuple[int, Any]) -> int:
-    return item[0]
+def entity_texts_of(groups: Sequence[Group]) -> list[tuple[int, str]]:
+    """The entities of `groups` in id order, each with its components text (what `load_state`
+    answers for it)."""
+    found: list[tuple[int, str]] = []
+    for group in groups:
+        texts = [[columnar.component_text(values.key, values.text(row)) for values, row in column] for column in group.columns]
+        found += zip(group.ids, ["[" + ",".join(row) + "]" for row in zip(*texts, strict=True)] if texts else ["[]"] * len(group.ids),
+                     strict=True)  # fmt: skip
+    found.sort(key=_first)
+    return found
 
 
-def sections(page: list[tuple[int, dict[str, str]]]) -> list[StateSection]:
-    """A page as `read_state` answers it: its entities grouped by signature (their component keys),
-    the groups in the order of their sorted keys, each group's entities in id order, each component
-    type's data texts a row per entity (the layout of docs/storage.md, "The columnar chunk")."""
-    grouped: dict[tuple[str, ...], tuple[list[int], list[list[str]]]] = {}
-    for entity_id, entry in page:
-        signature = tuple(entry)
-        group = grouped.get(signature)
-        if group is None:
-            group = grouped[signature] = ([], [[] for _ in signature])
-        group[0].append(entity_id)
-        for rows, data in zip(group[1], entry.values(), strict=True):
-            rows.append(data)
-    found: list[StateSection] = []
-    for signature in sorted(grouped):
-        ids, columns = grouped[signature]
-        components = []
-        for key, rows in zip(signature, columns, strict=True):
-            name, _, fingerprint = key.partition(":")
-            components.append(StateColumn(name=name, fingerprint=fingerprint, rows=rows))
-        found.append(StateSection(ids=ids, components=components))
+def sections(groups: Sequence[Group]) -> list[StateSection]:
+    """A page as `read_state` answers it: its entities by signature (their component types), the
+    signatures in the order of their sorted keys, each a section of the chunk layout
+    (docs/storage.md) with its ids listed, in id order: each entity's values, numeric columns as
+    bytes, data rows as texts."""
+    merged: dict[tuple[str, ...], list[Group]] = {}
+    for group in groups:
+        merged.setdefault(group.signature, []).append(group)
+    found = []
+    for signature in sorted(merged):
+        parts = merged[signature]
+        if len(parts) == 1:
+            ids, columns = parts[0].ids, parts[0].columns
+        else:  # pieces of one signature (the snapshot's, a delta's whole entries): put back in id order
+            order = sorted((entity_id, part, row) for part, group in enumerate(parts) for row, entity_id in enumerate(group.ids))
+            ids = [entity_id for entity_id, _, _ in order]
+            columns = [[parts[part].columns[key][row] for _, part, row in order] for key in range(len(signature))]
+        found.append(cast(StateSection, columnar.piece_section(ids, columns)))
     return found
 
 
 def entity_texts(read: Sequence[StateSection]) -> list[tuple[int, str]]:
     """The entities of `read_state`'s sections in id order, each with its components text (what
     `load_state` answers for it)."""
-    found = []
+    groups = []
     for section in read:
-        columns = [(f"{c['name']}:{c['fingerprint']}", c["rows"]) for c in section["components"]]
-        for row, entity_id in enumerate(section["ids"]):
-            found.append((entity_id, "[" + ",".join([columnar.component_text(key, rows[row]) for key, rows in columns]) + "]"))
-    found.sort(key=_first)
-    return found
+        piece = columnar.section_piece(section, 1, MAX_SAFE_INTEGER, None, row_texts=True)
+        if piece is not None:
+            rows = range(len(piece.ids))
+            columns = [[(values, row) for row in rows] for values in piece.values]
+            groups.append(Group(tuple(values.key for values in piece.values), piece.ids, columns))
+    return entity_texts_of(groups)
+
+
+def _first(item: tuple[int, Any]) -> int:
+    return item[0]
