@@ -315,8 +315,8 @@ def _unpack(text: str, kind: str, start: int = 0, stop: int | None = None) -> li
 
 
 class Partial(dict[str, str]):
-    """What a partial section holds of an entity: component key (`<name>:<fingerprint>`) -> that
-    component's text, to replace in the entity's components text (`overlay`)."""
+    """What a partial section holds of an entity (`decode`): component key
+    (`<name>:<fingerprint>`) -> that component's text, to replace in the entity's components text."""
 
 
 _SUFFIXES: dict[str, str] = {}
@@ -456,20 +456,6 @@ def decode(body: str) -> list[tuple[int, str | Partial | None]]:
             entities.append((entity_id, Partial(texts) if piece.partial else "[" + ",".join(t for _, t in texts) + "]"))
     entities.sort(key=_first)
     return entities
-
-
-def overlay(below: str | Partial | None, above: str | Partial | None) -> str | Partial | None:
-    """An entity's state once `above` (a later delta's entry: a components text, a Partial, or
-    None when despawned) is laid over `below` (what earlier chunks made of it; None: absent)."""
-    if not isinstance(above, Partial):
-        return above
-    if isinstance(below, Partial):
-        return Partial({**below, **above})
-    if below is None:
-        return above  # kept partial: the snapshot under the deltas holds the rest of the entity
-    components = {f'{c["name"]}:{c["fingerprint"]}': canonical_text(c) for c in json.loads(below)}
-    components.update(above)
-    return "[" + ",".join(components[key] for key in sorted(components)) + "]"
 
 
 def _first(entry: tuple[int, Any]) -> int:
