@@ -49,21 +49,20 @@ from archetype.api.models import (
     RedriveAccepted,
     WorldView,
 )
+from archetype.client_state import ComponentFilter, EntityState, StatePage, StateQuery, WorldState
 from archetype.commands.audit_history import AuditEvent
 from archetype.commands.errors import AuditUnavailableError, CommandNotFoundError, LedgerSchemaError
 from archetype.commands.http_translator import Mutation, SubmitCommandRequest, request_of
-from archetype.commands.ledger import STATE_READ_IDS, STATE_READ_LIMIT
+from archetype.commands.ledger import STATE_READ_LIMIT
 from archetype.commands.options import DurableOptions
 from archetype.commands.scheduler import CommandStatus, CommandSummary, DeferredItem
 from archetype.remote import DEFAULT_TIMEOUT_S, raise_for_error
-from archetype.world import columnar
-from archetype.world.components import Component, ComponentValue, type_key
+from archetype.world.components import Component
 from archetype.world.operations import AddComponents, Despawn, RemoveComponents, Spawn, Update
 
 __all__ = ["AsyncClient", "Client", "EntityState", "RetryPolicy", "WaitTimeoutError", "WorldState"]
 
 T = TypeVar("T")
-C = TypeVar("C", bound=Component)
 PAGE = 500
 STATE_PAGE = 5_000  # entities per state request: 5,000 three-component entities are about 0.3 MB as sections
 OUTCOMES_PAGE = 1_000  # command ids per outcomes request (the route's most)
@@ -74,8 +73,6 @@ Command = SubmitCommandRequest | Mapping[str, Any]
 Deferred = Mutation | DeferredItem
 # What `wait` and `wait_all` take: a command id, or the answer that admitted it.
 CommandRef = str | CommandAccepted
-# A component type a state read keeps: a class, `<name>:<fingerprint>`, or the name of the world's one current type so named.
-ComponentFilter = type[Component] | str
 ASAP = DurableOptions(tick=0)  # a tick that has passed: the first tick the world runs
 
 
@@ -107,107 +104,6 @@ class WaitTimeoutError(TimeoutError):
         super().__init__(f"command {command.command_id!r}{others} is still {command.status.value} after {timeout} s")
         self.command = command
         self.commands = list(commands) or [command]
-
-
-class _Column:
-    """One component type of a state read's section: its numeric columns' values (decoded from
-    their bytes) or its data rows, and each entity's data by row, made when asked for."""
-
-    __slots__ = ("fields", "fingerprint", "name", "rows")
-
-    def __init__(self, component: dict[str, Any]) -> None:
-        self.name, self.fingerprint = component["name"], component["fingerprint"]
-        self.rows: list[dict[str, Any]] | None = component.get("rows")
-        columns = component.get("columns") or {}
-        self.fields = [(field, columnar.column_values(column)) for field, column in columns.items()]
-
-    def data(self, row: int) -> dict[str, Any]:
-        if self.rows is not None:
-            return self.rows[row]
-        return {field: values[row] for field, values in self.fields}
-
-
-class EntityState:
-    """One published entity as a state read answers it: `entity_id`, and its components, read by
-    class (`get`, `[]`, `in`) or as wire values (`components`). It is a row of its section's
-    columns as the answer carried them; a component becomes an instance of its class only when it
-    is asked for."""
-
-    __slots__ = ("_columns", "_row", "entity_id")
-
-    def __init__(self, entity_id: int, columns: list[_Column], row: int) -> None:
-        self.entity_id = entity_id
-        self._columns = columns  # its section's, in component-key order
-        self._row = row
-
-    def _column(self, cls: type[Component]) -> _Column | None:
-        name, fingerprint = cls.__name__, cls.__component_fingerprint__
-        for column in self._columns:
-            if column.name == name and column.fingerprint == fingerprint:
-                return column
-        return None
-
-    def get(self, cls: type[C]) -> C | None:
-        """Its component of class `cls` (by name and fingerprint), or None when it has none."""
-        column = self._column(cls)
-        return None if column is None else cls.model_validate(column.data(self._row))
-
-    def __getitem__(self, cls: type[C]) -> C:
-        found = self.get(cls)
-        if found is None:
-            raise KeyError(f"entity {self.entity_id} has no {cls.__name__} component")
-        return found
-
-    def __contains__(self, cls: type[Component]) -> bool:
-        return self._column(cls) is not None
-
-    @property
-    def components(self) -> list[ComponentValue]:
-        """Its components as wire values (name, fingerprint, data), in component-key order."""
-        return [ComponentValue(name=c.name, fingerprint=c.fingerprint, data=c.data(self._row)) for c in self._columns]
-
-    def __repr__(self) -> str:
-        return f"EntityState({self.entity_id}, {[c.name for c in self._columns]})"
-
-
-@dataclass(frozen=True)
-class WorldState:
-    """A world's published entities, in id order. A state of more than one page is read page by
-    page while the world runs, so `tick_head` is that of the first page and a later page may be of
-    a later tick."""
-
-    tick_head: int
-    entities: list[EntityState]
-
-
-@dataclass(frozen=True)
-class _StatePage:
-    tick_head: int
-    entities: list[EntityState]
-    next_after: int | None
-
-
-@dataclass(frozen=True)
-class _StateFilter:
-    """The query of a state read: component types, and entity ids in groups of at most 1,000 (one
-    paged read each, in id order); no ids: one read of every entity."""
-
-    components: list[str]
-    id_groups: list[list[int]] | None
-
-    @classmethod
-    def of(cls, components: Iterable[ComponentFilter] | None, entity_ids: Iterable[int] | None) -> _StateFilter:
-        types = [c if isinstance(c, str) else type_key(c) for c in components or ()]
-        if entity_ids is None:
-            return cls(types, None)
-        ids = sorted(set(entity_ids))
-        if not ids:
-            raise ValueError("entity_ids names no entity: leave it out (None) to read every entity")
-        return cls(types, [ids[i : i + STATE_READ_IDS] for i in range(0, len(ids), STATE_READ_IDS)])
-
-    def queries(self) -> list[dict[str, Any]]:
-        groups: list[list[int] | None] = list(self.id_groups) if self.id_groups is not None else [None]
-        return [{"component": self.components, "entity_id": ids or []} for ids in groups]
 
 
 @dataclass(frozen=True)
@@ -396,18 +292,11 @@ class _Calls:
         rows = yield from self.pages(f"/worlds/{world_id}/audit", "events", params)
         return [AuditEvent.model_validate(row) for row in rows]
 
-    def state_page(self, world_id: str, query: Mapping[str, Any], after: int, limit: int) -> Call[_StatePage]:
+    def state_page(self, world_id: str, query: Mapping[str, Any], after: int, limit: int) -> Call[StatePage]:
         params = {**query, "after": after, "limit": limit, "layout": "sections"}
-        page = yield from self.send(_Request("GET", f"/worlds/{world_id}/state", params=params))
-        entities = []
-        for section in page["sections"]:
-            columns = [_Column(component) for component in section["components"]]
-            entities += [EntityState(entity_id, columns, row) for row, entity_id in enumerate(section["ids"])]
-        if len(page["sections"]) > 1:
-            entities.sort(key=_entity_id)
-        return _StatePage(page["tick_head"], entities, page["next_after"])
+        return StatePage.of((yield from self.send(_Request("GET", f"/worlds/{world_id}/state", params=params))))
 
-    def state(self, world_id: str, query: _StateFilter, limit: int) -> Call[WorldState]:
+    def state(self, world_id: str, query: StateQuery, limit: int) -> Call[WorldState]:
         tick_head: int | None = None
         entities: list[EntityState] = []
         for params in query.queries():
@@ -439,10 +328,6 @@ class _Calls:
     def destroy_world(self, world_id: str) -> Call[DestroyedWorld]:
         # re-running destroy finishes it; a retry after a lost answer reports nothing left to cancel
         return DestroyedWorld.model_validate((yield from self.send(_Request("DELETE", f"/worlds/{world_id}"))))
-
-
-def _entity_id(entity: EntityState) -> int:
-    return entity.entity_id
 
 
 def _limit(page_size: int) -> int:
@@ -585,13 +470,13 @@ class Client:
         """The world's published entities in id order, read page by page: with `components`, those
         that have a component of every one of these types (classes, `<name>:<fingerprint>`, or a
         name), with only those components; with `entity_ids`, those entities."""
-        return self._run(self._calls.state(world_id, _StateFilter.of(components, entity_ids), _limit(page_size)))
+        return self._run(self._calls.state(world_id, StateQuery.of(components, entity_ids), _limit(page_size)))
 
     def iter_state(self, world_id: str, *, components: Iterable[ComponentFilter] | None = None,
                    entity_ids: Iterable[int] | None = None, page_size: int = STATE_PAGE) -> Iterator[EntityState]:  # fmt: skip
         """`state`'s entities one at a time, a page of `page_size` in memory at once: for a world
         too large to hold whole. Each page is read when the one before is used up."""
-        for query in _StateFilter.of(components, entity_ids).queries():
+        for query in StateQuery.of(components, entity_ids).queries():
             after: int | None = 0
             while after is not None:
                 page = self._run(self._calls.state_page(world_id, query, after, _limit(page_size)))
@@ -722,11 +607,11 @@ class AsyncClient:
 
     async def state(self, world_id: str, *, components: Iterable[ComponentFilter] | None = None,
                     entity_ids: Iterable[int] | None = None, page_size: int = STATE_PAGE) -> WorldState:  # fmt: skip
-        return await self._run(self._calls.state(world_id, _StateFilter.of(components, entity_ids), _limit(page_size)))
+        return await self._run(self._calls.state(world_id, StateQuery.of(components, entity_ids), _limit(page_size)))
 
     async def iter_state(self, world_id: str, *, components: Iterable[ComponentFilter] | None = None,
                          entity_ids: Iterable[int] | None = None, page_size: int = STATE_PAGE) -> AsyncIterator[EntityState]:  # fmt: skip
-        for query in _StateFilter.of(components, entity_ids).queries():
+        for query in StateQuery.of(components, entity_ids).queries():
             after: int | None = 0
             while after is not None:
                 page = await self._run(self._calls.state_page(world_id, query, after, _limit(page_size)))

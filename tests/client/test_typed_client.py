@@ -15,7 +15,8 @@ import httpx
 import pytest
 
 from archetype import AsyncClient, Client
-from archetype.client import EntityState, RetryPolicy, WaitTimeoutError, _Column
+from archetype.client import EntityState, RetryPolicy, WaitTimeoutError
+from archetype.client_state import _Column
 from archetype.commands import DurableOptions
 from archetype.commands.errors import CommandNotFoundError, UnknownComponentError
 from archetype.commands.scheduler import CommandStatus, DeferredItem
