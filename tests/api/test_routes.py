@@ -137,28 +137,6 @@ async def test_operators_read_every_principals_commands(client, world):
     assert [c["principal"] for c in many.json()["commands"]] == ["quinn"] and many.json()["missing"] == ["other"]
 
 
-async def test_outcomes_answer_many_commands_as_the_single_read_does(client, world):
-    for index in range(5):
-        body = {"type": "despawn", "tick": index, "entity_id": 100 + index}
-        await client.post(f"/worlds/{world}/commands", json=body, headers=auth("t-player", **{"Idempotency-Key": f"d{index}"}))
-    asked = ["d3", "nope", "d0", "d3", "d4"]
-    answer = await client.post(f"/worlds/{world}/commands:outcomes", json={"command_ids": asked}, headers=PLAYER)
-    assert answer.status_code == 200
-    outcomes = answer.json()
-    assert [c["command_id"] for c in outcomes["commands"]] == ["d0", "d3", "d4"]  # admission order, once each
-    assert outcomes["missing"] == ["nope"]
-    for outcome in outcomes["commands"]:
-        single = (await client.get(f"/worlds/{world}/commands/{outcome['command_id']}", headers=PLAYER)).json()
-        assert outcome == {name: value for name, value in single.items() if name not in ("payload", "problem")}
-    for body, code in (({"command_ids": []}, "invalid_request"), ({"command_ids": ["bad id"]}, "invalid_request"),
-                       ({"command_ids": [f"c{n}" for n in range(1_001)]}, "invalid_request"),
-                       ({"ids": ["d0"]}, "invalid_request")):  # fmt: skip
-        refused = await client.post(f"/worlds/{world}/commands:outcomes", json=body, headers=PLAYER)
-        assert (refused.status_code, refused.json()["code"]) == (422, code)
-    missing = await client.post("/worlds/ghost/commands:outcomes", json={"command_ids": ["d0"]}, headers=PLAYER)
-    assert (missing.status_code, missing.json()["code"]) == (404, "world_not_found")
-
-
 async def test_batch_is_all_or_nothing(client, world, snapshot):
     good = {"type": "despawn", "tick": 0, "entity_id": 7}
     batch = await client.post(

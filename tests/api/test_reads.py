@@ -1,6 +1,8 @@
-"""`GET /worlds/{id}/state` over a real local catalog and on the Worker's app (Durable Objects on
-the stand-in): filtered by component types and entity ids, paged by `next_after`, the same
-entities and component values the runner holds; a bad filter is a typed 4xx and changes nothing."""
+"""The client's reads over a real local catalog and on the Worker's app (Durable Objects on the
+stand-in): `GET /worlds/{id}/state` filtered by component types and entity ids, paged by
+`next_after`, the same entities and component values the runner holds (a bad filter is a typed
+4xx and changes nothing); `POST /worlds/{id}/commands:outcomes`, many commands as the single read
+answers each."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from archetype.world.columnar import column_values
 from archetype.world.components import type_key
 from durable_world import DurableObjectAuthority
 from local_catalog import open_local_authority
-from tests.api.conftest import NOBODY, TOKENS, VIEWER, persisted
+from tests.api.conftest import NOBODY, PLAYER, TOKENS, VIEWER, auth, persisted
 from tests.component_modules.alpha import Health, Position
 from tests.support.durable_object_standin import world_namespace
 from worker.entry import build_app
@@ -158,3 +160,26 @@ async def test_a_bad_filter_is_a_typed_error_and_changes_nothing(edge, world, pa
 async def test_roles_and_worlds(client, world):
     assert (await client.get("/worlds/w1/state", headers=NOBODY)).json()["code"] == "permission_denied"
     assert (await client.get("/worlds/ghost/state", headers=VIEWER)).json()["code"] == "world_not_found"
+
+
+async def test_outcomes_answer_many_commands_as_the_single_read_does(client, world):
+    world = world.world_id
+    for index in range(5):
+        body = {"type": "despawn", "tick": index, "entity_id": 100 + index}
+        await client.post(f"/worlds/{world}/commands", json=body, headers=auth("t-player", **{"Idempotency-Key": f"d{index}"}))
+    asked = ["d3", "nope", "d0", "d3", "d4"]
+    answer = await client.post(f"/worlds/{world}/commands:outcomes", json={"command_ids": asked}, headers=PLAYER)
+    assert answer.status_code == 200
+    outcomes = answer.json()
+    assert [c["command_id"] for c in outcomes["commands"]] == ["d0", "d3", "d4"]  # admission order, once each
+    assert outcomes["missing"] == ["nope"]
+    for outcome in outcomes["commands"]:
+        single = (await client.get(f"/worlds/{world}/commands/{outcome['command_id']}", headers=PLAYER)).json()
+        assert outcome == {name: value for name, value in single.items() if name not in ("payload", "problem")}
+    for body, code in (({"command_ids": []}, "invalid_request"), ({"command_ids": ["bad id"]}, "invalid_request"),
+                       ({"command_ids": [f"c{n}" for n in range(1_001)]}, "invalid_request"),
+                       ({"ids": ["d0"]}, "invalid_request")):  # fmt: skip
+        refused = await client.post(f"/worlds/{world}/commands:outcomes", json=body, headers=PLAYER)
+        assert (refused.status_code, refused.json()["code"]) == (422, code)
+    missing = await client.post("/worlds/ghost/commands:outcomes", json={"command_ids": ["d0"]}, headers=PLAYER)
+    assert (missing.status_code, missing.json()["code"]) == (404, "world_not_found")
