@@ -55,10 +55,11 @@ async def test_an_operator_redrives_a_players_dead_letter_once(client, world, au
     assert first.json()["redriven_from"] == dead["sequence"] and first.json()["command_id"] == "doomed-again"
     assert (other.status_code, other.json()["code"]) == (409, "already_redriven")
 
-    # the player sees the new command in its own scope, linked to the dead one, which is untouched
+    # the player sees the new command in its own scope, linked to the dead one, which is untouched but for its mark
     new = (await client.get(f"/worlds/{world}/commands/doomed-again", headers=PLAYER)).json()
     assert (new["status"], new["attempts"], new["redriven_from"], new["principal"]) == ("PENDING", 0, dead["sequence"], "pat")
-    assert (await client.get(f"/worlds/{world}/commands/doomed", headers=PLAYER)).json() == dead
+    marked = {**dead, "redriven_by": new["sequence"]}
+    assert (await client.get(f"/worlds/{world}/commands/doomed", headers=PLAYER)).json() == marked
     await runner.dispatcher.apply(Step(world_id=world))
     assert (await client.get(f"/worlds/{world}/commands/doomed-again", headers=PLAYER)).json()["status"] == "APPLIED"
 
