@@ -9,7 +9,7 @@ Object exposes it over RPC unchanged. The state machine and its rules are in doc
        |                 |   \\--publish: failed, or a crash charged, budget left--> RETRYABLE --lease--> LEASED
        +--publish: tail--+    \\--publish: failed, or a crash charged, budget spent; permanent--> DEAD_LETTER
     any open status --destroy--> CANCELLED
-    DEAD_LETTER (left as it is) --redrive--> a new command, PENDING
+    DEAD_LETTER (left as it is, but for its redriven_by mark) --redrive--> a new command, PENDING
 
 A world row also carries its health (ACTIVE, or STALLED while its ticks fail before they are
 prepared: `record_tick_failure`; the next `publish` recovers it).
@@ -986,7 +986,8 @@ class Ledger:
     def redrive(self, world_id: str, command_id: str, scope: str = "", new_command_id: str | None = None) -> Redriven:
         """A new command redriving the dead letter `command_id` of `scope`: the same operation,
         payload, principal, priority and attempt budget, none of it spent, due at the next tick,
-        linked by `redriven_from`, with its own `redriven` event. The dead record stays as it is.
+        linked by `redriven_from`, with its own `redriven` event. The dead record stays as it is but
+        for its `redriven_by`.
 
         A dead letter is redriven once, and records it on its own row (`redriven_by`), which
         retention never prunes: the same `new_command_id` again (default `<command_id>.redrive`)
