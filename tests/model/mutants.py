@@ -102,6 +102,10 @@ MUTANTS: dict[str, tuple[str, tuple[Change, ...]]] = {
         (LEDGER, 'tick = runs_at(scheduled_tick, world["tick_head"])', "tick = scheduled_tick"),
         (SQL, "u.scheduled_tick = max(j.value, w.tick_head + 1)", "u.scheduled_tick = j.value"),
     )),
+    "prune-takes-dead-letters": ("prune removes dead letters past the window (and with them their redrive mark)", (
+        (SQL, "PRUNABLE_STATUSES = \"('APPLIED', 'REJECTED', 'CANCELLED')\"",
+         "PRUNABLE_STATUSES = \"('APPLIED', 'REJECTED', 'CANCELLED', 'DEAD_LETTER')\""),
+    )),
     "prune-takes-quota-to-run": ("prune removes the quota counters of ticks still to run", (
         (SQL, "WHERE world_id = ?1 AND scheduled_tick <= ?2 ORDER BY scheduled_tick, principal",
          "WHERE world_id = ?1 AND scheduled_tick <= ?2 + 2 ORDER BY scheduled_tick, principal"),
