@@ -72,8 +72,9 @@ CREATE_WORLD: Errors = (*JSON_BODY, ShuttingDownError, InvalidCommandError, Worl
 DESTROY_WORLD: Errors = (*WORLD_PATH, ShuttingDownError, WorldClosingError)
 READ_COMMAND: Errors = (*WORLD_PATH, CommandNotFoundError)
 READ_AUDIT: Errors = (*WORLD_PATH, AuditUnavailableError)
+# a redrive passes admission's component check: a dead letter of a type migrated since is refused
 REDRIVE: Errors = (*WORLD_PATH, *ADMITTING, CommandNotFoundError, NotDeadLetteredError, RedriveConflictError,
-                   CommandConflictError)  # fmt: skip
+                   CommandConflictError, UnknownComponentError, InvalidComponentDataError)  # fmt: skip
 
 
 def error_responses(*groups: Errors, authenticated: bool = True) -> dict[int | str, dict[str, Any]]:

@@ -9,7 +9,7 @@ Object exposes it over RPC unchanged. The state machine and its rules are in doc
        |                 |   \\--publish: failed, or a crash charged, budget left--> RETRYABLE --lease--> LEASED
        +--publish: tail--+    \\--publish: failed, or a crash charged, budget spent; permanent--> DEAD_LETTER
     any open status --destroy--> CANCELLED
-    DEAD_LETTER (left as it is) --redrive--> a new command, PENDING
+    DEAD_LETTER (left as it is, but for its redriven_by mark) --redrive--> a new command, PENDING
 
 A world row also carries its health (ACTIVE, or STALLED while its ticks fail before they are
 prepared: `record_tick_failure`; the next `publish` recovers it).
@@ -182,6 +182,12 @@ def _row(fields: Sequence[str], values: Sequence[Any]) -> dict[str, Any]:
 def _check_lease_ms(lease_ms: int) -> None:
     if not 0 < lease_ms <= 86_400_000:
         raise InvalidCommandError(f"a world lease lasts 1 ms to a day, not {lease_ms} ms")
+
+
+def runs_at(scheduled_tick: int, tick_head: int) -> int:
+    """The tick a command admitted now runs at: its target, or the next tick for a target already
+    past (docs/ledger.md, "Ordering and leasing"). Quotas count this tick; a redrive is due at it."""
+    return max(scheduled_tick, tick_head + 1)
 
 
 def scope_of(principal: str | None) -> str:
@@ -518,10 +524,12 @@ class Ledger:
                 return cast(int, rows[0][0])
             if self._port.execute(q.GET_COMMAND, (world_id, scope, command_id)):
                 raise CommandConflictError(f"command {command_id!r} already exists and is not this spawn")
-            first = self._active_world(world_id)["next_entity_id"]
+            world = self._active_world(world_id)
+            first = world["next_entity_id"]
             if quota is not None:
-                used = self._port.execute(q.GET_QUOTA_USAGE, (world_id, scope, scheduled_tick))
-                self._check_quota(world_id, scope, {scheduled_tick: 1}, quota, {scheduled_tick: used[0][0]} if used else {})
+                tick = runs_at(scheduled_tick, world["tick_head"])
+                used = self._port.execute(q.GET_QUOTA_USAGE, (world_id, scope, tick))
+                self._check_quota(world_id, scope, {tick: 1}, quota, {tick: used[0][0]} if used else {})
             now = self._clock.now_ms()
             self._port.execute(q.TAKE_ENTITY_IDS, (1, now, world_id))
             self._port.execute(q.INSERT_RESERVATION, (world_id, scope, command_id, first, request_digest, now))
@@ -534,8 +542,9 @@ class Ledger:
         """Admit a non-empty batch of one principal all-or-nothing; identical replays return their
         existing identity.
 
-        `quota` caps how many commands one principal may have admitted for one target tick of this
-        world; only newly admitted commands count against it.
+        `quota` caps how many commands one principal may have admitted for one tick of this world,
+        counted at the tick each runs at (`runs_at`: a target tick already past runs at the next
+        one); only newly admitted commands count against it.
         """
         if not commands:
             raise InvalidCommandError("a batch needs at least one command")
@@ -603,7 +612,7 @@ class Ledger:
                 checked += [(f"command {row['command_id']!r}", occurrence) for occurrence in found]
             check_found(world_id, checked, known)
             if quota is not None:
-                self._charge_quota(world_id, scope, fresh, quota, used)
+                self._charge_quota(world_id, scope, [runs_at(r["scheduled_tick"], world[3]) for r in fresh], quota, used)
             next_sequence, next_event_seq = world[1], world[2]
             for offset, row in enumerate(fresh):
                 row["sequence"] = next_sequence + offset
@@ -637,21 +646,23 @@ class Ledger:
         row["digest"] = command_digest(row)
         return row
 
-    def _charge_quota(self, world_id: str, scope: str, rows: list[dict[str, Any]], quota: int, used: dict[int, int]) -> None:
+    def _charge_quota(self, world_id: str, scope: str, ticks: list[int], quota: int, used: dict[int, int]) -> None:
+        """One command more of `scope` at each of these ticks (the ticks they run at)."""
         wanted: dict[int, int] = {}
-        for row in rows:
-            wanted[row["scheduled_tick"]] = wanted.get(row["scheduled_tick"], 0) + 1
+        for tick in ticks:
+            wanted[tick] = wanted.get(tick, 0) + 1
         self._check_quota(world_id, scope, wanted, quota, used)
         for tick, count in wanted.items():
             self._port.execute(q.ADD_QUOTA_USAGE, (world_id, scope, tick, count))
 
     def _check_quota(self, world_id: str, scope: str, wanted: dict[int, int], quota: int, used: dict[int, int]) -> None:
-        """`wanted` more commands of `scope` for each target tick fit the quota, `used` counting those admitted already."""
+        """`wanted` more commands of `scope` running at each tick fit the quota, `used` counting those admitted already."""
         for tick, count in wanted.items():
             if used.get(tick, 0) + count > quota:
                 raise QuotaExceededError(
-                    f"{scope or 'trusted caller'} may admit {quota} commands for tick {tick} of world "
-                    f"{world_id!r}; {used.get(tick, 0)} already admitted, {count} more asked"
+                    f"{scope or 'trusted caller'} may admit {quota} commands running at tick {tick} of world "
+                    f"{world_id!r} (a tick already past runs at the next one); {used.get(tick, 0)} already admitted, "
+                    f"{count} more asked"
                 )
 
     def _check_components(self, world_id: str, documents: list[tuple[str, str]]) -> None:
@@ -975,11 +986,14 @@ class Ledger:
     def redrive(self, world_id: str, command_id: str, scope: str = "", new_command_id: str | None = None) -> Redriven:
         """A new command redriving the dead letter `command_id` of `scope`: the same operation,
         payload, principal, priority and attempt budget, none of it spent, due at the next tick,
-        linked by `redriven_from`, with its own `redriven` event. The dead record stays as it is.
+        linked by `redriven_from`, with its own `redriven` event. The dead record stays as it is but
+        for its `redriven_by`.
 
-        A dead letter is redriven once: the same `new_command_id` again (default
-        `<command_id>.redrive`) answers the same command, `replayed`; another one is
-        `RedriveConflictError`.
+        A dead letter is redriven once, and records it on its own row (`redriven_by`), which
+        retention never prunes: the same `new_command_id` again (default `<command_id>.redrive`)
+        answers the same command, `replayed`, while that command is retained; another id, or any
+        once the redrive was pruned, is `RedriveConflictError`. The copied payload passes
+        admission's component check (a type a migration superseded: `UnknownComponentError`).
         """
         new_id = new_command_id if new_command_id is not None else f"{command_id[:120]}.redrive"
         if not COMMAND_ID_PATTERN.fullmatch(new_id):
@@ -993,23 +1007,25 @@ class Ledger:
             dead = cast(CommandRow, _row(COMMAND_FIELDS, rows[0]))
             if dead["status"] != "DEAD_LETTER":
                 raise NotDeadLetteredError(f"command {command_id!r} is {dead['status']}; only a DEAD_LETTER is redriven")
-            earlier = self._port.execute(q.GET_REDRIVE, (world_id, dead["sequence"]))
-            if earlier:
-                redrive = cast(CommandRow, _row(COMMAND_FIELDS, earlier[0]))
-                if redrive["command_id"] != new_id:
+            if dead["redriven_by"] is not None:
+                redrive = self._command_at(world_id, dead["redriven_by"])
+                if redrive is None or redrive["command_id"] != new_id:
+                    named = f"{redrive['command_id']!r}" if redrive else "a command retention has since pruned"
                     raise RedriveConflictError(
-                        f"command {command_id!r} was already redriven as {redrive['command_id']!r}"
+                        f"command {command_id!r} was already redriven as #{dead['redriven_by']} ({named})"
                     )
                 return self._redriven(redrive, replayed=True)
             if self._port.execute(q.GET_COMMAND, (world_id, scope, new_id)) or self._port.execute(
                 q.GET_RESERVATION, (world_id, scope, new_id)
             ):
                 raise CommandConflictError(f"command id {new_id!r} is already taken in this scope")
-            sequence, tick = world["next_sequence"], max(dead["scheduled_tick"], world["tick_head"] + 1)
+            self._check_components(world_id, [(f"dead letter {command_id!r}, whose payload a redrive copies", dead["payload"])])
+            sequence, tick = world["next_sequence"], runs_at(dead["scheduled_tick"], world["tick_head"])
             identity = {**dead, "command_id": new_id, "scheduled_tick": tick}
             now = self._clock.now_ms()
             self._port.execute(q.INSERT_REDRIVE, (sequence, new_id, tick, command_digest(identity), now, now, world_id,
                                                   dead["sequence"]))  # fmt: skip
+            self._port.execute(q.MARK_REDRIVEN, (sequence, world_id, dead["sequence"]))
             self._append_events(world_id, [sequence], now)
             created = self._command_at(world_id, sequence)
             assert created is not None

@@ -110,6 +110,10 @@ class CommandRow(TypedDict):
     applied_tick: int | None
     last_error: str | None
     redriven_from: int | None  # the sequence of the dead-lettered command this one redrives
+    redriven_by: int | None  # a dead letter's: the sequence of the command that redrove it (kept after that one is pruned)
+    # the digest of the row as a component migration rewrote its payload (None: never rewritten);
+    # `digest` stays the one it was admitted with, which replays compare against
+    migrated_digest: str | None
     created_at: int
     updated_at: int
 

@@ -302,8 +302,25 @@ V10_RUNNER_REGISTRY = Migration(10, "the runner registry: live runners, each und
     "CREATE INDEX worlds_by_host ON worlds (host_owner) WHERE host_owner IS NOT NULL",
 ))  # fmt: skip
 
+# Version 11: facts that must outlive the rows retention prunes, and identities a migration must not
+# rewrite (docs/ledger.md, "Redrive" and "Component schemas and migrations").
+# - A dead letter records its redrive (`redriven_by`: that command's sequence) on its own row, which
+#   is never pruned: the redrive's row goes with retention, the "redriven once" stays. Each dead
+#   letter whose redrive is still retained gets it here; one whose redrive was pruned already is
+#   past recovering (a known gap of catalogs before this version).
+# - A command whose payload a component migration rewrites keeps the digest it was admitted with
+#   (`digest`, which replays compare against) and gets the rewritten row's in `migrated_digest`, which
+#   materialization verifies. Commands migrated before this version kept only the rewritten digest.
+V11_DURABLE_FACTS = Migration(11, "a dead letter records its redrive; a migrated command keeps its admitted digest", (
+    "ALTER TABLE commands ADD COLUMN redriven_by INTEGER",
+    "ALTER TABLE commands ADD COLUMN migrated_digest TEXT",
+    """UPDATE commands SET redriven_by = r.sequence
+        FROM (SELECT world_id, sequence, redriven_from FROM commands WHERE redriven_from IS NOT NULL) AS r
+        WHERE commands.world_id = r.world_id AND commands.sequence = r.redriven_from""",
+))  # fmt: skip
+
 MIGRATIONS = (V1_SCHEMA, V2_EXACTLY_ONCE, V3_STATE_CHUNKS, V4_HEALTH_AND_REDRIVE, V5_RETENTION, V6_COMPONENT_SCHEMAS,
-              V7_TICK_CLOCK, V8_WORLD_LEASES, V9_DERIVED_SEQUENCES, V10_RUNNER_REGISTRY)  # fmt: skip
+              V7_TICK_CLOCK, V8_WORLD_LEASES, V9_DERIVED_SEQUENCES, V10_RUNNER_REGISTRY, V11_DURABLE_FACTS)  # fmt: skip
 SCHEMA_VERSION = MIGRATIONS[-1].version
 
 HAS_META = "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'"

@@ -114,6 +114,7 @@ class CommandSummary(BaseModel):
     origin: str
     reserved_entity_id: int | None
     redriven_from: int | None = None  # the sequence of the dead letter this command redrives
+    redriven_by: int | None = None  # a dead letter's: the sequence of the command that redrove it
     created_at: int
     updated_at: int
 
@@ -329,7 +330,9 @@ class CommandScheduler:
 
     async def _check_components(self, world_id: str, row: AdmissionRow) -> None:
         """The ledger's admission check of components, run before a spawn reserves its entity id:
-        a spawn the ledger would refuse reserves nothing."""
+        a spawn the ledger would refuse reserves nothing. A command id that already names a
+        command is the ledger's to answer (an identical replay is not checked again: its types may
+        have been migrated since; other content is a conflict)."""
         await self.record_named(world_id, [row["payload"]])
         try:
             recorded = (await self.authority.components(world_id))["components"]
@@ -346,7 +349,7 @@ class CommandScheduler:
                 status = (await self.authority.world_info(world_id))["status"]
             except NOT_THERE:
                 return
-            if status == "ACTIVE":
+            if status == "ACTIVE" and await self.authority.command(world_id, row["command_id"], row["principal"] or "") is None:
                 raise
 
     # -- materialization (AsyncWorld calls this with the world's operation lock held) --
@@ -404,7 +407,8 @@ class CommandScheduler:
         spec = self.registry.named(row["operation"])
         if row["schema_version"] != spec.version:
             raise InvalidCommandError(f"schema version {row['schema_version']} is not {spec.version}")
-        if command_digest(dict(row)) != row["digest"]:
+        # a payload a component migration rewrote has its own digest; `digest` stays the admitted one
+        if command_digest(dict(row)) != (row["migrated_digest"] or row["digest"]):
             raise InvalidCommandError("stored digest does not match the row's identity-bearing fields")
         op = spec.decode_exact(row["payload"])
         assert spec.world_key is not None  # decode_exact() required it durable, and register() a key then
