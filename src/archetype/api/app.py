@@ -189,7 +189,7 @@ def create_app(
         return CommandAccepted.of(await dispatcher.defer_as(actor, item.op, item.options, command_id=item.command_id))
 
     async def create_one(_: None, body: CreateWorldRequest, actor: ActorCtx, __: str | None) -> WorldView:
-        op = CreateWorld(name=body.name, world_id=body.world_id)
+        op = body.operation()
         dispatcher.authorize_as(actor, op)  # then the handler's own ledger call, whose row is the answer
         return WorldView.of(await create_world_row(authority, op))
 
