@@ -216,6 +216,10 @@ class WorldHost:
         self._leases.pop(world_id, None)
         self._clocks.pop(world_id, None)
 
+    def loaded_world(self, world_id: str) -> AsyncWorld | None:
+        """The world if it is loaded here (None: not loaded, or dropped)."""
+        return self._worlds.get(world_id)
+
     def clock_of(self, world_id: str) -> TickClock | None:
         """The tick clock of a loaded world, as of its last publication (None: not loaded)."""
         return self._clocks.get(world_id)
