@@ -302,7 +302,7 @@ class CreateWorld(Operation):
     world_id: WorldId | None = Field(default=None, pattern=WORLD_ID_PATTERN)
     tick_mode: TickMode = Field(default=DEFAULT_TICK_MODE, description="lockstep: every tick runs; realtime: wall-clock ticks, coalesced")
     tick_interval_ms: int = Field(
-        default=DEFAULT_TICK_INTERVAL_MS, ge=0, le=MAX_TICK_INTERVAL_MS,
+        default=DEFAULT_TICK_INTERVAL_MS, ge=0, le=MAX_TICK_INTERVAL_MS, strict=True,
         description="the length of a tick: lockstep 0 runs ticks back to back (batch), realtime needs at least 1",
     )  # fmt: skip
 
