@@ -633,15 +633,15 @@ class WorldRunner:
                 continue
             except Exception:  # not loadable now (fenced, the catalog did not answer): the next pass tries again
                 continue
-            clock = self.runtime.worlds.clock_of(world_id)
-            if clock is None:
+            loaded = self.runtime.worlds.clock_of(world_id)  # its host's copy, following its publications
+            if loaded is None:
                 continue
-            intervals.append(clock.interval_ms)
-            tick = clock.step_to(leases_at if clock.lockstep else now, head)  # with systems: every tick of its clock
+            intervals.append(loaded.interval_ms)
+            tick = loaded.step_to(leases_at if loaded.lockstep else now, head)  # with systems: every tick of its clock
             if tick is not None:
                 due[world_id] = _Due(tick, until=None)
         # The grid follows the finest interval among the worlds with work (an unpaced world has none).
-        self.pass_interval_ms = min(i for i in intervals if i > 0) if any(i > 0 for i in intervals) else self.interval_ms
+        self.pass_interval_ms = min(i for i in intervals if i > 0)
         due = {world_id: d for world_id, d in due.items() if self.runtime.worlds.retry_due(world_id)}
         self._behind = False
         if not stop.is_set():

@@ -87,8 +87,8 @@ from tests.conformance.authorities import AUTHORITY_FACTORIES
 from tests.model.ledger_model import (
     TERMINAL,
     Faults,
-    Manifest,
     Ledger,
+    Manifest,
     ModelCrash,
     ModelError,
     Mutation,

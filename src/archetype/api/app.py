@@ -65,7 +65,7 @@ from archetype.commands.options import ActorCtx, Role
 from archetype.commands.registry import OperationRegistry
 from archetype.commands.scheduler import CommandScheduler, CommandStatus
 from archetype.world.family import create_world_row
-from archetype.world.operations import WORLD_ID_PATTERN, CreateWorld, DestroyWorld, Spawn
+from archetype.world.operations import WORLD_ID_PATTERN, DestroyWorld, Spawn
 
 # Commands one principal may have admitted for one target tick of one world (ledger-enforced).
 DEFAULT_QUOTA = 1000

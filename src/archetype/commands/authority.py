@@ -21,7 +21,6 @@ from archetype.commands.ledger import (
     PRUNE_LIMIT,
     Ledger,
 )
-from archetype.world.tick_mode import DEFAULT_TICK_INTERVAL_MS, DEFAULT_TICK_MODE
 from archetype.commands.ledger_rows import (
     AdmissionRow,
     Admitted,
@@ -46,6 +45,7 @@ from archetype.commands.ledger_rows import (
     WorldComponents,
     WorldRow,
 )
+from archetype.world.tick_mode import DEFAULT_TICK_INTERVAL_MS, DEFAULT_TICK_MODE
 
 
 class Authority(ABC):

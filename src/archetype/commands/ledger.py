@@ -80,7 +80,6 @@ from archetype.commands.ledger_rows import (
 from archetype.commands.port import Clock, SqlPort
 from archetype.world import columnar
 from archetype.world.commit import ERROR_TEXT_LIMIT, OUTCOMES, chunk_entries
-from archetype.world.tick_mode import DEFAULT_TICK_INTERVAL_MS, DEFAULT_TICK_MODE, check_tick_mode
 from archetype.world.component_schema import (
     SchemaMismatchError,
     UnsupportedSchemaError,
@@ -89,6 +88,7 @@ from archetype.world.component_schema import (
     occurrences,
     render,
 )
+from archetype.world.tick_mode import DEFAULT_TICK_INTERVAL_MS, DEFAULT_TICK_MODE, check_tick_mode
 
 COMMAND_FIELDS = tuple(name.strip() for name in q.COMMAND_COLUMNS.split(","))
 WORLD_FIELDS = tuple(name.strip() for name in q.WORLD_COLUMNS.split(","))

@@ -21,13 +21,6 @@ from archetype.canonical import (
     check_canonical,
     plain_json,
 )
-from archetype.world.tick_mode import (
-    DEFAULT_TICK_INTERVAL_MS,
-    DEFAULT_TICK_MODE,
-    MAX_TICK_INTERVAL_MS,
-    TickMode,
-    check_tick_mode,
-)
 from archetype.world.components import (
     COMPONENT_NAME_PATTERN,
     FINGERPRINT_PATTERN,
@@ -39,6 +32,13 @@ from archetype.world.components import (
     live_component,
     loaded_class,
     non_canonical,
+)
+from archetype.world.tick_mode import (
+    DEFAULT_TICK_INTERVAL_MS,
+    DEFAULT_TICK_MODE,
+    MAX_TICK_INTERVAL_MS,
+    TickMode,
+    check_tick_mode,
 )
 
 WorldId = str
