@@ -617,7 +617,8 @@ class WorldRunner:
                 await finish_destroy(self.runtime, world["world_id"])
             elif world["status"] == "ACTIVE":
                 clock = TickClock.of(world, self.interval_ms)  # the row is fresh: this pass's read
-                intervals.append(clock.interval_ms)
+                if clock.lockstep:  # it ticks every interval up to its command
+                    intervals.append(clock.interval_ms)
                 at = clock.next_step_at(world["tick_head"], has_systems=False, next_due_tick=world["next_tick"])
                 moment = leases_at if clock.lockstep else now  # a lockstep schedule is its own grid
                 if at is not None and at <= moment:
@@ -640,7 +641,8 @@ class WorldRunner:
             tick = loaded.step_to(leases_at if loaded.lockstep else now, head)  # with systems: every tick of its clock
             if tick is not None:
                 due[world_id] = _Due(tick, until=None)
-        # The grid follows the finest interval among the worlds with work (an unpaced world has none).
+        # The grid follows the finest interval among the worlds that tick every interval (an unpaced
+        # world has none; a realtime world waiting for a command's tick is stepped at the pass after it).
         self.pass_interval_ms = min(i for i in intervals if i > 0)
         due = {world_id: d for world_id, d in due.items() if self.runtime.worlds.retry_due(world_id)}
         self._behind = False
