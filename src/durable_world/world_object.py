@@ -61,8 +61,9 @@ class WorldObject(DurableObject):  # type: ignore[misc]  # `workers` exists only
         super().__init__(ctx, env)
         self.clock = clock or SystemClock()
         self.ledger = Ledger(DurableObjectSqlPort(ctx.storage), self.clock)
-        self.edge = EdgeRuntime(self.ledger, self.MODULES if modules is None else modules)
         self.tick_interval_ms = tick_interval_ms(env)
+        self.edge = EdgeRuntime(self.ledger, self.MODULES if modules is None else modules, clock=self.clock,
+                                tick_interval_ms=self.tick_interval_ms)  # fmt: skip
         self.retention = Retention.of(env)
         # In memory: a fresh object (after an eviction) prunes at its first alarm, which is bounded anyway.
         self._prune_due_ms = 0
@@ -91,7 +92,7 @@ class WorldObject(DurableObject):  # type: ignore[misc]  # `workers` exists only
         if method in EVENT_WRITERS:
             await self._schedule_delivery(args["world_id"])
         if method in TICK_WAKERS and self.edge.hosts(args["world_id"]):
-            at = await self.edge.next_step_at(args["world_id"], self.tick_interval_ms)
+            at = await self.edge.next_step_at(args["world_id"])
             if at is not None:
                 await self._arm_alarm_by(at)
         return success(result)
@@ -154,7 +155,7 @@ class WorldObject(DurableObject):  # type: ignore[misc]  # `workers` exists only
     async def _tick(self, world_id: str) -> int | None:
         """Run the tick of an edge-hosted world if one is due; answer when the next one is (None: idle)."""
         try:
-            return await self.edge.step_due(world_id, self.clock.now_ms(), self.tick_interval_ms)
+            return await self.edge.step_due(world_id)
         except CommandError as exc:  # closing or destroyed meanwhile: the host dropped it
             log.warning("world %s not stepped: %s: %s", world_id, exc.code, exc.message)
             return None

@@ -112,6 +112,9 @@ def test_a_version_1_catalog_upgrades_losing_nothing(tmp_path):
         w: (after[w]["info"]["tick_head"], v1_clocks[w]) for w in WORLDS
     }
     assert ledger.command("v1-world", "spawn-hero", scope="pat")["status"] == "APPLIED"
+    # a world from before tick modes keeps what it did: realtime, at its host's interval (none recorded)
+    assert {w: (after[w]["info"]["tick_mode"], after[w]["info"]["tick_interval_ms"], after[w]["info"]["tick_lag_ms"])
+            for w in WORLDS} == dict.fromkeys(WORLDS, ("realtime", None, 0))  # fmt: skip
 
 
 async def test_an_upgraded_catalog_keeps_working(tmp_path):

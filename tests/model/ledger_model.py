@@ -228,6 +228,7 @@ class Manifest:
     settlements: list[Settlement]
     # entity id -> components (name -> data), None: despawned, a PartialWrite: some components replaced
     writes: dict[int, dict[str, dict] | None]
+    due_ms: int | None = None  # "Tick modes": a lockstep tick's due time, as its host sends it
 
     @property
     def written_entity_ids(self) -> list[int]:
@@ -251,9 +252,13 @@ class World:
     failed_attempts: int = 0
     health_error: str | None = None
     stalled_since: int | None = None
-    # "Idle worlds": the tick clock's anchor, set at creation (tick -1 then) and never moved
+    # "Idle worlds": the tick clock's anchor, set at creation (tick -1 then); a realtime world's is
+    # never moved, a lockstep world's follows its head ("Tick modes")
     clock_tick: int = -1
     clock_ms: int | None = None
+    tick_mode: str = "lockstep"  # "Tick modes": recorded at creation
+    tick_interval_ms: int | None = 100
+    tick_lag_ms: int = 0
     host_owner: str | None = None  # "World leases": the host, and until when it holds the world
     host_expires_at: int | None = None
     # "Admission": a principal's admitted commands per tick they run at, (scope, tick) -> count
@@ -290,9 +295,10 @@ class Ledger:
         return self.clock.now_ms()
 
     # -- worlds --
-    def create_world(self, world_id: str, name: str, *, first_entity_id: int, first_sequence: int) -> World:
+    def create_world(self, world_id: str, name: str, *, first_entity_id: int, first_sequence: int,
+                     tick_mode: str = "lockstep", tick_interval_ms: int = 100) -> World:  # fmt: skip
         world = World(world_id, name, self.now(), next_entity_id=first_entity_id, next_sequence=first_sequence,
-                      clock_ms=self.now())  # fmt: skip
+                      clock_ms=self.now(), tick_mode=tick_mode, tick_interval_ms=tick_interval_ms)  # fmt: skip
         self.worlds[world_id] = world
         return world
 
@@ -540,6 +546,8 @@ class Ledger:
         world = self.writer(world_id, manifest.writer_epoch)
         if manifest.tick <= world.tick_head:  # "a later tick coalesces the empty ticks between"
             raise ModelError("stale")
+        if world.tick_mode == "lockstep" and manifest.tick != world.tick_head + 1:
+            raise ModelError("invalid")  # "Tick modes": "a lockstep world publishes every tick"
         for s in manifest.settlements:
             command = world.commands.get(s.sequence)
             if command is None or command.status != "LEASED" or (command.lease_owner, command.lease_session) != (owner, session):
@@ -575,6 +583,10 @@ class Ledger:
                 command.updated_at = now
         world.guard = None
         world.tick_head = manifest.tick
+        if world.tick_mode == "lockstep":  # "its clock anchor follows its head"
+            # "when it was due (the host's due_ms; none: now; never after it published)"
+            due = now if manifest.due_ms is None else min(manifest.due_ms, now)
+            world.clock_tick, world.clock_ms, world.tick_lag_ms = manifest.tick, due, now - due
         if world.health == "STALLED":  # "the next published tick makes it ACTIVE again"
             attempts, error, since = world.failed_attempts, world.health_error, world.stalled_since
             world.health, world.failed_attempts, world.health_error, world.stalled_since = "ACTIVE", 0, None, None
@@ -756,6 +768,11 @@ class LoadedWorld:
     entities: dict[int, dict[str, dict]]
     ids: range = range(0)  # the entity ids of its current block still unused
     prepared: Manifest | None = None
+    # "Tick modes": the host's copy of the world's clock: mode, interval, and (lockstep) the anchor
+    # (the head, when it was due, how late it published), read at load, moved with each publication
+    tick_mode: str = "lockstep"
+    interval_ms: int = 100
+    anchor: tuple[int, int, int] = (-1, 0, 0)
 
 
 @dataclass
@@ -790,6 +807,20 @@ class Faults:
         return result
 
 
+def lockstep_due(anchor: tuple[int, int, int], interval_ms: int, now: int) -> int:
+    """docs/ledger.md "Tick modes", the due time a host records for a lockstep tick starting `now`:
+    the schedule's, one interval after the head was due; but `now` (the schedule starts again) in a
+    world with no interval, for a step asked for before its time, and after a pause: a start more
+    than the longer of the interval and a second after the tick could first have run (its
+    scheduled time, or the head's publication if that was later)."""
+    _, head_due, head_lag = anchor
+    scheduled = head_due + interval_ms
+    could_run = max(scheduled, head_due + head_lag)
+    if interval_ms == 0 or now < scheduled or now - could_run > max(interval_ms, 1_000):
+        return now
+    return scheduled
+
+
 class Runner:
     """One runner process: a stable owner, a session per world per incarnation, its loaded worlds."""
 
@@ -815,7 +846,10 @@ class Runner:
         if world_id not in self.loaded:
             epoch = faults.call("acquire_writer", lambda: ledger.acquire_writer(world_id))
             world = ledger.worlds[world_id]
-            self.loaded[world_id] = LoadedWorld(epoch, world.tick_head, copy.deepcopy(world.entities))
+            assert world.clock_ms is not None and world.tick_interval_ms is not None  # set at creation
+            self.loaded[world_id] = LoadedWorld(epoch, world.tick_head, copy.deepcopy(world.entities),
+                                                tick_mode=world.tick_mode, interval_ms=world.tick_interval_ms,
+                                                anchor=(world.clock_tick, world.clock_ms, world.tick_lag_ms))  # fmt: skip
         return self.loaded[world_id]
 
     def step(self, ledger: Ledger, world_id: str, faults: Faults, plans: dict[str, list], skip: int = 0) -> int:
@@ -860,6 +894,8 @@ class Runner:
             raise
         apply_writes(loaded.entities, manifest.writes)
         loaded.tick, loaded.prepared = manifest.tick, None
+        if manifest.due_ms is not None:  # "moves its own copy with every tick it publishes"
+            loaded.anchor = (manifest.tick, manifest.due_ms, max(0, ledger.now() - manifest.due_ms))
         return sum(1 for s in manifest.settlements if s.outcome == "applied")
 
     def _prepare(self, ledger: Ledger, world_id: str, loaded: LoadedWorld, faults: Faults,
@@ -868,7 +904,9 @@ class Runner:
         whole: its writes, its settlements and the entity ids it took (back to the world's block;
         a block reserved meanwhile is lost to the world, the ledger counter never goes back)."""
         ids_before = loaded.ids
-        tick, session = loaded.tick + 1 + skip, self.session(world_id)
+        lockstep = loaded.tick_mode == "lockstep"  # "Tick modes": a lockstep step is always the next tick
+        tick, session = loaded.tick + 1 + (0 if lockstep else skip), self.session(world_id)
+        due = lockstep_due(loaded.anchor, loaded.interval_ms, ledger.now()) if lockstep else None
         try:
             # AMBIGUITY: the page does not say when a running world takes its id block; the model
             # takes one at the start of a tick when the world has none left, and a larger one
@@ -914,7 +952,7 @@ class Runner:
         except BaseException:
             loaded.ids = ids_before
             raise
-        loaded.prepared = Manifest(next(self._tokens), tick, loaded.writer_epoch, settlements, writes)
+        loaded.prepared = Manifest(next(self._tokens), tick, loaded.writer_epoch, settlements, writes, due)
 
     def _materialize(self, row: Command, loaded: LoadedWorld, writes: dict, plans: dict[str, list]) -> Materialized:
         """One command in its own layer: it lands whole (applied) or not at all."""

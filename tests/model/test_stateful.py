@@ -32,7 +32,14 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 
 from archetype.canonical import canonical_json
 from archetype.commands import (
@@ -83,6 +90,7 @@ from tests.model.ledger_model import (
     TERMINAL,
     Faults,
     Ledger,
+    Manifest,
     ModelCrash,
     ModelError,
     Mutation,
@@ -94,6 +102,7 @@ from tests.model.ledger_model import (
 from tests.support.faults import AuthoritySeam
 
 LEASE_MS = 1_000
+INTERVAL_MS = 1_000  # both worlds': the clock rule's advances (1 ms .. 2.5 s) make lockstep ticks due, late and paused
 OWNERS = ("runner-a", "runner-b")
 PRINCIPALS = (None, "p1", "p2")  # None: a trusted caller (scope ''); p1/p2: players
 COMMAND_IDS = ("k0", "k1", "k2", "k3")  # few, so replays, conflicts and cross-principal reuse are common
@@ -269,17 +278,24 @@ class LedgerMachine(RuleBasedStateMachine):
         self.first_step = Stats.steps
         self.checked = self.checks = 0
         self.worlds = (f"m{self.n}-main", f"m{self.n}-doomed")  # only the second is ever destroyed
-        for world_id in self.worlds:
-            self.run(self.runtimes["runner-a"].dispatcher.apply(CreateWorld(name=world_id, world_id=world_id)))
+
+    @initialize(main=st.sampled_from(("lockstep", "realtime")))
+    def create_worlds(self, main: str) -> None:
+        """One lockstep world and one realtime ("Tick modes"), either of them the main world."""
+        modes = (main, "realtime" if main == "lockstep" else "lockstep")
+        for world_id, mode in zip(self.worlds, modes, strict=True):
+            op = CreateWorld(name=world_id, world_id=world_id, tick_mode=mode, tick_interval_ms=INTERVAL_MS)
+            self.run(self.runtimes["runner-a"].dispatcher.apply(op))
             info = self.run(self.ctx.authority.world_info(world_id))
             self.model.create_world(world_id, world_id, first_entity_id=info["next_entity_id"],
-                                    first_sequence=info["next_sequence"])  # fmt: skip
+                                    first_sequence=info["next_sequence"], tick_mode=mode,
+                                    tick_interval_ms=INTERVAL_MS)  # fmt: skip
 
     def run(self, coroutine: Any) -> Any:
         return self.ctx.loop.run_until_complete(coroutine)
 
     def _runtime(self, owner: str) -> Runtime:
-        runtime = Runtime(self.seam, owner=owner, lease_ms=LEASE_MS)
+        runtime = Runtime(self.seam, owner=owner, lease_ms=LEASE_MS, clock=self.ctx.clock)
         runtime.scheduler.quota = QUOTA
         return runtime
 
@@ -582,7 +598,8 @@ class LedgerMachine(RuleBasedStateMachine):
 
     @rule(owner=st.sampled_from(OWNERS), index=st.integers(0, 1), skip=st.integers(1, 3))
     def step_coalescing(self, owner: str, index: int, skip: int) -> None:
-        """An idle world's runner jumps its clock: `skip` empty ticks coalesced, then a tick."""
+        """A runner asks for a later tick: a realtime world's clock jumped (`skip` empty ticks coalesced,
+        then a tick); a lockstep world runs its next tick all the same."""
         self._count("step_coalescing")
         self.step_world(owner, self.worlds[index], skip)
 
@@ -626,6 +643,21 @@ class LedgerMachine(RuleBasedStateMachine):
     def advance_clock(self, ms: int) -> None:
         self._count("advance_clock")
         self.ctx.clock.advance(ms)
+
+    @rule(index=st.integers(0, 1), ahead=st.integers(1, 2))
+    def publish_ahead(self, index: int, ahead: int) -> None:
+        """A host of the current writer epoch publishes an empty tick `ahead` ticks past the head (a
+        realtime clock's jump): a lockstep world takes only the next one ("Tick modes")."""
+        self._count("publish_ahead")
+        world_id = self.worlds[index]
+        world = self.model.worlds[world_id]
+        manifest = Manifest(next(Runner._tokens), world.tick_head + ahead, world.writer_epoch, [], {})
+        token = f"ahead-{manifest.token}"
+        real = {"world_id": world_id, "tick": manifest.tick, "writer_epoch": manifest.writer_epoch, "settlements": [],
+                "written_runs": [], "commit_token": token}  # fmt: skip
+        self.tokens[manifest.token] = token
+        self.both(lambda: self.faults.call("publish", lambda: self.model.publish(world_id, "forger", "forger-1", manifest)),
+                  self.seam.publish(world_id, "forger", "forger-1", real, {"snapshot": False, "chunks": []}))  # fmt: skip
 
     @rule(owner=st.sampled_from(OWNERS), index=st.integers(0, 1))
     def takeover(self, owner: str, index: int) -> None:
@@ -915,7 +947,8 @@ class LedgerMachine(RuleBasedStateMachine):
             "projected_seq": world.projected_seq, "created_at": world.created_at,
             "guard_sequence": world.guard[0] if world.guard else None,
             "health": world.health, "failed_attempts": world.failed_attempts, "stalled_since": world.stalled_since,
-            "clock_tick": world.clock_tick, "clock_ms": world.clock_ms,
+            "clock_tick": world.clock_tick, "clock_ms": world.clock_ms, "tick_mode": world.tick_mode,
+            "tick_interval_ms": world.tick_interval_ms, "tick_lag_ms": world.tick_lag_ms,
             "host_owner": world.host_owner, "host_expires_at": world.host_expires_at,
         }  # fmt: skip
         got = {k: info[k] for k in want}
@@ -992,10 +1025,13 @@ class LedgerMachine(RuleBasedStateMachine):
 def check_invariants(world_id: str, info: dict, rows: list[dict], manifests: list[dict], outbox: list[dict]) -> None:
     """What must hold of any authority's answers, whatever the model says."""
     by_sequence = {r["sequence"]: r for r in rows}
-    # retention keeps the newest manifests, always the tick head's; coalesced empty ticks leave gaps
+    # retention keeps the newest manifests, always the tick head's; a realtime world's coalesced empty
+    # ticks leave gaps, a lockstep world's manifests have none
     ticks = [m["tick"] for m in manifests]
     first = ticks[0] if ticks else info["tick_head"] + 1
     assert ticks == sorted(set(ticks)) and ticks[-1:] == [info["tick_head"]][: len(ticks)], "ticks out of order"
+    if info["tick_mode"] == "lockstep":
+        assert ticks == list(range(first, info["tick_head"] + 1)), "a lockstep world skipped a tick"
     assert manifests or info["tick_head"] == -1, "the tick head's manifest was pruned"
     settled: dict[int, list[tuple[int, str]]] = {}
     for m in manifests:

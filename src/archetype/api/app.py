@@ -65,7 +65,7 @@ from archetype.commands.options import ActorCtx, Role
 from archetype.commands.registry import OperationRegistry
 from archetype.commands.scheduler import CommandScheduler, CommandStatus
 from archetype.world.family import create_world_row
-from archetype.world.operations import WORLD_ID_PATTERN, CreateWorld, DestroyWorld, Spawn
+from archetype.world.operations import WORLD_ID_PATTERN, DestroyWorld, Spawn
 
 # Commands one principal may have admitted for one target tick of one world (ledger-enforced).
 DEFAULT_QUOTA = 1000
@@ -189,7 +189,7 @@ def create_app(
         return CommandAccepted.of(await dispatcher.defer_as(actor, item.op, item.options, command_id=item.command_id))
 
     async def create_one(_: None, body: CreateWorldRequest, actor: ActorCtx, __: str | None) -> WorldView:
-        op = CreateWorld(name=body.name, world_id=body.world_id)
+        op = body.operation()
         dispatcher.authorize_as(actor, op)  # then the handler's own ledger call, whose row is the answer
         return WorldView.of(await create_world_row(authority, op))
 

@@ -9,6 +9,11 @@ acquires the writer outright, fencing every earlier writer.
 A world whose writer was fenced or whose leases were taken over is dropped, never patched up:
 the next use loads it afresh from the authority.
 
+Each loaded world's tick clock (archetype.commands.clock: its tick mode, interval and anchor, from
+its ledger row) is kept here and follows the world's publications, so a runner asks `clock_of` when
+its next step is due; a lockstep step records the due time its clock gives (`TickClock.due_at`).
+A world recorded without an interval (one created before tick modes) ticks at the host's.
+
 A tick that fails otherwise (a hook or processor raised, the authority did not answer) is
 recorded in the ledger (the world is STALLED, with the error and the failed attempts, and holds
 no lease meanwhile), logged once with its traceback and then at most once per `log_every_s`,
@@ -27,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from archetype.commands.authority import Authority
+from archetype.commands.clock import TickClock
 from archetype.commands.errors import (
     LeaseLostError,
     StaleWriterError,
@@ -35,10 +41,12 @@ from archetype.commands.errors import (
     WorldNotFoundError,
 )
 from archetype.commands.ledger_rows import ComponentMigrationRow, EntityRewrite, PayloadRewrite, WorldRow
+from archetype.commands.port import Clock, SystemClock
 from archetype.commands.scheduler import AuthorityIdSource, CommandScheduler, LedgerPublisher
 from archetype.world.commit import ERROR_TEXT_LIMIT, CommittedTickReceipt
 from archetype.world.components import ComponentValue, loaded_components
 from archetype.world.evolution import ComponentMigrations, required_error
+from archetype.world.tick_mode import DEFAULT_TICK_INTERVAL_MS
 from archetype.world.world import AsyncWorld
 
 LOST_WRITER = (StaleWriterError, LeaseLostError, WorldClosingError)
@@ -68,14 +76,20 @@ class _Stall:
 class WorldHost:
     def __init__(self, authority: Authority, scheduler: CommandScheduler, *, backoff: Backoff | None = None,
                  log_every_s: float = 30.0, clock: Callable[[], float] = time.monotonic,
-                 world_lease_ms: int | None = None) -> None:  # fmt: skip
+                 world_lease_ms: int | None = None, wall_clock: Clock | None = None,
+                 tick_interval_ms: int = DEFAULT_TICK_INTERVAL_MS) -> None:  # fmt: skip
+        """`wall_clock`: the ledger's clock, which tick clocks read (`clock` times the backoff);
+        `tick_interval_ms`: the pace of a world recorded without an interval of its own."""
         self.authority = authority
+        self.wall_clock = wall_clock or SystemClock()
+        self.tick_interval_ms = tick_interval_ms
         self.world_lease_ms = world_lease_ms
         self.scheduler = scheduler
         self.backoff = backoff or Backoff()
         self.log_every_s = log_every_s
         self._clock = clock
         self._worlds: dict[str, AsyncWorld] = {}
+        self._clocks: dict[str, TickClock] = {}  # world -> its tick clock, following its publications
         # world -> the writer epoch of the world lease this host holds: from its claim on, before the
         # load finishes, so the heartbeat keeps a world alive that is slow to load
         self._leases: dict[str, int] = {}
@@ -129,6 +143,7 @@ class WorldHost:
         # A world idle since it was saved (or since its catalog predates component schemas)
         # publishes nothing: its types are recorded here, so clients can submit them at once.
         await self.scheduler.record_named(world_id, stored.values(), admitting=False)
+        clock = TickClock.of(info, self.tick_interval_ms)
         world = AsyncWorld(
             world_id,
             tick=info["tick_head"],
@@ -136,8 +151,11 @@ class WorldHost:
             writer_epoch=info["writer_epoch"],
             publisher=LedgerPublisher(self.authority, self.scheduler),
             id_source=AuthorityIdSource(self.authority, world_id),
+            tick_mode=clock.mode,
+            tick_interval_ms=clock.interval_ms,
         )
         world.materializer = self.scheduler.materialize
+        self._clocks[world_id] = clock
         for callback in self.on_load:
             callback(world)
         return world
@@ -196,17 +214,35 @@ class WorldHost:
     def drop(self, world_id: str) -> None:
         self._worlds.pop(world_id, None)
         self._leases.pop(world_id, None)
+        self._clocks.pop(world_id, None)
+
+    def loaded_world(self, world_id: str) -> AsyncWorld | None:
+        """The world if it is loaded here (None: not loaded, or dropped)."""
+        return self._worlds.get(world_id)
+
+    def clock_of(self, world_id: str) -> TickClock | None:
+        """The tick clock of a loaded world, as of its last publication (None: not loaded)."""
+        return self._clocks.get(world_id)
 
     async def step(self, world_id: str, tick: int | None = None) -> CommittedTickReceipt:
+        """Run the world's next tick: a realtime world's goes to `tick` when later (the ticks between
+        coalesced), a lockstep world's is always the next one, due when its clock says."""
         world = await self.get(world_id)
+        clock = self._clocks.get(world_id)  # None: dropped meanwhile (its publication is refused)
+        prepared = world.coordinator.prepared
+        due = None
+        if clock is not None and clock.lockstep:  # a prepared tick publishes as it is, with its own due time
+            due = prepared.due_ms if prepared is not None else clock.due_at(self.wall_clock.now_ms(), world.tick)
         try:
-            receipt = await world.step(tick)
+            receipt = await world.step(tick, due_ms=due)
         except LOST_WRITER:
             self.drop(world_id)
             raise
         except Exception as exc:
             await self._failed(world, exc)
             raise
+        if clock is not None and due is not None:
+            self._clocks[world_id] = clock.stepped(receipt.tick, due, self.wall_clock.now_ms())
         stall = self._stalls.pop(world_id, None)
         if stall is not None:
             log.info("world %s recovered: tick %d published after %d failed attempts", world_id, receipt.tick, stall.attempts)

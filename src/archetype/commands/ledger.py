@@ -26,7 +26,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
-from archetype.canonical import canonical_json
+from archetype.canonical import MAX_SAFE_INTEGER, canonical_json
 from archetype.commands import ledger_sql as q
 from archetype.commands import migrations
 from archetype.commands.errors import (
@@ -88,6 +88,7 @@ from archetype.world.component_schema import (
     occurrences,
     render,
 )
+from archetype.world.tick_mode import DEFAULT_TICK_INTERVAL_MS, DEFAULT_TICK_MODE, check_tick_mode
 
 COMMAND_FIELDS = tuple(name.strip() for name in q.COMMAND_COLUMNS.split(","))
 WORLD_FIELDS = tuple(name.strip() for name in q.WORLD_COLUMNS.split(","))
@@ -261,16 +262,25 @@ class Ledger:
         return cast(CommandRow, _row(COMMAND_FIELDS, rows[0])) if rows else None
 
     # -- worlds --
-    def create_world(self, world_id: str, name: str) -> WorldRow:
+    def create_world(self, world_id: str, name: str, tick_mode: str = DEFAULT_TICK_MODE,
+                     tick_interval_ms: int = DEFAULT_TICK_INTERVAL_MS) -> WorldRow:  # fmt: skip
+        """Create a world, stepped by `tick_mode` every `tick_interval_ms` (docs/ledger.md, "Tick
+        modes"); the same creation again answers the world as it is."""
+        try:
+            check_tick_mode(tick_mode, tick_interval_ms)
+        except ValueError as exc:
+            raise InvalidCommandError(str(exc)) from None
+
         def run() -> WorldRow:
             rows = self._port.execute(q.GET_WORLD, (world_id,))
             if rows:
                 existing = cast(WorldRow, _row(WORLD_FIELDS, rows[0]))
-                if existing["name"] == name and existing["status"] == "ACTIVE":
+                same = (existing["name"], existing["tick_mode"], existing["tick_interval_ms"]) == (name, tick_mode, tick_interval_ms)
+                if same and existing["status"] == "ACTIVE":
                     return existing  # an identical retry of the creation
                 raise WorldExistsError(f"world {world_id!r} already exists")
             now = self._clock.now_ms()
-            self._port.execute(q.INSERT_WORLD, (world_id, name, now, now, now))
+            self._port.execute(q.INSERT_WORLD, (world_id, name, now, now, now, tick_mode, tick_interval_ms))
             return self._world(world_id)
 
         return self._port.transaction(run)
@@ -851,15 +861,19 @@ class Ledger:
 
     # -- publication --
     def publish(self, world_id: str, owner: str, session: str, manifest: ManifestRow,
-                writes: StateWrite) -> Published:  # fmt: skip
+                writes: StateWrite, due_ms: int | None = None) -> Published:  # fmt: skip
         """Publish one tick: manifest, state write (a snapshot replacing the world's state, or a
         delta overlaying it: one row per chunk), every settlement of the tick with its outbox
         event (in the manifest's order), the release of what the session still holds, and the
-        tick head.
+        tick head. A lockstep world publishes every tick (the tick after the head, nothing
+        skipped), and its clock anchor moves to it: `due_ms` when it was due (the host's
+        `TickClock.due_at`; None: now) and how late it published (docs/ledger.md, "Tick modes").
 
         A manifest whose commit token is already stored was published before (its answer was
         lost): it is recognised and not replayed.
         """
+        if due_ms is not None and abs(due_ms) > MAX_SAFE_INTEGER:
+            raise InvalidCommandError(f"due_ms {due_ms} is outside +/-(2**53-1)")
 
         def run() -> Published:
             token, tick = manifest["commit_token"], manifest["tick"]
@@ -868,6 +882,10 @@ class Ledger:
             world = self._writer(world_id, manifest["writer_epoch"])
             if tick <= world["tick_head"]:  # a later tick than head + 1 coalesces the empty ticks between
                 raise StaleWriterError(f"tick {tick} does not follow the published tick head {world['tick_head']}")
+            if world["tick_mode"] == "lockstep" and tick != world["tick_head"] + 1:
+                raise InvalidCommandError(
+                    f"world {world_id!r} is lockstep: every tick runs, so tick {tick} cannot follow tick {world['tick_head']}"
+                )
             settlements = manifest["settlements"]
             self._check_settlements(world_id, owner, session, settlements)
             if not columnar.valid_runs(manifest["written_runs"]):
@@ -885,6 +903,9 @@ class Ledger:
             self._port.execute(q.RELEASE_SESSION, (now, world_id, owner, session))
             self._port.execute(q.SET_GUARD, (None, None, world_id))
             self._port.execute(q.SET_TICK_HEAD, (tick, now, world_id))
+            if world["tick_mode"] == "lockstep":
+                due = now if due_ms is None else min(due_ms, now)  # never due after it published (clock skew)
+                self._port.execute(q.SET_LOCKSTEP_CLOCK, (tick, due, max(0, now - due), world_id))
             if world["health"] == "STALLED":
                 self._port.execute(q.CLEAR_HEALTH, (world_id,))
                 self._world_event(world_id, "world_recovered", tick, world["failed_attempts"], world["health_error"],

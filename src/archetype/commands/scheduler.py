@@ -476,6 +476,7 @@ class LedgerPublisher:
             await self.authority.publish(
                 manifest.world_id, self.scheduler.owner, session, manifest.model_dump(mode="json"),  # type: ignore[arg-type]
                 {"snapshot": prepared.snapshot, "chunks": list(prepared.chunks), "replaces_deltas": prepared.replaces_deltas},
+                prepared.due_ms,
             )
         except CommandError:
             raise  # the authority answered: a definitive refusal

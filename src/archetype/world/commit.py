@@ -77,6 +77,9 @@ class PreparedTick(BaseModel):
     # a delta that holds everything the deltas since the last snapshot held (the same columns of
     # the same whole tables, or more): the authority keeps it in their place (docs/storage.md)
     replaces_deltas: bool = False
+    # a lockstep tick: when its schedule had it due (recorded with it: docs/ledger.md, "Tick modes");
+    # not part of the commit token, which covers what the tick did, not when
+    due_ms: int | None = None
 
 
 class CommittedTickReceipt(BaseModel):
@@ -218,7 +221,7 @@ class CommitCoordinator:
         return tuple(self._settlements)
 
     def prepare(self, tick: int, writer_epoch: int, written: Sequence[int], chunks: Sequence[str], *,
-                snapshot: bool, replaces_deltas: bool = False) -> PreparedTick:  # fmt: skip
+                snapshot: bool, replaces_deltas: bool = False, due_ms: int | None = None) -> PreparedTick:  # fmt: skip
         """Seal the tick: `written` are the entities it changed, `chunks` the state it sends (the
         changed entities for a delta, every live entity for a snapshot: docs/storage.md)."""
         chunks = tuple(chunks)
@@ -241,7 +244,8 @@ class CommitCoordinator:
             written_runs=tuple(map(tuple, runs)),
             commit_token=commit_token(head, chunks),
         )
-        self.prepared = PreparedTick(manifest=manifest, snapshot=snapshot, chunks=chunks, replaces_deltas=replaces_deltas)
+        self.prepared = PreparedTick(manifest=manifest, snapshot=snapshot, chunks=chunks, replaces_deltas=replaces_deltas,
+                                     due_ms=due_ms)  # fmt: skip
         return self.prepared
 
     def clear(self) -> None:

@@ -26,12 +26,14 @@ from archetype.world.commit import (
 )
 from archetype.world.components import Component, ComponentTypeRef, type_key
 from archetype.world.state import Components, Cover, WorldState, WriteSet
+from archetype.world.tick_mode import DEFAULT_TICK_INTERVAL_MS, DEFAULT_TICK_MODE, TickMode, dt_seconds
 
 
 # -- hooks: each class is both the hook kind and the event it receives --
 @dataclass(frozen=True)
 class PreTick:
     tick: int
+    dt: float  # the simulated seconds this tick advances the world (AsyncWorld.dt)
 
 
 @dataclass(frozen=True)
@@ -104,9 +106,16 @@ class AsyncWorld:
         writer_epoch: int = 0,
         publisher: TickPublisher | None = None,
         id_source: EntityIdSource | None = None,
+        tick_mode: TickMode = DEFAULT_TICK_MODE,
+        tick_interval_ms: int = DEFAULT_TICK_INTERVAL_MS,
     ) -> None:
         self.world_id = world_id
         self.tick = tick  # the last published tick; -1 before the first
+        # how its ticks follow time (docs/ledger.md, "Tick modes"): its host loads them from the ledger
+        self.tick_mode: TickMode = tick_mode
+        self.tick_interval_ms = tick_interval_ms
+        # the simulated seconds the tick being run advances the world (the last run tick's, between ticks)
+        self.dt = dt_seconds(tick_mode, tick_interval_ms, 1)
         self.writer_epoch = writer_epoch
         self.lock = asyncio.Lock()
         self.state = WorldState(entities)
@@ -262,13 +271,16 @@ class AsyncWorld:
         return result
 
     # -- the tick --
-    async def step(self, tick: int | None = None) -> CommittedTickReceipt:
-        """Run and publish the next tick, or `tick` when later: the ticks between are empty and
-        coalesced, never run or published (an idle world's clock moved on; docs/ledger.md). A tick
-        already prepared is published as it is, whatever `tick` says."""
+    async def step(self, tick: int | None = None, *, due_ms: int | None = None) -> CommittedTickReceipt:
+        """Run and publish the next tick. A realtime world goes to `tick` when later: the ticks
+        between are empty and coalesced, never run or published (its clock moved on; docs/ledger.md).
+        A lockstep world runs every tick: always the next one, whatever `tick` says; `due_ms` is when
+        its schedule had it due (what its host's clock says, recorded at publication). A tick
+        already prepared is published as it is."""
         async with self.lock:
             if self.coordinator.prepared is None:
-                await self._prepare(max(self.tick + 1, tick or 0))
+                lockstep = self.tick_mode == "lockstep"
+                await self._prepare(self.tick + 1 if lockstep else max(self.tick + 1, tick or 0), due_ms)
             prepared = self.coordinator.prepared
             assert prepared is not None
             tick = prepared.manifest.tick
@@ -296,12 +308,13 @@ class AsyncWorld:
             self._fire(PostTick(receipt))
             return receipt
 
-    async def _prepare(self, tick: int) -> None:
+    async def _prepare(self, tick: int, due_ms: int | None) -> None:
         """Run the tick up to its prepared manifest. Whatever fails on the way (a command's
         materialization, a hook, a processor, the encoding, a lost answer, a cancellation)
         discards the tick whole: its layer, its settlements and the entity ids it took. The next
         step runs it again from the published state, in ledger order."""
         base, ids = self.state.depth, self._ids
+        self.dt = dt_seconds(self.tick_mode, self.tick_interval_ms, tick - self.tick)
         self.state.push()
         try:
             await self.ensure_entity_ids()
@@ -326,7 +339,7 @@ class AsyncWorld:
                 if snapshot:
                     chunks = self._encode(write_set, True)
                 self.coordinator.prepare(tick, self.writer_epoch, written, chunks, snapshot=snapshot,
-                                         replaces_deltas=replaces and not snapshot)  # fmt: skip
+                                         replaces_deltas=replaces and not snapshot, due_ms=due_ms)  # fmt: skip
         except BaseException:
             self.state.unwind(base)
             self.coordinator.clear()
@@ -340,7 +353,7 @@ class AsyncWorld:
         return columnar.encode(sections, removed)
 
     def _run_systems(self, tick: int) -> None:
-        self._fire(PreTick(tick))
+        self._fire(PreTick(tick, self.dt))
         for processor in self._processors:
             if processor.batch is not None:
                 processor.batch(self, tick)
