@@ -41,7 +41,7 @@ from archetype.api.auth import TOKENS_ENV, TokenTable, TokenTableError
 from archetype.audit import AuditLog
 from archetype.commands.clock import TickClock
 from archetype.commands.errors import (
-    CommandError,
+    LeaseLostError,
     RunnerIdHeldError,
     StaleWriterError,
     WorldClosingError,
@@ -58,6 +58,7 @@ from archetype.retention import RetentionPolicy, run_retention
 from archetype.runtime import Runtime
 from archetype.settings import ConfigurationError, ServeSettings
 from archetype.stepper import Reporter, Stepper
+from archetype.world.error_text import safe_text
 from archetype.world.operations import DestroyWorld
 from archetype.world.world import AsyncWorld
 from local_catalog import open_local_authority
@@ -642,8 +643,8 @@ class WorldRunner:
                 self.clocks.pop(world_id, None)
             except WorldLeaseHeldError:
                 return  # another live runner hosts it (it was its share until a moment ago): not a tick
-            except CommandError as exc:  # fenced, or leases taken over: the host reloads it next tick
-                log.warning("world %s not stepped: %s: %s", world_id, exc.code, exc.message)
+            except (StaleWriterError, LeaseLostError) as exc:  # fenced, or leases taken over: the host reloads it
+                log.warning("world %s not stepped: %s: %s", world_id, exc.code, safe_text(exc.message))
             except Exception:
                 pass  # the world host recorded it (STALLED), logged it (rate-limited) and backs off
             self.metrics.observe_tick(world_id, time.perf_counter() - started, ok)
