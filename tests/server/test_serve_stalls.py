@@ -93,15 +93,23 @@ def note(text: str) -> dict:
     return {"type": "spawn", "tick": 0, "components": [ComponentValue.from_component(Note(text=text)).model_dump()]}
 
 
-def test_a_full_disk_is_a_retryable_503_and_stalls_the_world_until_space_returns(tmp_path, small_disk):
+def test_a_full_disk_is_a_retryable_503_and_a_stall_recorded_once_space_returns(tmp_path, small_disk):
+    """A disk full to the last byte: no write at all succeeds, so the stall cannot be recorded while
+    it lasts (the ledger's health is durable); admission answers 503 `storage_unavailable` with
+    Retry-After, the runner counts the stall (`archetype_world_stalls_total`) and logs it once, and
+    when space returns the stall is recorded (world_stalled, with its reason) before the tick that
+    ends it (world_recovered). tests/local_catalog/test_storage_full.py has a catalog that is full
+    but still takes small writes: there the world is STALLED while it lasts."""
     process, url = start_server(tmp_path, "--module", "tests.component_modules.bulky")
     admin, player = {"Authorization": "Bearer t-admin"}, {"Authorization": "Bearer t-player"}
     answers = []
     try:
         with httpx.Client(base_url=url, timeout=30) as http:
             assert http.post("/worlds", json={"name": "disk", "world_id": "disk"}, headers=admin).status_code == 201
+            # the game module gives every world a processor: once serve has loaded it, it ticks every pass
+            wait_for(lambda: http.get("/worlds/disk", headers=VIEWER).json()["tick_head"] >= 0, "the world to tick")
             fill(small_disk / "ballast")
-            for number in range(400):  # each ~200 KB: the catalog must grow within a few dozen
+            for number in range(100):
                 answer = http.post("/worlds/disk/commands", json=note(f"{number:06}" * 33_000),
                                    headers={**player, "Idempotency-Key": f"n{number}"})  # fmt: skip
                 answers.append(answer.status_code)
@@ -109,11 +117,13 @@ def test_a_full_disk_is_a_retryable_503_and_stalls_the_world_until_space_returns
                     break
             assert answer.status_code == 503, (answer.status_code, answer.text)
             assert answer.json()["code"] == "storage_unavailable" and int(answer.headers["Retry-After"]) >= 1
-            health = wait_for(lambda: (h := http.get("/worlds/disk", headers=VIEWER).json()["health"])["status"] == "STALLED"
-                              and h, "the world to stall")  # fmt: skip
-            assert "storage" in health["last_error"].lower(), health
+            wait_for(lambda: "archetype_world_stalls_total 1.0" in http.get("/metrics", headers=VIEWER).text,
+                     "the runner to count the stall")  # fmt: skip
             (small_disk / "ballast").unlink()  # space again: the world recovers by itself
-            wait_for(lambda: http.get("/worlds/disk", headers=VIEWER).json()["health"]["status"] == "ACTIVE", "recovery")
+            events = wait_for(lambda: (found := stalls(http, "disk")) and len(found) == 2 and found, "the stall's history")
+            assert [e["event_type"] for e in events] == ["world_stalled", "world_recovered"]
+            assert events[0]["payload"]["error"].startswith("StorageUnavailableError: the storage cannot write")
+            assert http.get("/worlds/disk", headers=VIEWER).json()["health"]["status"] == "ACTIVE"
             again = http.post("/worlds/disk/commands", json=note("again"), headers={**player, "Idempotency-Key": "again"})
             assert again.status_code == 202, again.text
             wait_for(lambda: http.get("/worlds/disk/commands/again", headers=player).json()["status"] == "APPLIED",
@@ -124,8 +134,5 @@ def test_a_full_disk_is_a_retryable_503_and_stalls_the_world_until_space_returns
             process.kill()
             process.wait(WAIT_S)
     assert 500 not in answers and "internal_error" not in stderr, stderr
-    assert stderr.count("Traceback") <= 1, stderr  # one per stall at most, never one per request
-    ledger = open_local_authority(small_disk).ledger
-    stalls = [e["event_type"] for e in ledger.read_outbox("disk", limit=10_000) if e["command_id"] == ""]
-    assert stalls[:1] == ["world_stalled"] and "world_recovered" in stalls, stalls
-    assert {c["status"] for c in ledger.history("disk", limit=10_000)} == {"APPLIED"}
+    assert "Traceback" not in stderr, stderr  # a typed storage error says it all, in one line per streak
+    assert len([line for line in stderr.splitlines() if "world disk: tick" in line and "failed" in line]) == 1, stderr

@@ -198,7 +198,7 @@ def create_app(
     # BodyLimit runs first: HotRoutes gets the body read, checked and parsed
     if not telemetry:
         app.front(HotRoutes, state=app.state, routes=lambda: app.router.routes, hot=hot, on_error=unexpected_error)
-    app.front(BodyLimit, max_bytes=max_body_bytes, body_timeout_s=body_timeout_s)
+    app.front(BodyLimit, max_bytes=max_body_bytes, body_timeout_s=body_timeout_s, state=app.state)
 
     viewer, player, operator, admin = (
         Depends(require(role)) for role in (Role.viewer, Role.player, Role.operator, Role.admin)

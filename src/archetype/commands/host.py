@@ -28,14 +28,15 @@ from typing import Any
 
 from archetype.commands.authority import Authority
 from archetype.commands.errors import (
-    InvalidCommandError,
     LeaseLostError,
     StaleWriterError,
     WorldClosingError,
     WorldEdgeHostedError,
     WorldLeaseHeldError,
     WorldNotFoundError,
+    refuses_content,
 )
+from archetype.commands.failure_streak import FailureStreak
 from archetype.commands.ledger_rows import ComponentMigrationRow, EntityRewrite, PayloadRewrite, WorldRow
 from archetype.commands.scheduler import AuthorityIdSource, CommandScheduler, LedgerPublisher
 from archetype.world.commit import CommittedTickReceipt
@@ -65,9 +66,9 @@ class Backoff:
 
 @dataclass
 class _Stall:
-    attempts: int
+    log: FailureStreak
     retry_at: float
-    logged_at: float
+    unrecorded: str | None = None  # the last failure, when the ledger could not take it (a full disk)
 
 
 class WorldHost:
@@ -222,28 +223,35 @@ class WorldHost:
 
     async def step(self, world_id: str, tick: int | None = None) -> CommittedTickReceipt:
         world = await self.get(world_id)  # a load that fails is recorded there
+        stall = self._stalls.get(world_id)
+        if stall is not None and stall.unrecorded is not None:
+            # a stall the ledger could not take is recorded before the tick that may end it, so the
+            # history has it (world_stalled, then world_recovered) even when that tick succeeds
+            with contextlib.suppress(Exception):
+                await self._tick_recorder(world, refused=False)(stall.unrecorded)
+                stall.unrecorded = None
         try:
             receipt = await world.step(tick)
         except LOST_WRITER:
             self.drop(world_id)
             raise
         except Exception as exc:
-            await self._failed(world_id, f"tick {world.tick + 1} failed", exc, self._tick_recorder(world, exc))
+            refused = world.coordinator.prepared is not None and refuses_content(exc)
+            await self._failed(world_id, f"tick {world.tick + 1} failed", exc, self._tick_recorder(world, refused))
             raise
         stall = self._stalls.pop(world_id, None)
         if stall is not None:
-            log.info("world %s recovered: tick %d published after %d failed attempts", world_id, receipt.tick, stall.attempts)
+            stall.log.succeeded(f"recovered: tick {receipt.tick} published")
         return receipt
 
-    def _tick_recorder(self, world: AsyncWorld, exc: Exception) -> Callable[[str], Awaitable[object]]:
+    def _tick_recorder(self, world: AsyncWorld, refused: bool) -> Callable[[str], Awaitable[object]]:
         """How a failed step of `world` records its failure. A prepared tick keeps its leases (its
-        republication needs them), unless the authority refused its content (`invalid_command`):
+        republication needs them), unless the authority `refused` its content (`invalid_command`, `payload_too_large`):
         republishing the same bytes would be refused forever, so the world is dropped, prepared
         tick and all, and its next use loads it afresh and runs the tick again."""
 
         async def record(error: str) -> None:
             async with world.lock:
-                refused = world.coordinator.prepared is not None and isinstance(exc, InvalidCommandError)
                 try:
                     await self.authority.record_tick_failure(
                         world.world_id, self.scheduler.owner, self.scheduler.session(world.world_id), world.writer_epoch,
@@ -254,6 +262,11 @@ class WorldHost:
                         self.drop(world.world_id)
 
         return record
+
+    def failures(self, world_id: str) -> int:
+        """The failed attempts of the world's stall in this host (0: it is not stalled here)."""
+        stall = self._stalls.get(world_id)
+        return 0 if stall is None else stall.log.failures
 
     def retry_due(self, world_id: str) -> bool:
         """False while a failed world waits out its backoff."""
@@ -266,30 +279,24 @@ class WorldHost:
         every `log_every_s`) and record the failure in the ledger with `record` (None: the world
         has no writer here to record it). `what` says what failed, for the log."""
         now = self._clock()
-        stall = self._stalls.setdefault(world_id, _Stall(attempts=0, retry_at=now, logged_at=now))
-        first = stall.attempts == 0
-        stall.attempts += 1
-        delay = self.backoff.delay(stall.attempts)
+        stall = self._stalls.get(world_id)
+        if stall is None:
+            stall = self._stalls[world_id] = _Stall(FailureStreak(log, f"world {world_id}", self.log_every_s, self._clock), now)
+        delay = self.backoff.delay(stall.log.failures + 1)
         stall.retry_at = now + delay
+        stall.log.failed(exc, f"{what}; retrying in {delay:.1f} s")
         error = error_text(exc)
-        line = error.splitlines()[0]  # the log's line; the ledger keeps all of it
-        loud = first or now - stall.logged_at >= self.log_every_s
-        if first:
-            log.error("world %s: %s (%s); retrying in %.1f s (and logging at most every %.0f s)",
-                      world_id, what, line, delay, self.log_every_s, exc_info=exc)  # fmt: skip
-        elif loud:
-            stall.logged_at = now
-            log.warning("world %s: %s, still, after %d attempts (%s); retrying in %.1f s",
-                        world_id, what, stall.attempts, line, delay)  # fmt: skip
         if record is None:
             return
         try:
             await record(error)
+            stall.unrecorded = None
         except LOST_WRITER:
             self.drop(world_id)
         except Exception as report:
-            if loud:
+            if stall.unrecorded is None:  # once per streak of unrecorded failures
                 log.warning("world %s: could not record the failure: %s", world_id, error_text(report))
+            stall.unrecorded = error
 
     async def renew(self) -> list[str]:
         """The heartbeat of a host with world leases: renew every world lease it holds (concurrently,

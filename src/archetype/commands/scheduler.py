@@ -20,6 +20,7 @@ from archetype.commands.authority import Authority
 from archetype.commands.errors import (
     CommandError,
     InvalidCommandError,
+    StorageUnavailableError,
     UnsupportedComponentSchemaError,
     WorldClosingError,
     WorldNotFoundError,
@@ -30,7 +31,7 @@ from archetype.commands.ledger import check_components
 from archetype.commands.ledger_rows import AdmissionRow, CommandRow, ComponentSchemaRow, LeasedRow
 from archetype.commands.options import ActorCtx, DurableOptions
 from archetype.commands.registry import LiveValue, OperationRegistry, OperationSpec, check_live_together
-from archetype.world.commit import Outcome, PreparedTick, TickOutcomeUnknownError
+from archetype.world.commit import Outcome, PreparedTick, TickManifest, TickOutcomeUnknownError
 from archetype.world.component_schema import UnsupportedSchemaError, check_record
 from archetype.world.components import DOC_KEYS, Component, canonical_prefixed_schema, resolve_component_class
 from archetype.world.error_text import error_text
@@ -480,15 +481,21 @@ class LedgerPublisher:
                 manifest.world_id, self.scheduler.owner, session, manifest.model_dump(mode="json"),  # type: ignore[arg-type]
                 {"snapshot": prepared.snapshot, "chunks": list(prepared.chunks), "replaces_deltas": prepared.replaces_deltas},
             )
-        except CommandError:
-            raise  # the authority answered: a definitive refusal
+        except CommandError as exc:
+            if not isinstance(exc, StorageUnavailableError):
+                raise  # the authority answered: a definitive refusal
+            raise self._unknown(manifest, exc) from exc  # its storage failed: a commit's outcome may be unknown
         except Exception as exc:
             # No answer (connection dropped, timeout, storage error): the tick may have committed.
             # The world keeps the prepared tick; republishing it is safe, its commit token dedups.
-            raise TickOutcomeUnknownError(
-                f"publication of tick {manifest.tick} of world {manifest.world_id!r} may or may not have committed: "
-                f"{error_text(exc)}"
-            ) from exc
+            raise self._unknown(manifest, exc) from exc
+
+    @staticmethod
+    def _unknown(manifest: TickManifest, exc: Exception) -> TickOutcomeUnknownError:
+        return TickOutcomeUnknownError(
+            f"publication of tick {manifest.tick} of world {manifest.world_id!r} may or may not have committed: "
+            f"{error_text(exc)}"
+        )
 
 
 class AuthorityIdSource:
