@@ -9,9 +9,10 @@ The body is read (up to the limit) before the application sees it, whether or no
 declared a Content-Length, so no route ever parses more than `max_bytes`: oversized bodies are
 refused with 413. The runner protocol's calls that carry a world's state (`publish`,
 `migrate_components`), from an operator, may be larger: `max_state_bytes`, so that every tick
-the state limits let a runner prepare reaches its authority (docs/ledger.md, "State limits"). The whole body must arrive within `body_timeout_s` of the request's headers;
-a client trickling it (or never sending it) is answered 408 `request_timeout` with
-`Connection: close`, so the server drops the connection instead of holding it open forever.
+the state limits let a runner prepare reaches its authority (docs/ledger.md, "State limits").
+The whole body must arrive within `body_timeout_s` of the request's headers; a client trickling
+it (or never sending it) is answered 408 `request_timeout` with `Connection: close`, so the
+server drops the connection instead of holding it open forever.
 
 A body the routes would parse as JSON (a JSON content type, or none) is then checked by the one
 strict parser, `archetype.canonical.parse_json`, before any route sees it: Python's `json`, which

@@ -158,7 +158,7 @@ class StorageUnavailableError(CommandError):
     transaction rolled back, nothing changed; the same call succeeds once there is room again."""
 
     code, http_status = "storage_unavailable", 503
-    retry_after_s = 5
+    retry_after_s: int | None = 5
 
 
 # What SQLite (the catalog's sqlite3, a Durable Object's storage) answers when the disk is full or
