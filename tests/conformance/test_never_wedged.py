@@ -2,12 +2,29 @@
 "Materialization and settlement"): hostile exceptions and messages, and commands growing state
 past what the authority stores, settle their command and leave the world stepping."""
 
+import asyncio
+import contextlib
+import itertools
 import os
+import unicodedata
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
 
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from archetype import Permanent, Retryable
 from archetype.commands import CommandStatus
-from archetype.world import AddComponents, Spawn
+from archetype.commands.port import ManualClock
+from archetype.runtime import Runtime
+from archetype.world import AddComponents, CreateWorld, Spawn
+from archetype.world.error_text import ERROR_TEXT_LIMIT
 from tests.component_modules.bulky import Appendix, Margin, Note
-from tests.conformance.helpers import at, fail_next, probe, records, step
+from tests.conformance.authorities import AUTHORITY_FACTORIES
+from tests.conformance.helpers import at, fail_next, manifests, probe, records, step
+
+EXAMPLES_PER_AUTHORITY = int(os.environ.get("ARCHETYPE_HOSTILE_EXAMPLES", "20"))
 
 
 class Unprintable(RuntimeError):
@@ -58,3 +75,146 @@ async def test_commands_growing_an_entity_past_the_state_limits_are_rejected_and
     await rt.dispatcher.defer(probe(world_id, "later"), at(1), command_id="later")
     await step(rt, world_id)
     assert (await records(rt, world_id))["later"].status == CommandStatus.APPLIED
+
+
+# -- the property: hostile exceptions, messages and sizes, through every authority ------------------
+class Abort(BaseException):
+    """A process-fatal exception of the test's own (as SystemExit is): it propagates, never swallowed."""
+
+
+class HostileStr(str):
+    """A string whose own methods raise: error text must read it as a plain str."""
+
+    def _refuse(self, *args, **kwargs):
+        raise RuntimeError("a hostile str method ran")
+
+    __getitem__ = __len__ = __iter__ = translate = encode = splitlines = lower = isascii = isprintable = _refuse  # type: ignore[assignment]
+
+
+class HostileRepr:
+    def __repr__(self) -> str:
+        raise RuntimeError("repr() of an argument raises")
+
+
+def _raise(exc: BaseException):
+    raise exc
+
+
+BASES = {"runtime": RuntimeError, "value": ValueError, "key": KeyError, "type": TypeError, "os": OSError,
+         "recursion": RecursionError, "retryable": Retryable, "permanent": Permanent, "abort": Abort}  # fmt: skip
+# what __str__ (and __repr__) do: the default, raise, raise a BaseException, answer no string, a
+# hostile str subclass, recurse forever, a message megabytes long, or the drawn text
+STR_KINDS = ("default", "raises", "raises_base", "non_str", "hostile_str", "recursion", "huge", "text")
+ARGS_KINDS = ("none", "text", "recursive", "hostile_repr", "huge")
+META_KINDS = ("default", "raises", "non_str")
+# the drawn text: what a failure message picks up from the world (file names, user input)
+PIECES = ("a", "é", "\x00", "\x1b[31m", "\n", "\t", "\ud800", "\udce9", "\u202e", "\U0001f600", "\x7f", "\\", '"')
+NOTE_SIZES = (10, 700_000, 999_990)  # a Note's text: fine, large, over the component limit (an entity over: above)
+
+
+@dataclass(frozen=True)
+class Hostile:
+    base: str
+    str_kind: str
+    repr_kind: str
+    args_kind: str
+    meta_kind: str
+    del_raises: bool
+    text: str
+
+    def build(self) -> BaseException:
+        text = self.text
+
+        def behaviour(kind: str):
+            return {
+                "raises": lambda self: _raise(RuntimeError("str() raises")),
+                "raises_base": lambda self: _raise(Abort("str() raises a BaseException")),
+                "non_str": lambda self: 42,
+                "hostile_str": lambda self: HostileStr(text),
+                "recursion": lambda self: str(self),
+                "huge": lambda self: (text or "x") * (3_000_000 // max(1, len(text))),
+                "text": lambda self: text,
+            }.get(kind)
+
+        namespace = {}
+        for dunder, kind in (("__str__", self.str_kind), ("__repr__", self.repr_kind)):
+            if behaviour(kind) is not None:
+                namespace[dunder] = behaviour(kind)
+        if self.del_raises:
+            namespace["__del__"] = lambda self: _raise(RuntimeError("__del__ raises"))
+        meta: type = type
+        if self.meta_kind != "default":
+            answer = {"raises": lambda cls: _raise(RuntimeError("__name__ raises")), "non_str": lambda cls: 42}[self.meta_kind]
+            meta = type("HostileMeta", (type,), {"__name__": property(answer)})
+        cls = meta("Hostile", (BASES[self.base],), namespace)
+        recursive: list = []
+        recursive.append(recursive)
+        args = {"none": (), "text": (text,), "recursive": (recursive,), "hostile_repr": (HostileRepr(),),
+                "huge": ("y" * 3_000_000,)}[self.args_kind]  # fmt: skip
+        return cls(*args)
+
+
+hostiles = st.builds(
+    Hostile, base=st.sampled_from(sorted(BASES)), str_kind=st.sampled_from(STR_KINDS),
+    repr_kind=st.sampled_from(STR_KINDS), args_kind=st.sampled_from(ARGS_KINDS), meta_kind=st.sampled_from(META_KINDS),
+    del_raises=st.booleans(), text=st.lists(st.sampled_from(PIECES) | st.text(max_size=3), max_size=8).map("".join),
+)  # fmt: skip
+
+
+def safe(error: str | None) -> bool:
+    """What every recorded error text is: bounded, valid Unicode, no control character but \\n and \\t."""
+    if error is None:
+        return True
+    error.encode("utf-8")  # raises on a lone surrogate
+    return len(error) <= ERROR_TEXT_LIMIT and all(c in "\n\t" or unicodedata.category(c) != "Cc" for c in error)
+
+
+EXAMPLES = itertools.count()
+
+
+async def keeps_stepping(authority, clock, hostile: Hostile, note_size: int) -> None:
+    rt = Runtime(authority, owner="runner-a", lease_ms=1_000)
+    world_id = await rt.dispatcher.apply(CreateWorld(name="hostile", world_id=f"hostile-{next(EXAMPLES)}"))
+    label = f"{world_id}-probe"
+    fail_next(label, hostile.build())
+    await rt.dispatcher.defer(probe(world_id, label), at(0, max_attempts=2), command_id="hostile")
+    note = await rt.dispatcher.defer_spawn(Spawn(world_id=world_id, components=[Note(text="n" * note_size)]), at(0))
+    await rt.dispatcher.defer(probe(world_id, "innocent"), at(0), command_id="innocent")
+    for _ in range(6):  # the hostile command settles within its budget, whatever it raised
+        clock.advance(10)
+        with contextlib.suppress(Abort):  # propagated (as SystemExit would), the session ended: nothing written
+            await step(rt, world_id)
+        result = await records(rt, world_id)
+        if all(r.status.terminal for r in result.values()):
+            break
+    assert all(r.status.terminal for r in result.values()), result
+    assert result["innocent"].status == CommandStatus.APPLIED
+    spawned = next(r for r in result.values() if r.reserved_entity_id == note.entity_id)
+    rejected = spawned.status == CommandStatus.REJECTED
+    assert rejected == (note_size > 999_000) and (not rejected or spawned.last_error.startswith("StateTooLargeError: "))
+    info = await authority.world_info(world_id)
+    assert info["health"] == "ACTIVE" and info["tick_head"] >= 0
+    for manifest in await manifests(authority, world_id):
+        assert all(safe(s["error"]) for s in manifest["settlements"]), manifest["settlements"]
+    assert all(safe(r.last_error) for r in result.values())
+    await rt.worlds.close()  # gives the leases back; the authority serves the next example
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the __del__ that raises
+@pytest.mark.parametrize("name", sorted(AUTHORITY_FACTORIES))
+def test_whatever_a_command_raises_and_writes_the_world_keeps_stepping(name, tmp_path):
+    loop, clock, stack = asyncio.new_event_loop(), ManualClock(), AsyncExitStack()
+    authority = loop.run_until_complete(stack.enter_async_context(AUTHORITY_FACTORIES[name](tmp_path / "authority", clock)))
+
+    @settings(max_examples=EXAMPLES_PER_AUTHORITY, deadline=None, database=None,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])  # fmt: skip
+    @given(hostile=hostiles, note_size=st.sampled_from(NOTE_SIZES))
+    def example(hostile: Hostile, note_size: int) -> None:
+        loop.run_until_complete(keeps_stepping(authority, clock, hostile, note_size))
+
+    try:
+        example()
+    finally:
+        loop.run_until_complete(stack.aclose())
+        loop.close()

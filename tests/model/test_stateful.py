@@ -75,6 +75,7 @@ from archetype.world.columnar import id_runs
 from archetype.world.commit import TickOutcomeUnknownError
 from tests.component_modules import flaky
 from tests.component_modules.alpha import Health, Position, Velocity
+from tests.component_modules.bulky import Appendix, Margin, Note
 from tests.component_modules.flaky import Probe
 from tests.conformance.authorities import AUTHORITY_FACTORIES
 from tests.model.ledger_model import (
@@ -96,7 +97,10 @@ OWNERS = ("runner-a", "runner-b")
 PRINCIPALS = (None, "p1", "p2")  # None: a trusted caller (scope ''); p1/p2: players
 COMMAND_IDS = ("k0", "k1", "k2", "k3")  # few, so replays, conflicts and cross-principal reuse are common
 MISSING_ENTITY = 999_999  # never handed out in an example: commands naming it are rejected
-CLASSES = {cls.__name__: cls for cls in (Health, Position, Probe, Velocity)}
+CLASSES = {cls.__name__: cls for cls in (Appendix, Health, Margin, Note, Position, Probe, Velocity)}
+# texts whose components cross the state limits alone or a few on one entity (docs/ledger.md, "State
+# limits"): a component of 999,990 characters is over its limit with its name and fingerprint
+BULK_TEXTS = (700_000, 999_990)
 FLOATS = (0.0, -0.0, 2.0, 1.5)  # -0.0 and 2.0 must survive as published text
 # The ledger calls whose order is compared (the ones the page names), and what of their arguments.
 TRACKED_CALLS = ("admit", "reserve_spawn", "lease", "guard", "publish", "destroy", "acquire_writer", "reserve_entity_ids",
@@ -437,6 +441,23 @@ class LedgerMachine(RuleBasedStateMachine):
         sub = Submission(f"q{next(self.probes)}", mutation, Options(0, -1, 3), data.draw(st.sampled_from(PRINCIPALS)))
         self.admit_batch(world_id, [sub])
 
+    @rule(data=st.data())
+    def grow(self, data: Any) -> None:
+        """A command writing a large component: a spawn, or one more on an entity, or a larger one
+        in place; rejected whole once it would take its component, its entity or its tick's
+        write-set over the state limits, and the drain goes on."""
+        self._count("grow")
+        world_id = data.draw(st.sampled_from(self.worlds))
+        name = data.draw(st.sampled_from(("Note", "Margin", "Appendix")))
+        component = (name, (("text", name[0] * data.draw(st.sampled_from(BULK_TEXTS))),))
+        kind = data.draw(st.sampled_from(("spawn", "add_components", "update")))
+        if kind == "spawn":
+            mutation = Mutation("spawn", components=(component,))
+        else:
+            mutation = Mutation(kind, data.draw(st.sampled_from(self._entity_ids(world_id))), components=(component,))
+        sub = Submission(f"g{next(self.probes)}", mutation, self._options(data, world_id), data.draw(st.sampled_from(PRINCIPALS)))
+        self.admit_batch(world_id, [sub])
+
     @precondition(lambda self: self._commands())
     @rule(data=st.data())
     def replay(self, data: Any) -> None:
@@ -756,7 +777,9 @@ class LedgerMachine(RuleBasedStateMachine):
             payload = json.loads(r["payload"])
             if r["event_seq"] not in self.events_seen.setdefault(world_id, set()):
                 self.events_seen[world_id].add(r["event_seq"])
-                Stats.saw(f"event:{r['event_type']}" + (":crash" if "crash guard" in (payload["error"] or "") else ""))
+                error = payload["error"] or ""
+                cause = ":crash" if "crash guard" in error else ":state_too_large" if "StateTooLargeError" in error else ""
+                Stats.saw(f"event:{r['event_type']}{cause}")
             want = {
                 "event_id": f"{world_id}/{e.event_seq}", "world_id": world_id, "event_seq": e.event_seq,
                 "command_id": e.command_id, "event_type": e.event_type, "status": e.status,
