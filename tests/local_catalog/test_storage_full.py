@@ -14,8 +14,8 @@ from archetype.commands import DurableOptions
 from archetype.commands.errors import StorageUnavailableError
 from archetype.runtime import Runtime
 from archetype.world import CreateWorld, Spawn, Step, TickOutcomeUnknownError, Update
-from tests.component_modules.alpha import Health
 from local_catalog import open_local_authority
+from tests.component_modules.alpha import Health
 from tests.component_modules.bulky import Note
 
 ROOM_PAGES = 4  # what the catalog may still grow by: room for a failure's record, not for a note
