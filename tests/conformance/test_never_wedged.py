@@ -15,14 +15,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from archetype import Permanent, Retryable
-from archetype.commands import CommandStatus
+from archetype.commands import CommandError, CommandStatus, InvalidCommandError
 from archetype.commands.port import ManualClock
 from archetype.runtime import Runtime
 from archetype.world import AddComponents, CreateWorld, Spawn
 from archetype.world.error_text import ERROR_TEXT_LIMIT
+from archetype.world.limits import StateTooLargeError
 from tests.component_modules.bulky import Appendix, Margin, Note
 from tests.conformance.authorities import AUTHORITY_FACTORIES
-from tests.conformance.helpers import at, fail_next, manifests, probe, records, step
+from tests.conformance.helpers import at, fail_next, manifests, outbox, probe, records, step
+from tests.support.faults import AuthoritySeam
 
 EXAMPLES_PER_AUTHORITY = int(os.environ.get("ARCHETYPE_HOSTILE_EXAMPLES", "20"))
 
@@ -76,6 +78,76 @@ async def test_commands_growing_an_entity_past_the_state_limits_are_rejected_and
     await step(rt, world_id)
     assert (await records(rt, world_id))["later"].status == CommandStatus.APPLIED
 
+
+
+class RefusedAsTooLarge(CommandError):
+    """What an authority answers a body over its limit (the HTTP edge's `payload_too_large`)."""
+
+    code, http_status = "refused_as_too_large", 413
+
+
+def refuse_once(method: str, error: CommandError):
+    """A seam hook: the first `method` call is refused with `error` before it runs."""
+    refusals = [error]
+
+    def before(called: str, arguments: dict) -> None:
+        if called == method and refusals:
+            raise refusals.pop()
+
+    return before
+
+
+@pytest.mark.parametrize("refusal", [InvalidCommandError("a state chunk is too large"), RefusedAsTooLarge("body over 1 MiB")],
+                         ids=["invalid_command", "payload_too_large"])  # fmt: skip
+async def test_a_publication_refused_for_what_it_carries_is_dropped_and_run_again(authority, world_id, refusal):
+    """Republishing the same bytes would be refused forever: the prepared tick is dropped, the
+    failure recorded (its leases given back), and the next step runs the tick again."""
+    rt = Runtime(AuthoritySeam(authority, before=refuse_once("publish", refusal)), owner="runner-a", lease_ms=1_000)
+    await rt.dispatcher.defer(probe(world_id, "a"), at(0), command_id="a")
+    with pytest.raises(type(refusal)):
+        await step(rt, world_id)
+    info = await authority.world_info(world_id)
+    assert (info["health"], info["tick_head"]) == ("STALLED", -1)
+    assert info["health_error"] == f"{type(refusal).__name__}: {refusal.message}"
+    assert world_id not in rt.worlds.loaded  # its prepared tick with it
+    row = await authority.command(world_id, "a")
+    assert (row["status"], row["attempts"], row["lease_owner"]) == ("PENDING", 0, None)
+    assert await step(rt, world_id) == 1
+    assert (await authority.world_info(world_id))["health"] == "ACTIVE"
+    assert [e["event_type"] for e in await outbox(authority, world_id) if e["command_id"] == ""] == [
+        "world_stalled", "world_recovered"]
+
+
+async def test_a_processor_writing_past_the_chunk_limit_stalls_the_world_before_its_tick_is_prepared(rt, world_id, authority):
+    """Processors are not held to the state limits as they write; their tick fails before it is
+    prepared, with the reason, instead of being refused at publication."""
+    await rt.dispatcher.defer_spawn(Spawn(world_id=world_id, components=[Note(text="n")]), at(0))
+    await step(rt, world_id)
+    world = await rt.worlds.get(world_id)
+    world.add_processor(lambda w, tick, entity_id, components: w.update(entity_id, [Note(text="n" * 2_100_000)]), Note)
+    with pytest.raises(StateTooLargeError):
+        await step(rt, world_id)
+    info = await authority.world_info(world_id)
+    assert (info["health"], info["tick_head"]) == ("STALLED", 0)
+    assert info["health_error"].startswith("StateTooLargeError: the tick's state write has a chunk of 2,100,")
+
+
+async def test_a_world_that_cannot_load_is_stalled_with_the_reason_and_recovers(authority, world_id):
+    """A load that fails once the writer is taken is a failure of the world, recorded like a tick's."""
+
+    def before(called: str, arguments: dict) -> None:
+        if called == "load_state" and failures:
+            raise failures.pop()
+
+    failures = [RuntimeError("the state could not be read")]
+    rt = Runtime(AuthoritySeam(authority, before=before), owner="runner-a", lease_ms=1_000)
+    await rt.dispatcher.defer(probe(world_id, "a"), at(0), command_id="a")
+    with pytest.raises(RuntimeError, match="could not be read"):
+        await step(rt, world_id)
+    info = await authority.world_info(world_id)
+    assert (info["health"], info["health_error"]) == ("STALLED", "RuntimeError: the state could not be read")
+    assert await step(rt, world_id) == 1
+    assert (await authority.world_info(world_id))["health"] == "ACTIVE"
 
 # -- the property: hostile exceptions, messages and sizes, through every authority ------------------
 class Abort(BaseException):
