@@ -226,10 +226,12 @@ class Hostile:
         return cls(*args)
 
 
+# weighted towards the drawn text reaching the message (the default str() of a text argument)
 hostiles = st.builds(
-    Hostile, base=st.sampled_from(sorted(BASES)), str_kind=st.sampled_from(STR_KINDS),
-    repr_kind=st.sampled_from(STR_KINDS), args_kind=st.sampled_from(ARGS_KINDS), meta_kind=st.sampled_from(META_KINDS),
-    del_raises=st.booleans(), text=st.lists(st.sampled_from(PIECES) | st.text(max_size=3), max_size=8).map("".join),
+    Hostile, base=st.sampled_from(sorted(BASES)), str_kind=st.sampled_from(STR_KINDS + ("default", "text") * 2),
+    repr_kind=st.sampled_from(STR_KINDS), args_kind=st.sampled_from(ARGS_KINDS + ("text",) * 3),
+    meta_kind=st.sampled_from(META_KINDS + ("default",) * 3), del_raises=st.booleans(),
+    text=st.lists(st.sampled_from(PIECES) | st.text(max_size=3), min_size=1, max_size=8).map("".join),
 )  # fmt: skip
 
 

@@ -101,6 +101,7 @@ CLASSES = {cls.__name__: cls for cls in (Appendix, Health, Margin, Note, Positio
 # texts whose components cross the state limits alone or a few on one entity (docs/ledger.md, "State
 # limits"): a component of 999,990 characters is over its limit with its name and fingerprint
 BULK_TEXTS = (700_000, 999_990)
+BULKY = {"Note", "Margin", "Appendix"}
 FLOATS = (0.0, -0.0, 2.0, 1.5)  # -0.0 and 2.0 must survive as published text
 # The ledger calls whose order is compared (the ones the page names), and what of their arguments.
 TRACKED_CALLS = ("admit", "reserve_spawn", "lease", "guard", "publish", "destroy", "acquire_writer", "reserve_entity_ids",
@@ -443,20 +444,31 @@ class LedgerMachine(RuleBasedStateMachine):
 
     @rule(data=st.data())
     def grow(self, data: Any) -> None:
-        """A command writing a large component: a spawn, or one more on an entity, or a larger one
-        in place; rejected whole once it would take its component, its entity or its tick's
-        write-set over the state limits, and the drain goes on."""
+        """Commands writing large components on one entity (a fresh one, reserved, or one grown
+        already), up to three of them: rejected whole once one would take its component, its entity
+        or its tick's write-set over the state limits, and the drain goes on."""
         self._count("grow")
         world_id = data.draw(st.sampled_from(self.worlds))
-        name = data.draw(st.sampled_from(("Note", "Margin", "Appendix")))
-        component = (name, (("text", name[0] * data.draw(st.sampled_from(BULK_TEXTS))),))
-        kind = data.draw(st.sampled_from(("spawn", "add_components", "update")))
-        if kind == "spawn":
-            mutation = Mutation("spawn", components=(component,))
-        else:
-            mutation = Mutation(kind, data.draw(st.sampled_from(self._entity_ids(world_id))), components=(component,))
-        sub = Submission(f"g{next(self.probes)}", mutation, self._options(data, world_id), data.draw(st.sampled_from(PRINCIPALS)))
-        self.admit_batch(world_id, [sub])
+        principal = data.draw(st.sampled_from(PRINCIPALS))
+        options = self._options(data, world_id)
+        size = data.draw(st.sampled_from(BULK_TEXTS))  # one for the rule: three of 700,000 are an entity over
+
+        def component(name: str) -> tuple:
+            return (name, (("text", name[0] * size),))
+
+        entities = self.model.worlds[world_id].entities
+        grown = [e for e, components in sorted(entities.items()) if set(components) & BULKY]
+        names = data.draw(st.sampled_from([sorted(BULKY)] * 2 + [[name] for name in sorted(BULKY)]))
+        if grown and data.draw(st.booleans()):
+            entity_id: int | None = data.draw(st.sampled_from(grown))
+        else:  # a fresh entity, reserved, so that the rest of the rule can name it in the same tick
+            entity_id = self.spawn_reserve(world_id, principal, f"g{next(self.probes)}", (component(names[0]),), options)
+            names = names[1:]
+        has = set(entities.get(entity_id or 0, {}))
+        mutations = [Mutation("update" if name in has else "add_components", entity_id, components=(component(name),))
+                     for name in names if entity_id is not None]  # fmt: skip
+        for mutation in mutations:  # one admission each: together they are more than a request body carries
+            self.admit_batch(world_id, [Submission(f"g{next(self.probes)}", mutation, options, principal)])
 
     @precondition(lambda self: self._commands())
     @rule(data=st.data())
@@ -500,7 +512,8 @@ class LedgerMachine(RuleBasedStateMachine):
 
     # -- spawn reservations --
     def spawn_reserve(self, world_id: str, principal: str | None, command_id: str, components: tuple,
-                      options: Options) -> None:  # fmt: skip
+                      options: Options) -> int | None:  # fmt: skip
+        """The reserved entity id (None when refused)."""
         request = spawn_request(components, options, principal)
         scope = principal or ""
 
@@ -519,6 +532,8 @@ class LedgerMachine(RuleBasedStateMachine):
         if answers is not None:
             (entity_id, (sequence, replayed)), admission = answers
             assert (admission.entity_id, admission.command.sequence, admission.command.replayed) == (entity_id, sequence, replayed)
+            return entity_id
+        return None
 
     @rule(data=st.data())
     def spawn(self, data: Any) -> None:
