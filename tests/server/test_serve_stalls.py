@@ -122,7 +122,8 @@ def test_a_full_disk_is_a_retryable_503_and_a_stall_recorded_once_space_returns(
             (small_disk / "ballast").unlink()  # space again: the world recovers by itself
             events = wait_for(lambda: (found := stalls(http, "disk")) and len(found) == 2 and found, "the stall's history")
             assert [e["event_type"] for e in events] == ["world_stalled", "world_recovered"]
-            assert events[0]["payload"]["error"].startswith("StorageUnavailableError: the storage cannot write")
+            # (met by the lease, or by the publication: then an outcome unknown, which says why)
+            assert "StorageUnavailableError: the storage cannot write" in events[0]["payload"]["error"]
             assert http.get("/worlds/disk", headers=VIEWER).json()["health"]["status"] == "ACTIVE"
             again = http.post("/worlds/disk/commands", json=note("again"), headers={**player, "Idempotency-Key": "again"})
             assert again.status_code == 202, again.text

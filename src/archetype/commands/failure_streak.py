@@ -2,8 +2,9 @@
 projection) is logged when it starts, then at most one line every `every_s`, and once when it
 ends: never a line, let alone a traceback, per attempt (a full disk fails every attempt).
 
-The first line carries the traceback, unless the failure is a typed `CommandError` (its code and
-message say all there is: `storage_unavailable`, `stale_writer`, ...). Every line's error text is
+The first line carries the traceback, unless the failure is a typed `CommandError`, or was raised
+from one (a tick outcome unknown, because the storage could not write): its code and message say
+all there is (`storage_unavailable`, `stale_writer`, ...). Every line's error text is
 `error_text`'s: bounded, valid Unicode, one line.
 """
 
@@ -31,7 +32,7 @@ class FailureStreak:
         line = error_text(exc).splitlines()[0]
         if self.failures == 1:
             self.log.error("%s: %s (logging at most every %.0f s): %s", self.subject, doing, self.every_s, line,
-                           exc_info=None if isinstance(exc, CommandError) else exc)  # fmt: skip
+                           exc_info=None if isinstance(exc, CommandError) or isinstance(exc.__cause__, CommandError) else exc)  # fmt: skip
         elif now - self._logged_at >= self.every_s:
             self.log.warning("%s: %s, still, after %d attempts: %s", self.subject, doing, self.failures, line)
         else:
