@@ -9,10 +9,11 @@ acquires the writer outright, fencing every earlier writer.
 A world whose writer was fenced or whose leases were taken over is dropped, never patched up:
 the next use loads it afresh from the authority.
 
-A tick that fails otherwise (a hook or processor raised, the authority did not answer) is
-recorded in the ledger (the world is STALLED, with the error and the failed attempts, and holds
-no lease meanwhile), logged once with its traceback and then at most once per `log_every_s`,
-and retried with exponential backoff: `retry_due` tells a runner loop when (docs/guide/failures.md).
+A tick that fails otherwise (a hook or processor raised, the authority did not answer or refused
+what the tick carries), and a load that fails (a component migration missing, the state could not
+be read), are recorded in the ledger (the world is STALLED, with the error and the failed
+attempts, and holds no lease meanwhile), logged once per stall (`FailureStreak`) and retried with
+exponential backoff: `retry_due` tells a runner loop when (docs/guide/failures.md).
 """
 
 from __future__ import annotations
@@ -246,9 +247,9 @@ class WorldHost:
 
     def _tick_recorder(self, world: AsyncWorld, refused: bool) -> Callable[[str], Awaitable[object]]:
         """How a failed step of `world` records its failure. A prepared tick keeps its leases (its
-        republication needs them), unless the authority `refused` its content (`invalid_command`, `payload_too_large`):
-        republishing the same bytes would be refused forever, so the world is dropped, prepared
-        tick and all, and its next use loads it afresh and runs the tick again."""
+        republication needs them), unless the authority `refused` its content (`invalid_command`,
+        `payload_too_large`): republishing the same bytes would be refused forever, so the world is
+        dropped, prepared tick and all, and its next use loads it afresh and runs the tick again."""
 
         async def record(error: str) -> None:
             async with world.lock:
