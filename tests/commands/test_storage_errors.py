@@ -25,9 +25,9 @@ def sqlite_error(message: str, name: str) -> sqlite3.OperationalError:
     sqlite_error("disk I/O error", "SQLITE_IOERR_WRITE"),
     sqlite3.OperationalError("database or disk is full"),  # an older sqlite3: the message alone
     Exception("Error: database or disk is full: SQLITE_FULL"),  # a Durable Object over its storage (workerd)
-    OSError(errno.ENOSPC, "No space left on device"),
-    OSError(errno.EDQUOT, "Disk quota exceeded"),
-    OSError(errno.EIO, "Input/output error"),
+    OSError(errno.ENOSPC, "plus de place"),  # by its errno, whatever the message's language
+    OSError(errno.EDQUOT, "quota"),
+    OSError(errno.EIO, "E/S"),
 ], ids=["sqlite-full", "sqlite-ioerr", "message-only", "durable-object", "enospc", "edquot", "eio"])  # fmt: skip
 def test_a_full_or_failing_storage_is_storage_unavailable(error):
     refusal = storage_unavailable(error)
