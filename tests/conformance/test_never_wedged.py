@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from archetype import Permanent, Retryable
+from archetype.api.errors import PayloadTooLargeError
 from archetype.commands import CommandError, CommandStatus, InvalidCommandError
 from archetype.commands.port import ManualClock
 from archetype.runtime import Runtime
@@ -80,12 +81,6 @@ async def test_commands_growing_an_entity_past_the_state_limits_are_rejected_and
 
 
 
-class RefusedAsTooLarge(CommandError):
-    """What an authority answers a body over its limit (the HTTP edge's `payload_too_large`)."""
-
-    code, http_status = "refused_as_too_large", 413
-
-
 def refuse_once(method: str, error: CommandError):
     """A seam hook: the first `method` call is refused with `error` before it runs."""
     refusals = [error]
@@ -97,8 +92,10 @@ def refuse_once(method: str, error: CommandError):
     return before
 
 
-@pytest.mark.parametrize("refusal", [InvalidCommandError("a state chunk is too large"), RefusedAsTooLarge("body over 1 MiB")],
-                         ids=["invalid_command", "payload_too_large"])  # fmt: skip
+REFUSALS = [InvalidCommandError("a state chunk is too large"), PayloadTooLargeError("request bodies are limited to 1 MiB")]
+
+
+@pytest.mark.parametrize("refusal", REFUSALS, ids=["invalid_command", "payload_too_large"])
 async def test_a_publication_refused_for_what_it_carries_is_dropped_and_run_again(authority, world_id, refusal):
     """Republishing the same bytes would be refused forever: the prepared tick is dropped, the
     failure recorded (its leases given back), and the next step runs the tick again."""
