@@ -68,7 +68,7 @@ class Metrics:
     # The series `serve`'s stepping process keeps (archetype.stepper): the ticks, the command
     # transitions and audit lag its projector sees, the takeovers its leases find. Its HTTP
     # process keeps the rest and relays these.
-    STEPPER_SERIES = ("events", "takeovers", "ticks", "tick_seconds", "tick_lag", "audit_lag", "stalled")
+    STEPPER_SERIES = ("events", "takeovers", "ticks", "tick_seconds", "tick_lag", "audit_lag", "stalled", "stalls")
 
     def __init__(self, world_limit: int = 50) -> None:
         self.registry = CollectorRegistry()
@@ -89,6 +89,8 @@ class Metrics:
                                ["world"], registry=r)  # fmt: skip
         self.stalled = Gauge("archetype_worlds_stalled", "Worlds whose ticks fail before they are prepared (health STALLED).",
                              registry=r)  # fmt: skip
+        self.stalls = Counter("archetype_world_stalls", "Stalls begun: a world's first failed tick or load since it last "
+                              "published, counted by the runner (also when its storage could not record it).", registry=r)  # fmt: skip
         self._lagging: set[str] = set()  # world labels whose audit lag was last set above 0
         self._stalled: set[str] = set()
         self.http_seconds = Histogram("archetype_http_request_duration_seconds", "HTTP request latency.",

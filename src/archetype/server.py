@@ -42,13 +42,14 @@ from archetype.api.auth import TOKENS_ENV, TokenTable, TokenTableError
 from archetype.audit import AuditLog
 from archetype.commands.clock import TickClock
 from archetype.commands.errors import (
-    CommandError,
+    LeaseLostError,
     RunnerIdHeldError,
     StaleWriterError,
     WorldClosingError,
     WorldLeaseHeldError,
     WorldNotFoundError,
 )
+from archetype.commands.failure_streak import FailureStreak
 from archetype.commands.ledger import RUNNER_ID_PATTERN
 from archetype.commands.ledger_rows import PendingWorld, RunnerRow, WorldRow
 from archetype.commands.port import Clock, SystemClock
@@ -59,6 +60,7 @@ from archetype.retention import RetentionPolicy, run_retention
 from archetype.runtime import Runtime
 from archetype.settings import ConfigurationError, ServeSettings
 from archetype.stepper import Reporter, Stepper
+from archetype.world.error_text import error_text, safe_text
 from archetype.world.operations import DestroyWorld
 from archetype.world.world import AsyncWorld
 from local_catalog import open_local_authority
@@ -191,6 +193,7 @@ class RunnerRegistry:
 
     def __init__(self, catalog: RunnerCatalog, runner_id: str, instance: str, lease_ms: int) -> None:
         self.catalog, self.runner_id, self.instance, self.lease_ms = catalog, runner_id, instance, lease_ms
+        self._beats = FailureStreak(log, f"runner {runner_id}")
         # False once another process took the id over (this one's registration had expired): world
         # leases name the runner id, so they cannot tell the two apart, and this one must step nothing.
         self.held = True
@@ -209,11 +212,13 @@ class RunnerRegistry:
         try:
             await self.catalog.register_runner(self.runner_id, self.instance, self.lease_ms)
             self.held = True
+            self._beats.succeeded("its registration is renewed again")
         except RunnerIdHeldError as exc:
-            log.error("runner %s is not live: %s; stepping nothing until it is", self.runner_id, exc.message)
+            if self.held:
+                log.error("runner %s is not live: %s; stepping nothing until it is", self.runner_id, safe_text(exc.message))
             self.held = False
-        except Exception:  # the catalog did not answer: the registration holds until it expires
-            log.exception("could not renew the registration of runner %s; trying again", self.runner_id)
+        except Exception as exc:  # the catalog did not answer: the registration holds until it expires
+            self._beats.failed(exc, "renewing its registration failed; trying again")
 
     async def keep(self, stop: asyncio.Event, every_s: float) -> None:
         """Renew the registration every `every_s` until `stop`, then leave the registry: the share of
@@ -233,8 +238,8 @@ class RunnerRegistry:
     async def leave(self) -> None:
         try:
             await self.catalog.leave_runner(self.runner_id, self.instance)
-        except Exception:  # it expires by itself: the others take its share a lease later
-            log.exception("runner %s could not leave the runner registry", self.runner_id)
+        except Exception as exc:  # it expires by itself: the others take its share a lease later
+            log.warning("runner %s could not leave the runner registry: %s", self.runner_id, error_text(exc))
 
 
 class OneWrite:
@@ -433,6 +438,9 @@ class WorldRunner:
         self.ticking: set[str] = set()  # worlds with systems
         self._slots = asyncio.Semaphore(concurrency)
         self._loads_systems = bool(runtime.worlds.on_load)  # modules add processors: a world must be seen
+        # the rounds that fail alike every time while the catalog cannot answer or write (a full disk)
+        self._failing = {name: FailureStreak(log, f"runner {registry.runner_id if registry else 'serve'}") for name in
+                         ("leases", "live runners", "worlds", "due worlds", "destroys")}  # fmt: skip
         runtime.worlds.on_load.append(self._loaded)  # after the modules' callbacks: it sees what they added
 
     def _loaded(self, world: AsyncWorld) -> None:
@@ -491,8 +499,9 @@ class WorldRunner:
             try:
                 for world_id in await self.runtime.worlds.renew():
                     log.warning("world %s: its world lease was taken over; no longer stepping it", world_id)
-            except Exception:
-                log.exception("could not renew the world leases; trying again")
+                self._failing["leases"].succeeded("its world leases are renewed again")
+            except Exception as exc:
+                self._failing["leases"].failed(exc, "renewing its world leases failed; trying again")
             self._hand_over_others()
         await registered
 
@@ -519,8 +528,9 @@ class WorldRunner:
             return
         try:
             live = await self.registry.live()
-        except Exception:
-            log.exception("could not read the live runners; keeping the last list")
+            self._failing["live runners"].succeeded("reads the live runners again")
+        except Exception as exc:
+            self._failing["live runners"].failed(exc, "reading the live runners failed; keeping the last list")
             return
         if live != self.live:
             log.info("live runners: %s", ", ".join(live))
@@ -554,8 +564,9 @@ class WorldRunner:
                     await asyncio.wait_for(self._stop.wait(), timeout=max(0, expiry - self.clock.now_ms()) / 1000)
             if not self._stop.is_set():
                 await asyncio.gather(*(self._adopt_one(world_id) for world_id in worlds if self.mine(world_id)))
-        except Exception:
-            log.exception("could not move the idle worlds of runner %s; they move when a command arrives", runner_id)
+        except Exception as exc:
+            log.warning("could not move the idle worlds of runner %s; they move when a command arrives: %s", runner_id,
+                        error_text(exc))  # fmt: skip
         finally:
             del self._adopting[runner_id]
 
@@ -574,8 +585,9 @@ class WorldRunner:
     async def sweep(self, stop: asyncio.Event) -> None:
         try:
             worlds = await self.runtime.authority.list_worlds()
-        except Exception:
-            log.exception("could not list the worlds; trying again at the next sweep")
+            self._failing["worlds"].succeeded("lists the worlds again")
+        except Exception as exc:
+            self._failing["worlds"].failed(exc, "listing the worlds failed; trying again at the next sweep")
             return
         unseen = []
         for world in worlds:
@@ -584,7 +596,7 @@ class WorldRunner:
             if not self.mine(world["world_id"]):
                 continue
             if world["status"] == "CLOSING":  # a destroy that stopped between its transactions
-                await finish_destroy(self.runtime, world["world_id"])
+                await self.finish_destroy(world["world_id"])
             elif world["status"] == "ACTIVE" and self._loads_systems and world["world_id"] not in self.seen:
                 self.seen.add(world["world_id"])
                 unseen.append(world["world_id"])
@@ -603,8 +615,9 @@ class WorldRunner:
         await self.follow_runners()
         try:
             pending = await self.catalog.pending_worlds()
-        except Exception:
-            log.exception("could not read the due worlds; trying again next tick")
+            self._failing["due worlds"].succeeded("reads the due worlds again")
+        except Exception as exc:
+            self._failing["due worlds"].failed(exc, "reading the due worlds failed; trying again next pass")
             return
         now = self.pass_ms()
         leases_at = self.clock.now_ms()  # the moment itself, not the pass's grid time: leases expire by it
@@ -614,7 +627,7 @@ class WorldRunner:
             if not self.mine(world["world_id"]) or self._held_elsewhere(world, leases_at):
                 continue
             if world["status"] == "CLOSING":
-                await finish_destroy(self.runtime, world["world_id"])
+                await self.finish_destroy(world["world_id"])
             elif world["status"] == "ACTIVE":
                 clock = TickClock.of(world, self.interval_ms)  # the row is fresh: this pass's read
                 if clock.lockstep:  # it ticks every interval up to its command
@@ -649,6 +662,14 @@ class WorldRunner:
         if not stop.is_set():
             await asyncio.gather(*(self.step(world_id, d, stop) for world_id, d in due.items()))
 
+    async def finish_destroy(self, world_id: str) -> None:
+        """Finish a destroy that stopped between its transactions."""
+        try:
+            await self.runtime.dispatcher.apply(DestroyWorld(world_id=world_id))
+            self._failing["destroys"].succeeded("finishes destroys again")
+        except Exception as exc:
+            self._failing["destroys"].failed(exc, f"finishing the destroy of world {world_id} failed; trying again")
+
     async def step(self, world_id: str, due: _Due, stop: asyncio.Event) -> None:
         """Step the world: once; a lockstep one again while its next tick is due (behind its schedule,
         or unpaced), up to `due.until` for one without systems, for at most one `tick_rate` interval."""
@@ -679,10 +700,11 @@ class WorldRunner:
                 self.seen.discard(world_id)
             except WorldLeaseHeldError:
                 return False  # another live runner hosts it (it was its share until a moment ago): not a tick
-            except CommandError as exc:  # fenced, or leases taken over: the host reloads it next tick
-                log.warning("world %s not stepped: %s: %s", world_id, exc.code, exc.message)
-            except Exception:
-                pass  # the world host recorded it (STALLED), logged it (rate-limited) and backs off
+            except (StaleWriterError, LeaseLostError) as exc:  # fenced, or leases taken over: the host reloads it
+                log.warning("world %s not stepped: %s: %s", world_id, exc.code, safe_text(exc.message))
+            except Exception:  # the world host recorded it (STALLED), logged it (once per stall) and backs off
+                if self.runtime.worlds.failures(world_id) == 1:
+                    self.metrics.stalls.inc()
             self.metrics.observe_tick(world_id, time.perf_counter() - started, ok)
             clock = self.runtime.worlds.clock_of(world_id)
             if ok and clock is not None and clock.lockstep:
@@ -699,11 +721,6 @@ class _Due:
     until: int | None
 
 
-async def finish_destroy(runtime: Runtime, world_id: str) -> None:
-    try:
-        await runtime.dispatcher.apply(DestroyWorld(world_id=world_id))
-    except Exception:
-        log.exception("could not finish destroying world %s; trying again next tick", world_id)
 
 
 async def serve(config: ServeSettings) -> None:

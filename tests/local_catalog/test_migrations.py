@@ -14,7 +14,7 @@ import pytest
 
 from archetype.commands import ActorCtx, CommandConflictError, DurableOptions, Role
 from archetype.commands.authority import InProcessAuthority
-from archetype.commands.errors import LedgerSchemaError, RedriveConflictError
+from archetype.commands.errors import LedgerSchemaError, RedriveConflictError, StorageUnavailableError
 from archetype.commands.ledger import Ledger
 from archetype.commands.migrations import MIGRATIONS, SCHEMA_VERSION
 from archetype.commands.port import ManualClock
@@ -153,7 +153,7 @@ def test_an_interrupted_upgrade_leaves_the_old_version_intact(tmp_path):
             return super().execute(sql, params)
 
     port = DiesMidMigration(tmp_path / CATALOG_FILE)
-    with pytest.raises(sqlite3.OperationalError):
+    with pytest.raises(StorageUnavailableError):  # an I/O error is typed (docs/errors.md)
         Ledger(port, ManualClock())
     port.close()
     with sqlite3.connect(tmp_path / CATALOG_FILE) as db:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import itertools
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,6 +43,9 @@ EVENT_TYPE = {
 }
 ANY_TEXT = ""  # an error the model knows exists but whose wording it does not predict
 ID_BLOCK = 1024  # "a running world takes blocks of AsyncWorld.ID_BLOCK (1024)"
+# "State limits": characters of canonical JSON, per component, entity, command's write, tick's write-set
+COMPONENT_LIMIT, ENTITY_LIMIT, WRITE_LIMIT, WRITE_SET_LIMIT = 1_000_000, 1_500_000, 4_000_000, 16_000_000
+STATE_TOO_LARGE = "StateTooLargeError: "  # "REJECTED with `StateTooLargeError: <what>: ...` as its error"
 
 
 class ModelError(Exception):
@@ -971,6 +975,20 @@ class Runner:
         def current(entity_id: int) -> dict[str, dict] | None:
             return writes[entity_id] if entity_id in writes else loaded.entities.get(entity_id)
 
+        def write(entity_id: int, components: dict[str, dict] | None) -> Materialized:
+            """"a command that would take a component, an entity, its own write or the tick's
+            write-set over a limit is `rejected` ... leaves nothing, and the drain goes on"."""
+            size = entity_size(components)
+            if any(component_size(name, data) > COMPONENT_LIMIT for name, data in (components or {}).items()):
+                return Materialized("rejected", STATE_TOO_LARGE)
+            if size > ENTITY_LIMIT or size > WRITE_LIMIT:
+                return Materialized("rejected", STATE_TOO_LARGE)
+            # "each once, as last written"
+            if sum(entity_size(c) for e, c in writes.items() if e != entity_id) + size > WRITE_SET_LIMIT:
+                return Materialized("rejected", STATE_TOO_LARGE)
+            writes[entity_id] = components
+            return Materialized("applied", None)
+
         components = {name: dict(data) for name, data in m.components}
         if m.operation in ("spawn", "spawn_reserved"):
             if m.operation == "spawn":
@@ -979,25 +997,43 @@ class Runner:
                 entity_id = m.entity_id
                 if current(entity_id) is not None:
                     return Materialized("rejected", ANY_TEXT)  # already exists
-            writes[entity_id] = components
-            return Materialized("applied", None)
+            # AMBIGUITY: a spawn rejected for its size "leaves nothing" of state; the page does not
+            # say whether its entity id is used: the model reads it as taken (a gap, like the ids
+            # a crashed process loses), the id block being the runner's, not the state's.
+            return write(entity_id, components)
         existing = current(m.entity_id)
         if existing is None:
             return Materialized("rejected", ANY_TEXT)  # no such entity
         # AMBIGUITY: the docs do not spell out the mutations' preconditions; the model uses the
         # plain reading: update and remove need every named component present, add needs none.
         if m.operation == "despawn":
-            writes[m.entity_id] = None
-        elif m.operation == "update":
+            return write(m.entity_id, None)
+        if m.operation == "update":
             if not set(components) <= set(existing):
                 return Materialized("rejected", ANY_TEXT)
-            writes[m.entity_id] = {**existing, **components}
-        elif m.operation == "add_components":
+            return write(m.entity_id, {**existing, **components})
+        if m.operation == "add_components":
             if set(components) & set(existing):
                 return Materialized("rejected", ANY_TEXT)
-            writes[m.entity_id] = {**existing, **components}
-        elif m.operation == "remove_components":
-            if not set(m.types) <= set(existing):
-                return Materialized("rejected", ANY_TEXT)
-            writes[m.entity_id] = {k: v for k, v in existing.items() if k not in m.types}
-        return Materialized("applied", None)
+            return write(m.entity_id, {**existing, **components})
+        if not set(m.types) <= set(existing):  # remove_components
+            return Materialized("rejected", ANY_TEXT)
+        return write(m.entity_id, {k: v for k, v in existing.items() if k not in m.types})
+
+
+# -- "State limits": sizes as docs/storage.md defines the texts -------------------------------
+FINGERPRINT = "f" * 64  # every fingerprint is 64 hex characters: a size does not depend on which
+
+
+def component_size(name: str, data: dict) -> int:
+    """A component's text: `{"data":<field JSON>,"fingerprint":"<64 hex>","name":"<class name>"}`,
+    canonical JSON (keys sorted, compact separators, ASCII only)."""
+    return len(json.dumps({"data": data, "fingerprint": FINGERPRINT, "name": name}, sort_keys=True,
+                          separators=(",", ":"), ensure_ascii=True))  # fmt: skip
+
+
+def entity_size(components: dict[str, dict] | None) -> int:
+    """An entity's components text, `[<component>,...]` (a despawned one counts nothing)."""
+    if components is None:
+        return 0
+    return 2 + sum(component_size(name, data) for name, data in components.items()) + max(0, len(components) - 1)

@@ -83,6 +83,7 @@ from archetype.world.columnar import id_runs
 from archetype.world.commit import TickOutcomeUnknownError
 from tests.component_modules import flaky
 from tests.component_modules.alpha import Health, Position, Velocity
+from tests.component_modules.bulky import Appendix, Margin, Note
 from tests.component_modules.evolved import Vitality
 from tests.component_modules.flaky import Probe
 from tests.conformance.authorities import AUTHORITY_FACTORIES
@@ -107,8 +108,12 @@ OWNERS = ("runner-a", "runner-b")
 PRINCIPALS = (None, "p1", "p2")  # None: a trusted caller (scope ''); p1/p2: players
 COMMAND_IDS = ("k0", "k1", "k2", "k3")  # few, so replays, conflicts and cross-principal reuse are common
 MISSING_ENTITY = 999_999  # never handed out in an example: commands naming it are rejected
-CLASSES = {cls.__name__: cls for cls in (Health, Position, Probe, Velocity, Vitality)}
+CLASSES = {cls.__name__: cls for cls in (Appendix, Health, Margin, Note, Position, Probe, Velocity, Vitality)}
 QUOTA = 2  # an actor's commands per world and tick they run at: small, so quotas are met (trusted ones have none)
+# texts whose components cross the state limits alone or a few on one entity (docs/ledger.md, "State
+# limits"): a component of 999,990 characters is over its limit with its name and fingerprint
+BULK_TEXTS = (700_000, 999_990)
+BULKY = {"Note", "Margin", "Appendix"}
 FLOATS = (0.0, -0.0, 2.0, 1.5)  # -0.0 and 2.0 must survive as published text
 # The ledger calls whose order is compared (the ones the page names), and what of their arguments.
 TRACKED_CALLS = ("admit", "reserve_spawn", "lease", "guard", "publish", "destroy", "acquire_writer", "reserve_entity_ids",
@@ -471,6 +476,34 @@ class LedgerMachine(RuleBasedStateMachine):
                          self._options(data, world_id), data.draw(st.sampled_from(PRINCIPALS)))  # fmt: skip
         self.admit_batch(world_id, [sub])
 
+    @rule(data=st.data())
+    def grow(self, data: Any) -> None:
+        """Commands writing large components on one entity (a fresh one, reserved, or one grown
+        already), up to three of them: rejected whole once one would take its component, its entity
+        or its tick's write-set over the state limits, and the drain goes on."""
+        self._count("grow")
+        world_id = data.draw(st.sampled_from(self.worlds))
+        principal = data.draw(st.sampled_from(PRINCIPALS))
+        options = self._options(data, world_id)
+        size = data.draw(st.sampled_from(BULK_TEXTS))  # one for the rule: three of 700,000 are an entity over
+
+        def component(name: str) -> tuple:
+            return (name, (("text", name[0] * size),))
+
+        entities = self.model.worlds[world_id].entities
+        grown = [e for e, components in sorted(entities.items()) if set(components) & BULKY]
+        names = data.draw(st.sampled_from([sorted(BULKY)] * 2 + [[name] for name in sorted(BULKY)]))
+        if grown and data.draw(st.booleans()):
+            entity_id: int | None = data.draw(st.sampled_from(grown))
+        else:  # a fresh entity, reserved, so that the rest of the rule can name it in the same tick
+            entity_id = self.spawn_reserve(world_id, principal, f"g{next(self.probes)}", (component(names[0]),), options)
+            names = names[1:]
+        has = set(entities.get(entity_id or 0, {}))
+        mutations = [Mutation("update" if name in has else "add_components", entity_id, components=(component(name),))
+                     for name in names if entity_id is not None]  # fmt: skip
+        for mutation in mutations:  # one admission each: together they are more than a request body carries
+            self.admit_batch(world_id, [Submission(f"g{next(self.probes)}", mutation, options, principal)])
+
     @precondition(lambda self: self._commands())
     @rule(data=st.data())
     def replay(self, data: Any) -> None:
@@ -515,7 +548,8 @@ class LedgerMachine(RuleBasedStateMachine):
 
     # -- spawn reservations --
     def spawn_reserve(self, world_id: str, principal: str | None, command_id: str, components: tuple,
-                      options: Options) -> None:  # fmt: skip
+                      options: Options) -> int | None:  # fmt: skip
+        """The reserved entity id (None when refused)."""
         request = spawn_request(components, options, principal)
         scope = principal or ""
 
@@ -543,6 +577,8 @@ class LedgerMachine(RuleBasedStateMachine):
         if answers is not None:
             (entity_id, (sequence, replayed)), admission = answers
             assert (admission.entity_id, admission.command.sequence, admission.command.replayed) == (entity_id, sequence, replayed)
+            return entity_id
+        return None
 
     @rule(data=st.data())
     def spawn(self, data: Any) -> None:
@@ -886,7 +922,9 @@ class LedgerMachine(RuleBasedStateMachine):
             payload = json.loads(r["payload"])
             if r["event_seq"] not in self.events_seen.setdefault(world_id, set()):
                 self.events_seen[world_id].add(r["event_seq"])
-                Stats.saw(f"event:{r['event_type']}" + (":crash" if "crash guard" in (payload.get("error") or "") else ""))
+                error = payload.get("error") or ""
+                cause = ":crash" if "crash guard" in error else ":state_too_large" if "StateTooLargeError" in error else ""
+                Stats.saw(f"event:{r['event_type']}{cause}")
             command_id = e.command_id
             if e.record is not None:  # a schema event: its command id and payload name fingerprints, the model names
                 record = e.record

@@ -14,6 +14,7 @@ from archetype.commands.audit_history import AuditEvent
 from archetype.commands.http_translator import MUTATION_FIELDS, MUTATIONS, SubmitCommandRequest
 from archetype.commands.scheduler import CommandIdentity, CommandSummary, WorldHealth
 from archetype.world.components import ComponentValue
+from archetype.world.error_text import error_text
 from archetype.world.operations import CreateWorld
 from archetype.world.tick_mode import TickMode, check_tick_mode
 
@@ -183,7 +184,7 @@ class CommandView(CommandSummary):
         try:
             payload = parse_json(row["payload"])
         except ValueError as exc:
-            return cls(**cls.summary_fields(row), payload=None, problem=f"{type(exc).__name__}: {exc}")
+            return cls(**cls.summary_fields(row), payload=None, problem=error_text(exc))
         if not isinstance(payload, dict):
             return cls(**cls.summary_fields(row), payload=None, problem="the stored payload is not a JSON object")
         return cls(**cls.summary_fields(row), payload=payload)

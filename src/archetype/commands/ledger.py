@@ -79,7 +79,7 @@ from archetype.commands.ledger_rows import (
 )
 from archetype.commands.port import Clock, SqlPort
 from archetype.world import columnar
-from archetype.world.commit import ERROR_TEXT_LIMIT, OUTCOMES, chunk_entries
+from archetype.world.commit import OUTCOMES, chunk_entries
 from archetype.world.component_schema import (
     SchemaMismatchError,
     UnsupportedSchemaError,
@@ -88,6 +88,8 @@ from archetype.world.component_schema import (
     occurrences,
     render,
 )
+from archetype.world.error_text import ERROR_TEXT_LIMIT
+from archetype.world.limits import STATE_CHUNK_LIMIT
 from archetype.world.tick_mode import DEFAULT_TICK_INTERVAL_MS, DEFAULT_TICK_MODE, check_tick_mode
 
 COMMAND_FIELDS = tuple(name.strip() for name in q.COMMAND_COLUMNS.split(","))
@@ -107,8 +109,6 @@ MIGRATION_FIELDS = tuple(name.strip() for name in q.MIGRATION_COLUMNS.split(",")
 # fingerprint -> its schema's compiled check: content-addressed (the fingerprint is the schema's
 # digest), so one compilation serves every world and can never go stale.
 _VALIDATORS: dict[str, Callable[[Any, Any], None]] = {}
-# A state chunk is one row: within the Durable Object's 2 MB row limit with room for its key.
-STATE_CHUNK_LIMIT = 2_000_000 - 4_096
 # `{"first":<first entity id>,` opens a columnar chunk, `[[<first entity id>,` one of per-entity
 # entries (docs/storage.md); the ledger reads no more of it at publish.
 _CHUNK_HEAD = re.compile(r'(?:\{"first":|\[\[)([1-9][0-9]{0,15}),')

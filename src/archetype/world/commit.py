@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict
 from archetype.canonical import canonical_json
 from archetype.world import columnar
 from archetype.world.components import Component, component_text
+from archetype.world.error_text import safe_text
 from archetype.world.state import Components, Layer, TextOf, WorldState
 
 # What a tick did with each command it leased and materialized, in ledger order. "failed" is a
@@ -29,7 +30,6 @@ from archetype.world.state import Components, Layer, TextOf, WorldState
 # "permanent" (the command raised `Permanent`) is DEAD_LETTER at once.
 Outcome = Literal["applied", "rejected", "failed", "permanent"]
 OUTCOMES: tuple[Outcome, ...] = get_args(Outcome)
-ERROR_TEXT_LIMIT = 500
 
 
 class Settlement(BaseModel):
@@ -213,7 +213,7 @@ class CommitCoordinator:
         if sequence in self._settled:
             raise ValueError(f"command #{sequence} is already settled in this tick")
         self._settled.add(sequence)
-        text = None if error is None else error[:ERROR_TEXT_LIMIT]
+        text = None if error is None else safe_text(error)
         self._settlements.append(Settlement(sequence=sequence, command_id=command_id, outcome=outcome, error=text))
 
     @property
