@@ -7,6 +7,7 @@ from archetype.runtime import Runtime
 from local_catalog import open_local_authority
 from tests.component_modules import flaky
 from tests.support.workerd.engine import stop_shared_server
+from tests.support.workerd.python_worker import PythonWorker, shared_python_worker, stop_shared_python_worker
 
 
 @pytest.fixture
@@ -16,9 +17,18 @@ def clock() -> ManualClock:
 
 @pytest.fixture(scope="session", autouse=True)
 def _stop_workerd():
-    """The real Durable Object SQL engine starts on first use (tests/support/workerd) and stops here."""
+    """The real Durable Object SQL engine and the Worker in the real runtime start on first use
+    (tests/support/workerd) and stop here."""
     yield
     stop_shared_server()
+    stop_shared_python_worker()
+
+
+@pytest.fixture(scope="session")
+def workerd_python() -> PythonWorker:
+    """Our Worker in the real Workers runtime, one per session (tests/support/workerd/python_worker.py):
+    skipped where workerd's offline Pyodide bundle is missing, failed under CI=true."""
+    return shared_python_worker()
 
 
 @pytest.fixture(autouse=True)

@@ -59,6 +59,7 @@ from archetype.commands.scheduler import CommandStatus, CommandSummary, Deferred
 from archetype.remote import DEFAULT_TIMEOUT_S, raise_for_error
 from archetype.world.components import Component
 from archetype.world.operations import AddComponents, Despawn, RemoveComponents, Spawn, Update
+from archetype.world.tick_mode import TickMode
 
 __all__ = ["AsyncClient", "Client", "EntityState", "RetryPolicy", "WaitTimeoutError", "WorldState"]
 
@@ -320,10 +321,13 @@ class _Calls:
     def world(self, world_id: str) -> Call[WorldView]:
         return WorldView.model_validate((yield from self.send(_Request("GET", f"/worlds/{world_id}"))))
 
-    def create_world(self, name: str, world_id: str | None) -> Call[WorldView]:
+    def create_world(self, name: str, world_id: str | None, tick_mode: TickMode | None,
+                     tick_interval_ms: int | None) -> Call[WorldView]:  # fmt: skip
         # an identical retry answers the same world, so a retried create is safe
-        answer = yield from self.send(_Request("POST", "/worlds", json={"name": name, "world_id": world_id}))
-        return WorldView.model_validate(answer)
+        body: dict[str, Any] = {"name": name, "world_id": world_id}
+        body |= {key: value for key, value in (("tick_mode", tick_mode), ("tick_interval_ms", tick_interval_ms))
+                 if value is not None}  # unsaid: the server's defaults (docs/ledger.md, "Tick modes")  # fmt: skip
+        return WorldView.model_validate((yield from self.send(_Request("POST", "/worlds", json=body))))
 
     def destroy_world(self, world_id: str) -> Call[DestroyedWorld]:
         # re-running destroy finishes it; a retry after a lost answer reports nothing left to cancel
@@ -493,8 +497,10 @@ class Client:
     def world(self, world_id: str) -> WorldView:
         return self._run(self._calls.world(world_id))
 
-    def create_world(self, name: str, *, world_id: str | None = None) -> WorldView:
-        return self._run(self._calls.create_world(name, world_id))
+    def create_world(self, name: str, *, world_id: str | None = None, tick_mode: TickMode | None = None,
+                     tick_interval_ms: int | None = None) -> WorldView:  # fmt: skip
+        """A new world: lockstep ticks of 100 ms unless `tick_mode` / `tick_interval_ms` say otherwise."""
+        return self._run(self._calls.create_world(name, world_id, tick_mode, tick_interval_ms))
 
     def destroy_world(self, world_id: str) -> DestroyedWorld:
         return self._run(self._calls.destroy_world(world_id))
@@ -628,8 +634,9 @@ class AsyncClient:
     async def world(self, world_id: str) -> WorldView:
         return await self._run(self._calls.world(world_id))
 
-    async def create_world(self, name: str, *, world_id: str | None = None) -> WorldView:
-        return await self._run(self._calls.create_world(name, world_id))
+    async def create_world(self, name: str, *, world_id: str | None = None, tick_mode: TickMode | None = None,
+                           tick_interval_ms: int | None = None) -> WorldView:  # fmt: skip
+        return await self._run(self._calls.create_world(name, world_id, tick_mode, tick_interval_ms))
 
     async def destroy_world(self, world_id: str) -> DestroyedWorld:
         return await self._run(self._calls.destroy_world(world_id))

@@ -17,12 +17,27 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from archetype.commands.errors import storage_unavailable
+
 if TYPE_CHECKING:
     from local_catalog.writer_lock import WriterLock
 
 T = TypeVar("T")
 
 SYNCHRONOUS_MODES = ("FULL", "NORMAL")
+
+
+@contextlib.contextmanager
+def _storage_errors() -> Iterator[None]:
+    """A full disk or an I/O error is StorageUnavailableError (typed, retryable: a 503 over HTTP);
+    anything else sqlite3 raises stays what it is."""
+    try:
+        yield
+    except sqlite3.Error as exc:
+        refusal = storage_unavailable(exc)
+        if refusal is None:
+            raise
+        raise refusal from exc
 
 
 class SqliteSqlPort:
@@ -49,7 +64,8 @@ class SqliteSqlPort:
             self._writer_lock = WriterLock(self.path, busy_timeout_ms / 1000)
 
     def execute(self, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
-        return self._conn.execute(sql, tuple(params)).fetchall()
+        with _storage_errors():
+            return self._conn.execute(sql, tuple(params)).fetchall()
 
     def transaction(self, fn: Callable[[], T]) -> T:
         if self._depth:
@@ -62,14 +78,15 @@ class SqliteSqlPort:
     def _immediate(self) -> Iterator[None]:
         """One BEGIN IMMEDIATE (a reader's: DEFERRED) .. COMMIT around the body, rolled back when
         the body or the commit raises."""
-        with self._writer_lock.held() if self._writer_lock else contextlib.nullcontext():
+        with self._writer_lock.held() if self._writer_lock else contextlib.nullcontext(), _storage_errors():
             self._conn.execute(self._begin)
             self._depth += 1
             try:
                 yield
             except BaseException:
                 self._depth -= 1
-                self._conn.execute("ROLLBACK")
+                if self._conn.in_transaction:  # SQLite rolls back by itself after a full disk or an I/O error
+                    self._conn.execute("ROLLBACK")
                 raise
             self._depth -= 1
             try:
@@ -99,6 +116,8 @@ class SqliteSqlPort:
         try:
             result: T | Exception = call()
         except Exception as exc:
+            if not self._conn.in_transaction:  # SQLite rolled the whole transaction back (a full disk): it fails whole
+                raise
             self._conn.execute("ROLLBACK TO call")
             result = exc
         self._conn.execute("RELEASE call")

@@ -45,6 +45,28 @@ async def test_world_lifecycle(client):
     assert (missing.status_code, missing.json()["code"]) == (404, "world_not_found")
 
 
+async def test_a_world_s_tick_mode_is_set_at_creation_and_shown(client):
+    """Lockstep at 100 ms unless the body says otherwise; `GET /worlds/{id}` and the list show it,
+    and a lockstep world's health its lag (null for a realtime one)."""
+    made = {}
+    for world_id, settings in (("sim", {}), ("game", {"tick_mode": "realtime", "tick_interval_ms": 50}),
+                               ("batch", {"tick_interval_ms": 0})):  # fmt: skip
+        response = await client.post("/worlds", json={"name": world_id, "world_id": world_id, **settings}, headers=ADMIN)
+        assert response.status_code == 201, response.text
+        made[world_id] = response.json()
+    shown = {w: (v["tick_mode"], v["tick_interval_ms"], v["health"]["lag_ms"]) for w, v in made.items()}
+    assert shown == {"sim": ("lockstep", 100, 0), "game": ("realtime", 50, None), "batch": ("lockstep", 0, 0)}
+    for world_id, view in made.items():
+        assert (await client.get(f"/worlds/{world_id}", headers=VIEWER)).json() == view
+    listed = (await client.get("/worlds", headers=VIEWER)).json()["worlds"]
+    assert {w["world_id"]: w for w in listed} == made
+    same = await client.post("/worlds", json={"name": "game", "world_id": "game", "tick_mode": "realtime",
+                                              "tick_interval_ms": 50}, headers=ADMIN)  # fmt: skip
+    assert same.status_code == 201  # an identical retry
+    other = await client.post("/worlds", json={"name": "game", "world_id": "game", "tick_mode": "realtime"}, headers=ADMIN)
+    assert (other.status_code, other.json()["code"]) == (409, "world_exists")  # 100 ms is another world
+
+
 async def test_every_mutation_spelling_is_admitted_and_applied(client, world, authority):
     spawn = await client.post(
         f"/worlds/{world}/commands",

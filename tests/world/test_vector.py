@@ -144,15 +144,40 @@ async def test_it_runs_once_per_table_in_id_order_on_columns_kept_across_ticks()
     assert all(a is b for a, b in zip(first, [column for _, column in calls], strict=True))  # not rebuilt
 
 
-async def test_a_read_only_column_cannot_be_written():
-    def cheat(world, tick, table):
-        table[Velocity].dx += 1.0
+CHEATS = {
+    "in place": lambda columns: columns["dx"].__iadd__(1.0),
+    "a row": lambda columns: columns["dx"].__setitem__(0, 1.0),
+    "assigned": lambda columns: setattr(columns, "dx", columns["dx"] + 1.0),
+}
 
-    world = await _world(lambda w: add_vector_processor(w, cheat, Position, Velocity, writes=[Position]))
+
+@pytest.mark.parametrize("cheat", sorted(CHEATS))
+@pytest.mark.parametrize("changed_earlier", [False, True])
+async def test_a_read_only_column_cannot_be_written(cheat, changed_earlier):
+    # whether its table's columns or the entities changed earlier in the tick are handed over
+    def cheating(world, tick, table):
+        if changed_earlier == (len(table) == 1):
+            CHEATS[cheat](table[Velocity])
+
+    def boost(world, tick, entity_id, components):
+        if changed_earlier and entity_id == 2:
+            world.update(entity_id, [Velocity(dx=9.0, dy=0.0)])
+
+    world = await _world(lambda w: [w.add_processor(boost, Velocity),
+                                    add_vector_processor(w, cheating, Position, Velocity, writes=[Position])])  # fmt: skip
     before = sorted(world.state.items())
     with pytest.raises(ValueError, match="read-only"):
         await world.step()
     assert sorted(world.state.items()) == before
+
+
+async def test_a_field_a_component_does_not_have_cannot_be_assigned():
+    def typo(world, tick, table):
+        table[Position].z = table[Position].x
+
+    world = await _world(lambda w: add_vector_processor(w, typo, Position, Velocity, writes=[Position]))
+    with pytest.raises(AttributeError, match="Position has no field 'z'"):
+        await world.step()
 
 
 async def test_entities_changed_earlier_in_the_tick_are_processed_as_they_are_then():

@@ -72,8 +72,9 @@ from archetype.commands.ledger import COMPONENT_SPEC_PATTERN, STATE_READ_IDS, ST
 from archetype.commands.options import ActorCtx, Role
 from archetype.commands.registry import OperationRegistry
 from archetype.commands.scheduler import CommandScheduler, CommandStatus
+from archetype.world.error_text import error_text
 from archetype.world.family import create_world_row
-from archetype.world.operations import WORLD_ID_PATTERN, CreateWorld, DestroyWorld, Spawn
+from archetype.world.operations import WORLD_ID_PATTERN, DestroyWorld, Spawn
 
 # Commands one principal may have admitted for one target tick of one world (ledger-enforced).
 DEFAULT_QUOTA = 1000
@@ -210,7 +211,7 @@ def create_app(
         return CommandAccepted.of(await dispatcher.defer_as(actor, item.op, item.options, command_id=item.command_id))
 
     async def create_one(_: None, body: CreateWorldRequest, actor: ActorCtx, __: str | None) -> WorldView:
-        op = CreateWorld(name=body.name, world_id=body.world_id)
+        op = body.operation()
         dispatcher.authorize_as(actor, op)  # then the handler's own ledger call, whose row is the answer
         return WorldView.of(await create_world_row(authority, op))
 
@@ -219,7 +220,7 @@ def create_app(
     # BodyLimit runs first: HotRoutes gets the body read, checked and parsed
     if not telemetry:
         app.front(HotRoutes, state=app.state, routes=lambda: app.router.routes, hot=hot, on_error=unexpected_error)
-    app.front(BodyLimit, max_bytes=max_body_bytes, body_timeout_s=body_timeout_s)
+    app.front(BodyLimit, max_bytes=max_body_bytes, body_timeout_s=body_timeout_s, state=app.state)
 
     viewer, player, operator, admin = (
         Depends(require(role)) for role in (Role.viewer, Role.player, Role.operator, Role.admin)
@@ -370,7 +371,7 @@ def create_app(
             raise
         except (LookupError, TypeError, ValueError) as exc:
             # well-typed arguments whose values the ledger cannot use: bad input, not a server fault
-            raise InvalidRequestError(f"{method} cannot use these arguments: {type(exc).__name__}: {exc}") from exc
+            raise InvalidRequestError(f"{method} cannot use these arguments: {error_text(exc)}") from exc
 
     @app.post("/worlds/{world_id}/ledger/{method}", responses=error_responses(LEDGER))
     async def world_ledger(world_id: WorldIdPath, method: str, arguments: LedgerArguments,

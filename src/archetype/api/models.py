@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, GetJsonSchemaHandler, TypeAdapter, create_model
+from pydantic import BaseModel, ConfigDict, Field, GetJsonSchemaHandler, TypeAdapter, create_model, model_validator
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema
 
@@ -17,7 +17,9 @@ from archetype.commands.ledger_rows import StateRead
 from archetype.commands.scheduler import CommandIdentity, CommandSummary, WorldHealth
 from archetype.commands.state_pages import entity_texts
 from archetype.world.components import ComponentValue
+from archetype.world.error_text import error_text
 from archetype.world.operations import CreateWorld
+from archetype.world.tick_mode import TickMode, check_tick_mode
 
 MAX_BATCH = 1000
 
@@ -27,6 +29,16 @@ class CreateWorldRequest(BaseModel):
 
     name: Annotated[str, CreateWorld.model_fields["name"]]
     world_id: Annotated[str | None, CreateWorld.model_fields["world_id"]]
+    tick_mode: Annotated[TickMode, CreateWorld.model_fields["tick_mode"]]
+    tick_interval_ms: Annotated[int, CreateWorld.model_fields["tick_interval_ms"]]
+
+    def operation(self) -> CreateWorld:
+        return CreateWorld(**self.model_dump())
+
+    @model_validator(mode="after")
+    def _interval_fits_mode(self) -> CreateWorldRequest:
+        check_tick_mode(self.tick_mode, self.tick_interval_ms)
+        return self
 
 
 class WorldHealthView(BaseModel):
@@ -36,6 +48,10 @@ class WorldHealthView(BaseModel):
     failed_attempts: int = Field(description="ticks failed before they were prepared since the last published one")
     last_error: str | None = Field(description="the last failed tick's error (type: message)")
     since: int | None = Field(description="when the world stalled, in ms since the epoch; null while ACTIVE")
+    lag_ms: int | None = Field(
+        description="a lockstep world: how late its last tick published after it was due, in ms (an interval or more: "
+        "its host is behind and runs ticks back to back); null for a realtime world"
+    )
 
 
 class WorldView(BaseModel):
@@ -43,6 +59,11 @@ class WorldView(BaseModel):
     name: str
     status: str
     tick_head: int
+    tick_mode: TickMode = Field(description="lockstep: every tick runs, none skipped; realtime: wall-clock ticks, coalesced")
+    tick_interval_ms: int | None = Field(
+        description="the length of a tick (lockstep 0: back to back); null: its host's interval (a world created "
+        "before tick modes)"
+    )
     created_at: int
     updated_at: int
     outbox_pending: int = Field(description="outbox events the audit projection has not acknowledged yet: its lag, in events")
@@ -51,8 +72,9 @@ class WorldView(BaseModel):
     @classmethod
     def of(cls, info: Mapping[str, Any]) -> WorldView:
         pending = info["next_event_seq"] - 1 - info["projected_seq"]
+        lag = info["tick_lag_ms"] if info["tick_mode"] == "lockstep" else None
         health = WorldHealthView(status=info["health"], failed_attempts=info["failed_attempts"],
-                                 last_error=info["health_error"], since=info["stalled_since"])  # fmt: skip
+                                 last_error=info["health_error"], since=info["stalled_since"], lag_ms=lag)  # fmt: skip
         own = {name: info[name] for name in cls.model_fields if name not in ("outbox_pending", "health")}
         return cls(**own, outbox_pending=pending, health=health)
 
@@ -214,7 +236,7 @@ class CommandView(CommandSummary):
         try:
             payload = parse_json(row["payload"])
         except ValueError as exc:
-            return cls(**cls.summary_fields(row), payload=None, problem=f"{type(exc).__name__}: {exc}")
+            return cls(**cls.summary_fields(row), payload=None, problem=error_text(exc))
         if not isinstance(payload, dict):
             return cls(**cls.summary_fields(row), payload=None, problem="the stored payload is not a JSON object")
         return cls(**cls.summary_fields(row), payload=payload)

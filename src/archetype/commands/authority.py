@@ -46,6 +46,7 @@ from archetype.commands.ledger_rows import (
     WorldComponents,
     WorldRow,
 )
+from archetype.world.tick_mode import DEFAULT_TICK_INTERVAL_MS, DEFAULT_TICK_MODE
 
 
 class Authority(ABC):
@@ -60,8 +61,11 @@ class Authority(ABC):
         return None
 
     # -- worlds --
-    async def create_world(self, world_id: str, name: str) -> WorldRow:
-        return await self.rpc("create_world", {"world_id": world_id, "name": name})
+    async def create_world(self, world_id: str, name: str, tick_mode: str = DEFAULT_TICK_MODE,
+                           tick_interval_ms: int = DEFAULT_TICK_INTERVAL_MS) -> WorldRow:  # fmt: skip
+        return await self.rpc("create_world", {
+            "world_id": world_id, "name": name, "tick_mode": tick_mode, "tick_interval_ms": tick_interval_ms,
+        })  # fmt: skip
 
     async def world_info(self, world_id: str) -> WorldRow:
         return await self.rpc("world_info", {"world_id": world_id})
@@ -137,9 +141,10 @@ class Authority(ABC):
         })  # fmt: skip
 
     async def publish(self, world_id: str, owner: str, session: str, manifest: ManifestRow,
-                      writes: StateWrite) -> Published:  # fmt: skip
+                      writes: StateWrite, due_ms: int | None = None) -> Published:  # fmt: skip
         return await self.rpc("publish", {
             "world_id": world_id, "owner": owner, "session": session, "manifest": manifest, "writes": writes,
+            "due_ms": due_ms,
         })  # fmt: skip
 
     async def record_tick_failure(self, world_id: str, owner: str, session: str, writer_epoch: int, tick: int,

@@ -9,7 +9,7 @@ Object exposes it over RPC unchanged. The state machine and its rules are in doc
        |                 |   \\--publish: failed, or a crash charged, budget left--> RETRYABLE --lease--> LEASED
        +--publish: tail--+    \\--publish: failed, or a crash charged, budget spent; permanent--> DEAD_LETTER
     any open status --destroy--> CANCELLED
-    DEAD_LETTER (left as it is) --redrive--> a new command, PENDING
+    DEAD_LETTER (left as it is, but for its redriven_by mark) --redrive--> a new command, PENDING
 
 A world row also carries its health (ACTIVE, or STALLED while its ticks fail before they are
 prepared: `record_tick_failure`; the next `publish` recovers it).
@@ -81,7 +81,7 @@ from archetype.commands.ledger_rows import (
 from archetype.commands.port import Clock, SqlPort
 from archetype.commands.state_pages import entity_texts_of, read_page, sections
 from archetype.world import columnar
-from archetype.world.commit import ERROR_TEXT_LIMIT, OUTCOMES, chunk_entries
+from archetype.world.commit import OUTCOMES, chunk_entries
 from archetype.world.component_schema import (
     SchemaMismatchError,
     UnsupportedSchemaError,
@@ -90,6 +90,9 @@ from archetype.world.component_schema import (
     occurrences,
     render,
 )
+from archetype.world.error_text import ERROR_TEXT_LIMIT
+from archetype.world.limits import STATE_CHUNK_LIMIT
+from archetype.world.tick_mode import DEFAULT_TICK_INTERVAL_MS, DEFAULT_TICK_MODE, check_tick_mode
 
 COMMAND_FIELDS = tuple(name.strip() for name in q.COMMAND_COLUMNS.split(","))
 WORLD_FIELDS = tuple(name.strip() for name in q.WORLD_COLUMNS.split(","))
@@ -108,8 +111,6 @@ MIGRATION_FIELDS = tuple(name.strip() for name in q.MIGRATION_COLUMNS.split(",")
 # fingerprint -> its schema's compiled check: content-addressed (the fingerprint is the schema's
 # digest), so one compilation serves every world and can never go stale.
 _VALIDATORS: dict[str, Callable[[Any, Any], None]] = {}
-# A state chunk is one row: within the Durable Object's 2 MB row limit with room for its key.
-STATE_CHUNK_LIMIT = 2_000_000 - 4_096
 # `{"first":<first entity id>,` opens a columnar chunk, `[[<first entity id>,` one of per-entity
 # entries (docs/storage.md); the ledger reads no more of it at publish.
 _CHUNK_HEAD = re.compile(r'(?:\{"first":|\[\[)([1-9][0-9]{0,15}),')
@@ -198,6 +199,12 @@ def _check_lease_ms(lease_ms: int) -> None:
         raise InvalidCommandError(f"a world lease lasts 1 ms to a day, not {lease_ms} ms")
 
 
+def runs_at(scheduled_tick: int, tick_head: int) -> int:
+    """The tick a command admitted now runs at: its target, or the next tick for a target already
+    past (docs/ledger.md, "Ordering and leasing"). Quotas count this tick; a redrive is due at it."""
+    return max(scheduled_tick, tick_head + 1)
+
+
 def scope_of(principal: str | None) -> str:
     """The namespace of a principal's command ids: its name, or '' for trusted callers."""
     return principal or ""
@@ -269,16 +276,25 @@ class Ledger:
         return cast(CommandRow, _row(COMMAND_FIELDS, rows[0])) if rows else None
 
     # -- worlds --
-    def create_world(self, world_id: str, name: str) -> WorldRow:
+    def create_world(self, world_id: str, name: str, tick_mode: str = DEFAULT_TICK_MODE,
+                     tick_interval_ms: int = DEFAULT_TICK_INTERVAL_MS) -> WorldRow:  # fmt: skip
+        """Create a world, stepped by `tick_mode` every `tick_interval_ms` (docs/ledger.md, "Tick
+        modes"); the same creation again answers the world as it is."""
+        try:
+            check_tick_mode(tick_mode, tick_interval_ms)
+        except ValueError as exc:
+            raise InvalidCommandError(str(exc)) from None
+
         def run() -> WorldRow:
             rows = self._port.execute(q.GET_WORLD, (world_id,))
             if rows:
                 existing = cast(WorldRow, _row(WORLD_FIELDS, rows[0]))
-                if existing["name"] == name and existing["status"] == "ACTIVE":
+                same = (existing["name"], existing["tick_mode"], existing["tick_interval_ms"]) == (name, tick_mode, tick_interval_ms)
+                if same and existing["status"] == "ACTIVE":
                     return existing  # an identical retry of the creation
                 raise WorldExistsError(f"world {world_id!r} already exists")
             now = self._clock.now_ms()
-            self._port.execute(q.INSERT_WORLD, (world_id, name, now, now, now))
+            self._port.execute(q.INSERT_WORLD, (world_id, name, now, now, now, tick_mode, tick_interval_ms))
             return self._world(world_id)
 
         return self._port.transaction(run)
@@ -550,10 +566,12 @@ class Ledger:
                 return cast(int, rows[0][0])
             if self._port.execute(q.GET_COMMAND, (world_id, scope, command_id)):
                 raise CommandConflictError(f"command {command_id!r} already exists and is not this spawn")
-            first = self._active_world(world_id)["next_entity_id"]
+            world = self._active_world(world_id)
+            first = world["next_entity_id"]
             if quota is not None:
-                used = self._port.execute(q.GET_QUOTA_USAGE, (world_id, scope, scheduled_tick))
-                self._check_quota(world_id, scope, {scheduled_tick: 1}, quota, {scheduled_tick: used[0][0]} if used else {})
+                tick = runs_at(scheduled_tick, world["tick_head"])
+                used = self._port.execute(q.GET_QUOTA_USAGE, (world_id, scope, tick))
+                self._check_quota(world_id, scope, {tick: 1}, quota, {tick: used[0][0]} if used else {})
             now = self._clock.now_ms()
             self._port.execute(q.TAKE_ENTITY_IDS, (1, now, world_id))
             self._port.execute(q.INSERT_RESERVATION, (world_id, scope, command_id, first, request_digest, now))
@@ -566,8 +584,9 @@ class Ledger:
         """Admit a non-empty batch of one principal all-or-nothing; identical replays return their
         existing identity.
 
-        `quota` caps how many commands one principal may have admitted for one target tick of this
-        world; only newly admitted commands count against it.
+        `quota` caps how many commands one principal may have admitted for one tick of this world,
+        counted at the tick each runs at (`runs_at`: a target tick already past runs at the next
+        one); only newly admitted commands count against it.
         """
         if not commands:
             raise InvalidCommandError("a batch needs at least one command")
@@ -635,7 +654,7 @@ class Ledger:
                 checked += [(f"command {row['command_id']!r}", occurrence) for occurrence in found]
             check_found(world_id, checked, known)
             if quota is not None:
-                self._charge_quota(world_id, scope, fresh, quota, used)
+                self._charge_quota(world_id, scope, [runs_at(r["scheduled_tick"], world[3]) for r in fresh], quota, used)
             next_sequence, next_event_seq = world[1], world[2]
             for offset, row in enumerate(fresh):
                 row["sequence"] = next_sequence + offset
@@ -669,21 +688,23 @@ class Ledger:
         row["digest"] = command_digest(row)
         return row
 
-    def _charge_quota(self, world_id: str, scope: str, rows: list[dict[str, Any]], quota: int, used: dict[int, int]) -> None:
+    def _charge_quota(self, world_id: str, scope: str, ticks: list[int], quota: int, used: dict[int, int]) -> None:
+        """One command more of `scope` at each of these ticks (the ticks they run at)."""
         wanted: dict[int, int] = {}
-        for row in rows:
-            wanted[row["scheduled_tick"]] = wanted.get(row["scheduled_tick"], 0) + 1
+        for tick in ticks:
+            wanted[tick] = wanted.get(tick, 0) + 1
         self._check_quota(world_id, scope, wanted, quota, used)
         for tick, count in wanted.items():
             self._port.execute(q.ADD_QUOTA_USAGE, (world_id, scope, tick, count))
 
     def _check_quota(self, world_id: str, scope: str, wanted: dict[int, int], quota: int, used: dict[int, int]) -> None:
-        """`wanted` more commands of `scope` for each target tick fit the quota, `used` counting those admitted already."""
+        """`wanted` more commands of `scope` running at each tick fit the quota, `used` counting those admitted already."""
         for tick, count in wanted.items():
             if used.get(tick, 0) + count > quota:
                 raise QuotaExceededError(
-                    f"{scope or 'trusted caller'} may admit {quota} commands for tick {tick} of world "
-                    f"{world_id!r}; {used.get(tick, 0)} already admitted, {count} more asked"
+                    f"{scope or 'trusted caller'} may admit {quota} commands running at tick {tick} of world "
+                    f"{world_id!r} (a tick already past runs at the next one); {used.get(tick, 0)} already admitted, "
+                    f"{count} more asked"
                 )
 
     def _check_components(self, world_id: str, documents: list[tuple[str, str]]) -> None:
@@ -872,15 +893,19 @@ class Ledger:
 
     # -- publication --
     def publish(self, world_id: str, owner: str, session: str, manifest: ManifestRow,
-                writes: StateWrite) -> Published:  # fmt: skip
+                writes: StateWrite, due_ms: int | None = None) -> Published:  # fmt: skip
         """Publish one tick: manifest, state write (a snapshot replacing the world's state, or a
         delta overlaying it: one row per chunk), every settlement of the tick with its outbox
         event (in the manifest's order), the release of what the session still holds, and the
-        tick head.
+        tick head. A lockstep world publishes every tick (the tick after the head, nothing
+        skipped), and its clock anchor moves to it: `due_ms` when it was due (the host's
+        `TickClock.due_at`; None: now) and how late it published (docs/ledger.md, "Tick modes").
 
         A manifest whose commit token is already stored was published before (its answer was
         lost): it is recognised and not replayed.
         """
+        if due_ms is not None and abs(due_ms) > MAX_SAFE_INTEGER:
+            raise InvalidCommandError(f"due_ms {due_ms} is outside +/-(2**53-1)")
 
         def run() -> Published:
             token, tick = manifest["commit_token"], manifest["tick"]
@@ -889,6 +914,10 @@ class Ledger:
             world = self._writer(world_id, manifest["writer_epoch"])
             if tick <= world["tick_head"]:  # a later tick than head + 1 coalesces the empty ticks between
                 raise StaleWriterError(f"tick {tick} does not follow the published tick head {world['tick_head']}")
+            if world["tick_mode"] == "lockstep" and tick != world["tick_head"] + 1:
+                raise InvalidCommandError(
+                    f"world {world_id!r} is lockstep: every tick runs, so tick {tick} cannot follow tick {world['tick_head']}"
+                )
             settlements = manifest["settlements"]
             self._check_settlements(world_id, owner, session, settlements)
             if not columnar.valid_runs(manifest["written_runs"]):
@@ -906,6 +935,9 @@ class Ledger:
             self._port.execute(q.RELEASE_SESSION, (now, world_id, owner, session))
             self._port.execute(q.SET_GUARD, (None, None, world_id))
             self._port.execute(q.SET_TICK_HEAD, (tick, now, world_id))
+            if world["tick_mode"] == "lockstep":
+                due = now if due_ms is None else min(due_ms, now)  # never due after it published (clock skew)
+                self._port.execute(q.SET_LOCKSTEP_CLOCK, (tick, due, max(0, now - due), world_id))
             if world["health"] == "STALLED":
                 self._port.execute(q.CLEAR_HEALTH, (world_id,))
                 self._world_event(world_id, "world_recovered", tick, world["failed_attempts"], world["health_error"],
@@ -1007,11 +1039,14 @@ class Ledger:
     def redrive(self, world_id: str, command_id: str, scope: str = "", new_command_id: str | None = None) -> Redriven:
         """A new command redriving the dead letter `command_id` of `scope`: the same operation,
         payload, principal, priority and attempt budget, none of it spent, due at the next tick,
-        linked by `redriven_from`, with its own `redriven` event. The dead record stays as it is.
+        linked by `redriven_from`, with its own `redriven` event. The dead record stays as it is but
+        for its `redriven_by`.
 
-        A dead letter is redriven once: the same `new_command_id` again (default
-        `<command_id>.redrive`) answers the same command, `replayed`; another one is
-        `RedriveConflictError`.
+        A dead letter is redriven once, and records it on its own row (`redriven_by`), which
+        retention never prunes: the same `new_command_id` again (default `<command_id>.redrive`)
+        answers the same command, `replayed`, while that command is retained; another id, or any
+        once the redrive was pruned, is `RedriveConflictError`. The copied payload passes
+        admission's component check (a type a migration superseded: `UnknownComponentError`).
         """
         new_id = new_command_id if new_command_id is not None else f"{command_id[:120]}.redrive"
         if not COMMAND_ID_PATTERN.fullmatch(new_id):
@@ -1025,23 +1060,25 @@ class Ledger:
             dead = cast(CommandRow, _row(COMMAND_FIELDS, rows[0]))
             if dead["status"] != "DEAD_LETTER":
                 raise NotDeadLetteredError(f"command {command_id!r} is {dead['status']}; only a DEAD_LETTER is redriven")
-            earlier = self._port.execute(q.GET_REDRIVE, (world_id, dead["sequence"]))
-            if earlier:
-                redrive = cast(CommandRow, _row(COMMAND_FIELDS, earlier[0]))
-                if redrive["command_id"] != new_id:
+            if dead["redriven_by"] is not None:
+                redrive = self._command_at(world_id, dead["redriven_by"])
+                if redrive is None or redrive["command_id"] != new_id:
+                    named = f"{redrive['command_id']!r}" if redrive else "a command retention has since pruned"
                     raise RedriveConflictError(
-                        f"command {command_id!r} was already redriven as {redrive['command_id']!r}"
+                        f"command {command_id!r} was already redriven as #{dead['redriven_by']} ({named})"
                     )
                 return self._redriven(redrive, replayed=True)
             if self._port.execute(q.GET_COMMAND, (world_id, scope, new_id)) or self._port.execute(
                 q.GET_RESERVATION, (world_id, scope, new_id)
             ):
                 raise CommandConflictError(f"command id {new_id!r} is already taken in this scope")
-            sequence, tick = world["next_sequence"], max(dead["scheduled_tick"], world["tick_head"] + 1)
+            self._check_components(world_id, [(f"dead letter {command_id!r}, whose payload a redrive copies", dead["payload"])])
+            sequence, tick = world["next_sequence"], runs_at(dead["scheduled_tick"], world["tick_head"])
             identity = {**dead, "command_id": new_id, "scheduled_tick": tick}
             now = self._clock.now_ms()
             self._port.execute(q.INSERT_REDRIVE, (sequence, new_id, tick, command_digest(identity), now, now, world_id,
                                                   dead["sequence"]))  # fmt: skip
+            self._port.execute(q.MARK_REDRIVEN, (sequence, world_id, dead["sequence"]))
             self._append_events(world_id, [sequence], now)
             created = self._command_at(world_id, sequence)
             assert created is not None

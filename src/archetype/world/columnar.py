@@ -31,6 +31,7 @@ from __future__ import annotations
 import base64
 import json
 import math
+import operator
 import sys
 from array import array
 from bisect import bisect_left, bisect_right
@@ -220,12 +221,10 @@ def id_runs(ids: Sequence[int], limit: int | None = None) -> list[list[int]] | A
         if last - first == stop - 1 - start:
             found = [(first, last)]
         elif stop - start <= _SCANNED:
-            found = []
-            for entity_id in as_list(ids[start:stop]):
-                if found and found[-1][1] == entity_id - 1:
-                    found[-1] = (found[-1][0], entity_id)
-                else:
-                    found.append((entity_id, entity_id))
+            part = as_list(ids[start:stop])
+            # where the next id is not the one after, a run ends (the steps are taken in C)
+            ends = [row for row, step in enumerate(map(operator.sub, part[1:], part)) if step != 1]
+            found = list(zip([first, *[part[row + 1] for row in ends]], [*[part[row] for row in ends], last], strict=True))
         else:
             middle = (start + stop) // 2
             pending += [(middle, stop), (start, middle)]
@@ -240,7 +239,7 @@ def id_runs(ids: Sequence[int], limit: int | None = None) -> list[list[int]] | A
     return runs
 
 
-_SCANNED = 32  # a slice this short with a gap is scanned id by id, not halved again
+_SCANNED = 128  # a slice this short with a gap is scanned, not halved again
 
 
 def run_ids(runs: Sequence[Sequence[int]]) -> list[int]:
@@ -280,7 +279,10 @@ def _check(values: Any, kind: str, cls: type[Component], field: str) -> None:
                 f"$.{field}: {cls.__name__}.{field} has a value that is not a finite number",
                 path=f"$.{field}", reason="not a finite number (JSON has no NaN or infinities)",
             )  # fmt: skip
-    elif max(values) > MAX_SAFE_INTEGER or min(values) < -MAX_SAFE_INTEGER:
+        return
+    # (an array's own min and max: the builtins would walk it a numpy scalar at a time)
+    low, high = (values.min(), values.max()) if hasattr(values, "min") else (min(values), max(values))
+    if high > MAX_SAFE_INTEGER or low < -MAX_SAFE_INTEGER:
         raise NonCanonicalValueError(
             f"$.{field}: {cls.__name__}.{field} has an integer outside +/-(2**53-1)",
             path=f"$.{field}", reason="integer outside +/-(2**53-1)",
