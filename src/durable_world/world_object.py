@@ -18,7 +18,14 @@ import logging
 from types import ModuleType
 from typing import Any
 
-from archetype.commands.errors import CommandError, InvalidCommandError, WorldEdgeHostedError
+from archetype.commands.errors import (
+    CommandError,
+    InvalidCommandError,
+    WorldClosingError,
+    WorldEdgeHostedError,
+    WorldNotFoundError,
+)
+from archetype.commands.failure_streak import FailureStreak
 from archetype.commands.ledger import LEDGER_METHODS, Ledger
 from archetype.commands.port import Clock, SystemClock
 from durable_world.delivery import DeliveryRetry, deliver_outbox, retry_delay_ms
@@ -61,12 +68,15 @@ class WorldObject(DurableObject):  # type: ignore[misc]  # `workers` exists only
         super().__init__(ctx, env)
         self.clock = clock or SystemClock()
         self.ledger = Ledger(DurableObjectSqlPort(ctx.storage), self.clock)
-        self.edge = EdgeRuntime(self.ledger, self.MODULES if modules is None else modules)
         self.tick_interval_ms = tick_interval_ms(env)
+        self.edge = EdgeRuntime(self.ledger, self.MODULES if modules is None else modules, clock=self.clock,
+                                tick_interval_ms=self.tick_interval_ms)  # fmt: skip
         self.retention = Retention.of(env)
         self.delivery_retry = DeliveryRetry(retry_delay_ms(env))
         # In memory: a fresh object (after an eviction) prunes at its first alarm, which is bounded anyway.
         self._prune_due_ms = 0
+        self._failing = {duty: FailureStreak(log, subject) for duty, subject in
+                         (("delivery", "audit delivery"), ("retention", "the world object's retention"))}  # fmt: skip
 
     async def _call(self, method: str, args: Any) -> dict[str, Any]:
         args = to_py(args) if args is not None else {}
@@ -92,7 +102,7 @@ class WorldObject(DurableObject):  # type: ignore[misc]  # `workers` exists only
         if method in EVENT_WRITERS:
             await self._schedule_delivery(args["world_id"])
         if method in TICK_WAKERS and self.edge.hosts(args["world_id"]):
-            at = await self.edge.next_step_at(args["world_id"], self.tick_interval_ms)
+            at = await self.edge.next_step_at(args["world_id"])
             if at is not None:
                 await self._arm_alarm_by(at)
         return success(result)
@@ -157,13 +167,12 @@ class WorldObject(DurableObject):  # type: ignore[misc]  # `workers` exists only
     async def _tick(self, world_id: str) -> int | None:
         """Run the tick of an edge-hosted world if one is due; answer when the next one is (None: idle)."""
         try:
-            return await self.edge.step_due(world_id, self.clock.now_ms(), self.tick_interval_ms)
-        except CommandError as exc:  # closing or destroyed meanwhile: the host dropped it
-            log.warning("world %s not stepped: %s: %s", world_id, exc.code, exc.message)
+            return await self.edge.step_due(world_id)
+        except (WorldClosingError, WorldNotFoundError):  # closing or destroyed meanwhile: the host dropped it
             return None
         except Exception:
-            # Handled here, not left to the runtime's bounded alarm retries: the world keeps ticking.
-            log.exception("world %s failed its tick; it is retried in %d ms", world_id, self.tick_interval_ms)
+            # Handled here, not left to the runtime's bounded alarm retries: the world keeps ticking. The
+            # world host recorded the failure (STALLED) and logged it, once per stall.
             return self.clock.now_ms() + self.tick_interval_ms
 
     async def _deliver(self, worlds: list[Any], stop_at_ms: int | None) -> int | None:
@@ -188,13 +197,12 @@ class WorldObject(DurableObject):  # type: ignore[misc]  # `workers` exists only
                     # events are never stranded: the alarm stays armed until the queue takes them.
                     now = self.clock.now_ms()
                     retry_at = retry.failed(now)
-                    if retry.failures == 1:
-                        log.warning("audit delivery of world %s failed (%s: %s); retrying in %d ms, backing off "
-                                    "while it fails", world_id, type(exc).__name__, exc, retry_at - now)  # fmt: skip
+                    self._failing["delivery"].failed(exc, f"world {world_id} failed; retrying in {retry_at - now} ms, "
+                                                          "backing off while it fails")  # fmt: skip
                     return retry_at
                 if retry.failures:
-                    log.info("audit delivery of world %s works again after %d failed attempt(s)", world_id,
-                             retry.succeeded())  # fmt: skip
+                    retry.succeeded()
+                    self._failing["delivery"].succeeded()
         return self.clock.now_ms() if more else None
 
 
@@ -213,9 +221,10 @@ class WorldObject(DurableObject):  # type: ignore[misc]  # `workers` exists only
                 continue
             try:
                 pruned = self.ledger.prune(world["world_id"], policy.keep_ticks, policy.idempotency_window_ms, policy.limit)
-            except Exception:  # pruning waits for the next alarm; it never stops a tick or a delivery
-                log.exception("pruning world %s failed; trying again at the next alarm", world["world_id"])
+            except Exception as exc:  # pruning waits for the next alarm; it never stops a tick or a delivery
+                self._failing["retention"].failed(exc, f"pruning world {world['world_id']} failed; trying again later")
                 continue
+            self._failing["retention"].succeeded("prunes again")
             more = more or not pruned["done"]
         if more:
             self._prune_due_ms = now + DELIVERY_DELAY_MS

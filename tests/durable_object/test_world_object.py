@@ -132,6 +132,8 @@ async def ledger_script(authority, clock):
     await call("load_state", world_id=WORLD, after_entity_id=reserved)
     await call("command", world_id=WORLD, command_id="c-spawn", scope="alice")
     await call("command", world_id=WORLD, command_id="c-spawn")  # the trusted scope has no such command
+    await call("commands_by_id", world_id=WORLD, command_ids=["c-3", "c-spawn", "c-none"], scope="alice")
+    await call("commands_by_id", world_id=WORLD, command_ids=[])  # invalid_command
     await call("history", world_id=WORLD)
     await call("history", world_id=WORLD, status="REJECTED", limit=5)
     await call("history", world_id=WORLD, scope="bob")
@@ -166,6 +168,9 @@ async def ledger_script(authority, clock):
     await call("migrate_components", world_id=WORLD, writer_epoch=epoch, migration=migration, entities=entities, commands=rewrite)
     await call("migrate_components", world_id=WORLD, writer_epoch=epoch, migration=migration, entities=entities, commands=rewrite)  # replay
     await call("load_state", world_id=WORLD)  # the migrated entity, overlaid as a delta
+    await call("read_state", world_id=WORLD, component_types=["Position"], limit=1)
+    await call("read_state", world_id=WORLD, entity_ids=[healthy], component_types=[f"Position:{'0' * 64}"])  # unknown_component
+    await call("read_state", world_id=WORLD, limit=0)  # invalid_command
     await call("components", world_id=WORLD)
     await call("create_world", world_id="w-other", name="other")
     await call("list_worlds")
@@ -359,8 +364,8 @@ async def test_a_failed_send_is_retried_after_the_retry_delay_with_backoff_and_l
     assert [m["command_id"] for m in queue.messages] == [f"c-{i:03}" for i in range(150)]
     assert (await authority.watermark(world_id=WORLD))["pending"] == 0
     streak = [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "durable_world.world_object"]
-    assert [level for level, _ in streak] == ["WARNING", "INFO"], streak  # one line for the failures, one when it works
-    assert "QueueError" in streak[0][1] and "2 failed" in streak[1][1]
+    assert [level for level, _ in streak] == ["ERROR", "INFO"], streak  # one line for the failures, one when it works
+    assert "QueueError" in streak[0][1] and "after 2 failed" in streak[1][1]
 
 
 async def test_a_send_that_never_answers_times_out_and_the_next_tick_runs(tmp_path, clock, monkeypatch):
