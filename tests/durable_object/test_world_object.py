@@ -376,7 +376,7 @@ async def test_a_send_that_never_answers_times_out_and_the_next_tick_runs(tmp_pa
     namespace = world_namespace(tmp_path / "objects", clock, queue=queue, modules=(game,))
     try:
         authority = DurableObjectAuthority(namespace)
-        await authority.create_world(world_id="edge-hang", name="edge")
+        await authority.create_world(world_id="edge-hang", name="edge", tick_interval_ms=1_000)
         await authority.admit(world_id="edge-hang", commands=[command("c-1")])
 
         async def never_answers(messages, options=None):
