@@ -10,6 +10,8 @@ The user's modules (the module hook of docs/deployment.md, the same modules `arc
 --module` imports): `--module NAME` (repeatable) stages each named module's import closure too,
 found under src/ or the working directory as `serve` finds it, and writes the bundle's
 worker/modules.py to import them, so the Durable Objects run their components and processors.
+`$ARCHETYPE_STAGE_MODULES` (names separated by spaces) adds modules to those: `./dev edge-dev
+--module M` sets it for wrangler dev's runs of the [build] command.
 
 Packages: a Python Worker gets its third-party packages from `python_modules/` beside
 wrangler.toml, a site-packages tree that wrangler uploads with the bundle (the directory
@@ -24,6 +26,7 @@ from __future__ import annotations
 import argparse
 import ast
 import hashlib
+import os
 import re
 import shutil
 import zipfile
@@ -43,6 +46,7 @@ _HASH = re.compile(r"--hash=sha256:([0-9a-f]{64})")
 
 
 MODULES_FILE = Path("worker") / "modules.py"
+MODULES_ENV = "ARCHETYPE_STAGE_MODULES"
 
 
 def module_file(name: str, roots: Sequence[Path] = (SRC,)) -> tuple[Path, Path] | None:
@@ -218,7 +222,8 @@ if __name__ == "__main__":
                         help="a module of the user's components and setup(runtime) hook (repeatable)")  # fmt: skip
     arguments = parser.parse_args()
     destination = arguments.out
-    staged = stage(destination, arguments.modules)
+    modules = list(dict.fromkeys([*arguments.modules, *os.environ.get(MODULES_ENV, "").split()]))
+    staged = stage(destination, modules)
     files = vendor()
     assets = stage_assets()
     print(f"staged {len(staged)} modules of {ENTRY} into {destination}, {files} package files into {VENDOR} "

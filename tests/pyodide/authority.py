@@ -10,26 +10,12 @@ from __future__ import annotations
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-import httpx
-
 from archetype.commands.port import ManualClock
 from archetype.remote import HttpAuthority
 from tests.pyodide.host import shared_host
+from tests.support.clock_header import ClockHeader
 
 TOKEN = "pyodide-conformance"
-
-
-class ClockHeader(httpx.AsyncBaseTransport):
-    def __init__(self, clock: ManualClock) -> None:
-        self._clock = clock
-        self._inner = httpx.AsyncHTTPTransport()
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        request.headers["x-harness-now-ms"] = str(self._clock.now_ms())
-        return await self._inner.handle_async_request(request)
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
 
 
 @asynccontextmanager

@@ -9,7 +9,8 @@ from archetype.commands.port import ManualClock
 from tests.conformance.authorities import AUTHORITY_FACTORIES
 from tests.conformance.scenario import run_scenario, snapshot
 from tests.durable_object.edge_scenario import PARITY_WORLD, hosted_snapshot, scripted, serve_hosted_snapshot
-from tests.pyodide.authority import TOKEN, ClockHeader, pyodide_worker_over_http
+from tests.pyodide.authority import TOKEN, pyodide_worker_over_http
+from tests.support.clock_header import ClockHeader
 
 pytestmark = pytest.mark.timeout(300)
 

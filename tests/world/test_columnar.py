@@ -77,7 +77,8 @@ def test_chunks_are_bounded_disjoint_ranges(monkeypatch):
 
 @pytest.mark.parametrize("as_arrays", [False, True])
 @pytest.mark.parametrize(
-    ("cls", "field", "bad"), [(Position, "x", math.nan), (Position, "y", -math.inf), (Health, "hp", 2**53)]
+    ("cls", "field", "bad"),
+    [(Position, "x", math.nan), (Position, "y", -math.inf), (Health, "hp", 2**53), (Health, "hp", -(2**53))],
 )
 def test_a_value_without_a_canonical_form_is_refused(as_arrays, cls, field, bad):
     values = {f: [1, bad] if f == field else [1, 2] for f in cls.model_fields}

@@ -6,12 +6,26 @@ import math
 
 import pytest
 
-from archetype.canonical import NonCanonicalValueError
+from archetype.canonical import NonCanonicalValueError, canonical_text
 from archetype.vector import add_vector_processor, layout
 from archetype.world import AsyncWorld, Component, PreTick, columnar
 from archetype.world.commit import chunk_entries
 from archetype.world.components import component_text, type_key
 from tests.component_modules.alpha import Health, Position, Velocity
+
+
+def overlay(below, above):
+    """The reference fold of chunks (docs/storage.md): an entity's text once a later delta's entry
+    `above` (a components text, a columnar.Partial, or None when despawned) is laid over `below`."""
+    if not isinstance(above, columnar.Partial):
+        return above
+    if isinstance(below, columnar.Partial):
+        return columnar.Partial({**below, **above})
+    if below is None:
+        return above  # kept partial: the snapshot under the deltas holds the rest of the entity
+    components = {f'{c["name"]}:{c["fingerprint"]}': canonical_text(c) for c in json.loads(below)}
+    components.update(above)
+    return "[" + ",".join(components[key] for key in sorted(components)) + "]"
 
 
 def move(world, tick, table):
@@ -48,7 +62,7 @@ class Folding:
             self.state = {}
         for chunk in prepared.chunks:
             for entity_id, text in columnar.decode(chunk):
-                self.state[entity_id] = columnar.overlay(self.state.get(entity_id), text)
+                self.state[entity_id] = overlay(self.state.get(entity_id), text)
         self.sent.append(prepared)
 
 
@@ -130,15 +144,40 @@ async def test_it_runs_once_per_table_in_id_order_on_columns_kept_across_ticks()
     assert all(a is b for a, b in zip(first, [column for _, column in calls], strict=True))  # not rebuilt
 
 
-async def test_a_read_only_column_cannot_be_written():
-    def cheat(world, tick, table):
-        table[Velocity].dx += 1.0
+CHEATS = {
+    "in place": lambda columns: columns["dx"].__iadd__(1.0),
+    "a row": lambda columns: columns["dx"].__setitem__(0, 1.0),
+    "assigned": lambda columns: setattr(columns, "dx", columns["dx"] + 1.0),
+}
 
-    world = await _world(lambda w: add_vector_processor(w, cheat, Position, Velocity, writes=[Position]))
+
+@pytest.mark.parametrize("cheat", sorted(CHEATS))
+@pytest.mark.parametrize("changed_earlier", [False, True])
+async def test_a_read_only_column_cannot_be_written(cheat, changed_earlier):
+    # whether its table's columns or the entities changed earlier in the tick are handed over
+    def cheating(world, tick, table):
+        if changed_earlier == (len(table) == 1):
+            CHEATS[cheat](table[Velocity])
+
+    def boost(world, tick, entity_id, components):
+        if changed_earlier and entity_id == 2:
+            world.update(entity_id, [Velocity(dx=9.0, dy=0.0)])
+
+    world = await _world(lambda w: [w.add_processor(boost, Velocity),
+                                    add_vector_processor(w, cheating, Position, Velocity, writes=[Position])])  # fmt: skip
     before = sorted(world.state.items())
     with pytest.raises(ValueError, match="read-only"):
         await world.step()
     assert sorted(world.state.items()) == before
+
+
+async def test_a_field_a_component_does_not_have_cannot_be_assigned():
+    def typo(world, tick, table):
+        table[Position].z = table[Position].x
+
+    world = await _world(lambda w: add_vector_processor(w, typo, Position, Velocity, writes=[Position]))
+    with pytest.raises(AttributeError, match="Position has no field 'z'"):
+        await world.step()
 
 
 async def test_entities_changed_earlier_in_the_tick_are_processed_as_they_are_then():
@@ -223,7 +262,7 @@ async def test_whole_column_deltas_replace_the_deltas_they_cover():
         state = {}
         for chunk in published["snapshot"] + published["deltas"]:
             for entity_id, text in columnar.decode(chunk):
-                state[entity_id] = columnar.overlay(state.get(entity_id), text)
+                state[entity_id] = overlay(state.get(entity_id), text)
         return {e: t for e, t in state.items() if t is not None}
 
     world = await _world(lambda w: add_vector_processor(w, move, Position, Velocity, writes=[Position]))

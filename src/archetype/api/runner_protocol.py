@@ -27,10 +27,12 @@ LEDGER_ROUTE_ROLES: dict[str, Role] = {
     "world_info": Role.viewer,
     "list_worlds": Role.viewer,
     "load_state": Role.viewer,
+    "read_state": Role.viewer,
     "components": Role.viewer,
     "watermark": Role.viewer,
     # every principal's commands and when they are due: an analyst's reads
     "command": Role.analyst,
+    "commands_by_id": Role.analyst,
     "history": Role.analyst,
     "manifests": Role.analyst,
     "next_due_tick": Role.analyst,

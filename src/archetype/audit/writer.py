@@ -11,7 +11,7 @@ commits batch N. The child is `python -m archetype.audit.writer <data_dir>`; one
 The batch travels through a spool file, not the pipe: the parent's event loop is often blocked
 in synchronous ledger calls, and a large pipe write would only trickle out when it yields.
 The child deletes each spool file once handled. Closing its stdin ends it; a child that died is
-replaced by the next `start()`. A child whose parent died says so in one line on stderr and exits.
+replaced by the next `start()`.
 """
 
 from __future__ import annotations
@@ -30,8 +30,7 @@ import pyarrow as pa
 
 from archetype.audit.catalog import AUDIT_DIR, local_catalog
 from archetype.audit.table import AuditTable
-
-REPLY_FD = 1  # the child answers on its stdout
+from archetype.world.error_text import error_text
 
 
 class AuditWriteError(RuntimeError):
@@ -109,10 +108,9 @@ class ProcessWriter:
 def serve(data_dir: str) -> None:
     try:
         _serve(data_dir)
-    except BrokenPipeError:  # its answer had nowhere to go: the parent died, SIGKILL included
-        # what is still buffered for the pipe would raise again as the interpreter exits
-        os.dup2(os.open(os.devnull, os.O_WRONLY), REPLY_FD)
-        print("archetype audit writer: its parent process is gone (broken pipe); exiting", file=sys.stderr)
+    except BrokenPipeError:  # the parent is gone (killed): nobody to answer; one line, not a traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # nor one at exit, flushing stdout (fd 1) again
+        print("the audit writer's parent (the projector) is gone; stopping", file=sys.stderr)
 
 
 def _serve(data_dir: str) -> None:
@@ -130,7 +128,7 @@ def _serve(data_dir: str) -> None:
                 rows = pa.ipc.open_stream(source).read_all()
             reply: dict[str, int | str] = {"appended": table.append_in_order(request["world_id"], rows)}
         except Exception as exc:  # reported to the parent, which raises it; this process stays usable
-            reply = {"error": f"{type(exc).__name__}: {exc}"}
+            reply = {"error": error_text(exc)}
         finally:
             Path(request["path"]).unlink(missing_ok=True)
         replies.write(json.dumps(reply).encode() + b"\n")

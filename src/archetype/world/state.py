@@ -43,6 +43,10 @@ Signature = frozenset[str]
 class Column(Protocol):
     """One component type's values in a table, a row per entity, in the table's id order."""
 
+    @property
+    def component_type(self) -> type[Component]:
+        """The class of the components (of a column that has a row)."""
+
     def value(self, row: int) -> Component: ...
 
     def set(self, rows: Sequence[int], components: Sequence[Component], text_of: TextOf | None) -> None:
@@ -85,6 +89,10 @@ class ObjectColumn:
         # read once or twice per processed entity: the list's own lookup, no Python call (the
         # list is only ever changed in place)
         self.value: Callable[[int], Component] = self._components.__getitem__
+
+    @property
+    def component_type(self) -> type[Component]:
+        return type(self._components[0])
 
     def set(self, rows: Sequence[int], components: Sequence[Component], text_of: TextOf | None) -> None:
         held, texts = self._components, self._texts
@@ -437,7 +445,7 @@ class WorldState:
         parts = []
         for key in sorted(keys):
             column = None if not rows else (overridden.get(key) or table.columns[key])  # type: ignore[union-attr]
-            cls = type(entered[0][1][key] if entered else column.value(rows[0]))  # type: ignore[union-attr]
+            cls = type(entered[0][1][key]) if entered else column.component_type  # type: ignore[union-attr]
             fields = numeric_fields(cls)
             if fields is None:
                 texts = column.texts(rows) if column is not None else []

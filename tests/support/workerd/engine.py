@@ -26,16 +26,11 @@ object belongs to one namespace of one test, which runs one call at a time).
 from __future__ import annotations
 
 import base64
-import ctypes
 import json
 import math
 import os
-import select
 import shutil
-import signal
-import subprocess
 import tempfile
-import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -52,29 +47,17 @@ from tests.support.durable_object_standin import (
     SqlError,
     standin_authority,
 )
+from tests.support.workerd.process import WorkerdError, WorkerdProcess
 
 HERE = Path(__file__).resolve().parent
 WORKERD = HERE.parents[2] / "node_modules" / ".bin" / "workerd"
 CONFIG = HERE / "config.capnp"
 READY_TIMEOUT_S = 20.0
 REQUEST_TIMEOUT_S = 60.0
-PR_SET_PDEATHSIG = 1
-
-
-class WorkerdError(RuntimeError):
-    """The fixture could not do its job (workerd missing, not starting, answering an HTTP error)."""
 
 
 class ReplayDivergedError(WorkerdError):
     """A replayed transaction answered differently from what the Python side saw; nothing was committed."""
-
-
-def _die_with_parent() -> None:
-    # Runs in the child before exec: workerd gets SIGTERM if pytest dies without its teardown.
-    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-
-
-_libc = ctypes.CDLL(None, use_errno=True)
 
 
 class WorkerdServer:
@@ -83,55 +66,23 @@ class WorkerdServer:
     def __init__(self) -> None:
         if not os.access(WORKERD, os.X_OK):
             raise WorkerdError(f"{WORKERD} is missing: `./dev setup` installs it (npm ci, package-lock.json)")
-        if threading.current_thread() is not threading.main_thread():
-            raise WorkerdError("start workerd from the main thread (its parent-death signal follows the forking thread)")
         started = time.monotonic()
         self._directory = Path(tempfile.mkdtemp(prefix="archetype-workerd-"))
         (self._directory / "storage").mkdir()
-        self._log_path = self._directory / "workerd.log"
-        self._log = self._log_path.open("wb")
-        read_fd, write_fd = os.pipe()
         try:
-            try:
-                self._process = subprocess.Popen(
-                    [str(WORKERD), "serve", str(CONFIG), f"--control-fd={write_fd}",
-                     f"--directory-path=storage={self._directory / 'storage'}"],
-                    pass_fds=(write_fd,), stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
-                    preexec_fn=_die_with_parent,
-                )  # fmt: skip
-            finally:
-                os.close(write_fd)  # workerd holds its end; EOF on ours means it exited
-            port = self._await_port(read_fd)
+            self._process = WorkerdProcess(
+                [str(WORKERD), "serve", str(CONFIG), f"--directory-path=storage={self._directory / 'storage'}"],
+                self._directory / "workerd.log", ready_timeout_s=READY_TIMEOUT_S,
+            )  # fmt: skip
         except BaseException:
-            self.close()
+            shutil.rmtree(self._directory, ignore_errors=True)
             raise
-        finally:
-            os.close(read_fd)
-        self.url = f"http://127.0.0.1:{port}"
+        self.url = f"http://127.0.0.1:{self._process.port}"
         self._client = httpx.Client(base_url=self.url, timeout=REQUEST_TIMEOUT_S)
         self.startup_s = time.monotonic() - started
 
-    def _await_port(self, control_fd: int) -> int:
-        """workerd writes one JSON line per socket on its control fd once it listens."""
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        buffered = b""
-        while time.monotonic() < deadline:
-            readable, _, _ = select.select([control_fd], [], [], deadline - time.monotonic())
-            if not readable:
-                break
-            chunk = os.read(control_fd, 4096)
-            if not chunk:
-                raise WorkerdError(f"workerd exited ({self._process.wait()}) before listening: {self.log()}")
-            buffered += chunk
-            *lines, buffered = buffered.split(b"\n")
-            for line in lines:
-                event = json.loads(line)
-                if event.get("event") == "listen" and event.get("socket") == "http":
-                    return int(event["port"])
-        raise WorkerdError(f"workerd did not listen within {READY_TIMEOUT_S} s: {self.log()}")
-
     def log(self) -> str:
-        return self._log_path.read_text(errors="replace")[-4000:]
+        return self._process.log()
 
     def run(self, object_name: str, statements: list[list[Any]], *, expect: list[str] | None = None,
             probe: bool = False) -> list[str]:  # fmt: skip
@@ -151,17 +102,8 @@ class WorkerdServer:
         return response.json()["answers"]
 
     def close(self) -> None:
-        client, process = getattr(self, "_client", None), getattr(self, "_process", None)
-        if client is not None:
-            client.close()
-        if process is not None and process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-        self._log.close()
+        self._client.close()
+        self._process.stop()
         shutil.rmtree(self._directory, ignore_errors=True)
 
 
