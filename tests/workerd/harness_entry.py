@@ -1,6 +1,7 @@
 """The Worker's main module in the real-runtime tests: the product's `worker.entry` unchanged, plus
-two things a request may ask for, so that test suites written against a fresh authority per test
-and a ManualClock (the conformance suite) can run on one long-lived deployment.
+what a request may ask for, so that test suites written against a fresh authority per test and a
+ManualClock (the conformance suite, the edge-hosting parity script) can run on one long-lived
+deployment.
 
 Never deployed: the real-runtime fixture stages this file as the bundle's main module
 (`LocalWorker(main=...)`); the product's entry is staged beside it and does the work.
@@ -11,15 +12,30 @@ Never deployed: the real-runtime fixture stages this file as the bundle's main m
 - `x-archetype-test-now-ms: <ms>`: the request runs at that time. The Worker sends every RPC it
   makes for the request through the object's `clocked(now_ms, method, args)`, which sets that
   object's clock and runs `method`; without the header, `clocked(None, ...)` puts the object back
-  on the system clock. An object's alarm reads the time of the last RPC it served; workerd fires
-  alarms on the real clock, at times an object on a test clock set on its test timeline (in the
-  past, so at once): a world its alarm steps (edge-hosted) belongs on the system clock.
+  on the system clock.
+
+An object on a test clock **holds its alarm**: what it sets with `ctx.storage.setAlarm` is kept
+(in the object's key-value storage, so it survives a restart) and answered by `getAlarm`, but
+workerd is not given it, as workerd would fire a test timeline's times (in the past) at once.
+The test fires it, as the stand-in's `run_alarm` does:
+
+- `POST /_test/objects/<name>/alarm` (with the test's headers): if the object holds an alarm, it is
+  handed to workerd for now (`setAlarm`), and the answer waits for workerd to run the object's
+  `alarm()` handler: `{"fired": true, "raised": null or the error the handler let out}`; else
+  `{"fired": false}`. `GET` answers `{"at": <the held alarm or null>}`.
+- `POST /_test/objects/<name>/fault?statements=N`: the next N SQL statements an alarm of the object
+  runs fail (`RuntimeError`), as a storage failure would.
+
+An object on the system clock (no header) sets workerd's alarm itself: edge-hosted worlds there
+tick on real time.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from archetype.commands.ledger import LEDGER_METHODS
 from archetype.commands.port import SystemClock
@@ -31,7 +47,11 @@ __all__ = ["Default", "WorldObject"]
 
 NOW_HEADER = "x-archetype-test-now-ms"
 NAMESPACE_HEADER = "x-archetype-test-namespace"
+OBJECTS_ROUTE = "/_test/objects/"
 DIRECTORY_METHODS = frozenset({"directory_register", "directory_world_ids"})
+TEST_METHODS = frozenset({"test_fire_alarm", "test_held_alarm", "test_fault"})
+HELD_ALARM_KEY = "archetype-test-held-alarm"
+FIRE_TIMEOUT_S = 120.0
 
 # Set per request in `Default.fetch`; the ASGI bridge runs the app in a task started from there,
 # which carries them to every RPC the request makes.
@@ -50,18 +70,103 @@ class RpcClock:
         return self._system.now_ms() if self.now is None else self.now
 
 
+class _FaultySql:
+    """`ctx.storage.sql` whose next `failing` statements raise while `armed` (during an alarm)."""
+
+    def __init__(self, sql: Any) -> None:
+        self._sql = sql
+        self.failing = 0
+        self.armed = False
+
+    def exec(self, query: str, *bindings: Any) -> Any:
+        if self.armed and self.failing > 0:
+            self.failing -= 1
+            raise RuntimeError("injected storage failure (tests/workerd/harness_entry.py)")
+        return self._sql.exec(query, *bindings)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sql, name)
+
+
+class _TestStorage:
+    """`ctx.storage` with the alarm held while the object is on a test clock, and faults."""
+
+    def __init__(self, storage: Any, clock: RpcClock) -> None:
+        self._storage = storage
+        self._clock = clock
+        self.sql = _FaultySql(storage.sql)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._storage, name)
+
+    async def getAlarm(self, options: Any = None) -> Any:
+        if self._clock.now is None:
+            return await self._storage.getAlarm()
+        held = number_or_none(await self._storage.get(HELD_ALARM_KEY))
+        return None if held is None else int(held)
+
+    async def setAlarm(self, scheduled_time: Any, options: Any = None) -> None:
+        if self._clock.now is None:
+            await self._storage.setAlarm(scheduled_time)
+        else:
+            await self._storage.put(HELD_ALARM_KEY, scheduled_time)
+
+    async def deleteAlarm(self, options: Any = None) -> None:
+        if self._clock.now is None:
+            await self._storage.deleteAlarm()
+        else:
+            await self._storage.delete(HELD_ALARM_KEY)
+
+    async def fire(self) -> None:
+        """Hand the held alarm to workerd, due now."""
+        await self._storage.delete(HELD_ALARM_KEY)
+        await self._storage.setAlarm(SystemClock().now_ms())
+
+
 class WorldObject(entry.WorldObject):
     def __init__(self, ctx: Any, env: Any) -> None:
         self.rpc_clock = RpcClock()
+        self.test_storage = _TestStorage(ctx.storage, self.rpc_clock)
+        self._alarm_ran: asyncio.Future[str | None] | None = None
+        # The SDK's context object keeps what it is given: the product's constructor finds this storage.
+        ctx.storage = self.test_storage
         super().__init__(ctx, env, clock=self.rpc_clock)
 
     async def clocked(self, now_ms: Any, method: Any, args: Any = None) -> Any:
         """Run the RPC method `method` at `now_ms` (None: on the system clock)."""
-        if method not in LEDGER_METHODS and method not in DIRECTORY_METHODS:
+        if method not in LEDGER_METHODS and method not in DIRECTORY_METHODS and method not in TEST_METHODS:
             raise ValueError(f"clocked: {method!r} is not an RPC method of the object")
         now = number_or_none(now_ms)
         self.rpc_clock.now = None if now is None else int(now)
         return await getattr(self, method)(args)
+
+    async def alarm(self, alarm_info: Any = None) -> None:
+        raised: str | None = None
+        self.test_storage.sql.armed = True
+        try:
+            await super().alarm(alarm_info)
+        except BaseException as exc:
+            raised = f"{type(exc).__name__}: {exc}"
+            raise
+        finally:
+            self.test_storage.sql.armed = False
+            if self._alarm_ran is not None and not self._alarm_ran.done():
+                self._alarm_ran.set_result(raised)
+
+    async def test_fire_alarm(self, args: Any = None) -> dict[str, Any]:
+        if await self.test_storage.getAlarm() is None:
+            return {"fired": False}
+        self._alarm_ran = asyncio.get_running_loop().create_future()
+        await self.test_storage.fire()
+        raised = await asyncio.wait_for(self._alarm_ran, FIRE_TIMEOUT_S)
+        return {"fired": True, "raised": raised}
+
+    async def test_held_alarm(self, args: Any = None) -> dict[str, Any]:
+        return {"at": await self.test_storage.getAlarm()}
+
+    async def test_fault(self, args: Any = None) -> dict[str, Any]:
+        self.test_storage.sql.failing = int(number_or_none(args) or 0)
+        return {"statements": self.test_storage.sql.failing}
 
 
 class _ClockedStub:
@@ -100,6 +205,22 @@ class _HarnessEnv:
         return getattr(self._env, name)
 
 
+async def _object_route(env: _HarnessEnv, method: str, path: str, query: str) -> Any:
+    """The test routes under OBJECTS_ROUTE (see the module's docstring)."""
+    from workers import Response
+
+    name, _, action = path.removeprefix(OBJECTS_ROUTE).rpartition("/")
+    stub = env.WORLDS.get(env.WORLDS.idFromName(unquote(name)))
+    if (method, action) == ("POST", "alarm"):
+        return Response.json(await stub.test_fire_alarm())
+    if (method, action) == ("GET", "alarm"):
+        return Response.json(await stub.test_held_alarm())
+    if (method, action) == ("POST", "fault"):
+        statements = int(parse_qs(query).get("statements", ["1"])[0])
+        return Response.json(await stub.test_fault(statements))
+    return Response.json({"detail": f"no test route {method} {path}"}, status=404)
+
+
 class Default(entry.Default):
     async def fetch(self, request: Any) -> Any:
         if entry._app is None:  # the product's per-isolate app, over the wrapped namespace
@@ -107,4 +228,7 @@ class Default(entry.Default):
         now = request.headers.get(NOW_HEADER)
         _request_now.set(int(now) if now else None)
         _request_namespace.set(request.headers.get(NAMESPACE_HEADER) or "")
+        url = urlsplit(request.url)
+        if url.path.startswith(OBJECTS_ROUTE):
+            return await _object_route(_HarnessEnv(self.env), str(request.method.value), url.path, url.query)
         return await super().fetch(request)

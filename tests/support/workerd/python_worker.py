@@ -16,12 +16,18 @@ import os
 import shutil
 import tempfile
 import time
+import uuid
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import httpx
 import pytest
 
+from archetype.commands.port import ManualClock
+from archetype.remote import HttpAuthority
+from tests.support.clock_header import ClockHeader
 from tests.support.workerd.process import WorkerdError, WorkerdProcess
+from tests.workerd.harness_entry import NAMESPACE_HEADER, NOW_HEADER
 from worker.local_workerd import LocalWorker, MissingRuntimeError, check_runtime
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -162,3 +168,16 @@ def stop_shared_python_worker() -> None:
     if _shared is not None:
         worker, _shared = _shared, None
         worker.close()
+
+
+@asynccontextmanager
+async def worker_workerd_authority(directory: Path, clock: ManualClock):
+    """The HTTP client authority against the session's deployment, in a test namespace of its own
+    on the test's clock (tests/workerd/harness_entry.py): a conformance authority factory."""
+    worker = shared_python_worker()
+    headers = {NAMESPACE_HEADER: uuid.uuid4().hex}
+    authority = HttpAuthority(worker.url, token=ADMIN_TOKEN, transport=ClockHeader(clock, NOW_HEADER, headers))
+    try:
+        yield authority
+    finally:
+        await authority.close()
