@@ -19,7 +19,8 @@ test_engine_equivalence.py holds this one to, answer for answer.
 - `ctx.storage.transactionSync(fn)`: atomic, rolled back when `fn` raises, synchronous only.
 - one event at a time per object (an input gate held for a whole call: stricter than workerd,
   which lets events interleave at non-storage awaits);
-- alarms (`getAlarm`/`setAlarm`/`deleteAlarm`, fired by the test with `run_alarm`);
+- alarms (`getAlarm`/`setAlarm`/`deleteAlarm`, fired by the test with `run_alarm`), refusing
+  the times workerd refuses (<= 0, from 2**63 - 1 nanoseconds on);
 - a Queue producer binding whose `sendBatch` enforces the batch limits and can be told to fail;
 - RPC through stubs (`idFromName`/`get`/`getByName`) that structured-clone arguments and results
   and reject anything that is not plain data (tuples, models, exceptions, unsafe integers...).
@@ -56,6 +57,8 @@ ALLOWED_PRAGMAS = frozenset({
     "reverse_unordered_selects", "foreign_keys", "defer_foreign_keys",
 })  # fmt: skip
 JS_MAX_SAFE_INTEGER = 2**53 - 1
+# setAlarm refuses a time from here on: 2**63 - 1 nanoseconds, in milliseconds (observed on workerd).
+ALARM_LIMIT_MS = (2**63 - 1) / 1_000_000
 
 QUEUE_MAX_BATCH_MESSAGES = 100
 QUEUE_MAX_BATCH_BYTES = 256_000
@@ -382,6 +385,11 @@ class DurableObjectStorage:
     async def setAlarm(self, scheduled_time: int | float, options: Any = None) -> None:
         if not isinstance(scheduled_time, int | float) or isinstance(scheduled_time, bool):
             raise TypeError("setAlarm takes milliseconds since the epoch")
+        # workerd's own refusals (its alarm is 64-bit nanoseconds since the epoch), as it words them
+        if scheduled_time <= 0:
+            raise TypeError("setAlarm() cannot be called with an alarm time <= 0")
+        if scheduled_time >= ALARM_LIMIT_MS:
+            raise TypeError("This API doesn't support dates after 2189.")
         await asyncio.sleep(0)
         self._record.alarm = int(scheduled_time)
 

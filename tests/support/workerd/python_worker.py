@@ -27,6 +27,7 @@ from archetype.commands.port import ManualClock
 from archetype.remote import HttpAuthority
 from tests.support.clock_header import ClockHeader
 from tests.support.workerd.process import WorkerdError, WorkerdProcess
+from tests.support.workerd.queue_recorder import QueueRecorder
 from tests.workerd.harness_entry import NAMESPACE_HEADER, NOW_HEADER
 from worker.local_workerd import LocalWorker, MissingRuntimeError, check_runtime
 
@@ -39,8 +40,9 @@ TOKENS = {
     "workerd-player": {"principal": "pat", "roles": ["player"]},
 }
 ADMIN_TOKEN, OPERATOR_TOKEN, PLAYER_TOKEN = TOKENS
-# Edge-hosted worlds tick every TICK_INTERVAL_MS: fast enough for tests to see ticks within seconds.
-VARS = {"TICK_INTERVAL_MS": "250"}
+# Edge-hosted worlds tick at the product's pace (durable_world.edge.TICK_INTERVAL_MS, one second):
+# the edge-hosting parity scripts step a world one interval at a time, as serve's runner does.
+VARS: dict[str, str] = {}
 # workerd listens only once the Worker is loaded (Pyodide, then the Worker's imports): 11-25 s
 # measured on a 2-core machine at load 3-9; generous, for a busier one.
 LISTEN_TIMEOUT_S = 180.0
@@ -48,17 +50,19 @@ HEALTH_TIMEOUT_S = 60.0
 
 
 class PythonWorker:
-    """The deployment: `url`, `tokens`, `storage` (the objects' SQLite files), `log_path` (workerd's
-    output: the Worker's Python tracebacks and warnings land there), `restart()`; `build_s` (staging
-    and config) and `cold_starts` (seconds from each start to the first answer of /health) say
-    what it cost."""
+    """The deployment: `url`, `tokens`, `storage` (the objects' SQLite files), `queue` (the audit
+    queue's messages, tests/support/workerd/queue_recorder.py), `log_path` (workerd's output: the
+    Worker's Python tracebacks and warnings land there), `restart()`; `build_s` (staging and config)
+    and `cold_starts` (seconds from each start to the first answer of /health) say what it cost."""
 
     def __init__(self, directory: Path | None = None) -> None:
         check_runtime()
         self.directory = directory or Path(tempfile.mkdtemp(prefix="archetype-workerd-python-"))
         self._owns_directory = directory is None
         self.tokens = TOKENS
-        self.local = LocalWorker(self.directory, modules=MODULES, tokens=TOKENS, vars=VARS, main=HARNESS_ENTRY)
+        self.queue = QueueRecorder()
+        self.local = LocalWorker(self.directory, modules=MODULES, tokens=TOKENS, vars=VARS, main=HARNESS_ENTRY,
+                                 queue_address=self.queue.address)  # fmt: skip
         started = time.monotonic()
         self.local.build()
         self.build_s = time.monotonic() - started
@@ -127,6 +131,7 @@ class PythonWorker:
 
     def close(self) -> None:
         self.stop()
+        self.queue.close()
         if self._owns_directory:
             shutil.rmtree(self.directory, ignore_errors=True)
 
