@@ -12,7 +12,7 @@ test_engine_equivalence.py holds this one to, answer for answer.
   ATTACH/DETACH, TEMP objects and PRAGMAs other than the documented ones are rejected; at most 100
   bound parameters; statements at most 100,000 bytes. Bindings arrive as Pyodide hands them over
   and are bound as the engine binds JS values: every int is a JS number, bound as REAL (so
-  `'w/' || (? + 1)` is 'w/2.0'), one beyond +/-2**53 a BigInt, which the engine refuses; a bool is
+  `'w/' || (? + 1)` is 'w/2.0'), one from +/-(2**53 - 1) on a BigInt, which the engine refuses; a bool is
   bound as the text 'true'/'false'. Numbers come back as floats (JS doubles),
   rows as dict-like objects with attribute access, through cursors with `toArray()`, `one()`,
   `raw()`, `next()`, `columnNames`, `rowsRead`, `rowsWritten`.
@@ -221,8 +221,10 @@ def _as_js_number(value: Any) -> Any:
     return float(value) if isinstance(value, int) else value
 
 
-# Pyodide hands a Python int to JavaScript as a number when it lies within +/-2**53 (inclusive).
-PYODIDE_NUMBER_LIMIT = 2**53
+# Pyodide hands a Python int to JavaScript as a number only while its magnitude is below 2**53 - 1,
+# as a BigInt from there on (observed in workerd: binding 2**53 - 1 fails with "Cannot convert a
+# BigInt value to a number"; durable_world.ffi.sql_binding hands such ints over as floats).
+PYODIDE_BIGINT_FROM = 2**53 - 1
 
 
 def _as_engine_binding(value: Any) -> Any:
@@ -230,7 +232,7 @@ def _as_engine_binding(value: Any) -> Any:
     if isinstance(value, bool):
         return "true" if value else "false"  # a JS boolean is bound as its string
     if isinstance(value, int):
-        if abs(value) > PYODIDE_NUMBER_LIMIT:  # a BigInt in JavaScript
+        if abs(value) >= PYODIDE_BIGINT_FROM:  # a BigInt in JavaScript
             raise SqlError("TypeError: Cannot convert a BigInt value to a number")
         return float(value)  # a JS number, bound as REAL
     if value is None or isinstance(value, str | float | bytes):
