@@ -1,6 +1,7 @@
 """Edge-hosted worlds on workerd's real alarms (the session's deployment,
 tests/support/workerd/python_worker.py): the edge-hosting parity scripts byte for byte against a
-`serve`-hosted world, across a workerd restart on the same disk; the arming table over every
+`serve`-hosted world, across a workerd restart on the same disk (which every other world
+survives too); the arming table over every
 ledger method; alarm times within what workerd accepts; an alarm whose work raises still re-arms.
 
 On a test clock the objects hold their alarms until the test fires them (tests/workerd/
@@ -12,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
@@ -25,7 +27,7 @@ from archetype.world import CreateWorld, Despawn
 from durable_world.edge import TICK_INTERVAL_MS
 from durable_world.world_object import MAX_ALARM_MS, RETRY_DELAY_MS
 from tests.durable_object.arming import ROWS, Host, run_row
-from tests.durable_object.edge_scenario import hosted_snapshot, later, scripted, serve_hosted_snapshot
+from tests.durable_object.edge_scenario import hosted_snapshot, later, scripted, serve_hosted_snapshot, spawn_mover
 from tests.server import game
 from tests.support.clock_header import ClockHeader
 from tests.support.workerd.python_worker import ADMIN_TOKEN, PythonWorker
@@ -119,19 +121,66 @@ async def test_an_edge_hosted_world_matches_a_serve_hosted_one_byte_for_byte(dep
     assert await hosted_snapshot(deployment.authority, world_id, delivered) == served
 
 
-@pytest.mark.parametrize("module", [game], ids=["processors"])
-async def test_commands_due_ticks_later_match_serve_across_a_workerd_restart(deployment, tmp_path, module):
-    """Ticks 0..9 with commands due 3 and 6 ticks on, workerd restarted on the same disk between
-    (every isolate and object instance new; the held alarm and the ledger kept): no tick repeated,
-    none lost, byte for byte what `serve` did across its own restart."""
-    world_id = edge_world("later")
-    served = await serve_hosted_snapshot(tmp_path / "serve", world_id, later, module)
+async def test_a_workerd_restart_on_the_same_disk_resumes_every_world(deployment, system_clock, tmp_path):
+    """One restart (a cold start costs 10-25 s) for three worlds. An edge-hosted world on the test
+    clock runs ticks 0..9 with commands due 3 and 6 ticks on, workerd restarted between (every
+    isolate and object instance new; the ledger and the held alarm kept): no tick repeated, none
+    lost, byte for byte what `serve` did across its own restart. A runner-hosted world with a
+    pending command answers the same, byte for byte. An edge-hosted world on workerd's own alarm
+    goes on ticking from where it was."""
+    later_world, pending, ticking = edge_world("later"), f"restart-{uuid.uuid4().hex[:12]}", edge_world("ticking")
+    served = await serve_hosted_snapshot(tmp_path / "serve", later_world, later, game)
+    admin, gateway = system_clock.authority, Runtime(system_clock.authority, owner="gateway")
+    for world_id, command_id in ((pending, "kept"), (ticking, "moving")):
+        await admin.create_world(world_id, world_id)
+        await spawn_mover(gateway, world_id, command_id)
+    await until(lambda: _status(admin, ticking, "moving"), "APPLIED", "the edge-hosted world to apply its spawn")
+    # the admission's audit event leaves on the object's delivery alarm: let it, so nothing moves meanwhile
+    await until(lambda: _pending_events(admin, pending), 0, "the audit outbox to be sent")
+    resumed: list[int] = []
+
+    async def restart_between(restart: bool = False) -> bool:
+        if restart:
+            before = await _answers(admin, pending)
+            resumed.append((await admin.world_info(ticking))["tick_head"])
+            url, pid = deployment.worker.url, deployment.worker.pid
+            deployment.worker.restart()
+            assert (deployment.worker.url, deployment.worker.pid != pid) == (url, True)
+            assert await _answers(admin, pending) == before
+        return await deployment.fire_cleanly(later_world)
+
     assert deployment.clock is not None
-    edge = Runtime(deployment.authority, owner="gateway")
-    await later(edge, world_id, lambda restart=False: deployment.fire_cleanly(world_id, restart), deployment.clock)
-    assert [m["tick"] for m in await deployment.authority.manifests(world_id)] == list(range(10))
-    delivered = deployment.worker.queue.bodies(world_id)
-    assert await hosted_snapshot(deployment.authority, world_id, delivered) == served
+    await later(Runtime(deployment.authority, owner="gateway"), later_world, restart_between, deployment.clock)
+    assert [m["tick"] for m in await deployment.authority.manifests(later_world)] == list(range(10))
+    delivered = deployment.worker.queue.bodies(later_world)
+    assert await hosted_snapshot(deployment.authority, later_world, delivered) == served
+    assert {pending, ticking} <= {w["world_id"] for w in await admin.list_worlds()}
+    # the system-clock world's alarm survived the restart: it goes on ticking from where it was
+    await until(lambda: _ticked_past(admin, ticking, resumed[0]), True, "the edge-hosted world to tick after the restart")
+
+
+async def until(read: Callable[[], Awaitable[Any]], expected: Any, what: str) -> None:
+    deadline = time.monotonic() + SETTLE_S
+    while (found := await read()) != expected:
+        assert time.monotonic() < deadline, f"timed out after {SETTLE_S} s waiting for {what} (last: {found!r})"
+        await asyncio.sleep(0.2)
+
+
+async def _status(authority: HttpAuthority, world_id: str, command_id: str) -> str | None:
+    row = await authority.command(world_id, command_id)
+    return None if row is None else row["status"]
+
+
+async def _pending_events(authority: HttpAuthority, world_id: str) -> int:
+    return (await authority.watermark(world_id))["pending"]
+
+
+async def _ticked_past(authority: HttpAuthority, world_id: str, tick: int) -> bool:
+    return (await authority.world_info(world_id))["tick_head"] > tick
+
+
+async def _answers(authority: HttpAuthority, world_id: str) -> list[Any]:
+    return [await authority.history(world_id), await authority.load_state(world_id), await authority.world_info(world_id)]
 
 
 @pytest.mark.parametrize("method", sorted(ROWS))
@@ -150,10 +199,7 @@ async def test_a_command_due_past_the_alarm_range_is_admitted_and_its_alarm_is_t
     far = DurableOptions(tick=2**53 - 1)
     await Runtime(authority, owner="gateway").dispatcher.defer(Despawn(world_id=world_id, entity_id=5), far,
                                                                command_id="at-the-bound")  # fmt: skip
-    deadline = time.monotonic() + SETTLE_S
-    while (await authority.watermark(world_id))["pending"] and time.monotonic() < deadline:
-        await asyncio.sleep(0.2)
-    assert (await authority.watermark(world_id))["pending"] == 0, system_clock.worker.log()
+    await until(lambda: _pending_events(authority, world_id), 0, "its event to be sent")
     assert system_clock.worker.queue.bodies(world_id)[0]["command_id"] == "at-the-bound"
     assert await system_clock.alarm_at(world_id) == MAX_ALARM_MS
 
