@@ -78,13 +78,15 @@ class WorldObject(DurableObject):  # type: ignore[misc]  # `workers` exists only
         self.retention = Retention.of(env)
         # In memory: a fresh object (after an eviction) prunes at its first alarm, which is bounded anyway.
         self._prune_due_ms = 0
-        # Counts the alarms set by calls (not the handler): a call served while the handler awaits
-        # may arm something the handler's own re-arm must keep.
-        self._armed_by_calls = 0
+        # Counts the calls that may arm the alarm: one served while the handler awaits may have
+        # armed something the handler's own re-arm must keep.
+        self._writes_served = 0
 
     async def _call(self, method: str, args: Any) -> dict[str, Any]:
         args = to_py(args) if args is not None else {}
         ledger_method = getattr(self.ledger, method)
+        if method not in READS:
+            self._writes_served += 1
         try:
             if not isinstance(args, dict):
                 raise InvalidCommandError(f"{method} takes one object of named arguments")
@@ -119,17 +121,17 @@ class WorldObject(DurableObject):  # type: ignore[misc]  # `workers` exists only
             await self._arm_alarm_by(at)
 
     async def _arm_alarm(self, delay_ms: int) -> None:
-        """Arm the alarm `delay_ms` from now unless one is set (a pending retry keeps its pause)."""
-        if number_or_none(await self.ctx.storage.getAlarm()) is None:
-            await self._set_alarm(self.clock.now_ms() + delay_ms)
-            self._armed_by_calls += 1
+        """Arm the alarm `delay_ms` from now, unless one is set within RETRY_DELAY_MS (a pending
+        retry keeps its pause; an alarm set later, for a step far ahead, is brought forward)."""
+        now, current = self.clock.now_ms(), number_or_none(await self.ctx.storage.getAlarm())
+        if current is None or current > now + RETRY_DELAY_MS:
+            await self._set_alarm(now + delay_ms)
 
     async def _arm_alarm_by(self, at_ms: int) -> None:
         """The alarm fires at `at_ms` or sooner: an alarm already set sooner stays."""
         current = number_or_none(await self.ctx.storage.getAlarm())
         if current is None or current > alarm_time(at_ms):
             await self._set_alarm(at_ms)
-            self._armed_by_calls += 1
 
     async def _set_alarm(self, at_ms: int) -> None:
         await self.ctx.storage.setAlarm(alarm_time(at_ms))
@@ -165,14 +167,14 @@ class WorldObject(DurableObject):  # type: ignore[misc]  # `workers` exists only
         the runtime's own retries."""
         fallback = alarm_time(self.clock.now_ms() + RETRY_DELAY_MS)
         await self.ctx.storage.setAlarm(fallback)
-        armed_by_calls = self._armed_by_calls
+        writes_served = self._writes_served
         try:
             due = await self._alarm_work()
         except Exception:
             log.exception("the alarm's work failed; it runs again in %d ms", RETRY_DELAY_MS)
             return
         try:
-            if self._armed_by_calls != armed_by_calls:  # a call armed it meanwhile: only ever sooner
+            if self._writes_served != writes_served:  # a call may have armed it meanwhile: only ever sooner
                 if due:
                     await self._arm_alarm_by(min(due))
             elif due:

@@ -1,7 +1,8 @@
 """Every ledger method, called through a Durable Object host, leaves the object's alarm armed for
-what the call did: a call that appended an outbox event arms delivery (within DELIVERY_DELAY_MS),
-a call that made a command of an edge-hosted world due sooner arms its step; and the alarm, fired,
-does it (the events reach the queue, the command is settled).
+what the call did, even with an alarm set for later: a call that appended an outbox event arms
+delivery (within DELIVERY_DELAY_MS), a call that made a command of an edge-hosted world due sooner
+arms its step by the time it is due; and the alarm, fired, does it (the events reach the queue, the
+command is settled).
 
 Without an audit queue bound, events need no alarm, but a due command still does (the table runs
 both ways on the stand-in: with a queue, the delivery alarm also wakes a world for its tick).
@@ -35,6 +36,7 @@ from tests.server.game import IDLE_PREFIX
 
 OWNER, LEASE_MS = "runner-x", 60_000
 FIRES = 6  # alarms fired at most to serve what a call left: delivery, then the due tick
+LATER_MS = 86_400_000  # an alarm set before the call, far ahead (for a step due tomorrow): the call brings it forward
 
 
 @dataclass
@@ -45,7 +47,7 @@ class Host:
     clock: ManualClock
     tick_interval_ms: int
     alarm_at: Callable[[str], Awaitable[int | None]]
-    clear_alarm: Callable[[str], Awaitable[None]]
+    set_alarm: Callable[[str, int], Awaitable[None]]
     fire: Callable[[str], Awaitable[bool]]
     queue: bool = True  # an audit queue is bound (without one, events wait for a projector to read them)
 
@@ -229,14 +231,19 @@ class Observed(Authority):
         if after[1] is not None and (before[1] is None or after[1] < before[1]):
             seen.add("due")
         self.calls.append((method, frozenset(seen)))
-        alarm = await self.case.host.alarm_at(world_id)
-        if "event" in seen and self.case.host.queue:
-            assert alarm is not None and alarm <= self.case.host.clock.now_ms() + DELIVERY_DELAY_MS, (
+        host = self.case.host
+        alarm = await host.alarm_at(world_id)
+        if "event" in seen and host.queue:
+            assert alarm is not None and alarm <= host.clock.now_ms() + DELIVERY_DELAY_MS, (
                 f"{method} appended an outbox event and left the alarm at {alarm}"
             )
             self.armed_for.add("event")
         if "due" in seen and self.case.state["world"] == "edge":
-            assert alarm is not None, f"{method} made a command of an idle edge-hosted world due and armed no alarm"
+            # an idle world's clock starts at its creation, at tick -1 (docs/ledger.md, "Idle worlds")
+            due_at = (await inner.world_info(world_id))["created_at"] + (after[1] + 1) * host.tick_interval_ms
+            assert alarm is not None and alarm <= due_at, (
+                f"{method} made tick {after[1]} of an idle edge-hosted world due at {due_at} and left the alarm at {alarm}"
+            )
             self.armed_for.add("due")
         return result
 
@@ -247,8 +254,8 @@ async def _ledger_marks(authority: Authority, world_id: str) -> tuple[int, int |
 
 
 async def run_row(host: Host, method: str, world_id: str) -> None:
-    """Prepare the world, clear its alarm, make the row's call through `Observed` (which checks
-    the alarm after each ledger call), then fire the alarm until it served what the call left."""
+    """Prepare the world, set its alarm a day ahead, make the row's call through `Observed` (which
+    checks the alarm after each ledger call), then fire the alarm until it served what the call left."""
     row = ROWS[method]
     world_id = f"{IDLE_PREFIX}{world_id}" if row.world in ("edge", "new") else world_id
     case = Case(host, world_id)
@@ -258,7 +265,7 @@ async def run_row(host: Host, method: str, world_id: str) -> None:
     await row.prepare(case)
     if row.world in ("edge", "runner"):
         await _serve_events_only(case)
-        await host.clear_alarm(world_id)
+        await host.set_alarm(world_id, host.clock.now_ms() + LATER_MS)
     observed = Observed(case)
     if row.world == "new":
         case.state["world"] = "edge"

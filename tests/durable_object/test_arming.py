@@ -30,10 +30,10 @@ def host(tmp_path, request):
     async def alarm_at(world_id: str) -> int | None:
         return namespace.alarm_time(world_id)
 
-    async def clear_alarm(world_id: str) -> None:
-        await namespace.storage(world_id).deleteAlarm()
+    async def set_alarm(world_id: str, at: int) -> None:
+        await namespace.storage(world_id).setAlarm(at)
 
-    yield Host(DurableObjectAuthority(namespace), clock, TICK_INTERVAL_MS, alarm_at, clear_alarm, namespace.run_alarm,
+    yield Host(DurableObjectAuthority(namespace), clock, TICK_INTERVAL_MS, alarm_at, set_alarm, namespace.run_alarm,
                queue=request.param == "queue")  # fmt: skip
     namespace.close()
 

@@ -22,8 +22,8 @@ The test fires it, as the stand-in's `run_alarm` does:
 - `POST /_test/objects/<name>/alarm` (with the test's headers): if the object holds an alarm, it is
   handed to workerd for now (`setAlarm`), and the answer waits for workerd to run the object's
   `alarm()` handler: `{"fired": true, "raised": null or the error the handler let out}`; else
-  `{"fired": false}`. `GET` answers `{"at": <the held alarm or null>}`, `DELETE` clears it (on the
-  system clock, both are workerd's own alarm).
+  `{"fired": false}`. `GET` answers `{"at": <the held alarm or null>}`, `PUT ?at=<ms>` sets it (on
+  the system clock, both are workerd's own alarm).
 - `POST /_test/objects/<name>/fault?statements=N`: the next N SQL statements an alarm of the object
   runs fail (`RuntimeError`), as a storage failure would.
 
@@ -50,7 +50,7 @@ NOW_HEADER = "x-archetype-test-now-ms"
 NAMESPACE_HEADER = "x-archetype-test-namespace"
 OBJECTS_ROUTE = "/_test/objects/"
 DIRECTORY_METHODS = frozenset({"directory_register", "directory_world_ids"})
-TEST_METHODS = frozenset({"test_fire_alarm", "test_held_alarm", "test_clear_alarm", "test_fault"})
+TEST_METHODS = frozenset({"test_fire_alarm", "test_held_alarm", "test_set_alarm", "test_fault"})
 HELD_ALARM_KEY = "archetype-test-held-alarm"
 FIRE_TIMEOUT_S = 120.0
 
@@ -166,9 +166,9 @@ class WorldObject(entry.WorldObject):
         at = number_or_none(await self.test_storage.getAlarm())
         return {"at": None if at is None else int(at)}
 
-    async def test_clear_alarm(self, args: Any = None) -> dict[str, Any]:
-        await self.test_storage.deleteAlarm()
-        return {"at": None}
+    async def test_set_alarm(self, args: Any = None) -> dict[str, Any]:
+        await self.test_storage.setAlarm(int(number_or_none(args) or 0))
+        return await self.test_held_alarm()
 
     async def test_fault(self, args: Any = None) -> dict[str, Any]:
         self.test_storage.sql.failing = int(number_or_none(args) or 0)
@@ -221,8 +221,8 @@ async def _object_route(env: _HarnessEnv, method: str, path: str, query: str) ->
         return Response.json(await stub.test_fire_alarm())
     if (method, action) == ("GET", "alarm"):
         return Response.json(await stub.test_held_alarm())
-    if (method, action) == ("DELETE", "alarm"):
-        return Response.json(await stub.test_clear_alarm())
+    if (method, action) == ("PUT", "alarm"):
+        return Response.json(await stub.test_set_alarm(int(parse_qs(query)["at"][0])))
     if (method, action) == ("POST", "fault"):
         statements = int(parse_qs(query).get("statements", ["1"])[0])
         return Response.json(await stub.test_fault(statements))

@@ -63,8 +63,8 @@ class Deployment:
     async def alarm_at(self, world_id: str) -> int | None:
         return (await self._route("GET", world_id, "alarm"))["at"]
 
-    async def clear_alarm(self, world_id: str) -> None:
-        await self._route("DELETE", world_id, "alarm")
+    async def set_alarm(self, world_id: str, at: int) -> None:
+        await self._route("PUT", world_id, "alarm", at=at)
 
     async def fire(self, world_id: str) -> dict[str, Any]:
         """Hand the object's held alarm to workerd and wait for its handler: {"fired", "raised"}."""
@@ -82,7 +82,7 @@ class Deployment:
 
     def host(self) -> Host:
         assert self.clock is not None
-        return Host(self.authority, self.clock, TICK_INTERVAL_MS, self.alarm_at, self.clear_alarm, self.fire_cleanly)
+        return Host(self.authority, self.clock, TICK_INTERVAL_MS, self.alarm_at, self.set_alarm, self.fire_cleanly)
 
     async def close(self) -> None:
         await self.authority.close()
