@@ -76,13 +76,18 @@ class Case:
     async def leased(self, session: str = "s-a") -> None:
         await self.authority.lease(self.world_id, OWNER, session, self.state["epoch"], 0, 10, LEASE_MS)
 
-    async def dead_letter(self, command_id: str) -> None:
-        """`command_id` crashed its runner on its only attempt: leased and guarded by a session that
-        died, charged when another session leases (how a runner that held this world left it)."""
+    async def guarded(self, command_id: str = "c-1") -> None:
+        """`command_id`, with one attempt, leased and guarded by session s-a of a runner writing at
+        the world's epoch, which dies there: the next lease by another session charges it."""
         sequence = await self.admitted(command_id, max_attempts=1)
-        self.state.setdefault("epoch", (await self.authority.world_info(self.world_id))["writer_epoch"])
+        self.state["epoch"] = (await self.authority.world_info(self.world_id))["writer_epoch"]
         await self.leased("s-a")
         await self.authority.guard(self.world_id, OWNER, "s-a", self.state["epoch"], sequence)
+
+    async def dead_letter(self, command_id: str) -> None:
+        """`command_id` crashed its runner on its only attempt (how a runner that held this world,
+        before its module declared it edge-hosted, left it)."""
+        await self.guarded(command_id)
         await self.leased("s-b")
 
 
@@ -123,13 +128,6 @@ async def _leased(case: Case) -> None:
     case.state["sequence"] = await case.admitted()
     await case.writer()
     await case.leased()
-
-
-async def _guarded_then_died(case: Case) -> None:
-    case.state["sequence"] = await case.admitted(max_attempts=1)
-    await case.writer()
-    await case.leased("s-a")
-    await case.authority.guard(case.world_id, OWNER, "s-a", case.state["epoch"], case.state["sequence"])
 
 
 async def _registered(case: Case) -> None:
@@ -187,7 +185,7 @@ ROWS: dict[str, Row] = {
     "admit": Row("edge", lambda case: case.admitted(tick=2), effect=effect("event", "due")),
     "record_components": Row("edge", rpc("record_components", components=[schema_row(Position)])),
     # the writer's calls
-    "lease": Row("runner", lambda case: case.leased("s-b"), _guarded_then_died, effect("event")),  # a crash charged
+    "lease": Row("runner", lambda case: case.leased("s-b"), lambda case: case.guarded(), effect("event")),  # a crash charged
     "guard": Row("runner", _with(lambda case, s: case.authority.guard(case.world_id, OWNER, "s-a", s["epoch"],
                                                                       s["sequence"])), _leased),  # fmt: skip
     "publish": Row("runner", _step, lambda case: case.admitted(), effect("event")),
