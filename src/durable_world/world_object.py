@@ -23,14 +23,22 @@ import logging
 from types import ModuleType
 from typing import Any
 
-from archetype.commands.errors import CommandError, InvalidCommandError, WorldEdgeHostedError
+from archetype.commands.errors import (
+    CommandError,
+    InvalidCommandError,
+    WorldClosingError,
+    WorldEdgeHostedError,
+    WorldNotFoundError,
+)
+from archetype.commands.failure_streak import FailureStreak
 from archetype.commands.ledger import LEDGER_METHODS, Ledger
 from archetype.commands.port import Clock, SystemClock
-from durable_world.delivery import deliver_outbox
+from durable_world.delivery import DeliveryRetry, deliver_outbox, retry_delay_ms
 from durable_world.directory import WorldDirectory
 from durable_world.edge import EdgeRuntime, Retention, tick_interval_ms
 from durable_world.envelope import failure, success
 from durable_world.ffi import number_or_none, to_py
+from durable_world.logs import for_world, world_context
 from durable_world.port import DurableObjectSqlPort
 
 try:
@@ -49,13 +57,15 @@ QUEUE_BINDING = "AUDIT_QUEUE"
 # Calls that open no command and append no outbox event: nothing to arm after them (every other
 # call arms what its world needs; tests/durable_object/arming.py holds each method to its row).
 READS = frozenset({
-    "world_info", "list_worlds", "live_runners", "hosted_worlds", "pending_worlds", "load_state", "command",
-    "history", "manifests", "read_outbox", "read_outbox_columns", "watermark", "next_due_tick", "components",
+    "world_info", "list_worlds", "live_runners", "hosted_worlds", "pending_worlds", "load_state", "read_state",
+    "command", "commands_by_id", "history", "manifests", "read_outbox", "read_outbox_columns", "watermark",
+    "next_due_tick", "components",
 })  # fmt: skip
-# A short delay lets a burst of admissions share one batch; a failed send is retried after a pause,
-# and so is an alarm whose work failed.
+# A short delay lets a burst of admissions share one batch (a failed send waits longer: DeliveryRetry).
 DELIVERY_DELAY_MS = 1_000
-RETRY_DELAY_MS = 10_000
+# An alarm whose work failed runs again after this pause (the fallback armed before the work), and
+# an alarm set within it is left as it is.
+FALLBACK_DELAY_MS = 10_000
 # The times `ctx.storage.setAlarm` accepts (workerd keeps an alarm as nanoseconds since the epoch
 # in 64 bits, and refuses a time <= 0); a step due later is as good as never: the alarm is set at
 # the latest time, which fires, finds nothing due, and re-arms.
@@ -73,14 +83,18 @@ class WorldObject(DurableObject):  # type: ignore[misc]  # `workers` exists only
         super().__init__(ctx, env)
         self.clock = clock or SystemClock()
         self.ledger = Ledger(DurableObjectSqlPort(ctx.storage), self.clock)
-        self.edge = EdgeRuntime(self.ledger, self.MODULES if modules is None else modules)
         self.tick_interval_ms = tick_interval_ms(env)
+        self.edge = EdgeRuntime(self.ledger, self.MODULES if modules is None else modules, clock=self.clock,
+                                tick_interval_ms=self.tick_interval_ms)  # fmt: skip
         self.retention = Retention.of(env)
+        self.delivery_retry = DeliveryRetry(retry_delay_ms(env))
         # In memory: a fresh object (after an eviction) prunes at its first alarm, which is bounded anyway.
         self._prune_due_ms = 0
         # Counts the calls that may arm the alarm: one served while the handler awaits may have
         # armed something the handler's own re-arm must keep.
         self._writes_served = 0
+        self._failing = {duty: FailureStreak(log, subject) for duty, subject in
+                         (("delivery", "audit delivery"), ("retention", "the world object's retention"))}  # fmt: skip
 
     async def _call(self, method: str, args: Any) -> dict[str, Any]:
         args = to_py(args) if args is not None else {}
@@ -114,17 +128,17 @@ class WorldObject(DurableObject):  # type: ignore[misc]  # `workers` exists only
         try:
             if self._queue() is not None and self.ledger.watermark(world_id)["pending"] > 0:
                 await self._arm_alarm(DELIVERY_DELAY_MS)
-            at = await self.edge.next_step_at(world_id, self.tick_interval_ms) if self.edge.hosts(world_id) else None
+            at = await self.edge.next_step_at(world_id) if self.edge.hosts(world_id) else None
         except CommandError:  # the world is gone or closing: it has nothing left to step
             return
         if at is not None:
             await self._arm_alarm_by(at)
 
     async def _arm_alarm(self, delay_ms: int) -> None:
-        """Arm the alarm `delay_ms` from now, unless one is set within RETRY_DELAY_MS (a pending
+        """Arm the alarm `delay_ms` from now, unless one is set within FALLBACK_DELAY_MS (a pending
         retry keeps its pause; an alarm set later, for a step far ahead, is brought forward)."""
         now, current = self.clock.now_ms(), number_or_none(await self.ctx.storage.getAlarm())
-        if current is None or current > now + RETRY_DELAY_MS:
+        if current is None or current > now + FALLBACK_DELAY_MS:
             await self._set_alarm(now + delay_ms)
 
     async def _arm_alarm_by(self, at_ms: int) -> None:
@@ -165,13 +179,13 @@ class WorldObject(DurableObject):  # type: ignore[misc]  # `workers` exists only
         (nor the object dying in it) leaves the world without an alarm, and re-armed for what it
         found due (no alarm: nothing due). Only a failure to arm at all leaves the handler, for
         the runtime's own retries."""
-        fallback = alarm_time(self.clock.now_ms() + RETRY_DELAY_MS)
+        fallback = alarm_time(self.clock.now_ms() + FALLBACK_DELAY_MS)
         await self.ctx.storage.setAlarm(fallback)
         writes_served = self._writes_served
         try:
             due = await self._alarm_work()
         except Exception:
-            log.exception("the alarm's work failed; it runs again in %d ms", RETRY_DELAY_MS)
+            log.exception("the alarm's work failed; it runs again in %d ms", FALLBACK_DELAY_MS)
             return
         try:
             if self._writes_served != writes_served:  # a call may have armed it meanwhile: only ever sooner
@@ -182,7 +196,7 @@ class WorldObject(DurableObject):  # type: ignore[misc]  # `workers` exists only
             else:
                 await self.ctx.storage.deleteAlarm()
         except Exception:
-            log.exception("re-arming the alarm failed; the fallback fires in %d ms", RETRY_DELAY_MS)
+            log.exception("re-arming the alarm failed; the fallback fires in %d ms", FALLBACK_DELAY_MS)
 
     async def _alarm_work(self) -> list[int]:
         """Finish interrupted destroys, step the edge-hosted worlds that are due, deliver the
@@ -196,36 +210,51 @@ class WorldObject(DurableObject):  # type: ignore[misc]  # `workers` exists only
             for w in worlds
             if w["status"] == "ACTIVE" and self.edge.hosts(w["world_id"])
         ]
-        wake.append(await self._deliver(worlds))
+        next_tick = min((at for at in wake if at is not None), default=None)
+        wake.append(await self._deliver(worlds, stop_at_ms=next_tick))
         wake.append(self._prune(worlds))
         return [at for at in wake if at is not None]
 
+    @for_world
     async def _tick(self, world_id: str) -> int | None:
         """Run the tick of an edge-hosted world if one is due; answer when the next one is (None: idle)."""
         try:
-            return await self.edge.step_due(world_id, self.clock.now_ms(), self.tick_interval_ms)
-        except CommandError as exc:  # closing or destroyed meanwhile: the host dropped it
-            log.warning("world %s not stepped: %s: %s", world_id, exc.code, exc.message)
+            return await self.edge.step_due(world_id)
+        except (WorldClosingError, WorldNotFoundError):  # closing or destroyed meanwhile: the host dropped it
             return None
         except Exception:
-            # Handled here, not left to the runtime's bounded alarm retries: the world keeps ticking.
-            log.exception("world %s failed its tick; it is retried in %d ms", world_id, self.tick_interval_ms)
+            # Handled here, not left to the runtime's bounded alarm retries: the world keeps ticking. The
+            # world host recorded the failure (STALLED) and logged it, once per stall.
             return self.clock.now_ms() + self.tick_interval_ms
 
-    async def _deliver(self, worlds: list[Any]) -> int | None:
-        """Send the audit outbox; answer when delivery must run again (None: all sent)."""
+    async def _deliver(self, worlds: list[Any], stop_at_ms: int | None) -> int | None:
+        """Send the audit outbox (until `stop_at_ms`, when the next tick is due); answer when
+        delivery must run again (None: all sent). A failure is retried with backoff, not at every
+        alarm, and logged once per failure streak."""
         queue = self._queue()
         if queue is None:
             return None
+        retry = self.delivery_retry
+        if not retry.due(self.clock.now_ms()):
+            return retry.retry_at_ms
         more = False
         for world in worlds:
-            try:
-                more = await deliver_outbox(self.ledger, world["world_id"], queue) or more
-            except Exception:
-                # Handled here rather than left to the runtime's bounded alarm retries, so unsent
-                # events are never stranded: the alarm stays armed until the queue takes them.
-                log.exception("audit delivery of world %s failed; retrying in %d ms", world["world_id"], RETRY_DELAY_MS)
-                return self.clock.now_ms() + RETRY_DELAY_MS
+            world_id = world["world_id"]
+            with world_context(world_id):
+                try:
+                    more = await deliver_outbox(self.ledger, world_id, queue, now_ms=self.clock.now_ms,
+                                                stop_at_ms=stop_at_ms) or more  # fmt: skip
+                except Exception as exc:
+                    # Handled here rather than left to the runtime's bounded alarm retries, so unsent
+                    # events are never stranded: the alarm stays armed until the queue takes them.
+                    now = self.clock.now_ms()
+                    retry_at = retry.failed(now)
+                    self._failing["delivery"].failed(exc, f"world {world_id} failed; retrying in {retry_at - now} ms, "
+                                                          "backing off while it fails")  # fmt: skip
+                    return retry_at
+                if retry.failures:
+                    retry.succeeded()
+                    self._failing["delivery"].succeeded()
         return self.clock.now_ms() if more else None
 
 
@@ -244,9 +273,10 @@ class WorldObject(DurableObject):  # type: ignore[misc]  # `workers` exists only
                 continue
             try:
                 pruned = self.ledger.prune(world["world_id"], policy.keep_ticks, policy.idempotency_window_ms, policy.limit)
-            except Exception:  # pruning waits for the next alarm; it never stops a tick or a delivery
-                log.exception("pruning world %s failed; trying again at the next alarm", world["world_id"])
+            except Exception as exc:  # pruning waits for the next alarm; it never stops a tick or a delivery
+                self._failing["retention"].failed(exc, f"pruning world {world['world_id']} failed; trying again later")
                 continue
+            self._failing["retention"].succeeded("prunes again")
             more = more or not pruned["done"]
         if more:
             self._prune_due_ms = now + DELIVERY_DELAY_MS
@@ -261,7 +291,9 @@ def alarm_time(at_ms: int) -> int:
 
 def _rpc_method(method: str) -> Any:
     async def rpc(self: WorldObject, args: Any = None) -> dict[str, Any]:
-        return await self._call(method, args)
+        args = to_py(args) if args is not None else None
+        with world_context(args.get("world_id") if isinstance(args, dict) else None):
+            return await self._call(method, args)
 
     rpc.__name__ = rpc.__qualname__ = method
     rpc.__doc__ = f"RPC for Ledger.{method}: one object of named arguments in, a result envelope out."

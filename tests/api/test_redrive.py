@@ -55,10 +55,11 @@ async def test_an_operator_redrives_a_players_dead_letter_once(client, world, au
     assert first.json()["redriven_from"] == dead["sequence"] and first.json()["command_id"] == "doomed-again"
     assert (other.status_code, other.json()["code"]) == (409, "already_redriven")
 
-    # the player sees the new command in its own scope, linked to the dead one, which is untouched
+    # the player sees the new command in its own scope, linked to the dead one, which is untouched but for its mark
     new = (await client.get(f"/worlds/{world}/commands/doomed-again", headers=PLAYER)).json()
     assert (new["status"], new["attempts"], new["redriven_from"], new["principal"]) == ("PENDING", 0, dead["sequence"], "pat")
-    assert (await client.get(f"/worlds/{world}/commands/doomed", headers=PLAYER)).json() == dead
+    marked = {**dead, "redriven_by": new["sequence"]}
+    assert (await client.get(f"/worlds/{world}/commands/doomed", headers=PLAYER)).json() == marked
     await runner.dispatcher.apply(Step(world_id=world))
     assert (await client.get(f"/worlds/{world}/commands/doomed-again", headers=PLAYER)).json()["status"] == "APPLIED"
 
@@ -66,4 +67,27 @@ async def test_an_operator_redrives_a_players_dead_letter_once(client, world, au
 async def test_world_health_is_published_in_the_world_view(client, world):
     response = await client.get(f"/worlds/{world}", headers=VIEWER)
     check(response, "/worlds/{world_id}")
-    assert response.json()["health"] == {"status": "ACTIVE", "failed_attempts": 0, "last_error": None, "since": None}
+    assert response.json()["health"] == {"status": "ACTIVE", "failed_attempts": 0, "last_error": None, "since": None,
+                                         "lag_ms": 0}  # fmt: skip
+
+
+async def test_a_dead_letter_of_a_type_migrated_since_is_not_redriven(client, world, authority):
+    """Its payload would put the superseded type back into an open command: 422, nothing changes."""
+    from archetype.commands.scheduler import schema_row
+    from tests.component_modules.alpha import Health, Position
+
+    fail_next("old", Permanent("poisoned"))
+    health = {"name": "Health", "fingerprint": Health.component_fingerprint(), "data": {"hp": 1}}
+    spawn = {**probe_spawn("old"), "components": [*probe_spawn("old")["components"], health]}
+    assert (await client.post(f"/worlds/{world}/commands", json=spawn, headers={**PLAYER, "Idempotency-Key": "old"})).status_code == 202
+    await Runtime(authority, owner="runner").dispatcher.apply(Step(world_id=world))
+    await authority.record_components(world, [schema_row(Position)])
+    epoch = (await authority.acquire_writer(world))["writer_epoch"]
+    await authority.migrate_components(world, epoch, {"name": "Health", "from_fingerprint": Health.component_fingerprint(),
+                                                      "to_fingerprint": Position.component_fingerprint()}, [], [])  # fmt: skip
+    history = await authority.history(world)
+    refused = await client.post(f"/worlds/{world}/dead-letters/old/redrive", params={"principal": "pat"}, headers=OPERATOR)
+    check(refused, ROUTE)
+    assert (refused.status_code, refused.json()["code"]) == (422, "unknown_component")
+    assert f"was migrated to {Position.component_fingerprint()}" in refused.json()["message"]
+    assert await authority.history(world) == history

@@ -38,6 +38,13 @@ async def step(rt, world_id: str) -> int:
     return await rt.dispatcher.apply(Step(world_id=world_id))
 
 
+async def acknowledge_all(authority, world_id: str) -> None:
+    """The audit projector took every event so far: retention may prune what they settled."""
+    mark = await authority.watermark(world_id=world_id)
+    if mark["pending"]:
+        await authority.acknowledge_outbox(world_id=world_id, up_to_seq=mark["committed_seq"])
+
+
 async def manifests(authority, world_id: str) -> list[dict]:
     return await authority.manifests(world_id=world_id, limit=10_000)
 

@@ -360,3 +360,33 @@ async def test_each_principal_has_its_own_command_ids(rt, world_id, authority):
     assert [r["principal"] for r in await authority.history(world_id, scope="quinn")] == ["quinn"]
     assert [r["principal"] for r in await authority.history(world_id, scope="")] == [None]
     assert len(await authority.history(world_id)) == 3
+
+
+async def test_the_quota_counts_each_command_at_the_tick_it_runs_at(make_runtime, world_id, authority):
+    """A target tick already past runs at the next tick, so that is the tick its quota counts:
+    many past targets cannot carry more than the quota into one tick. A spawn's reservation checks
+    the same count (a spawn over it reserves nothing); replays are never charged."""
+    from archetype.commands import QuotaExceededError
+
+    runner = make_runtime("runner")
+    for _ in range(5):
+        await step(runner, world_id)  # the tick head is 4: every target up to 5 runs at tick 5
+    gateway = make_runtime("gateway")
+    gateway.scheduler.quota = 2
+    await gateway.dispatcher.defer_as(PLAYER, Despawn(world_id=world_id, entity_id=1), at(0), command_id="a")
+    await gateway.dispatcher.defer_as(PLAYER, Despawn(world_id=world_id, entity_id=1), at(3), command_id="b")
+    await gateway.dispatcher.defer_as(PLAYER, Despawn(world_id=world_id, entity_id=1), at(0), command_id="a")  # a replay
+    before = await authority.world_info(world_id)
+    for target in (1, 4, 5):
+        with pytest.raises(QuotaExceededError, match="running at tick 5"):
+            await gateway.dispatcher.defer_as(PLAYER, Despawn(world_id=world_id, entity_id=1), at(target), command_id=f"c{target}")
+        with pytest.raises(QuotaExceededError, match="running at tick 5"):
+            await gateway.dispatcher.defer_spawn_as(PLAYER, Spawn(world_id=world_id, components=[Health(hp=1)]), at(target),
+                                                    command_id=f"s{target}")  # fmt: skip
+    assert await authority.world_info(world_id) == before  # nothing admitted, no entity id reserved
+    await gateway.dispatcher.defer_as(PLAYER, Despawn(world_id=world_id, entity_id=1), at(6), command_id="next")
+    assert await step(runner, world_id) == 0  # tick 5 runs `a` and `b` (rejected: no entity 1)
+    # the head is 5 now: a past target runs at tick 6, which holds `next` already
+    await gateway.dispatcher.defer_as(PLAYER, Despawn(world_id=world_id, entity_id=1), at(2), command_id="d")
+    with pytest.raises(QuotaExceededError, match="running at tick 6"):
+        await gateway.dispatcher.defer_as(PLAYER, Despawn(world_id=world_id, entity_id=1), at(0), command_id="e")

@@ -8,8 +8,10 @@ import json
 import pytest
 from pydantic import Field
 
+from archetype import Permanent
 from archetype.canonical import canonical_json, digest
 from archetype.commands import (
+    CommandConflictError,
     CommandError,
     InvalidComponentDataError,
     MigrationConflictError,
@@ -17,10 +19,12 @@ from archetype.commands import (
     UnknownComponentError,
     UnsupportedComponentSchemaError,
 )
+from archetype.commands.identity import command_digest
 from archetype.commands.scheduler import schema_row
-from archetype.world import Component, Despawn, Spawn
-from tests.component_modules.alpha import Health, Position
-from tests.conformance.helpers import at, outbox
+from archetype.world import Component, ComponentValue, Despawn, Spawn
+from tests.component_modules.alpha import Health, Position, Velocity
+from tests.component_modules.flaky import Probe
+from tests.conformance.helpers import at, fail_next, outbox
 
 FAKE = "f" * 64
 
@@ -243,3 +247,110 @@ async def test_a_schema_with_integers_records_and_validates_on_every_authority(a
     await authority.admit(world_id, [raw_spawn(world_id, "ok", value(Gauge, level=9, tags=["a"]))])
     with pytest.raises(InvalidComponentDataError, match=r"^\$\.components\[0\]\.data\.level: 10 breaks maximum 9"):
         await authority.admit(world_id, [raw_spawn(world_id, "high", value(Gauge, level=10))])
+
+
+# -- every path that makes an open command passes admission's component check -----------------
+def spawn_of(world_id: str, *values: dict) -> Spawn:
+    """A spawn built from wire values, as a client sends it."""
+    return Spawn(world_id=world_id, components=[ComponentValue.model_validate(v) for v in values])
+
+
+async def superseded_health(rt, authority, world_id: str) -> dict:
+    """A world whose Health type a migration superseded (to Position), holding a dead letter that
+    names Health (`old-dead`) and an open command that names Velocity (`velocity-open`)."""
+    fail_next("old", Permanent("poisoned"))
+    probe_value = {"name": "Probe", "fingerprint": Probe.component_fingerprint(), "data": {"label": "old"}}
+    await rt.dispatcher.defer(spawn_of(world_id, value(Health, hp=1), probe_value), at(0), command_id="old-dead")
+    await rt.dispatcher.defer(spawn_of(world_id, value(Velocity, dx=1.0, dy=0.0)), at(50), command_id="velocity-open")
+    await rt.worlds.step(world_id)
+    assert (await authority.command(world_id, "old-dead"))["status"] == "DEAD_LETTER"
+    await authority.record_components(world_id, [schema_row(Position)])
+    epoch = (await authority.acquire_writer(world_id))["writer_epoch"]
+    assert (await migrate(authority, world_id, epoch))["migrated"]  # nothing open names Health: nothing to rewrite
+    return {"epoch": epoch}
+
+
+async def through_admit(rt, authority, world_id: str, setup: dict) -> None:
+    await authority.admit(world_id, [raw_spawn(world_id, "fresh", value(Health, hp=2))])
+
+
+async def through_a_spawn_reservation(rt, authority, world_id: str, setup: dict) -> None:
+    await rt.dispatcher.defer_spawn(spawn_of(world_id, value(Health, hp=2)), at(0), command_id="fresh")
+
+
+async def through_redrive(rt, authority, world_id: str, setup: dict) -> None:
+    await authority.redrive(world_id, "old-dead")
+
+
+async def through_a_migration(rt, authority, world_id: str, setup: dict) -> None:
+    """Another migration (Velocity to Position) whose rewritten payload names the superseded Health."""
+    (row,) = await authority.history(world_id, "PENDING")
+    payload = canonical_json({"components": [value(Health, hp=1)], "operation": "spawn", "world_id": world_id})
+    await authority.migrate_components(
+        world_id, setup["epoch"],
+        {"name": "Position", "from_fingerprint": Velocity.component_fingerprint(), "to_fingerprint": Position.component_fingerprint()},
+        [], [{"sequence": row["sequence"], "payload": payload}],
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("path", [through_admit, through_a_spawn_reservation, through_redrive, through_a_migration],
+                         ids=lambda path: path.__name__)  # fmt: skip
+async def test_no_path_makes_an_open_command_of_a_superseded_type(rt, authority, world_id, path):
+    """Admission's exact component check, wherever an open command comes from: an admission
+    (trusted or not), a spawn's reservation, a redrive copying a dead letter's payload, a
+    migration's rewrite. What a migration superseded is `unknown_component` naming the migration,
+    and nothing is persisted (no row, no event, no entity id, no redrive mark)."""
+    setup = await superseded_health(rt, authority, world_id)
+    before = await footprint(authority, world_id)
+    entities = (await authority.world_info(world_id))["next_entity_id"]
+    with pytest.raises(UnknownComponentError, match=f"'Health' {Health.component_fingerprint()} was migrated to "
+                                                    f"{Position.component_fingerprint()}") as refused:  # fmt: skip
+        await path(rt, authority, world_id, setup)
+    assert refused.value.code == "unknown_component"
+    assert await footprint(authority, world_id) == before
+    assert (await authority.world_info(world_id))["next_entity_id"] == entities
+    assert (await authority.components(world_id))["migrations"][-1]["from_fingerprint"] == Health.component_fingerprint()
+
+
+# -- a migration rewrites a command's payload, never its identity -----------------------------
+async def test_an_identical_replay_is_recognised_across_a_migration(rt, make_runtime, authority, world_id):
+    """The digest a command was admitted with is immutable (the spec): a migration rewrites the
+    open payload (its new digest is `migrated_digest`, what materialization verifies), and the
+    client's retry as it first sent it answers the existing identity; other content, the migrated
+    form included, is a conflict. A spawn's retry gets its reserved entity back."""
+    old = Spawn(world_id=world_id, components=[Health(hp=2)])
+    admitted = await rt.dispatcher.defer(old, at(5), command_id="later")
+    spawned = await rt.dispatcher.defer_spawn(Spawn(world_id=world_id, components=[Health(hp=3)]), at(5), command_id="sp")
+    await authority.record_components(world_id, [schema_row(Position)])
+    epoch = (await authority.acquire_writer(world_id))["writer_epoch"]
+    rewritten = {}
+    for row in await authority.history(world_id):
+        components = [value(Position, x=float(json.loads(row["payload"])["components"][0]["data"]["hp"]), y=0.0)]
+        rewritten[row["command_id"]] = canonical_json({**json.loads(row["payload"]), "components": components})
+    await migrate(authority, world_id, epoch, [], [
+        {"sequence": admitted.sequence, "payload": rewritten["later"]},
+        {"sequence": spawned.command.sequence, "payload": rewritten["sp"]},
+    ])  # fmt: skip
+    row = await authority.command(world_id, "later")
+    assert (row["payload"], row["digest"]) == (rewritten["later"], admitted.digest)
+    assert row["migrated_digest"] == command_digest({**row, "digest": None}) != admitted.digest
+
+    for runtime in (rt, make_runtime("runner-b")):  # from any process
+        replay = await runtime.dispatcher.defer(old, at(5), command_id="later")
+        assert (replay.sequence, replay.digest, replay.replayed) == (admitted.sequence, admitted.digest, True)
+        again = await runtime.dispatcher.defer_spawn(Spawn(world_id=world_id, components=[Health(hp=3)]), at(5),
+                                                     command_id="sp")  # fmt: skip
+        assert (again.entity_id, again.command.sequence, again.command.replayed) == (spawned.entity_id, spawned.command.sequence, True)
+    with pytest.raises(CommandConflictError):
+        await rt.dispatcher.defer(Spawn(world_id=world_id, components=[Health(hp=9)]), at(5), command_id="later")
+    with pytest.raises(CommandConflictError):  # the migrated form is not what the client sent
+        await rt.dispatcher.defer(Spawn(world_id=world_id, components=[Position(x=2.0, y=0.0)]), at(5), command_id="later")
+    with pytest.raises(UnknownComponentError):  # and a new command of the old type is refused, as before
+        await rt.dispatcher.defer(old, at(5), command_id="new")
+
+    runner = make_runtime("runner-c")
+    for _ in range(6):
+        await runner.worlds.step(world_id)
+    assert {(await authority.command(world_id, c))["status"] for c in ("later", "sp")} == {"APPLIED"}
+    world = await runner.worlds.get(world_id)
+    assert sorted(p.x for _, (p,) in world.query(Position)) == [2.0, 3.0] and not list(world.query(Health))

@@ -17,9 +17,9 @@ from archetype.commands import (
     RedriveConflictError,
     StaleWriterError,
 )
-from archetype.world.commit import ERROR_TEXT_LIMIT
+from archetype.world.error_text import ERROR_TEXT_LIMIT
 from tests.component_modules import flaky
-from tests.conformance.helpers import at, fail_next, manifests, outbox, probe, records, settled, step
+from tests.conformance.helpers import acknowledge_all, at, fail_next, manifests, outbox, probe, records, settled, step
 
 
 class Busy(Retryable, LookupError):
@@ -133,7 +133,7 @@ async def test_a_redrive_is_a_new_linked_command_with_a_fresh_budget_and_the_dea
     redriven = await authority.redrive(world_id, "d")
     assert {k: redriven[k] for k in ("command_id", "replayed", "redriven_from")} == {
         "command_id": "d.redrive", "replayed": False, "redriven_from": dead["sequence"]}
-    assert await authority.command(world_id, "d") == dead  # terminal and untouched
+    assert await authority.command(world_id, "d") == {**dead, "redriven_by": redriven["sequence"]}  # untouched but its mark
     new = await authority.command(world_id, "d.redrive")
     assert new["sequence"] == redriven["sequence"] > dead["sequence"] and new["digest"] == redriven["digest"]
     assert {k: new[k] for k in ("status", "attempts", "max_attempts", "priority", "operation", "payload", "scheduled_tick",
@@ -181,3 +181,27 @@ async def test_a_redrive_refuses_what_is_not_a_dead_letter_and_changes_nothing(r
     assert len(await outbox(authority, world_id)) == events
     mine = await authority.redrive(world_id, "mine", scope="p1")
     assert (await authority.command(world_id, mine["command_id"], "p1"))["principal"] == "p1"
+
+
+async def test_a_dead_letter_is_redriven_once_even_after_retention_pruned_its_redrive(rt, world_id, authority, clock):
+    """"Redriven once" is the dead letter's own fact (`redriven_by`), kept as long as the dead letter:
+    once the redrive settled and retention pruned it, no key redrives the dead letter again."""
+    dead = await dead_letter(rt, world_id, "d")
+    redriven = await authority.redrive(world_id, "d")
+    assert (await authority.command(world_id, "d"))["redriven_by"] == redriven["sequence"]
+    assert await step(rt, world_id) == 1  # the redrive runs the operation: once
+    await acknowledge_all(authority, world_id)
+    clock.advance(1)
+    assert (await authority.prune(world_id, idempotency_window_ms=0))["commands"] == 1
+    assert await authority.command(world_id, "d.redrive") is None
+    assert {k: v for k, v in (await authority.command(world_id, "d")).items() if k != "redriven_by"} == {
+        k: v for k, v in dead.items() if k != "redriven_by"}  # the dead letter itself is left as it was
+    events = len(await outbox(authority, world_id))
+    for key in (None, "d.redrive", "another"):  # not even the same key: that answer is past its window
+        with pytest.raises(RedriveConflictError, match=f"#{redriven['sequence']}"):
+            await authority.redrive(world_id, "d", new_command_id=key)
+    assert len(await outbox(authority, world_id)) == events and await authority.history(world_id) == [
+        await authority.command(world_id, "d")]
+    assert await step(rt, world_id) == 0
+    world = await rt.worlds.get(world_id)
+    assert len(list(world.query(flaky.Probe))) == 1

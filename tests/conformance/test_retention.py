@@ -3,21 +3,18 @@ idempotency window whose events are acknowledged, and lapsed reservations, and k
 guarantee: the tick head's manifest (commit-token dedup), open commands, dead letters, and every
 command whose trail has not reached the audit table."""
 
+from typing import Any
+
 import pytest
 
-from archetype.commands import InvalidCommandError
+from archetype import Permanent
+from archetype.commands import InvalidCommandError, RedriveConflictError
 from archetype.commands.ledger_rows import StateWrite
 from archetype.world import Despawn, Spawn
 from tests.component_modules.alpha import Health
-from tests.conformance.helpers import at, fail_next, manifests, outbox, probe, statuses, step
+from tests.conformance.helpers import acknowledge_all, at, fail_next, manifests, outbox, probe, statuses, step
 
 WINDOW_MS = 60_000
-
-
-async def acknowledge_all(authority, world_id: str) -> None:
-    mark = await authority.watermark(world_id=world_id)
-    if mark["pending"]:
-        await authority.acknowledge_outbox(world_id=world_id, up_to_seq=mark["committed_seq"])
 
 
 async def test_the_tick_head_manifest_stays_and_a_lost_publish_answer_is_still_recognised(rt, world_id, authority):
@@ -135,3 +132,83 @@ async def test_a_busy_world_reaches_a_steady_state(rt, world_id, authority, cloc
             sizes.append(rows)
     assert max(sizes[3:]) == min(sizes[3:]) <= 20 + 10 + 1, sizes  # steady from the window's fill on
     assert sizes[0] < sizes[3]
+
+
+# -- no fact the ledger acts on lives only in a row retention prunes ----------------------------
+# Each case makes a fact, then retention prunes everything it may (every event acknowledged, a zero
+# window, one manifest kept), then the fact must still hold. A new prunable kind, or a new fact
+# derived from a prunable row, gets a row here.
+async def redriven_once(rt, world_id, authority) -> Any:
+    fail_next("dead", Permanent("poisoned"))
+    await rt.dispatcher.defer(probe(world_id, "dead"), at(0), command_id="dead")
+    await step(rt, world_id)
+    await authority.redrive(world_id, "dead")
+    await step(rt, world_id)  # the redrive applies, and may be pruned
+
+    async def check() -> None:
+        with pytest.raises(RedriveConflictError):
+            await authority.redrive(world_id, "dead")
+
+    return check
+
+
+async def sequences_never_reused(rt, world_id, authority) -> Any:
+    last = await rt.dispatcher.defer(Despawn(world_id=world_id, entity_id=1), at(0), command_id="last")
+    await step(rt, world_id)
+
+    async def check() -> None:
+        again = await rt.dispatcher.defer(Despawn(world_id=world_id, entity_id=1), at(0), command_id="last")
+        assert not again.replayed and again.sequence > last.sequence
+
+    return check
+
+
+async def event_numbers_never_reused(rt, world_id, authority) -> Any:
+    await rt.dispatcher.defer(Despawn(world_id=world_id, entity_id=1), at(0), command_id="c")
+    await step(rt, world_id)
+    last = (await authority.watermark(world_id))["committed_seq"]
+
+    async def check() -> None:
+        await rt.dispatcher.defer(Despawn(world_id=world_id, entity_id=1), at(0), command_id="d")
+        assert [e["event_seq"] for e in await outbox(authority, world_id)] == [last + 1]
+
+    return check
+
+
+async def entity_ids_never_reused(rt, world_id, authority) -> Any:
+    spawn = Spawn(world_id=world_id, components=[Health(hp=1)])
+    first = await rt.dispatcher.defer_spawn(spawn, at(0), command_id="sp")
+    await step(rt, world_id)
+
+    async def check() -> None:
+        assert (await rt.dispatcher.defer_spawn(spawn, at(0), command_id="sp")).entity_id > first.entity_id
+
+    return check
+
+
+async def quota_of_the_ticks_to_run(rt, world_id, authority) -> Any:
+    from archetype.commands import ActorCtx, QuotaExceededError, Role
+
+    player = ActorCtx(principal="p1", roles=frozenset({Role.player}))
+    rt.scheduler.quota = 1
+    for _ in range(3):
+        await step(rt, world_id)
+    # runs at tick 3: its count is tick 3's, which no prune takes while tick 3 is still to run
+    await rt.dispatcher.defer_as(player, Despawn(world_id=world_id, entity_id=1), at(0), command_id="past")
+
+    async def check() -> None:
+        with pytest.raises(QuotaExceededError):
+            await rt.dispatcher.defer_as(player, Despawn(world_id=world_id, entity_id=1), at(0), command_id="more")
+
+    return check
+
+
+@pytest.mark.parametrize("fact", [redriven_once, sequences_never_reused, event_numbers_never_reused,
+                                  entity_ids_never_reused, quota_of_the_ticks_to_run], ids=lambda fact: fact.__name__)  # fmt: skip
+async def test_no_fact_rests_on_a_row_retention_prunes(rt, world_id, authority, clock, fact):
+    check = await fact(rt, world_id, authority)
+    await acknowledge_all(authority, world_id)
+    clock.advance(1)
+    while not (await authority.prune(world_id=world_id, keep_ticks=1, idempotency_window_ms=0))["done"]:
+        pass
+    await check()

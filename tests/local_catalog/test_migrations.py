@@ -14,7 +14,7 @@ import pytest
 
 from archetype.commands import ActorCtx, CommandConflictError, DurableOptions, Role
 from archetype.commands.authority import InProcessAuthority
-from archetype.commands.errors import LedgerSchemaError
+from archetype.commands.errors import LedgerSchemaError, RedriveConflictError, StorageUnavailableError
 from archetype.commands.ledger import Ledger
 from archetype.commands.migrations import MIGRATIONS, SCHEMA_VERSION
 from archetype.commands.port import ManualClock
@@ -112,6 +112,9 @@ def test_a_version_1_catalog_upgrades_losing_nothing(tmp_path):
         w: (after[w]["info"]["tick_head"], v1_clocks[w]) for w in WORLDS
     }
     assert ledger.command("v1-world", "spawn-hero", scope="pat")["status"] == "APPLIED"
+    # a world from before tick modes keeps what it did: realtime, at its host's interval (none recorded)
+    assert {w: (after[w]["info"]["tick_mode"], after[w]["info"]["tick_interval_ms"], after[w]["info"]["tick_lag_ms"])
+            for w in WORLDS} == dict.fromkeys(WORLDS, ("realtime", None, 0))  # fmt: skip
 
 
 async def test_an_upgraded_catalog_keeps_working(tmp_path):
@@ -150,7 +153,7 @@ def test_an_interrupted_upgrade_leaves_the_old_version_intact(tmp_path):
             return super().execute(sql, params)
 
     port = DiesMidMigration(tmp_path / CATALOG_FILE)
-    with pytest.raises(sqlite3.OperationalError):
+    with pytest.raises(StorageUnavailableError):  # an I/O error is typed (docs/errors.md)
         Ledger(port, ManualClock())
     port.close()
     with sqlite3.connect(tmp_path / CATALOG_FILE) as db:
@@ -167,3 +170,36 @@ def test_a_newer_catalog_is_refused_and_migrations_only_go_forward(tmp_path):
     with pytest.raises(LedgerSchemaError, match="newer"):
         Ledger(SqliteSqlPort(tmp_path / CATALOG_FILE), ManualClock())
     assert json.loads(json.dumps(MIGRATIONS[0].summary))  # every migration says what it does
+
+
+def version_10_with_a_redrive(execute) -> None:
+    """A catalog as version 10 left it: a dead letter `d` whose redrive `d.redrive` is retained
+    (only the redrive's row says so then), and a dead letter `never` nobody redrove."""
+    for migration in MIGRATIONS[:10]:
+        for statement in migration.statements:
+            execute(statement)
+    execute("INSERT INTO meta (key, value) VALUES ('schema_version', '10')")
+    execute("INSERT INTO worlds (world_id, name, status, created_at, updated_at) VALUES ('w', 'w', 'ACTIVE', 1, 1)")
+    for sequence, command_id, status, redriven_from in ((1, "d", "DEAD_LETTER", None), (2, "never", "DEAD_LETTER", None),
+                                                        (3, "d.redrive", "PENDING", 1)):  # fmt: skip
+        execute(f"""INSERT INTO commands (world_id, sequence, scope, command_id, schema_version, scheduled_tick, priority,
+                operation, payload, digest, origin, max_attempts, status, redriven_from, created_at, updated_at)
+            VALUES ('w', {sequence}, '', '{command_id}', 1, 0, 0, 'despawn', '{{}}', 'x', 'local', 1, '{status}',
+                {redriven_from or 'NULL'}, 1, 1)""")  # fmt: skip
+
+
+def test_version_11_marks_each_retained_redrive_on_its_dead_letter(tmp_path):
+    """The dead letter records its redrive from version 11 on (docs/ledger.md, "Redrive"): an
+    upgrade marks every dead letter whose redrive is still retained, alike on every SQLite host."""
+    local = SqliteSqlPort(tmp_path / CATALOG_FILE)
+    version_10_with_a_redrive(local.execute)
+    engines = [SqliteEngine(tmp_path / "standin.sqlite3"), WorkerdSqlEngine(shared_server(), f"v10-{uuid.uuid4().hex}")]
+    for engine in engines:
+        version_10_with_a_redrive(engine.sql.exec)
+    ledgers = [Ledger(local, ManualClock())] + [Ledger(DurableObjectSqlPort(_Storage(e)), ManualClock()) for e in engines]
+    for ledger in ledgers:
+        marks = {r["command_id"]: (r["redriven_by"], r["migrated_digest"]) for r in ledger.history("w")}
+        assert marks == {"d": (3, None), "never": (None, None), "d.redrive": (None, None)}
+    with pytest.raises(RedriveConflictError):
+        ledgers[0].redrive("w", "d", new_command_id="another")
+    engines[0].close()

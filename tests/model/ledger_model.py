@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import itertools
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,6 +44,9 @@ EVENT_TYPE = {
 }
 ANY_TEXT = ""  # an error the model knows exists but whose wording it does not predict
 ID_BLOCK = 1024  # "a running world takes blocks of AsyncWorld.ID_BLOCK (1024)"
+# "State limits": characters of canonical JSON, per component, entity, command's write, tick's write-set
+COMPONENT_LIMIT, ENTITY_LIMIT, WRITE_LIMIT, WRITE_SET_LIMIT = 1_000_000, 1_500_000, 4_000_000, 16_000_000
+STATE_TOO_LARGE = "StateTooLargeError: "  # "REJECTED with `StateTooLargeError: <what>: ...` as its error"
 
 
 class ModelError(Exception):
@@ -81,6 +86,18 @@ class Mutation:
             if name == "Probe":
                 return dict(data)["label"]
         return None
+
+    def names(self) -> set[str]:
+        """The component types it names: its values' and its type references'."""
+        return {name for name, _ in self.components} | set(self.types)
+
+    def renamed(self, old: str, new: str) -> Mutation:
+        """Every value and type reference of `old` moved to `new`, its data as it was (the stand-in
+        migration's function keeps the fields), each in its place."""
+        return dataclasses.replace(
+            self, components=tuple((new if n == old else n, d) for n, d in self.components),
+            types=tuple(new if n == old else n for n in self.types),
+        )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -145,6 +162,13 @@ class Command:
     last_error: str | None = None
     updated_at: int = 0
     redriven_from: int | None = None  # the sequence of the dead letter this command redrives
+    redriven_by: int | None = None  # a dead letter's: the sequence of the command that redrove it
+    migrated: Mutation | None = None  # its payload as a component migration rewrote it (the identity stays `sub`)
+
+    @property
+    def mutation(self) -> Mutation:
+        """What it runs: its payload now (a migration may have rewritten it since it was admitted)."""
+        return self.migrated or self.sub.mutation
 
     @property
     def order(self) -> tuple[int, int, int]:
@@ -153,7 +177,7 @@ class Command:
 
     @property
     def reserved_entity_id(self) -> int | None:
-        return self.sub.mutation.entity_id if self.sub.mutation.operation == "spawn_reserved" else None
+        return self.mutation.entity_id if self.mutation.operation == "spawn_reserved" else None
 
     def clear_lease(self) -> None:
         self.lease_owner = self.lease_session = self.lease_expires_at = None
@@ -173,6 +197,7 @@ class Event:
     max_attempts: int | None  # None: a world's own (health) event
     error: str | None
     since: int | None = None  # a health event: when the world stalled
+    record: dict | None = None  # a schema_migrated event: the migration record, its payload
 
 
 @dataclass
@@ -208,6 +233,7 @@ class Manifest:
     settlements: list[Settlement]
     # entity id -> components (name -> data), None: despawned, a PartialWrite: some components replaced
     writes: dict[int, dict[str, dict] | None]
+    due_ms: int | None = None  # "Tick modes": a lockstep tick's due time, as its host sends it
 
     @property
     def written_entity_ids(self) -> list[int]:
@@ -231,11 +257,19 @@ class World:
     failed_attempts: int = 0
     health_error: str | None = None
     stalled_since: int | None = None
-    # "Idle worlds": the tick clock's anchor, set at creation (tick -1 then) and never moved
+    # "Idle worlds": the tick clock's anchor, set at creation (tick -1 then); a realtime world's is
+    # never moved, a lockstep world's follows its head ("Tick modes")
     clock_tick: int = -1
     clock_ms: int | None = None
+    tick_mode: str = "lockstep"  # "Tick modes": recorded at creation
+    tick_interval_ms: int | None = 100
+    tick_lag_ms: int = 0
     host_owner: str | None = None  # "World leases": the host, and until when it holds the world
     host_expires_at: int | None = None
+    # "Admission": a principal's admitted commands per tick they run at, (scope, tick) -> count
+    quota_used: dict[tuple[str, int], int] = field(default_factory=dict)
+    # "Component schemas and migrations": a superseded component name -> the name it became
+    superseded: dict[str, str] = field(default_factory=dict)
     commands: dict[int, Command] = field(default_factory=dict)  # by sequence
     keys: dict[tuple[str, str], int] = field(default_factory=dict)  # (scope, command id) -> sequence
     reservations: dict[tuple[str, str], tuple[int, tuple]] = field(default_factory=dict)  # -> (entity, request)
@@ -252,6 +286,26 @@ class World:
         """docs/ledger.md "Ordering and leasing": the lowest scheduled tick of an open command."""
         return min((c.sub.options.tick for c in self.commands.values() if c.status in OPEN), default=None)
 
+    def read_state(self, names: set[str] | None, entity_ids: set[int] | None) -> list[tuple[int, dict[str, dict]]]:
+        """docs/storage.md "Reading state", every page of it in a row: the published entities in
+        id order; with `names`, those that have a component of each named type, with only those
+        components; with `entity_ids`, those ids only."""
+        found = []
+        for entity_id in sorted(self.entities):
+            components = self.entities[entity_id]
+            if entity_ids is not None and entity_id not in entity_ids:
+                continue
+            if names is not None:
+                if not names <= components.keys():
+                    continue
+                components = {name: data for name, data in components.items() if name in names}
+            found.append((entity_id, components))
+        return found
+
+    def commands_by_id(self, scope: str, command_ids: list[str]) -> list[Command]:
+        """docs/ledger.md "Reads": the commands of `scope` among these ids, in sequence order."""
+        return sorted((c for c in map(functools.partial(self.command, scope), set(command_ids)) if c), key=lambda c: c.sequence)
+
 
 class Ledger:
     """docs/ledger.md, one method per ledger operation; each is one transaction (destroy: a short
@@ -266,9 +320,10 @@ class Ledger:
         return self.clock.now_ms()
 
     # -- worlds --
-    def create_world(self, world_id: str, name: str, *, first_entity_id: int, first_sequence: int) -> World:
+    def create_world(self, world_id: str, name: str, *, first_entity_id: int, first_sequence: int,
+                     tick_mode: str = "lockstep", tick_interval_ms: int = 100) -> World:  # fmt: skip
         world = World(world_id, name, self.now(), next_entity_id=first_entity_id, next_sequence=first_sequence,
-                      clock_ms=self.now())  # fmt: skip
+                      clock_ms=self.now(), tick_mode=tick_mode, tick_interval_ms=tick_interval_ms)  # fmt: skip
         self.worlds[world_id] = world
         return world
 
@@ -372,14 +427,14 @@ class Ledger:
         event_type = "redriven" if command.status == "PENDING" and command.redriven_from is not None else EVENT_TYPE[command.status]
         world.outbox.append(Event(
             event_seq=world.next_event_seq, command_id=command.sub.command_id,
-            event_type=event_type, status=command.status, operation=command.sub.mutation.operation,
+            event_type=event_type, status=command.status, operation=command.mutation.operation,
             tick=tick, principal=command.sub.principal, occurred_at=self.now(), attempts=command.attempts,
             max_attempts=command.sub.options.max_attempts, error=command.last_error,
         ))  # fmt: skip
         world.next_event_seq += 1
 
     # -- spawn reservations --
-    def reserve_spawn(self, world_id: str, scope: str, command_id: str, request: tuple) -> int:
+    def reserve_spawn(self, world_id: str, scope: str, command_id: str, request: tuple, quota: int | None = None) -> int:
         world = self.world(world_id)
         key = (scope, command_id)
         if key in world.reservations:
@@ -390,6 +445,8 @@ class Ledger:
         if key in world.keys:
             raise ModelError("conflict")  # the command id already names another command
         world = self.active(world_id)
+        if quota is not None:  # "reserve_spawn checks the same count before it reserves"
+            self._quota(world, scope, [request[1].tick], quota)
         entity_id = world.next_entity_id
         world.next_entity_id += 1
         world.reservations[key] = (entity_id, request)
@@ -397,8 +454,23 @@ class Ledger:
         return entity_id
 
     # -- admission --
-    def admit(self, world_id: str, batch: list[Submission]) -> list[tuple[int, bool]]:
-        """(sequence, replayed) per submission; all or nothing."""
+    def refused_types(self, world: World, mutation: Mutation) -> bool:
+        """Admission's component check: a value or type reference the world never recorded, or one
+        a migration superseded (the model's values name recorded types unless made up)."""
+        return mutation.unrecorded or bool(mutation.names() & set(world.superseded))
+
+    def _quota(self, world: World, scope: str, targets: list[int], quota: int) -> list[int]:
+        """"Quotas count the tick a command runs at": max(target, tick head + 1). The ticks to
+        charge, or ModelError('quota') when they do not fit."""
+        ticks = [max(target, world.tick_head + 1) for target in targets]
+        for tick in set(ticks):
+            if world.quota_used.get((scope, tick), 0) + ticks.count(tick) > quota:
+                raise ModelError("quota")
+        return ticks
+
+    def admit(self, world_id: str, batch: list[Submission], quota: int | None = None) -> list[tuple[int, bool]]:
+        """(sequence, replayed) per submission; all or nothing. With a `quota` (an actor's
+        admission), the new ones are charged at the tick each runs at."""
         world = self.active(world_id)
         answers: list[tuple[str, int | None]] = []
         fresh: list[Submission] = []
@@ -421,10 +493,13 @@ class Ledger:
                 raise ModelError("conflict")
             fresh.append(sub)
             answers.append((sub.command_id, None))
-        if any(sub.mutation.unrecorded for sub in fresh):
+        if any(self.refused_types(world, sub.mutation) for sub in fresh):
             # "checks every component value ... against the world's recorded component schemas"
             # (new rows only: "an identical replay is not re-checked"); the whole batch rolls back
             raise ModelError("unknown_component")
+        if quota is not None and fresh:  # "only new rows are charged"
+            for tick in self._quota(world, batch[0].scope, [sub.options.tick for sub in fresh], quota):
+                world.quota_used[(batch[0].scope, tick)] = world.quota_used.get((batch[0].scope, tick), 0) + 1
         now = self.now()
         sequences = {}
         for sub in fresh:
@@ -496,6 +571,8 @@ class Ledger:
         world = self.writer(world_id, manifest.writer_epoch)
         if manifest.tick <= world.tick_head:  # "a later tick coalesces the empty ticks between"
             raise ModelError("stale")
+        if world.tick_mode == "lockstep" and manifest.tick != world.tick_head + 1:
+            raise ModelError("invalid")  # "Tick modes": "a lockstep world publishes every tick"
         for s in manifest.settlements:
             command = world.commands.get(s.sequence)
             if command is None or command.status != "LEASED" or (command.lease_owner, command.lease_session) != (owner, session):
@@ -531,6 +608,10 @@ class Ledger:
                 command.updated_at = now
         world.guard = None
         world.tick_head = manifest.tick
+        if world.tick_mode == "lockstep":  # "its clock anchor follows its head"
+            # "when it was due (the host's due_ms; none: now; never after it published)"
+            due = now if manifest.due_ms is None else min(manifest.due_ms, now)
+            world.clock_tick, world.clock_ms, world.tick_lag_ms = manifest.tick, due, now - due
         if world.health == "STALLED":  # "the next published tick makes it ACTIVE again"
             attempts, error, since = world.failed_attempts, world.health_error, world.stalled_since
             world.health, world.failed_attempts, world.health_error, world.stalled_since = "ACTIVE", 0, None, None
@@ -580,22 +661,60 @@ class Ledger:
             raise ModelError("command_not_found")
         if dead.status != "DEAD_LETTER":
             raise ModelError("not_dead_lettered")
-        earlier = [c for c in world.commands.values() if c.redriven_from == dead.sequence]
-        if earlier:
-            if earlier[0].sub.command_id != new_id:
-                raise ModelError("already_redriven")
-            return earlier[0].sequence, True, dead.sequence
+        # "A dead letter is redriven once, and that fact is the dead letter's own"
+        # AMBIGUITY: the page does not order this against the new id being taken; the model asks
+        # first whether the dead letter was redriven (then a taken id is beside the point).
+        if dead.redriven_by is not None:
+            redrive = world.commands.get(dead.redriven_by)
+            if redrive is not None and redrive.sub.command_id == new_id:
+                return redrive.sequence, True, dead.sequence  # "while the redrive's row is retained, the same new id"
+            raise ModelError("already_redriven")  # "another id, or any id once retention pruned the redrive"
         if (scope, new_id) in world.keys or (scope, new_id) in world.reservations:
-            raise ModelError("conflict")
+            raise ModelError("conflict")  # "an id already used there, by a command or a spawn reservation"
+        if self.refused_types(world, dead.mutation):
+            raise ModelError("unknown_component")  # "passes admission's component check"
+        # "copies the operation, ..., payload, ...; due at max(scheduled_tick, tick_head + 1)"; its
+        # identity is what it copies: the dead letter's payload as it is now
         options = dataclasses.replace(dead.sub.options, tick=max(dead.sub.options.tick, world.tick_head + 1))
-        sub = dataclasses.replace(dead.sub, command_id=new_id, options=options)
+        sub = dataclasses.replace(dead.sub, command_id=new_id, options=options, mutation=dead.mutation)
         now = self.now()
         command = Command(sub, world_id, world.next_sequence, created_at=now, updated_at=now, redriven_from=dead.sequence)
         world.commands[command.sequence] = command
         world.keys[(scope, new_id)] = command.sequence
         world.next_sequence += 1
+        dead.redriven_by = command.sequence  # "it only records redriven_by": no event, no other change
         self._event(world, command)
         return command.sequence, False, dead.sequence
+
+    # -- component migrations --
+    def migrate(self, world_id: str, old: str, new: str) -> bool:
+        """"Component schemas and migrations", as a world host applies one declared migration when
+        it loads a world (docs/guide/schema-evolution.md): only when the world's entities or open
+        commands still name `old`. Entities and open payloads move to `new`; identities do not;
+        settled commands and dead letters keep theirs. True when it was recorded now."""
+        world = self.writer(world_id, self.worlds[world_id].writer_epoch)
+        if old in world.superseded:
+            return False
+        entities = [e for e, components in world.entities.items() if old in components]
+        commands = [c for c in world.commands.values() if c.status in OPEN and old in c.mutation.names()]
+        if not entities and not commands:
+            return False  # nothing names it: the host has nothing to migrate
+        now = self.now()
+        for entity_id in entities:
+            world.entities[entity_id] = {new if n == old else n: d for n, d in world.entities[entity_id].items()}
+        for command in commands:
+            command.migrated = command.mutation.renamed(old, new)
+            command.updated_at = now
+        world.superseded[old] = new
+        record = {"name": old, "to": new, "tick": world.tick_head, "entities": len(entities), "commands": len(commands),
+                  "migrated_at": now}  # fmt: skip
+        world.outbox.append(Event(
+            event_seq=world.next_event_seq, command_id=f"schema-migration/{old}", event_type="schema_migrated",
+            status="APPLIED", operation="migrate_components", tick=world.tick_head, principal=None, occurred_at=now,
+            attempts=0, max_attempts=None, error=None, record=record,
+        ))  # fmt: skip
+        world.next_event_seq += 1
+        return True
 
     # -- destroy --
     def destroy(self, world_id: str) -> int:
@@ -624,34 +743,44 @@ class Ledger:
 
     # -- retention --
     def prune(self, world_id: str, keep_ticks: int, window_ms: int, limit: int) -> tuple[int, int, int, int]:
-        """"Retention": at most `limit` of each, oldest first; (ticks, commands, reservations, quota)."""
+        """"Retention": at most `limit` of each kind, oldest first; (ticks, commands, reservations,
+        quota counters). Each kind's condition as the page's table states it."""
         world = self.world(world_id)
         if keep_ticks < 1 or window_ms < 0 or not 1 <= limit <= 100_000:
             raise ModelError("invalid")
-        # "manifests of ticks older than the newest keep_ticks"
-        old_ticks = [m for m in world.manifests if m.tick <= world.tick_head - keep_ticks][:limit]
+        now, oldest_tick = self.now(), world.tick_head - keep_ticks
+
+        def acknowledged(at: int) -> bool:
+            """"no unacknowledged outbox event of the world is as old as" `at`"""
+            return all(event.occurred_at > at for event in world.outbox)
+
+        # "tick manifests: tick <= tick_head - keep_ticks"
+        old_ticks = sorted((m for m in world.manifests if m.tick <= oldest_tick), key=lambda m: m.tick)[:limit]
         world.manifests = [m for m in world.manifests if m not in old_ticks]
-        # "settled at least the window ago, every event acknowledged": the horizon stays before
-        # the first unacknowledged event, which may be the command's own
-        horizon = self.now() - window_ms
-        if world.outbox:
-            horizon = min(horizon, world.outbox[0].occurred_at - 1)
-        prunable = [c for c in world.commands.values() if c.status in ("APPLIED", "REJECTED", "CANCELLED")
-                    and c.updated_at <= horizon]  # fmt: skip
-        # AMBIGUITY: the page says "oldest first" without a tie rule; the model breaks ties by sequence
-        gone = sorted(prunable, key=lambda c: (c.updated_at, c.sequence))[:limit]
-        for c in gone:
+        # "settled commands: APPLIED, REJECTED or CANCELLED, settled at least the window ago, and
+        # no unacknowledged outbox event of the world is as old as that settlement"; never an
+        # open command nor a dead letter
+        # AMBIGUITY: "oldest first" has no tie rule; the model breaks ties by sequence
+        settled = sorted((c for c in world.commands.values() if c.status in ("APPLIED", "REJECTED", "CANCELLED")
+                          and c.updated_at <= now - window_ms and acknowledged(c.updated_at)),
+                         key=lambda c: (c.updated_at, c.sequence))[:limit]  # fmt: skip
+        for c in settled:
             del world.commands[c.sequence]
             del world.keys[(c.sub.scope, c.sub.command_id)]
-        # "a reservation older than the window whose command is gone or never came"
-        # (`reserved_at` is kept beside each reservation by reserve_spawn)
+        # "spawn reservations: older than the window and no command row holds their (principal,
+        # command id)" (a command just pruned holds nothing); older as commands are: acknowledged too
+        # AMBIGUITY: ties of reservation time are broken by (principal, command id)
         lapsed = sorted((at, key) for key, at in world.reserved_at.items()
-                        if at <= horizon and key not in world.keys)[:limit]  # fmt: skip
+                        if at <= now - window_ms and acknowledged(at) and key not in world.keys)[:limit]  # fmt: skip
         for _, key in lapsed:
             del world.reservations[key]
             del world.reserved_at[key]
-        # quota counters are not modelled (the machine admits without a quota): nothing to count
-        return len(old_ticks), len(gone), len(lapsed), 0
+        # "quota counters: counted tick <= tick_head - keep_ticks"
+        # AMBIGUITY: oldest first, ties of tick broken by principal
+        counters = sorted(((tick, scope) for scope, tick in world.quota_used if tick <= oldest_tick))[:limit]
+        for tick, scope in counters:
+            del world.quota_used[(scope, tick)]
+        return len(old_ticks), len(settled), len(lapsed), len(counters)
 
 
 # -- a runner: what AsyncWorld.step + CommandScheduler.materialize do, at the level of outcomes --
@@ -664,6 +793,11 @@ class LoadedWorld:
     entities: dict[int, dict[str, dict]]
     ids: range = range(0)  # the entity ids of its current block still unused
     prepared: Manifest | None = None
+    # "Tick modes": the host's copy of the world's clock: mode, interval, and (lockstep) the anchor
+    # (the head, when it was due, how late it published), read at load, moved with each publication
+    tick_mode: str = "lockstep"
+    interval_ms: int = 100
+    anchor: tuple[int, int, int] = (-1, 0, 0)
 
 
 @dataclass
@@ -698,6 +832,20 @@ class Faults:
         return result
 
 
+def lockstep_due(anchor: tuple[int, int, int], interval_ms: int, now: int) -> int:
+    """docs/ledger.md "Tick modes", the due time a host records for a lockstep tick starting `now`:
+    the schedule's, one interval after the head was due; but `now` (the schedule starts again) in a
+    world with no interval, for a step asked for before its time, and after a pause: a start more
+    than the longer of the interval and a second after the tick could first have run (its
+    scheduled time, or the head's publication if that was later)."""
+    _, head_due, head_lag = anchor
+    scheduled = head_due + interval_ms
+    could_run = max(scheduled, head_due + head_lag)
+    if interval_ms == 0 or now < scheduled or now - could_run > max(interval_ms, 1_000):
+        return now
+    return scheduled
+
+
 class Runner:
     """One runner process: a stable owner, a session per world per incarnation, its loaded worlds."""
 
@@ -723,7 +871,10 @@ class Runner:
         if world_id not in self.loaded:
             epoch = faults.call("acquire_writer", lambda: ledger.acquire_writer(world_id))
             world = ledger.worlds[world_id]
-            self.loaded[world_id] = LoadedWorld(epoch, world.tick_head, copy.deepcopy(world.entities))
+            assert world.clock_ms is not None and world.tick_interval_ms is not None  # set at creation
+            self.loaded[world_id] = LoadedWorld(epoch, world.tick_head, copy.deepcopy(world.entities),
+                                                tick_mode=world.tick_mode, interval_ms=world.tick_interval_ms,
+                                                anchor=(world.clock_tick, world.clock_ms, world.tick_lag_ms))  # fmt: skip
         return self.loaded[world_id]
 
     def step(self, ledger: Ledger, world_id: str, faults: Faults, plans: dict[str, list], skip: int = 0) -> int:
@@ -768,6 +919,8 @@ class Runner:
             raise
         apply_writes(loaded.entities, manifest.writes)
         loaded.tick, loaded.prepared = manifest.tick, None
+        if manifest.due_ms is not None:  # "moves its own copy with every tick it publishes"
+            loaded.anchor = (manifest.tick, manifest.due_ms, max(0, ledger.now() - manifest.due_ms))
         return sum(1 for s in manifest.settlements if s.outcome == "applied")
 
     def _prepare(self, ledger: Ledger, world_id: str, loaded: LoadedWorld, faults: Faults,
@@ -776,7 +929,9 @@ class Runner:
         whole: its writes, its settlements and the entity ids it took (back to the world's block;
         a block reserved meanwhile is lost to the world, the ledger counter never goes back)."""
         ids_before = loaded.ids
-        tick, session = loaded.tick + 1 + skip, self.session(world_id)
+        lockstep = loaded.tick_mode == "lockstep"  # "Tick modes": a lockstep step is always the next tick
+        tick, session = loaded.tick + 1 + (0 if lockstep else skip), self.session(world_id)
+        due = lockstep_due(loaded.anchor, loaded.interval_ms, ledger.now()) if lockstep else None
         try:
             # AMBIGUITY: the page does not say when a running world takes its id block; the model
             # takes one at the start of a tick when the world has none left, and a larger one
@@ -786,7 +941,7 @@ class Runner:
                 loaded.ids = range(first, first + ID_BLOCK)
             rows = faults.call("lease", lambda: ledger.lease(
                 world_id, self.owner, session, loaded.writer_epoch, tick, self.lease_ms))  # fmt: skip
-            spawns = sum(1 for row, _ in rows if row.sub.mutation.operation == "spawn")
+            spawns = sum(1 for row, _ in rows if row.mutation.operation == "spawn")
             if len(loaded.ids) < spawns:
                 size = max(spawns, ID_BLOCK)
                 first = faults.call("reserve_entity_ids", lambda: ledger.reserve_entity_ids(world_id, size), size)
@@ -822,11 +977,11 @@ class Runner:
         except BaseException:
             loaded.ids = ids_before
             raise
-        loaded.prepared = Manifest(next(self._tokens), tick, loaded.writer_epoch, settlements, writes)
+        loaded.prepared = Manifest(next(self._tokens), tick, loaded.writer_epoch, settlements, writes, due)
 
     def _materialize(self, row: Command, loaded: LoadedWorld, writes: dict, plans: dict[str, list]) -> Materialized:
         """One command in its own layer: it lands whole (applied) or not at all."""
-        m = row.sub.mutation
+        m = row.mutation
         label = m.probe_label()
         if label is not None and plans.get(label):
             kind, text = plans[label].pop(0)  # the Probe raises while its value is built
@@ -841,6 +996,20 @@ class Runner:
         def current(entity_id: int) -> dict[str, dict] | None:
             return writes[entity_id] if entity_id in writes else loaded.entities.get(entity_id)
 
+        def write(entity_id: int, components: dict[str, dict] | None) -> Materialized:
+            """"a command that would take a component, an entity, its own write or the tick's
+            write-set over a limit is `rejected` ... leaves nothing, and the drain goes on"."""
+            size = entity_size(components)
+            if any(component_size(name, data) > COMPONENT_LIMIT for name, data in (components or {}).items()):
+                return Materialized("rejected", STATE_TOO_LARGE)
+            if size > ENTITY_LIMIT or size > WRITE_LIMIT:
+                return Materialized("rejected", STATE_TOO_LARGE)
+            # "each once, as last written"
+            if sum(entity_size(c) for e, c in writes.items() if e != entity_id) + size > WRITE_SET_LIMIT:
+                return Materialized("rejected", STATE_TOO_LARGE)
+            writes[entity_id] = components
+            return Materialized("applied", None)
+
         components = {name: dict(data) for name, data in m.components}
         if m.operation in ("spawn", "spawn_reserved"):
             if m.operation == "spawn":
@@ -849,25 +1018,43 @@ class Runner:
                 entity_id = m.entity_id
                 if current(entity_id) is not None:
                     return Materialized("rejected", ANY_TEXT)  # already exists
-            writes[entity_id] = components
-            return Materialized("applied", None)
+            # AMBIGUITY: a spawn rejected for its size "leaves nothing" of state; the page does not
+            # say whether its entity id is used: the model reads it as taken (a gap, like the ids
+            # a crashed process loses), the id block being the runner's, not the state's.
+            return write(entity_id, components)
         existing = current(m.entity_id)
         if existing is None:
             return Materialized("rejected", ANY_TEXT)  # no such entity
         # AMBIGUITY: the docs do not spell out the mutations' preconditions; the model uses the
         # plain reading: update and remove need every named component present, add needs none.
         if m.operation == "despawn":
-            writes[m.entity_id] = None
-        elif m.operation == "update":
+            return write(m.entity_id, None)
+        if m.operation == "update":
             if not set(components) <= set(existing):
                 return Materialized("rejected", ANY_TEXT)
-            writes[m.entity_id] = {**existing, **components}
-        elif m.operation == "add_components":
+            return write(m.entity_id, {**existing, **components})
+        if m.operation == "add_components":
             if set(components) & set(existing):
                 return Materialized("rejected", ANY_TEXT)
-            writes[m.entity_id] = {**existing, **components}
-        elif m.operation == "remove_components":
-            if not set(m.types) <= set(existing):
-                return Materialized("rejected", ANY_TEXT)
-            writes[m.entity_id] = {k: v for k, v in existing.items() if k not in m.types}
-        return Materialized("applied", None)
+            return write(m.entity_id, {**existing, **components})
+        if not set(m.types) <= set(existing):  # remove_components
+            return Materialized("rejected", ANY_TEXT)
+        return write(m.entity_id, {k: v for k, v in existing.items() if k not in m.types})
+
+
+# -- "State limits": sizes as docs/storage.md defines the texts -------------------------------
+FINGERPRINT = "f" * 64  # every fingerprint is 64 hex characters: a size does not depend on which
+
+
+def component_size(name: str, data: dict) -> int:
+    """A component's text: `{"data":<field JSON>,"fingerprint":"<64 hex>","name":"<class name>"}`,
+    canonical JSON (keys sorted, compact separators, ASCII only)."""
+    return len(json.dumps({"data": data, "fingerprint": FINGERPRINT, "name": name}, sort_keys=True,
+                          separators=(",", ":"), ensure_ascii=True))  # fmt: skip
+
+
+def entity_size(components: dict[str, dict] | None) -> int:
+    """An entity's components text, `[<component>,...]` (a despawned one counts nothing)."""
+    if components is None:
+        return 0
+    return 2 + sum(component_size(name, data) for name, data in components.items()) + max(0, len(components) - 1)

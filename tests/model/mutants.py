@@ -1,7 +1,8 @@
 """Does the stateful test have teeth? Break the ledger on purpose and watch it fail.
 
-Each mutant is one textual change to one source file. For each, this script copies the worktree
-(without .git, .venv, node_modules) to a temporary directory, applies the change there, and runs
+Each mutant is one textual change to the source (a few, where one rule is written in a few
+places). For each, this script copies the worktree (without .git, .venv, node_modules) to a
+temporary directory, applies the change there, and runs
 tests/model/test_stateful.py against that copy (PYTHONPATH puts the copy's src/ first, ahead of
 the editable install). The working tree is never modified. A mutant is *killed* when the test
 fails; the report says how many examples the test needed (shrinking is off, so that number is
@@ -30,98 +31,124 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 SQL = "src/archetype/commands/ledger_sql.py"
 LEDGER = "src/archetype/commands/ledger.py"
+CLOCK = "src/archetype/commands/clock.py"
 
-# name -> (file, text to find (exactly once), replacement, what it breaks)
-MUTANTS = {
-    "publish-drops-rejected": (
-        LEDGER,
-        'settled = [[s["sequence"], s["outcome"], s["error"]] for s in settlements]',
-        'settled = [[s["sequence"], s["outcome"], s["error"]] for s in settlements if s["outcome"] != "rejected"]',
-        "publish skips writing REJECTED settlements",
-    ),
-    "lease-order-swapped": (
-        SQL,
-        "ORDER BY scheduled_tick, priority, sequence LIMIT ?",
-        "ORDER BY priority, scheduled_tick, sequence LIMIT ?",
-        "DUE_COMMANDS orders by priority before scheduled tick",
-    ),
-    "settle-no-charge": (
-        SQL,
-        "attempts = commands.attempts + 1,",
-        "attempts = commands.attempts,",
-        "a settlement is not charged an attempt",
-    ),
-    "crash-no-charge": (
-        SQL,
-        "CHARGE_CRASH = \"\"\"UPDATE commands SET attempts = attempts + 1,",
-        "CHARGE_CRASH = \"\"\"UPDATE commands SET attempts = attempts,",
-        "CHARGE_CRASH does not charge the guarded command",
-    ),
+# name -> (what it breaks, its changes: (file, text to find (exactly once), replacement), ...)
+Change = tuple[str, str, str]
+MUTANTS: dict[str, tuple[str, tuple[Change, ...]]] = {
+    "publish-drops-rejected": ("publish skips writing REJECTED settlements", (
+        (LEDGER, 'settled = [[s["sequence"], s["outcome"], s["error"]] for s in settlements]',
+         'settled = [[s["sequence"], s["outcome"], s["error"]] for s in settlements if s["outcome"] != "rejected"]'),
+    )),
+    "lease-order-swapped": ("DUE_COMMANDS orders by priority before scheduled tick", (
+        (SQL, "ORDER BY scheduled_tick, priority, sequence LIMIT ?",
+         "ORDER BY priority, scheduled_tick, sequence LIMIT ?"),
+    )),
+    "settle-no-charge": ("a settlement is not charged an attempt", (
+        (SQL, "attempts = commands.attempts + 1,",
+         "attempts = commands.attempts,"),
+    )),
+    "crash-no-charge": ("CHARGE_CRASH does not charge the guarded command", (
+        (SQL, "CHARGE_CRASH = \"\"\"UPDATE commands SET attempts = attempts + 1,",
+         "CHARGE_CRASH = \"\"\"UPDATE commands SET attempts = attempts,"),
+    )),
     # a few more, beyond the three the brief asked for
-    "lease-skips-live-lease": (
-        LEDGER,
-        "if row[\"lease_owner\"] != owner and row[\"lease_expires_at\"] > now:\n                        break",
-        "if row[\"lease_owner\"] != owner and row[\"lease_expires_at\"] > now:\n                        continue",
-        "lease skips another owner's live lease instead of stopping",
-    ),
-    "release-forgets-attempts": (
-        SQL,
-        "status = CASE WHEN attempts > 0 THEN 'RETRYABLE' ELSE 'PENDING' END,",
-        "status = 'PENDING',",
-        "the released tail always goes back PENDING",
-    ),
-    "no-token-dedup": (
-        LEDGER,
-        "if self._port.execute(q.GET_TICK_BY_TOKEN, (world_id, token)):",
-        "if False:",
-        "a republished manifest is not recognised by its commit token",
-    ),
-    "recovery-keeps-failures": (
-        SQL,
-        "UPDATE worlds SET health = 'ACTIVE', failed_attempts = 0,",
-        "UPDATE worlds SET health = 'ACTIVE', failed_attempts = failed_attempts,",
-        "a published tick recovers the world but keeps its failed-attempt count",
-    ),
-    "redrive-event-untyped": (
-        SQL,
-        "CASE WHEN c.redriven_from IS NULL THEN 'admitted' ELSE 'redriven' END",
-        "'admitted'",
-        "a redrive's first event is `admitted`, not `redriven`",
-    ),
-    "permanent-is-retried": (
-        SQL,
-        "WHEN 'permanent' THEN 'DEAD_LETTER'",
-        "WHEN 'permanent' THEN 'RETRYABLE'",
-        "a Permanent failure is retried instead of dead-lettered",
-    ),
+    "lease-skips-live-lease": ("lease skips another owner's live lease instead of stopping", (
+        (LEDGER, "if row[\"lease_owner\"] != owner and row[\"lease_expires_at\"] > now:\n                        break",
+         "if row[\"lease_owner\"] != owner and row[\"lease_expires_at\"] > now:\n                        continue"),
+    )),
+    "release-forgets-attempts": ("the released tail always goes back PENDING", (
+        (SQL, "status = CASE WHEN attempts > 0 THEN 'RETRYABLE' ELSE 'PENDING' END,",
+         "status = 'PENDING',"),
+    )),
+    "no-token-dedup": ("a republished manifest is not recognised by its commit token", (
+        (LEDGER, "if self._port.execute(q.GET_TICK_BY_TOKEN, (world_id, token)):",
+         "if False:"),
+    )),
+    "recovery-keeps-failures": ("a published tick recovers the world but keeps its failed-attempt count", (
+        (SQL, "UPDATE worlds SET health = 'ACTIVE', failed_attempts = 0,",
+         "UPDATE worlds SET health = 'ACTIVE', failed_attempts = failed_attempts,"),
+    )),
+    "redrive-event-untyped": ("a redrive's first event is `admitted`, not `redriven`", (
+        (SQL, "CASE WHEN c.redriven_from IS NULL THEN 'admitted' ELSE 'redriven' END",
+         "'admitted'"),
+    )),
+    "permanent-is-retried": ("a Permanent failure is retried instead of dead-lettered", (
+        (SQL, "WHEN 'permanent' THEN 'DEAD_LETTER'",
+         "WHEN 'permanent' THEN 'RETRYABLE'"),
+    )),
     # retention
-    "prune-ignores-outbox": (
-        LEDGER,
-        "horizon = min(horizon, pending[0][0] - 1)",
-        "horizon = min(horizon, pending[0][0] + 10**9)",
-        "prune removes settled commands whose events are not acknowledged",
-    ),
-    "prune-takes-the-head": (
-        LEDGER,
-        'oldest_tick = world["tick_head"] - keep_ticks',
-        'oldest_tick = world["tick_head"] - keep_ticks + 1',
-        "prune removes one manifest too many (the head's, with keep_ticks=1)",
-    ),
+    "prune-ignores-outbox": ("prune removes settled commands whose events are not acknowledged", (
+        (LEDGER, "horizon = min(horizon, pending[0][0] - 1)",
+         "horizon = min(horizon, pending[0][0] + 10**9)"),
+    )),
+    "prune-takes-the-head": ("prune removes one manifest too many (the head's, with keep_ticks=1)", (
+        (LEDGER, 'oldest_tick = world["tick_head"] - keep_ticks',
+         'oldest_tick = world["tick_head"] - keep_ticks + 1'),
+    )),
+    # redrive, retention, migration and quota compose (issue 21)
+    "redrive-ignores-pruned-mark": ("a dead letter whose redrive was pruned is redriven again", (
+        (LEDGER, 'if dead["redriven_by"] is not None:',
+         'if dead["redriven_by"] is not None and self._command_at(world_id, dead["redriven_by"]) is not None:'),
+    )),
+    "redrive-skips-component-check": ("a redrive copies a payload of a superseded type into an open command", (
+        (LEDGER, 'self._check_components(world_id, [(f"dead letter {command_id!r}, whose payload a redrive copies", dead["payload"])])',
+         "pass"),
+    )),
+    "migration-rewrites-digest": ("a component migration rewrites an open command's admitted digest", (
+        (SQL, "migrated_digest = r.digest", "digest = r.digest"),
+    )),
+    "quota-counts-target-tick": ("quota counts the target tick, not the tick the command runs at", (
+        (LEDGER, 'runs_at(r["scheduled_tick"], world[3]) for r in fresh', 'r["scheduled_tick"] for r in fresh'),
+        (LEDGER, 'tick = runs_at(scheduled_tick, world["tick_head"])', "tick = scheduled_tick"),
+        (SQL, "u.scheduled_tick = max(j.value, w.tick_head + 1)", "u.scheduled_tick = j.value"),
+    )),
+    "prune-takes-dead-letters": ("prune removes dead letters past the window (and with them their redrive mark)", (
+        (SQL, "PRUNABLE_STATUSES = \"('APPLIED', 'REJECTED', 'CANCELLED')\"",
+         "PRUNABLE_STATUSES = \"('APPLIED', 'REJECTED', 'CANCELLED', 'DEAD_LETTER')\""),
+    )),
+    "prune-takes-quota-to-run": ("prune removes the quota counters of ticks still to run", (
+        (SQL, "WHERE world_id = ?1 AND scheduled_tick <= ?2 ORDER BY scheduled_tick, principal",
+         "WHERE world_id = ?1 AND scheduled_tick <= ?2 + 2 ORDER BY scheduled_tick, principal"),
+    )),
 }
+
+# tick modes
+MUTANTS.update({
+    "lockstep-skips": (
+        LEDGER,
+        'if world["tick_mode"] == "lockstep" and tick != world["tick_head"] + 1:',
+        "if False:",
+        "the ledger publishes a lockstep tick that skips ticks",
+    ),
+    "lockstep-anchor-stays": (
+        LEDGER,
+        "self._port.execute(q.SET_LOCKSTEP_CLOCK, (tick, due, max(0, now - due), world_id))",
+        'self._port.execute(q.SET_LOCKSTEP_CLOCK, (tick, world["clock_ms"], max(0, now - due), world_id))',
+        "a lockstep world's clock anchor keeps its old due time",
+    ),
+    "lockstep-no-pause": (
+        CLOCK,
+        "now_ms - ready > max(self.interval_ms, PAUSE_MS)",
+        "now_ms - ready > 10**12",
+        "a host runs a pause's missed lockstep ticks back to back",
+    ),
+})
 
 IGNORE = shutil.ignore_patterns(".git", ".venv", "node_modules", "__pycache__", ".pytest_cache", ".hypothesis", "data")
 
 
 def run_mutant(name: str, authority: str, examples: int, timeout: int) -> dict:
-    path, find, replace, what = MUTANTS[name]
+    what, changes = MUTANTS[name]
     with tempfile.TemporaryDirectory(prefix=f"mutant-{name}-") as tmp:
         copy = Path(tmp) / "repo"
         shutil.copytree(ROOT, copy, ignore=IGNORE)
-        target = copy / path
-        text = target.read_text()
-        if text.count(find) != 1:
-            return {"mutant": name, "result": "NOT APPLIED", "detail": f"{find!r} found {text.count(find)} times in {path}"}
-        target.write_text(text.replace(find, replace))
+        for path, find, replace in changes:
+            target = copy / path
+            text = target.read_text()
+            if text.count(find) != 1:
+                return {"mutant": name, "result": "NOT APPLIED", "detail": f"{find!r} found {text.count(find)} times in {path}"}
+            target.write_text(text.replace(find, replace))
         report = Path(tmp) / "report.jsonl"
         env = {
             **os.environ,
@@ -169,8 +196,8 @@ def main() -> int:
     parser.add_argument("--list", action="store_true")
     args = parser.parse_args()
     if args.list:
-        for name, (path, _, _, what) in MUTANTS.items():
-            print(f"{name:26} {path}: {what}")
+        for name, (what, changes) in MUTANTS.items():
+            print(f"{name:30} {', '.join(sorted({path for path, _, _ in changes}))}: {what}")
         return 0
     survived = False
     for name in args.mutants or list(MUTANTS):

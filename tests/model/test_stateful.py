@@ -32,7 +32,14 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 
 from archetype.canonical import canonical_json
 from archetype.commands import (
@@ -45,6 +52,7 @@ from archetype.commands import (
     LeaseLostError,
     NotDeadLetteredError,
     Permanent,
+    QuotaExceededError,
     RedriveConflictError,
     ReservationNotOwnedError,
     Retryable,
@@ -57,6 +65,7 @@ from archetype.commands import (
     WorldNotFoundError,
 )
 from archetype.commands.port import ManualClock
+from archetype.commands.state_pages import entity_texts
 from archetype.runtime import Runtime
 from archetype.world import (
     AddComponents,
@@ -75,12 +84,15 @@ from archetype.world.columnar import id_runs
 from archetype.world.commit import TickOutcomeUnknownError
 from tests.component_modules import flaky
 from tests.component_modules.alpha import Health, Position, Velocity
+from tests.component_modules.bulky import Appendix, Margin, Note
+from tests.component_modules.evolved import Vitality
 from tests.component_modules.flaky import Probe
 from tests.conformance.authorities import AUTHORITY_FACTORIES
 from tests.model.ledger_model import (
     TERMINAL,
     Faults,
     Ledger,
+    Manifest,
     ModelCrash,
     ModelError,
     Mutation,
@@ -92,11 +104,17 @@ from tests.model.ledger_model import (
 from tests.support.faults import AuthoritySeam
 
 LEASE_MS = 1_000
+INTERVAL_MS = 1_000  # both worlds': the clock rule's advances (1 ms .. 2.5 s) make lockstep ticks due, late and paused
 OWNERS = ("runner-a", "runner-b")
 PRINCIPALS = (None, "p1", "p2")  # None: a trusted caller (scope ''); p1/p2: players
 COMMAND_IDS = ("k0", "k1", "k2", "k3")  # few, so replays, conflicts and cross-principal reuse are common
 MISSING_ENTITY = 999_999  # never handed out in an example: commands naming it are rejected
-CLASSES = {cls.__name__: cls for cls in (Health, Position, Probe, Velocity)}
+CLASSES = {cls.__name__: cls for cls in (Appendix, Health, Margin, Note, Position, Probe, Velocity, Vitality)}
+QUOTA = 2  # an actor's commands per world and tick they run at: small, so quotas are met (trusted ones have none)
+# texts whose components cross the state limits alone or a few on one entity (docs/ledger.md, "State
+# limits"): a component of 999,990 characters is over its limit with its name and fingerprint
+BULK_TEXTS = (700_000, 999_990)
+BULKY = {"Note", "Margin", "Appendix"}
 FLOATS = (0.0, -0.0, 2.0, 1.5)  # -0.0 and 2.0 must survive as published text
 # The ledger calls whose order is compared (the ones the page names), and what of their arguments.
 TRACKED_CALLS = ("admit", "reserve_spawn", "lease", "guard", "publish", "destroy", "acquire_writer", "reserve_entity_ids",
@@ -193,6 +211,7 @@ def kind_of(exc: BaseException) -> str:
         (CommandNotFoundError, "command_not_found"), (NotDeadLetteredError, "not_dead_lettered"),
         (RedriveConflictError, "already_redriven"), (UnknownComponentError, "unknown_component"),
         (InvalidCommandError, "invalid"), (WorldLeaseHeldError, "lease_held"), (RunnerIdHeldError, "runner_id_held"),
+        (QuotaExceededError, "quota"),
     ):  # fmt: skip
         if isinstance(exc, cls):
             return kind
@@ -268,17 +287,26 @@ class LedgerMachine(RuleBasedStateMachine):
         self.first_step = Stats.steps
         self.checked = self.checks = 0
         self.worlds = (f"m{self.n}-main", f"m{self.n}-doomed")  # only the second is ever destroyed
-        for world_id in self.worlds:
-            self.run(self.runtimes["runner-a"].dispatcher.apply(CreateWorld(name=world_id, world_id=world_id)))
+
+    @initialize(main=st.sampled_from(("lockstep", "realtime")))
+    def create_worlds(self, main: str) -> None:
+        """One lockstep world and one realtime ("Tick modes"), either of them the main world."""
+        modes = (main, "realtime" if main == "lockstep" else "lockstep")
+        for world_id, mode in zip(self.worlds, modes, strict=True):
+            op = CreateWorld(name=world_id, world_id=world_id, tick_mode=mode, tick_interval_ms=INTERVAL_MS)
+            self.run(self.runtimes["runner-a"].dispatcher.apply(op))
             info = self.run(self.ctx.authority.world_info(world_id))
             self.model.create_world(world_id, world_id, first_entity_id=info["next_entity_id"],
-                                    first_sequence=info["next_sequence"])  # fmt: skip
+                                    first_sequence=info["next_sequence"], tick_mode=mode,
+                                    tick_interval_ms=INTERVAL_MS)  # fmt: skip
 
     def run(self, coroutine: Any) -> Any:
         return self.ctx.loop.run_until_complete(coroutine)
 
     def _runtime(self, owner: str) -> Runtime:
-        return Runtime(self.seam, owner=owner, lease_ms=LEASE_MS)
+        runtime = Runtime(self.seam, owner=owner, lease_ms=LEASE_MS, clock=self.ctx.clock)
+        runtime.scheduler.quota = QUOTA
+        return runtime
 
     def _count(self, rule_name: str) -> None:
         self._current = rule_name
@@ -396,7 +424,7 @@ class LedgerMachine(RuleBasedStateMachine):
         def model() -> Any:
             if len({s.command_id for s in batch}) != len(batch):
                 raise ModelError("invalid")  # validated before the one ledger call
-            return self.faults.call("admit", lambda: self.model.admit(world_id, batch))
+            return self.faults.call("admit", lambda: self.model.admit(world_id, batch, QUOTA if principal else None))
 
         who = actor(principal)
         real = dispatcher.defer_batch(items) if who is None else dispatcher.defer_batch_as(who, items)
@@ -440,6 +468,46 @@ class LedgerMachine(RuleBasedStateMachine):
         sub = Submission(f"q{next(self.probes)}", mutation, Options(0, -1, 3), data.draw(st.sampled_from(PRINCIPALS)))
         self.admit_batch(world_id, [sub])
 
+    @rule(data=st.data())
+    def poison(self, data: Any) -> None:
+        """A spawn that fails permanently when it first runs: the dead letters that redrives,
+        retention and migrations need (it carries Health or Position too, so a migration can
+        supersede a dead letter's type)."""
+        self._count("poison")
+        world_id = data.draw(st.sampled_from(self.worlds))
+        components = tuple(sorted(self._components(data, probe=False) + (self._probe([("permanent", Permanent)]),)))
+        sub = Submission(f"x{next(self.probes)}", Mutation("spawn", components=components),
+                         self._options(data, world_id), data.draw(st.sampled_from(PRINCIPALS)))  # fmt: skip
+        self.admit_batch(world_id, [sub])
+
+    @rule(data=st.data())
+    def grow(self, data: Any) -> None:
+        """Commands writing large components on one entity (a fresh one, reserved, or one grown
+        already), up to three of them: rejected whole once one would take its component, its entity
+        or its tick's write-set over the state limits, and the drain goes on."""
+        self._count("grow")
+        world_id = data.draw(st.sampled_from(self.worlds))
+        principal = data.draw(st.sampled_from(PRINCIPALS))
+        options = self._options(data, world_id)
+        size = data.draw(st.sampled_from(BULK_TEXTS))  # one for the rule: three of 700,000 are an entity over
+
+        def component(name: str) -> tuple:
+            return (name, (("text", name[0] * size),))
+
+        entities = self.model.worlds[world_id].entities
+        grown = [e for e, components in sorted(entities.items()) if set(components) & BULKY]
+        names = data.draw(st.sampled_from([sorted(BULKY)] * 2 + [[name] for name in sorted(BULKY)]))
+        if grown and data.draw(st.booleans()):
+            entity_id: int | None = data.draw(st.sampled_from(grown))
+        else:  # a fresh entity, reserved, so that the rest of the rule can name it in the same tick
+            entity_id = self.spawn_reserve(world_id, principal, f"g{next(self.probes)}", (component(names[0]),), options)
+            names = names[1:]
+        has = set(entities.get(entity_id or 0, {}))
+        mutations = [Mutation("update" if name in has else "add_components", entity_id, components=(component(name),))
+                     for name in names if entity_id is not None]  # fmt: skip
+        for mutation in mutations:  # one admission each: together they are more than a request body carries
+            self.admit_batch(world_id, [Submission(f"g{next(self.probes)}", mutation, options, principal)])
+
     @precondition(lambda self: self._commands())
     @rule(data=st.data())
     def replay(self, data: Any) -> None:
@@ -447,6 +515,8 @@ class LedgerMachine(RuleBasedStateMachine):
         self._count("replay")
         world_id, command = data.draw(st.sampled_from(self._commands()))
         sub = command.sub
+        if command.migrated is not None:
+            Stats.saw("replay:of_a_migrated_command")
         # an actor cannot submit SpawnReserved itself (trusted only): its retry is the whole defer_spawn_as
         if sub.request is not None and (sub.principal is not None or data.draw(st.booleans())):
             self.spawn_reserve(world_id, sub.principal, sub.command_id, sub.mutation.components, sub.options)
@@ -482,14 +552,24 @@ class LedgerMachine(RuleBasedStateMachine):
 
     # -- spawn reservations --
     def spawn_reserve(self, world_id: str, principal: str | None, command_id: str, components: tuple,
-                      options: Options) -> None:  # fmt: skip
+                      options: Options) -> int | None:  # fmt: skip
+        """The reserved entity id (None when refused)."""
         request = spawn_request(components, options, principal)
         scope = principal or ""
 
+        quota = QUOTA if principal else None
+
         def model() -> int:
-            entity_id = self.faults.call("reserve_spawn", lambda: self.model.reserve_spawn(world_id, scope, command_id, request))
+            world = self.model.worlds[world_id]
+            # "validates the complete admission first: nothing is reserved for a request that would
+            # be refused" (a command id that names a command already is the ledger's to answer)
+            if world.status == "ACTIVE" and (scope, command_id) not in world.keys and self.model.refused_types(
+                    world, Mutation("spawn", components=components)):  # fmt: skip
+                raise ModelError("unknown_component")
+            entity_id = self.faults.call("reserve_spawn", lambda: self.model.reserve_spawn(
+                world_id, scope, command_id, request, quota))  # fmt: skip
             sub = Submission(command_id, Mutation("spawn_reserved", entity_id, components), options, principal, request)
-            (answer,) = self.faults.call("admit", lambda: self.model.admit(world_id, [sub]))
+            (answer,) = self.faults.call("admit", lambda: self.model.admit(world_id, [sub], quota))
             return entity_id, answer
 
         dispatcher = self.runtimes[OWNERS[sum(map(ord, command_id)) % 2]].dispatcher  # "from any process"
@@ -501,6 +581,8 @@ class LedgerMachine(RuleBasedStateMachine):
         if answers is not None:
             (entity_id, (sequence, replayed)), admission = answers
             assert (admission.entity_id, admission.command.sequence, admission.command.replayed) == (entity_id, sequence, replayed)
+            return entity_id
+        return None
 
     @rule(data=st.data())
     def spawn(self, data: Any) -> None:
@@ -556,7 +638,8 @@ class LedgerMachine(RuleBasedStateMachine):
 
     @rule(owner=st.sampled_from(OWNERS), index=st.integers(0, 1), skip=st.integers(1, 3))
     def step_coalescing(self, owner: str, index: int, skip: int) -> None:
-        """An idle world's runner jumps its clock: `skip` empty ticks coalesced, then a tick."""
+        """A runner asks for a later tick: a realtime world's clock jumped (`skip` empty ticks coalesced,
+        then a tick); a lockstep world runs its next tick all the same."""
         self._count("step_coalescing")
         self.step_world(owner, self.worlds[index], skip)
 
@@ -600,6 +683,21 @@ class LedgerMachine(RuleBasedStateMachine):
     def advance_clock(self, ms: int) -> None:
         self._count("advance_clock")
         self.ctx.clock.advance(ms)
+
+    @rule(index=st.integers(0, 1), ahead=st.integers(1, 2))
+    def publish_ahead(self, index: int, ahead: int) -> None:
+        """A host of the current writer epoch publishes an empty tick `ahead` ticks past the head (a
+        realtime clock's jump): a lockstep world takes only the next one ("Tick modes")."""
+        self._count("publish_ahead")
+        world_id = self.worlds[index]
+        world = self.model.worlds[world_id]
+        manifest = Manifest(next(Runner._tokens), world.tick_head + ahead, world.writer_epoch, [], {})
+        token = f"ahead-{manifest.token}"
+        real = {"world_id": world_id, "tick": manifest.tick, "writer_epoch": manifest.writer_epoch, "settlements": [],
+                "written_runs": [], "commit_token": token}  # fmt: skip
+        self.tokens[manifest.token] = token
+        self.both(lambda: self.faults.call("publish", lambda: self.model.publish(world_id, "forger", "forger-1", manifest)),
+                  self.seam.publish(world_id, "forger", "forger-1", real, {"snapshot": False, "chunks": []}))  # fmt: skip
 
     @rule(owner=st.sampled_from(OWNERS), index=st.integers(0, 1))
     def takeover(self, owner: str, index: int) -> None:
@@ -694,6 +792,8 @@ class LedgerMachine(RuleBasedStateMachine):
         self._count("redrive")
         world_id, command = data.draw(st.sampled_from(candidates))
         scope, command_id = command.sub.scope, command.sub.command_id
+        if command.redriven_by is not None and command.redriven_by not in self.model.worlds[world_id].commands:
+            Stats.saw("redrive:its_redrive_pruned")
         key = data.draw(st.sampled_from((None, "r1", "r2", *COMMAND_IDS[:1])))
         new_id = key or f"{command_id}.redrive"
 
@@ -706,6 +806,73 @@ class LedgerMachine(RuleBasedStateMachine):
             assert (real["sequence"], real["replayed"], real["redriven_from"]) == expected
             sub = self.model.worlds[world_id].commands[real["sequence"]].sub
             self._digest(world_id, sub, real["digest"])
+
+    def _settled_redrives(self) -> list[tuple[str, Any]]:
+        """Dead letters whose redrive settled (retained still): retention may take the redrive now."""
+        settled = ("APPLIED", "REJECTED", "CANCELLED")
+        return [(w, c) for w, c in self._dead_letters() if c.redriven_by is not None
+                and getattr(self.model.worlds[w].commands.get(c.redriven_by), "status", "") in settled]  # fmt: skip
+
+    @precondition(lambda self: self._settled_redrives())
+    @rule(data=st.data())
+    def redrive_after_retention(self, data: Any) -> None:
+        """The projector catches up, retention prunes all it may (a zero window), and the operator
+        redrives the dead letter again: its redrive is gone, "redriven once" is not."""
+        world_id, _ = data.draw(st.sampled_from(self._settled_redrives()))
+        world = self.model.worlds[world_id]
+        up_to = world.next_event_seq - 1
+        if up_to > world.projected_seq:
+            self.model.acknowledge_outbox(world_id, up_to)
+            self.run(self.ctx.authority.acknowledge_outbox(world_id, up_to))
+        self.ctx.clock.advance(1)
+        self._count("prune")
+        self.both(lambda: self.model.prune(world_id, 1, 0, 100_000), self.seam.prune(world_id, 1, 0, 100_000))
+        self.redrive_one(data, [(w, c) for w, c in self._dead_letters() if w == world_id and c.redriven_by is not None])
+
+    # A migration takes Health away for the rest of the example: only in its second half.
+    @precondition(lambda self: Stats.steps - self.first_step >= STEPS // 2)
+    @rule(index=st.integers(0, 1))
+    def migrate(self, index: int) -> None:
+        """A runner upgraded to Vitality loads the world: its declared migration moves every
+        published Health and every open command's Health to Vitality, once; identities stay, so
+        replays of what was first sent still replay, and Health is admitted (or redriven) no more."""
+        self._count("migrate")
+        self.migrate_world(self.worlds[index])
+
+    def migrate_world(self, world_id: str) -> None:
+        migrator = self._runtime("migrator")
+        migrator.worlds.migrations.declare("Health", Health.component_fingerprint(), Vitality, lambda data: {"hp": data["hp"]})
+
+        def model() -> bool:
+            self.faults.call("acquire_writer", lambda: self.model.acquire_writer(world_id))
+            return self.model.migrate(world_id, "Health", "Vitality")
+
+        async def real() -> bool:
+            before = len((await self.ctx.authority.components(world_id))["migrations"])
+            await migrator.worlds.get(world_id)
+            return len((await self.ctx.authority.components(world_id))["migrations"]) > before
+
+        answers = self.both(model, real())
+        if answers is not None:
+            assert answers[0] == answers[1], f"migrated: model {answers[0]}, authority {answers[1]}"
+            Stats.saw("migrate:migrated" if answers[0] else "migrate:nothing")
+
+    def _health_dead_letters(self) -> list[tuple[str, Any]]:
+        return [(w, c) for w, c in self._dead_letters() if c.redriven_by is None and "Health" in c.mutation.names()
+                and not self.model.worlds[w].superseded]  # fmt: skip
+
+    @precondition(lambda self: Stats.steps - self.first_step >= STEPS // 2 and self._health_dead_letters())
+    @rule(data=st.data())
+    def redrive_after_migration(self, data: Any) -> None:
+        """Work of Health is pending (so the world has something to migrate), a runner upgraded to
+        Vitality loads the world, and the operator redrives a dead letter of Health: it is not
+        redriven (its type is superseded), while the pending work was migrated."""
+        world_id, _ = data.draw(st.sampled_from(self._health_dead_letters()))
+        later = Mutation("spawn", components=(("Health", (("hp", 1),)),))
+        self.admit_batch(world_id, [Submission(f"h{next(self.probes)}", later, Options(99), None)])
+        self._count("migrate")
+        self.migrate_world(world_id)
+        self.redrive_one(data, [(w, c) for w, c in self._health_dead_letters() if w == world_id] or self._dead_letters())
 
     # Destroy ends the doomed world for the rest of the example: only in its second half.
     @precondition(lambda self: Stats.steps - self.first_step >= STEPS // 2)
@@ -759,15 +926,27 @@ class LedgerMachine(RuleBasedStateMachine):
             payload = json.loads(r["payload"])
             if r["event_seq"] not in self.events_seen.setdefault(world_id, set()):
                 self.events_seen[world_id].add(r["event_seq"])
-                Stats.saw(f"event:{r['event_type']}" + (":crash" if "crash guard" in (payload["error"] or "") else ""))
+                error = payload.get("error") or ""
+                cause = ":crash" if "crash guard" in error else ":state_too_large" if "StateTooLargeError" in error else ""
+                Stats.saw(f"event:{r['event_type']}{cause}")
+            command_id = e.command_id
+            if e.record is not None:  # a schema event: its command id and payload name fingerprints, the model names
+                record = e.record
+                command_id = f"{command_id}/{CLASSES[record['name']].component_fingerprint()}"
+                assert payload == {"name": record["name"], "from_fingerprint": CLASSES[record["name"]].component_fingerprint(),
+                                   "to_fingerprint": CLASSES[record["to"]].component_fingerprint(), "tick": record["tick"],
+                                   "entities": record["entities"], "commands": record["commands"],
+                                   "migrated_at": record["migrated_at"]}, (r, e)  # fmt: skip
             want = {
                 "event_id": f"{world_id}/{e.event_seq}", "world_id": world_id, "event_seq": e.event_seq,
-                "command_id": e.command_id, "event_type": e.event_type, "status": e.status,
+                "command_id": command_id, "event_type": e.event_type, "status": e.status,
                 "operation": e.operation, "tick": e.tick, "principal": e.principal, "origin": "local",
                 "occurred_at": e.occurred_at,
             }  # fmt: skip
             got = {k: r[k] for k in want}
             assert got == want, f"outbox event differs:\n authority {got}\n model     {want}"
+            if e.record is not None:
+                continue
             assert (payload["attempts"], payload["max_attempts"]) == (e.attempts, e.max_attempts), (r, e)
             assert payload.get("since") == e.since, (r, e)
             assert error_matches(payload["error"], e.error), (r, e)
@@ -810,7 +989,8 @@ class LedgerMachine(RuleBasedStateMachine):
             "projected_seq": world.projected_seq, "created_at": world.created_at,
             "guard_sequence": world.guard[0] if world.guard else None,
             "health": world.health, "failed_attempts": world.failed_attempts, "stalled_since": world.stalled_since,
-            "clock_tick": world.clock_tick, "clock_ms": world.clock_ms,
+            "clock_tick": world.clock_tick, "clock_ms": world.clock_ms, "tick_mode": world.tick_mode,
+            "tick_interval_ms": world.tick_interval_ms, "tick_lag_ms": world.tick_lag_ms,
             "host_owner": world.host_owner, "host_expires_at": world.host_expires_at,
         }  # fmt: skip
         got = {k: info[k] for k in want}
@@ -826,16 +1006,18 @@ class LedgerMachine(RuleBasedStateMachine):
             want = {
                 "command_id": sub.command_id, "world_id": world_id, "scheduled_tick": sub.options.tick,
                 "priority": sub.options.priority, "max_attempts": sub.options.max_attempts,
-                "operation": sub.mutation.operation, "principal": sub.principal, "origin": "local",
+                "operation": c.mutation.operation, "principal": sub.principal, "origin": "local",
                 "reserved_entity_id": c.reserved_entity_id, "status": c.status, "attempts": c.attempts,
                 "lease_owner": c.lease_owner, "lease_expires_at": c.lease_expires_at, "applied_tick": c.applied_tick,
                 "created_at": c.created_at, "updated_at": c.updated_at, "redriven_from": c.redriven_from,
-                "payload": canonical_json(real_op(world_id, sub.mutation).model_dump(mode="json")),
+                "redriven_by": c.redriven_by, "payload": canonical_json(real_op(world_id, c.mutation).model_dump(mode="json")),
             }  # fmt: skip
             got = {k: r[k] for k in want}
             assert got == want, f"command #{c.sequence} differs:\n authority {got}\n model     {want}"
             assert error_matches(r["last_error"], c.last_error), f"#{c.sequence} last_error {r['last_error']!r}, model {c.last_error!r}"
             assert self.digests.get((world_id, sub.scope, sub.command_id), r["digest"]) == r["digest"]
+            # a migrated payload has its own digest; the admitted one above never moves
+            assert (r["migrated_digest"] is not None) == (c.migrated is not None), f"#{c.sequence} migrated_digest"
             assert isinstance(r["schema_version"], int) and r["schema_version"] >= 1  # "positive schema version"
 
         # manifests, in tick order
@@ -880,15 +1062,40 @@ class LedgerMachine(RuleBasedStateMachine):
                 row = self.run(authority.command(world_id, command_id, scope))
                 command = world.command(scope, command_id)
                 assert (row and row["sequence"]) == (command and command.sequence), (scope, command_id)
+            rows = self.run(authority.commands_by_id(world_id, list(COMMAND_IDS), scope))
+            assert [r["sequence"] for r in rows] == [c.sequence for c in world.commands_by_id(scope, list(COMMAND_IDS))]
+        self.compare_reads(world_id)
+
+    def compare_reads(self, world_id: str) -> None:
+        """read_state, page after page, with and without filters, against the model's entities."""
+        authority, world = self.ctx.authority, self.model.worlds[world_id]
+        present = sorted({name for components in world.entities.values() for name in components})
+        some_ids = sorted(world.entities)[::2] + [MISSING_ENTITY]
+        for names, ids in ((None, None), (present[:1] or None, None), (present[-2:] or None, some_ids), (None, some_ids)):
+            keys = None if names is None else [f"{n}:{CLASSES[n].component_fingerprint()}" for n in names]
+            found, after = [], 0
+            while True:
+                page = self.run(authority.read_state(world_id, after, 2, keys, ids))
+                entities = entity_texts(page["sections"])
+                assert len(entities) <= 2
+                found += entities
+                if page["next_after"] is None:
+                    break
+                after = page["next_after"]
+            want = [(e, entity_text(c)) for e, c in world.read_state(set(names) if names else None, set(ids) if ids else None)]
+            assert found == want, f"read_state {names} {ids}:\n authority {found}\n model     {want}"
 
 
 def check_invariants(world_id: str, info: dict, rows: list[dict], manifests: list[dict], outbox: list[dict]) -> None:
     """What must hold of any authority's answers, whatever the model says."""
     by_sequence = {r["sequence"]: r for r in rows}
-    # retention keeps the newest manifests, always the tick head's; coalesced empty ticks leave gaps
+    # retention keeps the newest manifests, always the tick head's; a realtime world's coalesced empty
+    # ticks leave gaps, a lockstep world's manifests have none
     ticks = [m["tick"] for m in manifests]
     first = ticks[0] if ticks else info["tick_head"] + 1
     assert ticks == sorted(set(ticks)) and ticks[-1:] == [info["tick_head"]][: len(ticks)], "ticks out of order"
+    if info["tick_mode"] == "lockstep":
+        assert ticks == list(range(first, info["tick_head"] + 1)), "a lockstep world skipped a tick"
     assert manifests or info["tick_head"] == -1, "the tick head's manifest was pruned"
     settled: dict[int, list[tuple[int, str]]] = {}
     for m in manifests:

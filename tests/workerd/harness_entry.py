@@ -9,6 +9,11 @@ Never deployed: the real-runtime fixture stages this file as the bundle's main m
 - `x-archetype-test-namespace: <name>`: every Durable Object the request reaches is the one named
   `<name>/<object name>` (the world directory included), so a namespace sees only the worlds
   created in it, as a fresh deployment would. Without it, objects have their own names.
+- `GET /_test/objects/<name>/stats`: what the bench (bench/workerd_runtime.py) reads of an
+  object since it was constructed: the RPC calls and alarms it served (Cloudflare bills each as a
+  request), the SQL rows its ledger read and wrote (the engine's own counters, summed by
+  `DurableObjectSqlPort`), its database size, and the isolate's WebAssembly memory (Pyodide's heap,
+  which only grows: a high-water mark of what Python used, against the 128 MB an isolate has).
 - `x-archetype-test-now-ms: <ms>`: the request runs at that time. The Worker sends every RPC it
   makes for the request through the object's `clocked(now_ms, method, args)`, which sets that
   object's clock and runs `method`; without the header, `clocked(None, ...)` puts the object back
@@ -35,12 +40,13 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import json
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from archetype.commands.ledger import LEDGER_METHODS
 from archetype.commands.port import SystemClock
-from durable_world.ffi import number_or_none
+from durable_world.ffi import number_or_none, to_py
 from worker import entry
 from worker.entry import build_app
 
@@ -129,6 +135,7 @@ class WorldObject(entry.WorldObject):
         self.rpc_clock = RpcClock()
         self.test_storage = _TestStorage(ctx.storage, self.rpc_clock)
         self._alarm_ran: asyncio.Future[str | None] | None = None
+        self.rpc_calls = self.alarms = 0
         # The SDK's context object keeps what it is given: the product's constructor finds this storage.
         ctx.storage = self.test_storage
         super().__init__(ctx, env, clock=self.rpc_clock)
@@ -138,10 +145,12 @@ class WorldObject(entry.WorldObject):
         if method not in LEDGER_METHODS and method not in DIRECTORY_METHODS and method not in TEST_METHODS:
             raise ValueError(f"clocked: {method!r} is not an RPC method of the object")
         now = number_or_none(now_ms)
+        self.rpc_calls += 1
         self.rpc_clock.now = None if now is None else int(now)
         return await getattr(self, method)(args)
 
     async def alarm(self, alarm_info: Any = None) -> None:
+        self.alarms += 1
         raised: str | None = None
         self.test_storage.sql.armed = True
         try:
@@ -174,6 +183,19 @@ class WorldObject(entry.WorldObject):
         self.test_storage.sql.failing = int(number_or_none(args) or 0)
         return {"statements": self.test_storage.sql.failing}
 
+    async def harness_stats(self) -> dict[str, int]:
+        """The figures of `GET /_test/objects/<name>/stats`."""
+        import pyodide_js  # only on Pyodide: the module the runtime loaded Python with
+
+        port = self.ledger._port  # the object's DurableObjectSqlPort
+        sql = self.ctx.storage.sql
+        # the SDK's binding wrapper keeps the first value it read of any attribute: read the JS object's
+        size = getattr(sql, "_binding", sql).databaseSize
+        return {"rpc_calls": self.rpc_calls, "alarms": self.alarms,
+                "rows_read": port.rows_read, "rows_written": port.rows_written,
+                "database_bytes": int(size),
+                "wasm_memory_bytes": int(pyodide_js._module.HEAP8.length)}  # fmt: skip
+
 
 class _ClockedStub:
     def __init__(self, stub: Any) -> None:
@@ -199,6 +221,10 @@ class _HarnessNamespace:
     def get(self, object_id: Any) -> _ClockedStub:
         return _ClockedStub(self._namespace.get(object_id))
 
+    def raw_stub(self, name: str) -> Any:
+        """The object named `name` in the request's test namespace, called as it is."""
+        return self._namespace.get(self.idFromName(name))
+
 
 class _HarnessEnv:
     """The Worker's env with its WORLDS namespace wrapped."""
@@ -223,6 +249,9 @@ async def _object_route(env: _HarnessEnv, method: str, path: str, query: str) ->
         return Response.json(await stub.test_held_alarm())
     if (method, action) == ("PUT", "alarm"):
         return Response.json(await stub.test_set_alarm(int(parse_qs(query)["at"][0])))
+    if (method, action) == ("GET", "stats"):  # not through `clocked`: the reading is not one of the object's requests
+        raw = env.WORLDS.raw_stub(unquote(name))
+        return Response(json.dumps(to_py(await raw.harness_stats())), headers={"content-type": "application/json"})
     if (method, action) == ("POST", "fault"):
         statements = int(parse_qs(query).get("statements", ["1"])[0])
         return Response.json(await stub.test_fault(statements))

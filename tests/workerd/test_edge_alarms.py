@@ -25,7 +25,7 @@ from archetype.remote import HttpAuthority
 from archetype.runtime import Runtime
 from archetype.world import CreateWorld, Despawn
 from durable_world.edge import TICK_INTERVAL_MS
-from durable_world.world_object import MAX_ALARM_MS, RETRY_DELAY_MS
+from durable_world.world_object import FALLBACK_DELAY_MS, MAX_ALARM_MS
 from tests.durable_object.arming import ROWS, Host, run_row
 from tests.durable_object.edge_scenario import hosted_snapshot, later, scripted, serve_hosted_snapshot, spawn_mover
 from tests.server import game
@@ -109,7 +109,7 @@ def edge_world(name: str) -> str:
 
 async def test_an_edge_hosted_world_matches_a_serve_hosted_one_byte_for_byte(deployment, tmp_path):
     """The parity script stepped by the object's alarm in workerd; the audit stream is what the
-    queue binding delivered (tests/support/workerd/queue_recorder.py), then what is left unsent."""
+    queue binding delivered (the session's LoopbackQueue, tests/audit/queue_server.py), then what is left unsent."""
     world_id = edge_world("parity")
     served = await serve_hosted_snapshot(tmp_path / "serve", world_id)
     assert deployment.clock is not None
@@ -216,10 +216,10 @@ async def test_an_alarm_whose_work_raises_re_arms_and_the_world_goes_on(deployme
         deployment.clock.advance(TICK_INTERVAL_MS)
         before = deployment.clock.now_ms()
         assert await deployment.fire_cleanly(world_id)
-        assert await deployment.alarm_at(world_id) == before + RETRY_DELAY_MS  # the fallback it armed first
+        assert await deployment.alarm_at(world_id) == before + FALLBACK_DELAY_MS  # the fallback it armed first
         assert (await deployment.authority.world_info(world_id))["tick_head"] == -1
         await deployment.fault(world_id, 0)
-    deployment.clock.advance(RETRY_DELAY_MS)
+    deployment.clock.advance(FALLBACK_DELAY_MS)
     assert await deployment.fire_cleanly(world_id)
     assert (await deployment.authority.world_info(world_id))["tick_head"] >= 0
     assert await deployment.alarm_at(world_id) == deployment.clock.now_ms() + TICK_INTERVAL_MS

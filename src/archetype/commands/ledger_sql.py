@@ -16,7 +16,8 @@ OPEN_STATUSES = "('PENDING', 'LEASED', 'RETRYABLE')"
 WORLD_COLUMNS = (
     "world_id, name, status, tick_head, next_entity_id, writer_epoch, next_sequence, "
     "next_event_seq, projected_seq, guard_sequence, guard_session, health, failed_attempts, health_error, "
-    "stalled_since, host_owner, host_expires_at, created_at, updated_at, clock_tick, clock_ms"
+    "stalled_since, host_owner, host_expires_at, created_at, updated_at, clock_tick, clock_ms, tick_mode, "
+    "tick_interval_ms, tick_lag_ms"
 )
 # A world's next command and event sequence numbers are read off the keys they number (docs/ledger.md,
 # "Sequence numbers"): the last command's sequence and the last event's in the outbox, one index
@@ -35,13 +36,13 @@ LIST_WORLDS = f"SELECT {WORLD_VALUE_COLUMNS} FROM worlds AS w ORDER BY w.world_i
 # The catalog's worlds that have an open command (with the earliest scheduled tick among them): a
 # runner's due-time index. It reads the open-commands index only, so idle worlds cost nothing.
 PENDING_WORLDS = f"""SELECT c.world_id, w.status, w.tick_head, min(c.scheduled_tick), w.clock_tick, w.clock_ms,
-        w.host_owner, w.host_expires_at
+        w.tick_mode, w.tick_interval_ms, w.tick_lag_ms, w.host_owner, w.host_expires_at
     FROM commands AS c
     JOIN worlds AS w ON w.world_id = c.world_id
     WHERE c.status IN {OPEN_STATUSES} GROUP BY c.world_id"""
 # A world's clock starts when it is created: tick -1 then (the column's default), tick 0 one interval later.
-INSERT_WORLD = """INSERT INTO worlds (world_id, name, status, created_at, updated_at, clock_ms)
-    VALUES (?, ?, 'ACTIVE', ?, ?, ?)"""
+INSERT_WORLD = """INSERT INTO worlds (world_id, name, status, created_at, updated_at, clock_ms, tick_mode, tick_interval_ms)
+    VALUES (?, ?, 'ACTIVE', ?, ?, ?, ?, ?)"""
 SET_WORLD_STATUS = "UPDATE worlds SET status = ?, updated_at = ? WHERE world_id = ?"
 # A forced writer: it holds no world lease, and any runner's claim fences it in turn.
 BUMP_WRITER_EPOCH = """UPDATE worlds SET writer_epoch = writer_epoch + 1, host_owner = NULL, host_expires_at = NULL,
@@ -75,6 +76,8 @@ TAKE_ENTITY_IDS = "UPDATE worlds SET next_entity_id = next_entity_id + ?, update
 # Before commands are deleted: the next sequence stays above every sequence ever handed out.
 RAISE_SEQUENCE_FLOOR = "UPDATE worlds SET next_sequence = ?1 WHERE world_id = ?2 AND next_sequence < ?1"
 SET_TICK_HEAD = "UPDATE worlds SET tick_head = ?, updated_at = ? WHERE world_id = ?"
+# A lockstep world's clock anchor follows its head: the tick, when it was due, how late it published.
+SET_LOCKSTEP_CLOCK = "UPDATE worlds SET clock_tick = ?, clock_ms = ?, tick_lag_ms = ? WHERE world_id = ?"
 SET_PROJECTED_SEQ = "UPDATE worlds SET projected_seq = ? WHERE world_id = ? AND projected_seq < ?"
 SET_GUARD = "UPDATE worlds SET guard_sequence = ?, guard_session = ? WHERE world_id = ?"
 # A tick failed before it was prepared: one more failed attempt; the first one stalls the world.
@@ -89,7 +92,7 @@ CLEAR_HEALTH = """UPDATE worlds SET health = 'ACTIVE', failed_attempts = 0, heal
 COMMAND_COLUMNS = (
     "command_id, sequence, schema_version, world_id, scheduled_tick, priority, operation, payload, digest, "
     "principal, origin, max_attempts, attempts, reserved_entity_id, status, lease_owner, lease_expires_at, "
-    "applied_tick, last_error, redriven_from, created_at, updated_at"
+    "applied_tick, last_error, redriven_from, redriven_by, migrated_digest, created_at, updated_at"
 )
 # Each inserted command is a JSON array of these fields, in this order: reading an array element
 # by position is markedly cheaper for SQLite than looking a key up in an object, and each element
@@ -105,6 +108,9 @@ INSERT_COMMANDS = f"""INSERT INTO commands (world_id, scope, sequence, {", ".joi
         {", ".join(f"json_extract(j.value, '$[{i}]')" for i in range(len(INSERTED_COMMAND_FIELDS)))}, 'PENDING', ?4, ?4
     FROM json_each(?5) AS j"""
 GET_COMMAND = f"SELECT {COMMAND_COLUMNS} FROM commands WHERE world_id = ? AND scope = ? AND command_id = ?"
+# Some commands of one scope by id (a JSON array of distinct ids), in sequence order.
+GET_COMMANDS = f"""SELECT {COMMAND_COLUMNS} FROM json_each(?) AS j
+    JOIN commands AS c ON c.world_id = ? AND c.scope = ? AND c.command_id = j.value ORDER BY c.sequence"""
 GET_COMMAND_BY_SEQUENCE = f"SELECT {COMMAND_COLUMNS} FROM commands WHERE world_id = ? AND sequence = ?"
 DUE_COMMANDS = f"""SELECT {COMMAND_COLUMNS}, lease_session FROM commands
     WHERE world_id = ? AND status IN {OPEN_STATUSES} AND scheduled_tick <= ?
@@ -157,7 +163,8 @@ INSERT_REDRIVE = """INSERT INTO commands (world_id, sequence, scope, command_id,
     SELECT world_id, ?, scope, ?, schema_version, ?, priority, operation, payload, ?, principal, origin, max_attempts,
         reserved_entity_id, 'PENDING', sequence, ?, ?
     FROM commands WHERE world_id = ? AND sequence = ?"""
-GET_REDRIVE = f"SELECT {COMMAND_COLUMNS} FROM commands WHERE world_id = ? AND redriven_from = ?"
+# The dead letter's own mark of its redrive: retention never prunes a dead letter, so it outlives the redrive's row.
+MARK_REDRIVEN = "UPDATE commands SET redriven_by = ? WHERE world_id = ? AND sequence = ?"
 OPEN_SEQUENCES = f"""SELECT sequence FROM commands WHERE world_id = ? AND status IN {OPEN_STATUSES}
     ORDER BY sequence LIMIT ?"""
 HISTORY = f"""SELECT {COMMAND_COLUMNS} FROM commands
@@ -180,8 +187,15 @@ INSERT_STATE_DELTA = "INSERT INTO state_deltas (world_id, tick, part, body) VALU
 # A snapshot replaces both: a world's chunks are few (each up to a megabyte of state).
 CLEAR_STATE_CHUNKS = "DELETE FROM state_chunks WHERE world_id = ?"
 CLEAR_STATE_DELTAS = "DELETE FROM state_deltas WHERE world_id = ?"
-# The chunk an entity id falls in starts at the greatest first id at or below it.
-STATE_CHUNK_FLOOR = "SELECT max(first_entity_id) FROM state_chunks WHERE world_id = ? AND first_entity_id <= ?"
+# A read of some entities (archetype.commands.state_pages): the snapshot's chunk boundaries (chunk
+# i holds the ids from its first up to the next chunk's), a chunk by its first id, each delta's
+# opening (which names the id range it covers), and some deltas by (tick, part) in one statement.
+STATE_CHUNK_FIRSTS = "SELECT first_entity_id FROM state_chunks WHERE world_id = ? ORDER BY first_entity_id"
+GET_STATE_CHUNK = "SELECT body FROM state_chunks WHERE world_id = ? AND first_entity_id = ?"
+STATE_DELTA_HEADS = "SELECT tick, part, substr(body, 1, 64) FROM state_deltas WHERE world_id = ? ORDER BY tick, part"
+GET_STATE_DELTAS = """SELECT d.body FROM json_each(?) AS j
+    JOIN state_deltas AS d ON d.world_id = ? AND d.tick = json_extract(j.value, '$[0]') AND d.part = json_extract(j.value, '$[1]')
+    ORDER BY d.tick, d.part"""
 NEXT_STATE_CHUNK = """SELECT first_entity_id, body FROM state_chunks WHERE world_id = ? AND first_entity_id > ?
     ORDER BY first_entity_id LIMIT 1"""
 LIST_STATE_DELTAS = "SELECT body FROM state_deltas WHERE world_id = ? ORDER BY tick, part"
@@ -235,13 +249,14 @@ FIND_COMPONENTS = f"""SELECT {COMPONENT_COLUMNS} FROM json_each(?) AS j
     CROSS JOIN world_components AS c ON c.world_id = ? AND c.fingerprint = j.value {_SUPERSEDED_JOIN}"""
 # Everything an admission reads, in one statement (each statement is a round of the SQL engine, and
 # on the Durable Object a crossing into JavaScript): rows tagged by what they answer.
-# - 'world': the world's status and its next command and event sequence numbers (no row: no world);
+# - 'world': the world's status, its next command and event sequence numbers and its tick head (no row: no world);
 # - 'command': a command id of the batch (?3) already admitted in this scope (?2), or bound to a
 #   spawn reservation there: its digest and sequence, the reserved entity and the request digest
 #   (NULLs where there is none); ids with neither are not answered;
 # - 'component': a recorded schema among the fingerprints ?4, as FIND_COMPONENTS answers it;
-# - 'quota': this scope's admitted count for each target tick in ?5 that has one.
-ADMISSION_READ = f"""SELECT 'world', w.status, {NEXT_SEQUENCE_EXPR}, {NEXT_EVENT_SEQ_EXPR}, NULL, NULL
+# - 'quota': this scope's admitted count for the tick each target tick in ?5 runs at (a passed tick runs
+#   at the next one: max(target, tick head + 1)), for those that have one.
+ADMISSION_READ = f"""SELECT 'world', w.status, {NEXT_SEQUENCE_EXPR}, {NEXT_EVENT_SEQ_EXPR}, w.tick_head, NULL
     FROM worlds AS w WHERE w.world_id = ?1
     UNION ALL
     SELECT 'command', j.value, c.digest, c.sequence, r.entity_id, r.request_digest FROM json_each(?3) AS j
@@ -252,8 +267,9 @@ ADMISSION_READ = f"""SELECT 'world', w.status, {NEXT_SEQUENCE_EXPR}, {NEXT_EVENT
     SELECT 'component', {COMPONENT_COLUMNS} FROM json_each(?4) AS j
         CROSS JOIN world_components AS c ON c.world_id = ?1 AND c.fingerprint = j.value {_SUPERSEDED_JOIN}
     UNION ALL
-    SELECT 'quota', u.scheduled_tick, u.used, NULL, NULL, NULL FROM json_each(?5) AS j
-        CROSS JOIN quota_usage AS u ON u.world_id = ?1 AND u.principal = ?2 AND u.scheduled_tick = j.value"""
+    SELECT DISTINCT 'quota', u.scheduled_tick, u.used, NULL, NULL, NULL FROM json_each(?5) AS j
+        CROSS JOIN worlds AS w ON w.world_id = ?1
+        CROSS JOIN quota_usage AS u ON u.world_id = ?1 AND u.principal = ?2 AND u.scheduled_tick = max(j.value, w.tick_head + 1)"""
 LIST_COMPONENTS = f"""SELECT {COMPONENT_COLUMNS} FROM world_components AS c {_SUPERSEDED_JOIN}
     WHERE c.world_id = ? ORDER BY c.name, c.recorded_at, c.fingerprint"""
 # Each record is a JSON array [fingerprint, name, schema text].
@@ -274,17 +290,19 @@ OPEN_COMMANDS_NAMING = f"""SELECT sequence FROM commands INDEXED BY commands_due
 # (the entities naming it are found in the state load_state reads: snapshot chunks under their deltas)
 # A migration's rewritten entities are a delta at the world's tick head, after that tick's own parts.
 NEXT_DELTA_PART = "SELECT coalesce(max(part) + 1, 0) FROM state_deltas WHERE world_id = ? AND tick = ?"
-# Each rewrite is a JSON array [sequence, payload, digest].
+# Each rewrite is a JSON array [sequence, payload, digest]. The digest the command was admitted with
+# stays (replays compare against it); the rewritten row's is `migrated_digest`.
 REWRITE_PAYLOADS = """WITH r AS MATERIALIZED (SELECT json_extract(value, '$[0]') AS sequence,
         json_extract(value, '$[1]') AS payload, json_extract(value, '$[2]') AS digest FROM json_each(?3))
-    UPDATE commands SET payload = r.payload, digest = r.digest, updated_at = ?2
+    UPDATE commands SET payload = r.payload, migrated_digest = r.digest, updated_at = ?2
     FROM r WHERE commands.world_id = ?1 AND commands.sequence = r.sequence"""
 # A schema event (no command behind it): the command id names what happened.
 APPEND_SCHEMA_EVENT = """INSERT INTO outbox (world_id, event_seq, event_id, command_id, event_type, status, operation, tick,
         principal, origin, occurred_at, payload)
     VALUES (?1, CAST(?2 AS INTEGER), ?1 || '/' || CAST(?2 AS INTEGER), ?3, ?4, 'APPLIED', ?5, ?6, NULL, 'local', ?7, ?8)"""
 
-# -- quotas --
+# -- quotas: a principal's admitted commands per world and the tick they run at (a column named
+# scheduled_tick: the target tick, or the next tick for one already past) --
 GET_QUOTA_USAGE = "SELECT used FROM quota_usage WHERE world_id = ? AND principal = ? AND scheduled_tick = ?"
 ADD_QUOTA_USAGE = """INSERT INTO quota_usage (world_id, principal, scheduled_tick, used) VALUES (?, ?, ?, ?)
     ON CONFLICT (world_id, principal, scheduled_tick) DO UPDATE SET used = used + excluded.used"""

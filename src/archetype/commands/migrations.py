@@ -302,8 +302,40 @@ V10_RUNNER_REGISTRY = Migration(10, "the runner registry: live runners, each und
     "CREATE INDEX worlds_by_host ON worlds (host_owner) WHERE host_owner IS NOT NULL",
 ))  # fmt: skip
 
+# Version 11: facts that must outlive the rows retention prunes, and identities a migration must not
+# rewrite (docs/ledger.md, "Redrive" and "Component schemas and migrations").
+# - A dead letter records its redrive (`redriven_by`: that command's sequence) on its own row, which
+#   is never pruned: the redrive's row goes with retention, the "redriven once" stays. Each dead
+#   letter whose redrive is still retained gets it here; one whose redrive was pruned already is
+#   past recovering (a known gap of catalogs before this version).
+# - A command whose payload a component migration rewrites keeps the digest it was admitted with
+#   (`digest`, which replays compare against) and gets the rewritten row's in `migrated_digest`, which
+#   materialization verifies. Commands migrated before this version kept only the rewritten digest.
+V11_DURABLE_FACTS = Migration(11, "a dead letter records its redrive; a migrated command keeps its admitted digest", (
+    "ALTER TABLE commands ADD COLUMN redriven_by INTEGER",
+    "ALTER TABLE commands ADD COLUMN migrated_digest TEXT",
+    """UPDATE commands SET redriven_by = r.sequence
+        FROM (SELECT world_id, sequence, redriven_from FROM commands WHERE redriven_from IS NOT NULL) AS r
+        WHERE commands.world_id = r.world_id AND commands.sequence = r.redriven_from""",
+))  # fmt: skip
+
+# Version 12: tick modes (docs/ledger.md, "Tick modes"): how each world's ticks follow time, recorded at
+# its creation. A world created before keeps exactly what it did: realtime (the wall clock, empty
+# ticks coalesced), at its host's interval (NULL: `serve --tick-rate`, the Worker's TICK_INTERVAL_MS),
+# its clock anchor as version 7 set it. `tick_lag_ms`: how late a lockstep world's head tick published
+# after it was due (its clock anchor's third part; 0 for a realtime world).
+V12_TICK_MODES = Migration(12, "tick modes: lockstep or realtime, and the interval, per world", (
+    # no CHECK: adding a column with one makes SQLite verify the rows with a query whose columns the
+    # stand-in's engine reports and the real one does not; create_world checks the mode (and nothing
+    # else writes it)
+    "ALTER TABLE worlds ADD COLUMN tick_mode TEXT NOT NULL DEFAULT 'realtime'",
+    "ALTER TABLE worlds ADD COLUMN tick_interval_ms INTEGER",
+    "ALTER TABLE worlds ADD COLUMN tick_lag_ms INTEGER NOT NULL DEFAULT 0",
+))  # fmt: skip
+
 MIGRATIONS = (V1_SCHEMA, V2_EXACTLY_ONCE, V3_STATE_CHUNKS, V4_HEALTH_AND_REDRIVE, V5_RETENTION, V6_COMPONENT_SCHEMAS,
-              V7_TICK_CLOCK, V8_WORLD_LEASES, V9_DERIVED_SEQUENCES, V10_RUNNER_REGISTRY)  # fmt: skip
+              V7_TICK_CLOCK, V8_WORLD_LEASES, V9_DERIVED_SEQUENCES, V10_RUNNER_REGISTRY, V11_DURABLE_FACTS,
+              V12_TICK_MODES)  # fmt: skip
 SCHEMA_VERSION = MIGRATIONS[-1].version
 
 HAS_META = "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'"
