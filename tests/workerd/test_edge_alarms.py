@@ -190,12 +190,13 @@ async def test_a_ledger_method_arms_what_it_needs(deployment, method):
 
 
 async def test_a_command_due_past_the_alarm_range_is_admitted_and_its_alarm_is_the_latest_time(system_clock):
-    """Tick 2**53-1 of an idle world is due far past the latest alarm time workerd accepts: the
-    admission answers, the delivery alarm sends its event, and the alarm is left at that latest
-    time (a step due later is as good as never), on workerd's own alarm (the system clock)."""
+    """Tick 2**53-1 of an idle realtime world (it steps only when a command is due) is due far past
+    the latest alarm time workerd accepts: the admission answers, the delivery alarm sends its
+    event, and the alarm is left at that latest time (a step due later is as good as never), on
+    workerd's own alarm (the system clock)."""
     world_id = f"{game.IDLE_PREFIX}far-{uuid.uuid4().hex[:12]}"
     authority = system_clock.authority
-    await authority.create_world(world_id, "far")
+    await authority.create_world(world_id, "far", tick_mode="realtime")
     far = DurableOptions(tick=2**53 - 1)
     await Runtime(authority, owner="gateway").dispatcher.defer(Despawn(world_id=world_id, entity_id=5), far,
                                                                command_id="at-the-bound")  # fmt: skip
@@ -221,5 +222,6 @@ async def test_an_alarm_whose_work_raises_re_arms_and_the_world_goes_on(deployme
         await deployment.fault(world_id, 0)
     deployment.clock.advance(FALLBACK_DELAY_MS)
     assert await deployment.fire_cleanly(world_id)
-    assert (await deployment.authority.world_info(world_id))["tick_head"] >= 0
-    assert await deployment.alarm_at(world_id) == deployment.clock.now_ms() + TICK_INTERVAL_MS
+    info = await deployment.authority.world_info(world_id)
+    assert info["tick_head"] >= 0
+    assert await deployment.alarm_at(world_id) == deployment.clock.now_ms() + info["tick_interval_ms"]
