@@ -30,8 +30,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, Phase, settings
+from hypothesis import HealthCheck, Phase, reproduce_failure, settings
+from hypothesis import __version__ as hypothesis_version
 from hypothesis import strategies as st
+from hypothesis.internal.conjecture import engine
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
 
 from archetype.canonical import canonical_json
@@ -128,6 +130,12 @@ SOAK_SECONDS = float(os.environ.get("ARCHETYPE_SOAK_SECONDS", "0") or 0)
 CI_SECONDS = float(os.environ.get("ARCHETYPE_MODEL_SECONDS", "12"))
 MIN_EXAMPLES = 3
 STEPS = int(os.environ.get("ARCHETYPE_MODEL_STEPS", "40"))
+FIXED_EXAMPLES = int(os.environ.get("ARCHETYPE_MODEL_EXAMPLES", "0") or 0)
+NO_SHRINK = bool(os.environ.get("ARCHETYPE_MODEL_NO_SHRINK"))
+REPRODUCE = os.environ.get("ARCHETYPE_MODEL_REPRODUCE", "")  # the blob a failure printed
+TIMEOUT = int(SOAK_SECONDS * 1.5) + 600 if SOAK_SECONDS or FIXED_EXAMPLES else 300  # the test's, in seconds
+REPORT_SECONDS = 60  # what a shrink leaves of the test's timeout: to replay and print the failure, close the authority
+BATCH = 10  # most examples a run of Hypothesis makes: how far a run overshoots the budget
 
 
 # Divergences found and reproduced in test_found_defects.py. While one is open, the machine
@@ -1023,30 +1031,56 @@ def check_invariants(world_id: str, info: dict, rows: list[dict], manifests: lis
 
 
 # -- the tests ----------------------------------------------------------------------------------
-def run_machine(ctx: Context, *, examples: int, steps: int) -> None:
-    machine = type(f"LedgerMachine_{ctx.name}", (LedgerMachine,), {"ctx": ctx})
-    run_state_machine_as_test(machine, settings=settings(
-        max_examples=examples, stateful_step_count=steps, deadline=None, database=None,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
-        phases=[Phase.generate] if os.environ.get("ARCHETYPE_MODEL_NO_SHRINK") else list(Phase),
-    ))  # fmt: skip
+def run_machine(machine: type[LedgerMachine], *, examples: int, shrink_seconds: float) -> None:
+    """One run of Hypothesis: `examples` fresh examples; a failure is shrunk for at most
+    `shrink_seconds`, then reported with the rules it ran and a blob for ARCHETYPE_MODEL_REPRODUCE.
+    The explain phase never runs (it traces every line, which is slow before Python 3.12)."""
+    saved = engine.MAX_SHRINKING_SECONDS
+    # Hypothesis's own guard against a slow shrink (300 s, monkeypatchable by design): past it,
+    # Hypothesis stops shrinking and reports the smallest failing example so far. Set to what the
+    # test's timeout leaves, so that the timeout never cuts a shrink and hides what it was shrinking.
+    engine.MAX_SHRINKING_SECONDS = max(1, int(shrink_seconds))
+    try:
+        run_state_machine_as_test(machine, settings=settings(
+            max_examples=examples, stateful_step_count=STEPS, deadline=None, database=None, print_blob=True,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
+            phases=[Phase.generate] if NO_SHRINK else [Phase.generate, Phase.shrink],
+        ))  # fmt: skip
+    except Exception:
+        print(f"\nmodel: failed after {Stats.examples} examples (shrinking bounded to {engine.MAX_SHRINKING_SECONDS} s:"
+              " what Hypothesis's warning of five minutes, if any, stands for)")  # fmt: skip
+        raise
+    finally:
+        engine.MAX_SHRINKING_SECONDS = saved
 
 
-def run_for(ctx: Context, seconds: float, started: float) -> None:
-    """Batches of fresh random examples until `seconds` have passed (at least MIN_EXAMPLES), each
-    batch sized from the time an example took so far, so the last one overshoots little."""
+def run_for(machine: type[LedgerMachine], started: float, timeout_at: float) -> None:
+    """Runs of at most BATCH fresh examples until the budget is spent (at least MIN_EXAMPLES), or
+    until ARCHETYPE_MODEL_EXAMPLES ran, each sized from the time an example took so far, so the
+    last one overshoots little; a failure is shrunk in what the timeout leaves after the run."""
+    if REPRODUCE:
+        run_machine(reproduce_failure(hypothesis_version, REPRODUCE.encode())(machine), examples=1, shrink_seconds=0)
+        return
+    seconds = SOAK_SECONDS or CI_SECONDS
     while True:
-        spent = time.monotonic() - started
-        if Stats.examples >= MIN_EXAMPLES and spent >= seconds:
+        now = time.monotonic()
+        per_example = (now - started) / Stats.examples if Stats.examples else 0.0
+        if FIXED_EXAMPLES:
+            batch = FIXED_EXAMPLES - Stats.examples
+        elif Stats.examples < MIN_EXAMPLES:
+            batch = MIN_EXAMPLES - Stats.examples
+        else:
+            batch = int((started + seconds - now) / per_example)
+        if batch <= 0:
             return
-        per_example = spent / Stats.examples if Stats.examples else None
-        batch = MIN_EXAMPLES if per_example is None else int((seconds - spent) / per_example)
-        run_machine(ctx, examples=max(1, min(batch, 10)), steps=STEPS)
+        batch = min(batch, BATCH)
+        run_machine(machine, examples=batch, shrink_seconds=timeout_at - REPORT_SECONDS - now - 2 * batch * per_example)
 
 
-@pytest.mark.timeout(int(SOAK_SECONDS * 1.5) + 600 if SOAK_SECONDS or os.environ.get("ARCHETYPE_MODEL_EXAMPLES") else 300)
+@pytest.mark.timeout(TIMEOUT)
 @pytest.mark.parametrize("name", sorted(AUTHORITY_FACTORIES))
 def test_the_authority_agrees_with_the_model(name: str, tmp_path) -> None:
+    timeout_at = time.monotonic() + TIMEOUT
     loop = asyncio.new_event_loop()
     clock = ManualClock()
     stack = AsyncExitStack()
@@ -1055,10 +1089,7 @@ def test_the_authority_agrees_with_the_model(name: str, tmp_path) -> None:
     Stats.examples, Stats.steps, Stats.rules, Stats.seen = 0, 0, {}, {}
     started = time.monotonic()
     try:
-        if os.environ.get("ARCHETYPE_MODEL_EXAMPLES"):
-            run_machine(ctx, examples=int(os.environ["ARCHETYPE_MODEL_EXAMPLES"]), steps=STEPS)
-        else:
-            run_for(ctx, SOAK_SECONDS or CI_SECONDS, started)
+        run_for(type(f"LedgerMachine_{name}", (LedgerMachine,), {"ctx": ctx}), started, timeout_at)
     finally:
         elapsed = time.monotonic() - started
         report = {"authority": name, "seconds": round(elapsed, 1), "examples": Stats.examples, "steps": Stats.steps,
