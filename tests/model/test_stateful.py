@@ -272,6 +272,7 @@ class LedgerMachine(RuleBasedStateMachine):
         self.sessions: dict[str, str] = {}
         self.tokens: dict[int, str] = {}
         self.digests: dict[tuple[str, int], str] = {}  # (world, sequence): what admission answered
+        self.pruned: dict[tuple[str, str, str], Any] = {}  # (world, scope, command id): the command retention took
         self.events_seen: dict[str, set[int]] = {}
         self._current = "init"
         self.first_step = Stats.steps
@@ -423,6 +424,9 @@ class LedgerMachine(RuleBasedStateMachine):
         per command row (a sequence is never handed out twice), not per command id: once retention
         pruned a command, its id names nothing and a later admission under it is a new command
         with a digest of its own (docs/ledger.md, "The idempotency window")."""
+        sub = self.model.worlds[world_id].commands[sequence].sub
+        if (world_id, sequence) not in self.digests and (world_id, sub.scope, sub.command_id) in self.pruned:
+            Stats.saw("admit:an_id_retention_pruned")
         assert self.digests.setdefault((world_id, sequence), digest) == digest, f"#{sequence}: digest changed"
 
     @rule(data=st.data())
@@ -465,12 +469,21 @@ class LedgerMachine(RuleBasedStateMachine):
                          self._options(data, world_id), data.draw(st.sampled_from(PRINCIPALS)))  # fmt: skip
         self.admit_batch(world_id, [sub])
 
-    @precondition(lambda self: self._commands())
+    def _retry(self, data: Any) -> tuple[str, Any]:
+        """A command a client sends again: mostly one retained, a quarter of the time one retention
+        took (its id names nothing now), if any."""
+        pruned, candidates = [(w, c) for (w, _, _), c in self.pruned.items()], self._commands()
+        if pruned and (not candidates or data.draw(st.integers(0, 3)) == 0):
+            candidates = pruned
+        return data.draw(st.sampled_from(candidates))
+
+    @precondition(lambda self: self._commands() or self.pruned)
     @rule(data=st.data())
     def replay(self, data: Any) -> None:
-        """The same id with the same content, from any runtime: the stored identity comes back."""
+        """The same id with the same content, from any runtime: the stored identity comes back
+        (a new command once retention took the first)."""
         self._count("replay")
-        world_id, command = data.draw(st.sampled_from(self._commands()))
+        world_id, command = self._retry(data)
         sub = command.sub
         if command.migrated is not None:
             Stats.saw("replay:of_a_migrated_command")
@@ -480,12 +493,13 @@ class LedgerMachine(RuleBasedStateMachine):
         else:
             self.admit_batch(world_id, [sub])
 
-    @precondition(lambda self: self._commands())
+    @precondition(lambda self: self._commands() or self.pruned)
     @rule(data=st.data())
     def conflict(self, data: Any) -> None:
-        """The same id with other content: refused, even after its first answer was lost."""
+        """The same id with other content: refused, even after its first answer was lost (a new
+        command once retention took the first)."""
         self._count("conflict")
-        world_id, command = data.draw(st.sampled_from(self._commands()))
+        world_id, command = self._retry(data)
         sub = command.sub
         o = sub.options
         change = data.draw(st.sampled_from(("priority", "tick", "attempts", "payload")))
@@ -757,14 +771,10 @@ class LedgerMachine(RuleBasedStateMachine):
         """The projector catches up, retention prunes all it may (a zero window), and the operator
         redrives the dead letter again: its redrive is gone, "redriven once" is not."""
         world_id, _ = data.draw(st.sampled_from(self._settled_redrives()))
-        world = self.model.worlds[world_id]
-        up_to = world.next_event_seq - 1
-        if up_to > world.projected_seq:
-            self.model.acknowledge_outbox(world_id, up_to)
-            self.run(self.ctx.authority.acknowledge_outbox(world_id, up_to))
+        self._catch_up(world_id)
         self.ctx.clock.advance(1)
         self._count("prune")
-        self.both(lambda: self.model.prune(world_id, 1, 0, 100_000), self.seam.prune(world_id, 1, 0, 100_000))
+        self.prune_world(world_id, 1, 0, 100_000)
         self.redrive_one(data, [(w, c) for w, c in self._dead_letters() if w == world_id and c.redriven_by is not None])
 
     # A migration takes Health away for the rest of the example: only in its second half.
@@ -842,20 +852,40 @@ class LedgerMachine(RuleBasedStateMachine):
             mark = self.run(self.ctx.authority.acknowledge_outbox(world_id, up_to))
             assert (mark["projected_seq"], mark["committed_seq"]) == (world.projected_seq, world.next_event_seq - 1)
 
+    def _catch_up(self, world_id: str) -> None:
+        """The projector acknowledges every event the world has."""
+        world = self.model.worlds[world_id]
+        up_to = world.next_event_seq - 1
+        if up_to > world.projected_seq:
+            self.model.acknowledge_outbox(world_id, up_to)
+            self.run(self.ctx.authority.acknowledge_outbox(world_id, up_to))
+
     @rule(index=st.integers(0, 1), keep_ticks=st.integers(0, 3), window_ms=st.sampled_from((0, 1_000, 60_000)),
-          limit=st.integers(1, 4))  # fmt: skip
-    def prune(self, index: int, keep_ticks: int, window_ms: int, limit: int) -> None:
+          limit=st.integers(1, 4), caught_up=st.booleans())  # fmt: skip
+    def prune(self, index: int, keep_ticks: int, window_ms: int, limit: int, caught_up: bool) -> None:
         """Retention: old manifests, settled commands past the window (their events acknowledged)
-        and lapsed reservations leave the ledger, a few at a time."""
+        and lapsed reservations leave the ledger, a few at a time. Half the time the projector has
+        caught up first, so settled commands do leave, and their ids are soon admitted anew."""
         self._count("prune")
-        world_id = self.worlds[index]
+        if caught_up:
+            self._catch_up(self.worlds[index])
+        self.prune_world(self.worlds[index], keep_ticks, window_ms, limit)
+
+    def prune_world(self, world_id: str, keep_ticks: int, window_ms: int, limit: int) -> None:
+        world = self.model.worlds[world_id]
+        retained = dict(world.commands)
         answers = self.both(lambda: self.model.prune(world_id, keep_ticks, window_ms, limit),
                             self.seam.prune(world_id, keep_ticks, window_ms, limit))  # fmt: skip
+        for sequence in retained.keys() - world.commands.keys():
+            sub = retained[sequence].sub
+            self.pruned[(world_id, sub.scope, sub.command_id)] = retained[sequence]
         if answers is not None:
             expected, real = answers
             assert (real["ticks"], real["commands"], real["reservations"], real["quota_rows"]) == expected
             assert real["done"] == (max(expected) < limit)
             Stats.saw("prune:removed" if any(expected) else "prune:nothing")
+            if expected[1]:
+                Stats.saw("prune:commands")
 
     # -- the comparison, after every rule --
     def compare_events(self, world_id: str, real: list[dict], expected: list) -> None:
