@@ -59,17 +59,17 @@ class Meter:
         sql.exec = metered
 
     def wrap_authority(self, authority: DurableObjectAuthority) -> None:
-        call = authority.call
+        call = authority.rpc
 
-        async def metered(method, **args):
+        async def metered(method, arguments):
             self.current = method
             self.totals[method][0] += 1
             try:
-                return await call(method, **args)
+                return await call(method, arguments)
             finally:
                 self.current = None
 
-        authority.call = metered
+        authority.rpc = metered
 
     def reset(self) -> None:
         self.totals.clear()

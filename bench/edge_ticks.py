@@ -65,7 +65,7 @@ async def measure(world_id: str, commands: int, ticks: int, engine: str) -> floa
         runner = Runtime(authority, owner="bench-runner")
         game.setup(runner)  # type: ignore[arg-type]  # a Runtime is what serve hands setup()
         edge = game.edge_hosted(world_id)
-        await admitter.dispatcher.apply(CreateWorld(name="bench", world_id=world_id))
+        await admitter.dispatcher.apply(CreateWorld(name="bench", world_id=world_id, tick_mode="realtime", tick_interval_ms=1_000))
 
         async def tick() -> None:
             if not edge:
@@ -114,7 +114,7 @@ async def measure_later(engine: str, every_interval: bool, later: int = 10) -> t
         authority = DurableObjectAuthority(namespace)
         admitter = Runtime(authority, owner="gateway", origin="gateway")
         world_id = "later-bench"
-        await admitter.dispatcher.apply(CreateWorld(name="bench", world_id=world_id))
+        await admitter.dispatcher.apply(CreateWorld(name="bench", world_id=world_id, tick_mode="realtime", tick_interval_ms=1_000))
         op = Spawn(world_id=world_id, components=[Position(x=0, y=0)])
         await admitter.dispatcher.defer(op, DurableOptions(tick=0), command_id="warm")
         clock.advance(1_000)

@@ -82,7 +82,8 @@ async def seed(data: Path, worlds: int, ticks: int, interval_ms: int, due_ms: in
     try:
         for w in range(worlds):
             world_id = f"busy-{w:05d}"
-            await rt.dispatcher.apply(CreateWorld(name=world_id, world_id=world_id))
+            # realtime at the runners' rate, as every world ticked before tick modes (docs/performance.md)
+            await rt.dispatcher.apply(CreateWorld(name=world_id, world_id=world_id, tick_mode="realtime", tick_interval_ms=interval_ms))
             first = TickClock.of(await rt.authority.world_info(world_id), interval_ms).tick_at(due_ms) + 1
             items = [DeferredItem(op=Despawn(world_id=world_id, entity_id=10**9), options=DurableOptions(tick=t))
                      for t in range(first, first + ticks)]  # fmt: skip

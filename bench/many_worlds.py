@@ -106,14 +106,21 @@ class Serve:
             self.process.wait()
 
 
-async def create_worlds(http: Pool, ids: list[str], concurrency: int = 8, limit_s: float = PHASE_LIMIT_S) -> float:
-    """Create these worlds; answer worlds created per second."""
+def realtime(tick_rate: float) -> dict[str, object]:
+    """The worlds' tick settings: realtime at the serve's rate, as every world ticked before tick modes
+    (the figures in docs/performance.md compare with those runs)."""
+    return {"tick_mode": "realtime", "tick_interval_ms": max(1, round(1000 / tick_rate))}
+
+
+async def create_worlds(http: Pool, ids: list[str], ticks: dict[str, object], concurrency: int = 8,
+                        limit_s: float = PHASE_LIMIT_S) -> float:  # fmt: skip
+    """Create these worlds, with these tick settings; answer worlds created per second."""
     pending = iter(ids)
     started = time.perf_counter()
 
     async def worker() -> None:
         for world_id in pending:
-            status, text = await http.request("POST", "/worlds", {"name": world_id, "world_id": world_id}, ADMIN)
+            status, text = await http.request("POST", "/worlds", {"name": world_id, "world_id": world_id, **ticks}, ADMIN)
             assert status == 201, text
             if time.perf_counter() - started > limit_s:
                 raise RuntimeError(f"world creation did not finish in {limit_s} s")
@@ -229,7 +236,7 @@ async def baseline_run(directory: Path, args: argparse.Namespace) -> dict[str, f
     try:
         async with client(serve.url) as http:
             busy = [f"busy-{i}" for i in range(args.busy)]
-            await create_worlds(http, busy)
+            await create_worlds(http, busy, realtime(args.tick_rate))
             return await busy_load(http, serve, busy, args.tick_rate, args.busy_seconds)
     finally:
         serve.stop()
@@ -243,14 +250,14 @@ async def many_run(directory: Path, args: argparse.Namespace) -> dict[str, objec
             await asyncio.sleep(1.0)
             rss_empty = serve.rss_kib()
             sample = 500
-            figures["create_at_0"] = await create_worlds(http, [f"first-{i}" for i in range(sample)])
+            figures["create_at_0"] = await create_worlds(http, [f"first-{i}" for i in range(sample)], realtime(args.tick_rate))
             fill = [f"w-{i}" for i in range(args.worlds - sample)]
             started = time.perf_counter()
-            await create_worlds(http, fill, concurrency=16, limit_s=3 * PHASE_LIMIT_S)
+            await create_worlds(http, fill, realtime(args.tick_rate), concurrency=16, limit_s=3 * PHASE_LIMIT_S)
             figures["fill_s"] = time.perf_counter() - started
             await asyncio.sleep(2.0)
             figures["rss_per_1000_kib"] = (serve.rss_kib() - rss_empty) / (args.worlds / 1000)
-            figures["create_at_n"] = await create_worlds(http, [f"later-{i}" for i in range(sample)])
+            figures["create_at_n"] = await create_worlds(http, [f"later-{i}" for i in range(sample)], realtime(args.tick_rate))
             busy = [f"w-{i}" for i in range(0, len(fill), max(1, len(fill) // args.busy))][: args.busy]
             figures["busy"] = await busy_load(http, serve, busy, args.tick_rate, args.busy_seconds)
             figures["rss_loaded_per_1000_kib"] = (serve.rss_kib() - rss_empty) / (args.worlds / 1000)

@@ -18,6 +18,7 @@ import click
 from archetype.audit.cli import audit
 from archetype.catalog_cli import catalog
 from archetype.settings import CONFIG_ENV, ClientSettings, ConfigurationError, RunnerSettings, ServeSettings, use_config
+from archetype.world.tick_mode import DEFAULT_TICK_INTERVAL_MS, MAX_TICK_INTERVAL_MS, TICK_MODES, TickMode
 
 if TYPE_CHECKING:
     from archetype.client import Client
@@ -83,7 +84,9 @@ def client_options(fn: Any) -> Any:
 @click.option("--port", type=int, default=None, help="Port (default 8787; 0: any free port).")
 @click.option("--tokens", "tokens_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="JSON token table {token: {principal, roles}} (default: $ARCHETYPE_TOKENS, else one printed admin token).")
-@click.option("--tick-rate", type=float, default=None, help="Ticks per second (default 10).")
+@click.option("--tick-rate", type=float, default=None,
+              help="Runner passes per second (default 10; finer while a world with a shorter interval ticks), and the "
+                   "ticks per second of worlds created before tick modes (docs/ledger.md, Tick modes).")
 @click.option("--quota", type=int, default=None, help="Commands per actor, world and target tick (default 1000).")
 @click.option("--module", "modules", multiple=True, help="Import this module (components; optional setup(runtime)).")
 @click.option("--synchronous", default=None, help="SQLite durability of the catalog: FULL (default) or NORMAL.")
@@ -132,7 +135,9 @@ def serve(**flags: Any) -> None:
                    "restarted runner with the same id resumes its own world leases at once; two live runners never "
                    "share one.")
 @click.option("--module", "modules", multiple=True, help="Import this module (components; optional setup(runtime)).")
-@click.option("--tick-rate", type=float, default=None, help="Ticks per second (default 10; the server's own, for one clock).")
+@click.option("--tick-rate", type=float, default=None,
+              help="Runner passes per second (default 10), and the ticks per second of worlds created before tick modes "
+                   "(give it the server's, for one clock).")
 @click.option("--world-lease", type=float, default=None,
               help="Seconds its world leases and registration last unrenewed (default 10).")
 @click.option("--log-level", default=None, help="Log level: critical, error, warning (default), info, debug.")
@@ -219,7 +224,7 @@ def worlds() -> None:
 @client_options
 @JSON
 def worlds_list(settings: ClientSettings, as_json: bool) -> None:
-    """Every world with its status, tick head and audit lag (outbox_pending)."""
+    """Every world with its status, tick head, tick mode and interval, and audit lag (outbox_pending)."""
     from archetype.client_cli import WORLD_COLUMNS, print_rows, rows, run
 
     run(settings, lambda client: print_rows(rows(client.worlds()), WORLD_COLUMNS, as_json=as_json))
@@ -229,13 +234,20 @@ def worlds_list(settings: ClientSettings, as_json: bool) -> None:
 @client_options
 @click.argument("name")
 @click.option("--id", "world_id", default=None, help="The world id (default: generated).")
+@click.option("--tick-mode", type=click.Choice(TICK_MODES), default=None,
+              help="lockstep (default): every tick runs, none skipped; realtime: wall-clock ticks, empty ones coalesced.")
+@click.option("--tick-interval-ms", type=click.IntRange(0, MAX_TICK_INTERVAL_MS), default=None,
+              help=f"The length of a tick (default {DEFAULT_TICK_INTERVAL_MS}); lockstep 0: back to back, as fast as it runs.")
 @JSON
-def worlds_create(settings: ClientSettings, name: str, world_id: str | None, as_json: bool) -> None:
-    """Create a world (admin); an identical retry answers the same world."""
+def worlds_create(settings: ClientSettings, name: str, world_id: str | None, tick_mode: TickMode | None,
+                  tick_interval_ms: int | None, as_json: bool) -> None:  # fmt: skip
+    """Create a world (admin); an identical retry answers the same world. Its tick mode and interval
+    are for good (docs/ledger.md, "Tick modes")."""
     from archetype.client_cli import print_record, run
 
     def create(client: Client) -> None:
-        print_record(client.create_world(name, world_id=world_id).model_dump(mode="json"), as_json=as_json, title="created")
+        made = client.create_world(name, world_id=world_id, tick_mode=tick_mode, tick_interval_ms=tick_interval_ms)
+        print_record(made.model_dump(mode="json"), as_json=as_json, title="created")
 
     run(settings, create)
 
@@ -245,7 +257,7 @@ def worlds_create(settings: ClientSettings, name: str, world_id: str | None, as_
 @click.argument("world_id")
 @JSON
 def worlds_show(settings: ClientSettings, world_id: str, as_json: bool) -> None:
-    """One world: status, tick head, timestamps, audit lag."""
+    """One world: status, tick head and mode, health (a lockstep world's lag), timestamps, audit lag."""
     from archetype.client_cli import print_record, run
 
     run(settings, lambda client: print_record(client.world(world_id).model_dump(mode="json"), as_json=as_json, title=f"world {world_id}"))

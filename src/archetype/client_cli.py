@@ -23,7 +23,8 @@ from archetype.settings import ClientSettings
 
 RECORD_COLUMNS = ["sequence", "command_id", "principal", "operation", "scheduled_tick", "status", "attempts",
                   "max_attempts", "applied_tick", "last_error"]  # fmt: skip
-WORLD_COLUMNS = ["world_id", "name", "status", "health", "tick_head", "outbox_pending", "created_at"]
+WORLD_COLUMNS = ["world_id", "name", "status", "health", "tick_head", "tick_mode", "tick_interval_ms", "outbox_pending",
+                 "created_at"]  # fmt: skip
 EVENT_COLUMNS = ["event_seq", "occurred_at", "event_type", "status", "tick", "principal"]
 
 
@@ -53,7 +54,7 @@ def _cell(value: Any, column: str) -> str:
         return "-"
     if column == "health" and isinstance(value, dict):
         if value["status"] == "ACTIVE":
-            return "ACTIVE"
+            return "ACTIVE" if value.get("lag_ms") is None else f"ACTIVE, lag {value['lag_ms']} ms"
         return f"STALLED since {_cell(value['since'], 'since_at')}: {value['failed_attempts']} failed attempts, {value['last_error']}"
     if column.endswith("_at") and isinstance(value, int):
         return datetime.datetime.fromtimestamp(value / 1000, datetime.UTC).isoformat(timespec="milliseconds")

@@ -68,7 +68,7 @@ class Metrics:
     # The series `serve`'s stepping process keeps (archetype.stepper): the ticks, the command
     # transitions and audit lag its projector sees, the takeovers its leases find. Its HTTP
     # process keeps the rest and relays these.
-    STEPPER_SERIES = ("events", "takeovers", "ticks", "tick_seconds", "audit_lag", "stalled")
+    STEPPER_SERIES = ("events", "takeovers", "ticks", "tick_seconds", "tick_lag", "audit_lag", "stalled", "stalls")
 
     def __init__(self, world_limit: int = 50) -> None:
         self.registry = CollectorRegistry()
@@ -83,10 +83,14 @@ class Metrics:
         self.ticks = Counter("archetype_ticks", "Ticks stepped (rate() of it is the tick rate).", ["world", "outcome"], registry=r)
         self.tick_seconds = Histogram("archetype_tick_duration_seconds", "Time to step one tick of one world.", ["world"],
                                       buckets=TICK_BUCKETS, registry=r)  # fmt: skip
+        self.tick_lag = Gauge("archetype_tick_lag_seconds", "A lockstep world: how late its last tick published after it was due.",
+                              ["world"], registry=r)  # fmt: skip
         self.audit_lag = Gauge("archetype_audit_lag_events", "Outbox events not yet projected into the audit table.",
                                ["world"], registry=r)  # fmt: skip
         self.stalled = Gauge("archetype_worlds_stalled", "Worlds whose ticks fail before they are prepared (health STALLED).",
                              registry=r)  # fmt: skip
+        self.stalls = Counter("archetype_world_stalls", "Stalls begun: a world's first failed tick or load since it last "
+                              "published, counted by the runner (also when its storage could not record it).", registry=r)  # fmt: skip
         self._lagging: set[str] = set()  # world labels whose audit lag was last set above 0
         self._stalled: set[str] = set()
         self.http_seconds = Histogram("archetype_http_request_duration_seconds", "HTTP request latency.",
@@ -124,7 +128,8 @@ class Metrics:
         for world in worlds:
             if world["status"] == "DESTROYED" and self.world.forget(world["world_id"]):
                 self._lagging.discard(world["world_id"])
-                for metric, labels in ((self.tick_seconds, ()), (self.audit_lag, ()), (self.ticks, ("ok",)), (self.ticks, ("failed",))):
+                for metric, labels in ((self.tick_seconds, ()), (self.tick_lag, ()), (self.audit_lag, ()), (self.ticks, ("ok",)),
+                                       (self.ticks, ("failed",))):  # fmt: skip
                     with contextlib.suppress(KeyError):  # a series it never had
                         metric.remove(world["world_id"], *labels)
         self._stalled.clear()
@@ -158,6 +163,10 @@ class Metrics:
         label = self.world(world_id)
         self.ticks.labels(label, "ok" if ok else "failed").inc()
         self.tick_seconds.labels(label).observe(seconds)
+
+    def observe_lag(self, world_id: str, seconds: float) -> None:
+        """A lockstep world's lag after its tick (`_other`: the last such world's to tick)."""
+        self.tick_lag.labels(self.world(world_id)).set(seconds)
 
 
 class ObservedAuthority(Authority):

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from archetype.commands.authority import Authority
+from archetype.commands.failure_streak import FailureStreak
 from archetype.commands.ledger import DEFAULT_IDEMPOTENCY_WINDOW_MS, DEFAULT_KEEP_TICKS, PRUNE_LIMIT
 from archetype.commands.ledger_rows import Pruned
 from archetype.settings import ServeSettings
@@ -58,12 +59,14 @@ async def prune_all(authority: Authority, policy: RetentionPolicy,
 
 async def run_retention(authority: Authority, policy: RetentionPolicy, stop: asyncio.Event, interval_s: float) -> None:
     """Prune every world every `interval_s` seconds until `stop` is set (the first run at once)."""
+    failing = FailureStreak(log, "retention")
     while not stop.is_set():
         try:
             totals = await prune_all(authority, policy)
             if any(totals.values()):
                 log.info("pruned %s", totals)
-        except Exception:
-            log.exception("pruning failed; trying again in %.0f s", interval_s)
+            failing.succeeded("prunes again")
+        except Exception as exc:
+            failing.failed(exc, f"pruning failed; trying again in {interval_s:.0f} s")
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), timeout=interval_s)

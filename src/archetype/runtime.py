@@ -15,13 +15,15 @@ from archetype.commands.scheduler import CommandScheduler
 
 class Runtime:
     def __init__(self, authority: Authority, *, owner: str | None = None, lease_ms: int = 30_000,
-                 origin: str = "local", audit: Any = None, world_lease_ms: int | None = None) -> None:  # fmt: skip
+                 origin: str = "local", audit: Any = None, world_lease_ms: int | None = None,
+                 clock: Clock | None = None) -> None:  # fmt: skip
         """`world_lease_ms`: host worlds under world leases of that length (cooperating runners,
-        docs/ledger.md "World leases"); None: loading a world takes its writer outright."""
+        docs/ledger.md "World leases"); None: loading a world takes its writer outright. `clock`:
+        the authority's, which the worlds' tick clocks read (default: the system's)."""
         self.authority = authority
         self.registry = default_registry()
         self.scheduler = CommandScheduler(self.registry, authority, owner=owner, lease_ms=lease_ms)
-        self.worlds = WorldHost(authority, self.scheduler, world_lease_ms=world_lease_ms)
+        self.worlds = WorldHost(authority, self.scheduler, world_lease_ms=world_lease_ms, wall_clock=clock)
         self.audit = audit
         self.dispatcher = CommandDispatcher(self.registry, self.scheduler, self.worlds, origin=origin, audit=audit)
 
@@ -35,7 +37,7 @@ class Runtime:
 
         authority = open_local_authority(path, clock=clock, synchronous=synchronous)
         options.setdefault("audit", AuditLog.open_local(path, authority))
-        return cls(authority, **options)
+        return cls(authority, clock=clock, **options)
 
     @classmethod
     async def open_remote(cls, url: str, *, token: str, **options: Any) -> Runtime:

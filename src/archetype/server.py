@@ -29,6 +29,7 @@ import socket
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import IO, Any, Protocol
@@ -41,13 +42,15 @@ from archetype.api.auth import TOKENS_ENV, TokenTable, TokenTableError
 from archetype.audit import AuditLog
 from archetype.commands.clock import TickClock
 from archetype.commands.errors import (
-    CommandError,
+    LeaseLostError,
     RunnerIdHeldError,
     StaleWriterError,
     WorldClosingError,
+    WorldEdgeHostedError,
     WorldLeaseHeldError,
     WorldNotFoundError,
 )
+from archetype.commands.failure_streak import FailureStreak
 from archetype.commands.ledger import RUNNER_ID_PATTERN
 from archetype.commands.ledger_rows import PendingWorld, RunnerRow, WorldRow
 from archetype.commands.port import Clock, SystemClock
@@ -58,6 +61,7 @@ from archetype.retention import RetentionPolicy, run_retention
 from archetype.runtime import Runtime
 from archetype.settings import ConfigurationError, ServeSettings
 from archetype.stepper import Reporter, Stepper
+from archetype.world.error_text import error_text, safe_text
 from archetype.world.operations import DestroyWorld
 from archetype.world.world import AsyncWorld
 from local_catalog import open_local_authority
@@ -190,6 +194,7 @@ class RunnerRegistry:
 
     def __init__(self, catalog: RunnerCatalog, runner_id: str, instance: str, lease_ms: int) -> None:
         self.catalog, self.runner_id, self.instance, self.lease_ms = catalog, runner_id, instance, lease_ms
+        self._beats = FailureStreak(log, f"runner {runner_id}")
         # False once another process took the id over (this one's registration had expired): world
         # leases name the runner id, so they cannot tell the two apart, and this one must step nothing.
         self.held = True
@@ -208,11 +213,13 @@ class RunnerRegistry:
         try:
             await self.catalog.register_runner(self.runner_id, self.instance, self.lease_ms)
             self.held = True
+            self._beats.succeeded("its registration is renewed again")
         except RunnerIdHeldError as exc:
-            log.error("runner %s is not live: %s; stepping nothing until it is", self.runner_id, exc.message)
+            if self.held:
+                log.error("runner %s is not live: %s; stepping nothing until it is", self.runner_id, safe_text(exc.message))
             self.held = False
-        except Exception:  # the catalog did not answer: the registration holds until it expires
-            log.exception("could not renew the registration of runner %s; trying again", self.runner_id)
+        except Exception as exc:  # the catalog did not answer: the registration holds until it expires
+            self._beats.failed(exc, "renewing its registration failed; trying again")
 
     async def keep(self, stop: asyncio.Event, every_s: float) -> None:
         """Renew the registration every `every_s` until `stop`, then leave the registry: the share of
@@ -232,8 +239,8 @@ class RunnerRegistry:
     async def leave(self) -> None:
         try:
             await self.catalog.leave_runner(self.runner_id, self.instance)
-        except Exception:  # it expires by itself: the others take its share a lease later
-            log.exception("runner %s could not leave the runner registry", self.runner_id)
+        except Exception as exc:  # it expires by itself: the others take its share a lease later
+            log.warning("runner %s could not leave the runner registry: %s", self.runner_id, error_text(exc))
 
 
 class OneWrite:
@@ -381,17 +388,22 @@ def listen(host: str, port: int) -> socket.socket:
 
 
 class WorldRunner:
-    """Steps the worlds that have work, `tick_rate` passes a second; idle worlds cost nothing.
+    """Steps the worlds that have work, in passes on a grid of `tick_rate` a second (finer while a
+    world with a shorter interval ticks); idle worlds cost nothing.
 
     A world ticks in a pass when it has processors or PreTick hooks (`AsyncWorld.has_systems`: at every
-    tick of its clock), or when one of its open commands is due. Due-ness comes from the catalog's
-    index of open commands (`pending_worlds`), never from a walk over every world, and from the
-    world's tick clock (archetype.commands.clock, anchored in its ledger row, the rule the Durable
-    Object's alarm follows too): a sleeping world woken by a command steps straight to the tick its
-    clock reached, and the empty ticks between are coalesced (docs/ledger.md, *Idle worlds*). The
-    due worlds of a pass step concurrently, so their ledger calls share group commits. Every
-    `sweep_s` the runner lists the worlds once: CLOSING worlds to finish, and (when modules add
-    processors on load) new worlds to load and see.
+    tick of its clock), or when it has an open command that is due (realtime) or open at all
+    (lockstep: every tick up to it runs). Due-ness comes from the catalog's index of open commands
+    (`pending_worlds`), never from a walk over every world, and from the world's tick clock
+    (archetype.commands.clock, in its ledger row, the rule the Durable Object's alarm follows too;
+    docs/ledger.md, *Tick modes*): a realtime world woken by a command steps straight to the tick
+    its clock reached, the empty ticks between coalesced; a lockstep world runs its next tick, and
+    one that is behind its schedule runs its due ticks back to back (for at most one `tick_rate`
+    interval per pass; the next pass follows at once), its lag a metric. The due worlds of a pass
+    step concurrently, so their ledger calls share group commits. Every `sweep_s` the runner lists
+    the worlds once: CLOSING worlds to finish, and (when modules add processors on load) new worlds
+    to load and see. A world recorded without an interval (created before tick modes) ticks at
+    `tick_rate`.
 
     With a `registry` (cooperating runners, local and remote) it steps only the worlds that are its
     share (`host_of` over the live runners of the registry) and that no other live host holds,
@@ -409,6 +421,8 @@ class WorldRunner:
         self.runtime, self.catalog, self.metrics = runtime, catalog, metrics
         self.sweep_s = sweep_s
         self.interval_ms = max(1, round(1000 / tick_rate))
+        self.pass_interval_ms = self.interval_ms  # finer while a world with a shorter interval has work
+        runtime.worlds.tick_interval_ms = self.interval_ms  # the pace of a world recorded without one
         self.clock = clock or SystemClock()  # the ledger's clock: the worlds' clocks are anchored on it
         self.registry = registry
         self.live: list[str] = []  # the live runners, from the registry (read at the start of every pass)
@@ -420,10 +434,18 @@ class WorldRunner:
         self._unseen_failed = False
         self.passes = 0
         self._grid_ms: int | None = None  # the first pass's time: passes fall on this grid
-        self.clocks: dict[str, TickClock] = {}  # world -> its tick clock, from its ledger row
+        self._behind = False  # a lockstep world still had due ticks when its pass's time was up
+        self.seen: set[str] = set()  # worlds loaded to see whether the modules give them systems
         self.ticking: set[str] = set()  # worlds with systems
+        # Worlds their Durable Object steps (a remote runner is refused them): left alone until the
+        # next sweep asks again (a new deployment may host them elsewhere), logged once per world.
+        self.edge_hosted: set[str] = set()
+        self._edge_hosted_logged: set[str] = set()
         self._slots = asyncio.Semaphore(concurrency)
         self._loads_systems = bool(runtime.worlds.on_load)  # modules add processors: a world must be seen
+        # the rounds that fail alike every time while the catalog cannot answer or write (a full disk)
+        self._failing = {name: FailureStreak(log, f"runner {registry.runner_id if registry else 'serve'}") for name in
+                         ("leases", "live runners", "worlds", "due worlds", "destroys")}  # fmt: skip
         runtime.worlds.on_load.append(self._loaded)  # after the modules' callbacks: it sees what they added
 
     def _loaded(self, world: AsyncWorld) -> None:
@@ -436,12 +458,7 @@ class WorldRunner:
         now = self.clock.now_ms()
         if self._grid_ms is None:
             self._grid_ms = now
-        return now - (now - self._grid_ms) % self.interval_ms
-
-    async def _clock_of(self, world_id: str) -> TickClock:
-        if world_id not in self.clocks:
-            self.clocks[world_id] = TickClock.of(await self.runtime.authority.world_info(world_id), self.interval_ms)
-        return self.clocks[world_id]
+        return now - (now - self._grid_ms) % self.pass_interval_ms
 
     def mine(self, world_id: str) -> bool:
         if self.registry is None:
@@ -463,7 +480,9 @@ class WorldRunner:
                 await self.sweep(stop)
             self.passes += 1
             await self.run_pass(stop)
-            to_next_pass = self.interval_ms - (self.clock.now_ms() - (self._grid_ms or 0)) % self.interval_ms
+            to_next_pass = self.pass_interval_ms - (self.clock.now_ms() - (self._grid_ms or 0)) % self.pass_interval_ms
+            if self._behind:  # lockstep ticks still due: no rest
+                to_next_pass = 0
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=to_next_pass / 1000)
 
@@ -485,8 +504,9 @@ class WorldRunner:
             try:
                 for world_id in await self.runtime.worlds.renew():
                     log.warning("world %s: its world lease was taken over; no longer stepping it", world_id)
-            except Exception:
-                log.exception("could not renew the world leases; trying again")
+                self._failing["leases"].succeeded("its world leases are renewed again")
+            except Exception as exc:
+                self._failing["leases"].failed(exc, "renewing its world leases failed; trying again")
             self._hand_over_others()
         await registered
 
@@ -513,8 +533,9 @@ class WorldRunner:
             return
         try:
             live = await self.registry.live()
-        except Exception:
-            log.exception("could not read the live runners; keeping the last list")
+            self._failing["live runners"].succeeded("reads the live runners again")
+        except Exception as exc:
+            self._failing["live runners"].failed(exc, "reading the live runners failed; keeping the last list")
             return
         if live != self.live:
             log.info("live runners: %s", ", ".join(live))
@@ -548,8 +569,9 @@ class WorldRunner:
                     await asyncio.wait_for(self._stop.wait(), timeout=max(0, expiry - self.clock.now_ms()) / 1000)
             if not self._stop.is_set():
                 await asyncio.gather(*(self._adopt_one(world_id) for world_id in worlds if self.mine(world_id)))
-        except Exception:
-            log.exception("could not move the idle worlds of runner %s; they move when a command arrives", runner_id)
+        except Exception as exc:
+            log.warning("could not move the idle worlds of runner %s; they move when a command arrives: %s", runner_id,
+                        error_text(exc))  # fmt: skip
         finally:
             del self._adopting[runner_id]
 
@@ -568,9 +590,11 @@ class WorldRunner:
     async def sweep(self, stop: asyncio.Event) -> None:
         try:
             worlds = await self.runtime.authority.list_worlds()
-        except Exception:
-            log.exception("could not list the worlds; trying again at the next sweep")
+            self._failing["worlds"].succeeded("lists the worlds again")
+        except Exception as exc:
+            self._failing["worlds"].failed(exc, "listing the worlds failed; trying again at the next sweep")
             return
+        self.edge_hosted.clear()  # asked again (at most once a sweep): a new deployment may have moved them
         unseen = []
         for world in worlds:
             if stop.is_set():
@@ -578,9 +602,9 @@ class WorldRunner:
             if not self.mine(world["world_id"]):
                 continue
             if world["status"] == "CLOSING":  # a destroy that stopped between its transactions
-                await finish_destroy(self.runtime, world["world_id"])
-            elif world["status"] == "ACTIVE" and self._loads_systems and world["world_id"] not in self.clocks:
-                self.clocks[world["world_id"]] = TickClock.of(world, self.interval_ms)
+                await self.finish_destroy(world["world_id"])
+            elif world["status"] == "ACTIVE" and self._loads_systems and world["world_id"] not in self.seen:
+                self.seen.add(world["world_id"])
                 unseen.append(world["world_id"])
         await asyncio.gather(*(self._see(world_id) for world_id in unseen))
 
@@ -589,71 +613,132 @@ class WorldRunner:
         async with self._slots:
             try:
                 await self.runtime.worlds.get(world_id)
+            except WorldEdgeHostedError:
+                self.seen.discard(world_id)
+                self._leave_to_the_edge(world_id)
             except Exception:  # held by a runner that died and whose lease has not expired yet, or failing
-                self.clocks.pop(world_id, None)
+                self.seen.discard(world_id)
                 self._unseen_failed = True  # seen again at a sweep after the next heartbeat
 
     async def run_pass(self, stop: asyncio.Event) -> None:
         await self.follow_runners()
         try:
             pending = await self.catalog.pending_worlds()
-        except Exception:
-            log.exception("could not read the due worlds; trying again next tick")
+            self._failing["due worlds"].succeeded("reads the due worlds again")
+        except Exception as exc:
+            self._failing["due worlds"].failed(exc, "reading the due worlds failed; trying again next pass")
             return
         now = self.pass_ms()
         leases_at = self.clock.now_ms()  # the moment itself, not the pass's grid time: leases expire by it
-        due: dict[str, int] = {}
+        due: dict[str, _Due] = {}
+        intervals = [self.interval_ms]
         for world in pending:
             if not self.mine(world["world_id"]) or self._held_elsewhere(world, leases_at):
                 continue
             if world["status"] == "CLOSING":
-                await finish_destroy(self.runtime, world["world_id"])
+                await self.finish_destroy(world["world_id"])
             elif world["status"] == "ACTIVE":
-                clock = self.clocks.setdefault(world["world_id"], TickClock.of(world, self.interval_ms))
+                clock = TickClock.of(world, self.interval_ms)  # the row is fresh: this pass's read
+                if clock.lockstep:  # it ticks every interval up to its command
+                    intervals.append(clock.interval_ms)
                 at = clock.next_step_at(world["tick_head"], has_systems=False, next_due_tick=world["next_tick"])
-                if at is not None and at <= now:
-                    due[world["world_id"]] = clock.tick_at(now)
+                moment = leases_at if clock.lockstep else now  # a lockstep schedule is its own grid
+                if at is not None and at <= moment:
+                    # lockstep, with no systems: every tick up to its earliest command's is certain to run
+                    due[world["world_id"]] = _Due(clock.step_to(moment, world["tick_head"]), until=world["next_tick"])
         for world_id in self.ticking - due.keys():
             if not self.mine(world_id):
                 continue
             try:
-                clock, head = await self._clock_of(world_id), (await self.runtime.worlds.get(world_id)).tick
+                head = (await self.runtime.worlds.get(world_id)).tick
             except (WorldClosingError, WorldNotFoundError):
                 self.ticking.discard(world_id)
                 continue
             except Exception:  # not loadable now (fenced, the catalog did not answer): the next pass tries again
                 continue
-            if clock.step_to(now, head) is not None:  # due: with systems, every tick of the clock
-                due[world_id] = clock.tick_at(now)
-        due = {world_id: tick for world_id, tick in due.items() if self.runtime.worlds.retry_due(world_id)}
+            loaded = self.runtime.worlds.clock_of(world_id)  # its host's copy, following its publications
+            if loaded is None:
+                continue
+            intervals.append(loaded.interval_ms)
+            tick = loaded.step_to(leases_at if loaded.lockstep else now, head)  # with systems: every tick of its clock
+            if tick is not None:
+                due[world_id] = _Due(tick, until=None)
+        # The grid follows the finest interval among the worlds that tick every interval (an unpaced
+        # world has none; a realtime world waiting for a command's tick is stepped at the pass after it).
+        self.pass_interval_ms = min(i for i in intervals if i > 0)
+        due = {world_id: d for world_id, d in due.items()
+             if self.runtime.worlds.retry_due(world_id) and world_id not in self.edge_hosted}  # fmt: skip
+        self._behind = False
         if not stop.is_set():
-            await asyncio.gather(*(self.step(world_id, tick) for world_id, tick in due.items()))
+            await asyncio.gather(*(self.step(world_id, d, stop) for world_id, d in due.items()))
 
-    async def step(self, world_id: str, tick: int) -> None:
+    async def finish_destroy(self, world_id: str) -> None:
+        """Finish a destroy that stopped between its transactions."""
+        try:
+            await self.runtime.dispatcher.apply(DestroyWorld(world_id=world_id))
+            self._failing["destroys"].succeeded("finishes destroys again")
+        except Exception as exc:
+            self._failing["destroys"].failed(exc, f"finishing the destroy of world {world_id} failed; trying again")
+
+    async def step(self, world_id: str, due: _Due, stop: asyncio.Event) -> None:
+        """Step the world: once; a lockstep one again while its next tick is due (behind its schedule,
+        or unpaced), up to `due.until` for one without systems, for at most one `tick_rate` interval."""
+        deadline = time.perf_counter() + self.interval_ms / 1000
+        tick: int | None = due.tick
+        while tick is not None and await self._step_once(world_id, tick):
+            clock, world = self.runtime.worlds.clock_of(world_id), self.runtime.worlds.loaded_world(world_id)
+            if clock is None or world is None or not clock.lockstep or stop.is_set():
+                return
+            if not world.has_systems and (due.until is None or world.tick >= due.until):
+                return  # its earliest open command's tick has run: the next pass reads what is open now
+            tick = clock.step_to(self.clock.now_ms(), world.tick)
+            if tick is not None and time.perf_counter() >= deadline:
+                self._behind = True  # still due: the next pass comes at once
+                return
+
+    async def _step_once(self, world_id: str, tick: int) -> bool:
+        """One step of the world; whether it published."""
         async with self._slots:
             if not self.mine(world_id):  # a runner joined since this pass began: the world is being handed over
-                return
+                return False
             started, ok = time.perf_counter(), False
             try:
                 await self.runtime.worlds.step(world_id, tick)
                 ok = True
             except (WorldClosingError, WorldNotFoundError):
                 self.ticking.discard(world_id)
-                self.clocks.pop(world_id, None)
+                self.seen.discard(world_id)
             except WorldLeaseHeldError:
-                return  # another live runner hosts it (it was its share until a moment ago): not a tick
-            except CommandError as exc:  # fenced, or leases taken over: the host reloads it next tick
-                log.warning("world %s not stepped: %s: %s", world_id, exc.code, exc.message)
-            except Exception:
-                pass  # the world host recorded it (STALLED), logged it (rate-limited) and backs off
+                return False  # another live runner hosts it (it was its share until a moment ago): not a tick
+            except WorldEdgeHostedError:
+                self._leave_to_the_edge(world_id)
+                return False
+            except (StaleWriterError, LeaseLostError) as exc:  # fenced, or leases taken over: the host reloads it
+                log.warning("world %s not stepped: %s: %s", world_id, exc.code, safe_text(exc.message))
+            except Exception:  # the world host recorded it (STALLED), logged it (once per stall) and backs off
+                if self.runtime.worlds.failures(world_id) == 1:
+                    self.metrics.stalls.inc()
             self.metrics.observe_tick(world_id, time.perf_counter() - started, ok)
+            clock = self.runtime.worlds.clock_of(world_id)
+            if ok and clock is not None and clock.lockstep:
+                self.metrics.observe_lag(world_id, clock.lag_ms / 1000)
+            return ok
+
+    def _leave_to_the_edge(self, world_id: str) -> None:
+        self.edge_hosted.add(world_id)
+        self.ticking.discard(world_id)
+        if world_id not in self._edge_hosted_logged:
+            self._edge_hosted_logged.add(world_id)
+            log.info("world %s is stepped by its Durable Object (edge-hosted): this runner leaves it alone", world_id)
 
 
-async def finish_destroy(runtime: Runtime, world_id: str) -> None:
-    try:
-        await runtime.dispatcher.apply(DestroyWorld(world_id=world_id))
-    except Exception:
-        log.exception("could not finish destroying world %s; trying again next tick", world_id)
+@dataclass(frozen=True)
+class _Due:
+    """A world due in a pass: the tick its step goes to, and (a lockstep world without systems) the
+    tick up to which it runs on back to back when behind."""
+
+    tick: int | None
+    until: int | None
 
 
 async def serve(config: ServeSettings) -> None:

@@ -30,7 +30,9 @@ aliases, serializers, computed fields, private attributes or post-init hooks, so
 is exactly its field values and its canonical text can be written from the columns directly: the
 values are checked canonical (finite floats, integers within +/-(2**53-1)) a whole column at a
 time when they are encoded, and a refusal fails the tick like any other non-canonical value.
-The columns a processor only reads are handed to it read-only.
+The columns a processor only reads are handed to it read-only. Like a per-entity processor, it gets
+the tick number as `tick` and reads the tick's simulated time step as `world.dt` (docs/ledger.md,
+"Tick modes"): `table[Position].x += table[Velocity].dx * world.dt`.
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@ The object runs the runner's own machinery: the `WorldHost` and `CommandSchedule
 `archetype serve` uses (archetype.commands.host / scheduler), over an `InProcessAuthority` on the
 object's ledger, so a tick is materialize -> PreTick -> processors -> publish exactly as on a
 CPython runner, with no RPC in between; and the tick is due when serve's runner would step it
-(archetype.commands.clock: one tick clock per world, anchored in its ledger row).
+(archetype.commands.clock: one tick clock per world, in its ledger row, by its tick mode: a lockstep
+world runs every tick, back to back while it is behind its schedule; a realtime one coalesces).
 
 The user's code arrives through the module hook `archetype serve --module` uses: a module whose
 import registers its components and whose `setup(runtime)` adds processors through
@@ -18,6 +19,7 @@ runner-hosted one.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from types import ModuleType
@@ -28,6 +30,7 @@ from archetype.commands.clock import TickClock
 from archetype.commands.families import default_registry
 from archetype.commands.host import WorldHost
 from archetype.commands.ledger import DEFAULT_IDEMPOTENCY_WINDOW_MS, DEFAULT_KEEP_TICKS, PRUNE_LIMIT, Ledger
+from archetype.commands.port import Clock
 from archetype.commands.scheduler import CommandScheduler
 
 # The object's writer identity in lease rows: one object per world, so one name serves them all.
@@ -40,11 +43,14 @@ class EdgeRuntime:
     """What `setup(runtime)` receives at the edge: the runner's registry, scheduler and world host,
     over the object's own ledger."""
 
-    def __init__(self, ledger: Ledger, modules: Iterable[ModuleType] = ()) -> None:
+    def __init__(self, ledger: Ledger, modules: Iterable[ModuleType] = (), *, clock: Clock | None = None,
+                 tick_interval_ms: int = TICK_INTERVAL_MS) -> None:  # fmt: skip
+        """`clock`: the ledger's; `tick_interval_ms`: the Worker's TICK_INTERVAL_MS, the pace of a world
+        recorded without an interval of its own (one created before tick modes)."""
         self.authority = InProcessAuthority(ledger)
         self.registry = default_registry()
         self.scheduler = CommandScheduler(self.registry, self.authority, owner=EDGE_OWNER)
-        self.worlds = WorldHost(self.authority, self.scheduler)
+        self.worlds = WorldHost(self.authority, self.scheduler, wall_clock=clock, tick_interval_ms=tick_interval_ms)
         self._modules = list(modules)
         for module in self._modules:
             setup = getattr(module, "setup", None)
@@ -55,24 +61,30 @@ class EdgeRuntime:
         """Whether the edge steps this world: some module's `edge_hosted(world_id)` says so."""
         return any(bool(getattr(m, "edge_hosted", _runner_hosted)(world_id)) for m in self._modules)
 
-    async def next_step_at(self, world_id: str, interval_ms: int) -> int | None:
+    async def next_step_at(self, world_id: str) -> int | None:
         """When this world's next step is due on its clock (archetype.commands.clock); None: idle."""
-        return (await self._due(world_id, interval_ms))[1]
+        return (await self._due(world_id))[1]
 
-    async def step_due(self, world_id: str, now_ms: int, interval_ms: int) -> int | None:
-        """Step the world if its next step is due by `now_ms`, straight to the tick its clock reached
-        (the empty ticks between are coalesced, as serve does); answer when the next one is due.
-        An alarm that comes early (for audit delivery, or repeated) steps nothing."""
-        clock, at = await self._due(world_id, interval_ms)
-        if at is None or at > now_ms:
-            return at
-        await self.worlds.step(world_id, clock.tick_at(now_ms))  # due: the clock passed the tick head
-        return await self.next_step_at(world_id, interval_ms)
+    async def step_due(self, world_id: str) -> int | None:
+        """Step the world if its next step is due now, as serve does: a realtime world straight to
+        the tick its clock reached (the empty ticks between coalesced), a lockstep world its next
+        tick, and on, back to back, while the next is due too (it is behind its schedule, or
+        unpaced), for at most one `tick_interval_ms`. Answer when the next step is due. An alarm
+        that comes early (for audit delivery, or repeated) steps nothing."""
+        deadline = time.monotonic() + self.worlds.tick_interval_ms / 1000
+        while True:
+            clock, at = await self._due(world_id)
+            now = self.worlds.wall_clock.now_ms()
+            if at is None or at > now:
+                return at
+            await self.worlds.step(world_id, clock.step_to(now, (await self.worlds.get(world_id)).tick))
+            if not clock.lockstep or time.monotonic() >= deadline:
+                return await self.next_step_at(world_id)
 
-    async def _due(self, world_id: str, interval_ms: int) -> tuple[TickClock, int | None]:
+    async def _due(self, world_id: str) -> tuple[TickClock, int | None]:
         info = await self.authority.world_info(world_id)
         world = await self.worlds.get(world_id)
-        clock = TickClock.of(info, interval_ms)
+        clock = TickClock.of(info, self.worlds.tick_interval_ms)
         next_due_tick = await self.authority.next_due_tick(world_id)
         return clock, clock.next_step_at(info["tick_head"], has_systems=world.has_systems, next_due_tick=next_due_tick)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+from archetype.commands.errors import storage_unavailable
 from durable_world.ffi import sql_binding, to_py
 
 T = TypeVar("T")
@@ -23,14 +24,28 @@ def _number(value: Any) -> Any:
 
 
 class DurableObjectSqlPort:
+    """`rows_read` and `rows_written` sum the engine's own counters (each cursor's final
+    `rowsRead`/`rowsWritten`, what Cloudflare bills) over every statement this port ran."""
+
     def __init__(self, storage: Any) -> None:
         self._storage = storage
         self._sql = storage.sql
+        self.rows_read = 0
+        self.rows_written = 0
 
     def execute(self, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
         # raw() rows are column arrays in select order, which is what the ledger indexes by;
         # toArray() consumes the cursor now, before any await can let another event in.
-        rows = to_py(self._sql.exec(sql, *[sql_binding(p) for p in params]).raw().toArray())
+        try:
+            cursor = self._sql.exec(sql, *[sql_binding(p) for p in params])
+            rows = to_py(cursor.raw().toArray())
+        except Exception as exc:  # the object's storage is full ("database or disk is full: SQLITE_FULL"): typed
+            refusal = storage_unavailable(exc)
+            if refusal is None:
+                raise
+            raise refusal from exc
+        self.rows_read += int(cursor.rowsRead)  # final once the cursor is consumed
+        self.rows_written += int(cursor.rowsWritten)
         return [tuple(_number(v) for v in row) for row in rows]
 
     def transaction(self, fn: Callable[[], T]) -> T:
@@ -47,8 +62,11 @@ class DurableObjectSqlPort:
 
         try:
             self._storage.transactionSync(body)
-        except BaseException:
+        except BaseException as exc:
             if "error" in outcome:
                 raise outcome["error"] from None
-            raise
+            refusal = storage_unavailable(exc)  # the commit itself could not write
+            if refusal is None:
+                raise
+            raise refusal from exc
         return outcome["value"]

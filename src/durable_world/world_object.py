@@ -18,14 +18,22 @@ import logging
 from types import ModuleType
 from typing import Any
 
-from archetype.commands.errors import CommandError, InvalidCommandError, WorldEdgeHostedError
+from archetype.commands.errors import (
+    CommandError,
+    InvalidCommandError,
+    WorldClosingError,
+    WorldEdgeHostedError,
+    WorldNotFoundError,
+)
+from archetype.commands.failure_streak import FailureStreak
 from archetype.commands.ledger import LEDGER_METHODS, Ledger
 from archetype.commands.port import Clock, SystemClock
-from durable_world.delivery import deliver_outbox
+from durable_world.delivery import DeliveryRetry, deliver_outbox, retry_delay_ms
 from durable_world.directory import WorldDirectory
 from durable_world.edge import EdgeRuntime, Retention, tick_interval_ms
 from durable_world.envelope import failure, success
 from durable_world.ffi import number_or_none, to_py
+from durable_world.logs import for_world, world_context
 from durable_world.port import DurableObjectSqlPort
 
 try:
@@ -46,9 +54,8 @@ QUEUE_BINDING = "AUDIT_QUEUE"
 EVENT_WRITERS = frozenset({"admit", "lease", "publish", "destroy"})
 # Admissions and creation may give an edge-hosted world work to do: they re-arm its tick.
 TICK_WAKERS = frozenset({"create_world", "admit"})
-# A short delay lets a burst of admissions share one batch; a failed send is retried after a pause.
+# A short delay lets a burst of admissions share one batch (a failed send waits longer: DeliveryRetry).
 DELIVERY_DELAY_MS = 1_000
-RETRY_DELAY_MS = 10_000
 
 
 class WorldObject(DurableObject):  # type: ignore[misc]  # `workers` exists only on workerd: Any here
@@ -61,11 +68,15 @@ class WorldObject(DurableObject):  # type: ignore[misc]  # `workers` exists only
         super().__init__(ctx, env)
         self.clock = clock or SystemClock()
         self.ledger = Ledger(DurableObjectSqlPort(ctx.storage), self.clock)
-        self.edge = EdgeRuntime(self.ledger, self.MODULES if modules is None else modules)
         self.tick_interval_ms = tick_interval_ms(env)
+        self.edge = EdgeRuntime(self.ledger, self.MODULES if modules is None else modules, clock=self.clock,
+                                tick_interval_ms=self.tick_interval_ms)  # fmt: skip
         self.retention = Retention.of(env)
+        self.delivery_retry = DeliveryRetry(retry_delay_ms(env))
         # In memory: a fresh object (after an eviction) prunes at its first alarm, which is bounded anyway.
         self._prune_due_ms = 0
+        self._failing = {duty: FailureStreak(log, subject) for duty, subject in
+                         (("delivery", "audit delivery"), ("retention", "the world object's retention"))}  # fmt: skip
 
     async def _call(self, method: str, args: Any) -> dict[str, Any]:
         args = to_py(args) if args is not None else {}
@@ -91,7 +102,7 @@ class WorldObject(DurableObject):  # type: ignore[misc]  # `workers` exists only
         if method in EVENT_WRITERS:
             await self._schedule_delivery(args["world_id"])
         if method in TICK_WAKERS and self.edge.hosts(args["world_id"]):
-            at = await self.edge.next_step_at(args["world_id"], self.tick_interval_ms)
+            at = await self.edge.next_step_at(args["world_id"])
             if at is not None:
                 await self._arm_alarm_by(at)
         return success(result)
@@ -145,38 +156,53 @@ class WorldObject(DurableObject):  # type: ignore[misc]  # `workers` exists only
             for w in worlds
             if w["status"] == "ACTIVE" and self.edge.hosts(w["world_id"])
         ]
-        wake.append(await self._deliver(worlds))
+        next_tick = min((at for at in wake if at is not None), default=None)
+        wake.append(await self._deliver(worlds, stop_at_ms=next_tick))
         wake.append(self._prune(worlds))
         due = [at for at in wake if at is not None]
         if due:
             await self._arm_alarm_by(min(due))
 
+    @for_world
     async def _tick(self, world_id: str) -> int | None:
         """Run the tick of an edge-hosted world if one is due; answer when the next one is (None: idle)."""
         try:
-            return await self.edge.step_due(world_id, self.clock.now_ms(), self.tick_interval_ms)
-        except CommandError as exc:  # closing or destroyed meanwhile: the host dropped it
-            log.warning("world %s not stepped: %s: %s", world_id, exc.code, exc.message)
+            return await self.edge.step_due(world_id)
+        except (WorldClosingError, WorldNotFoundError):  # closing or destroyed meanwhile: the host dropped it
             return None
         except Exception:
-            # Handled here, not left to the runtime's bounded alarm retries: the world keeps ticking.
-            log.exception("world %s failed its tick; it is retried in %d ms", world_id, self.tick_interval_ms)
+            # Handled here, not left to the runtime's bounded alarm retries: the world keeps ticking. The
+            # world host recorded the failure (STALLED) and logged it, once per stall.
             return self.clock.now_ms() + self.tick_interval_ms
 
-    async def _deliver(self, worlds: list[Any]) -> int | None:
-        """Send the audit outbox; answer when delivery must run again (None: all sent)."""
+    async def _deliver(self, worlds: list[Any], stop_at_ms: int | None) -> int | None:
+        """Send the audit outbox (until `stop_at_ms`, when the next tick is due); answer when
+        delivery must run again (None: all sent). A failure is retried with backoff, not at every
+        alarm, and logged once per failure streak."""
         queue = self._queue()
         if queue is None:
             return None
+        retry = self.delivery_retry
+        if not retry.due(self.clock.now_ms()):
+            return retry.retry_at_ms
         more = False
         for world in worlds:
-            try:
-                more = await deliver_outbox(self.ledger, world["world_id"], queue) or more
-            except Exception:
-                # Handled here rather than left to the runtime's bounded alarm retries, so unsent
-                # events are never stranded: the alarm stays armed until the queue takes them.
-                log.exception("audit delivery of world %s failed; retrying in %d ms", world["world_id"], RETRY_DELAY_MS)
-                return self.clock.now_ms() + RETRY_DELAY_MS
+            world_id = world["world_id"]
+            with world_context(world_id):
+                try:
+                    more = await deliver_outbox(self.ledger, world_id, queue, now_ms=self.clock.now_ms,
+                                                stop_at_ms=stop_at_ms) or more  # fmt: skip
+                except Exception as exc:
+                    # Handled here rather than left to the runtime's bounded alarm retries, so unsent
+                    # events are never stranded: the alarm stays armed until the queue takes them.
+                    now = self.clock.now_ms()
+                    retry_at = retry.failed(now)
+                    self._failing["delivery"].failed(exc, f"world {world_id} failed; retrying in {retry_at - now} ms, "
+                                                          "backing off while it fails")  # fmt: skip
+                    return retry_at
+                if retry.failures:
+                    retry.succeeded()
+                    self._failing["delivery"].succeeded()
         return self.clock.now_ms() if more else None
 
 
@@ -195,9 +221,10 @@ class WorldObject(DurableObject):  # type: ignore[misc]  # `workers` exists only
                 continue
             try:
                 pruned = self.ledger.prune(world["world_id"], policy.keep_ticks, policy.idempotency_window_ms, policy.limit)
-            except Exception:  # pruning waits for the next alarm; it never stops a tick or a delivery
-                log.exception("pruning world %s failed; trying again at the next alarm", world["world_id"])
+            except Exception as exc:  # pruning waits for the next alarm; it never stops a tick or a delivery
+                self._failing["retention"].failed(exc, f"pruning world {world['world_id']} failed; trying again later")
                 continue
+            self._failing["retention"].succeeded("prunes again")
             more = more or not pruned["done"]
         if more:
             self._prune_due_ms = now + DELIVERY_DELAY_MS
@@ -207,7 +234,9 @@ class WorldObject(DurableObject):  # type: ignore[misc]  # `workers` exists only
 
 def _rpc_method(method: str) -> Any:
     async def rpc(self: WorldObject, args: Any = None) -> dict[str, Any]:
-        return await self._call(method, args)
+        args = to_py(args) if args is not None else None
+        with world_context(args.get("world_id") if isinstance(args, dict) else None):
+            return await self._call(method, args)
 
     rpc.__name__ = rpc.__qualname__ = method
     rpc.__doc__ = f"RPC for Ledger.{method}: one object of named arguments in, a result envelope out."

@@ -17,6 +17,8 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from archetype.commands.errors import storage_unavailable
+
 if TYPE_CHECKING:
     from local_catalog.writer_lock import WriterLock
 
@@ -25,8 +27,24 @@ T = TypeVar("T")
 SYNCHRONOUS_MODES = ("FULL", "NORMAL")
 
 
+@contextlib.contextmanager
+def _storage_errors() -> Iterator[None]:
+    """A full disk or an I/O error is StorageUnavailableError (typed, retryable: a 503 over HTTP);
+    anything else sqlite3 raises stays what it is."""
+    try:
+        yield
+    except sqlite3.Error as exc:
+        refusal = storage_unavailable(exc)
+        if refusal is None:
+            raise
+        raise refusal from exc
+
+
 class SqliteSqlPort:
-    def __init__(self, path: str | Path, *, synchronous: str = "FULL", busy_timeout_ms: int = 30_000) -> None:
+    def __init__(self, path: str | Path, *, synchronous: str = "FULL", busy_timeout_ms: int = 30_000,
+                 read_only: bool = False) -> None:  # fmt: skip
+        """`read_only`: a reader's connection (`local_catalog.reader`): `query_only`, and each
+        transaction a deferred one, a snapshot taken without the write lock."""
         if synchronous not in SYNCHRONOUS_MODES:
             raise ValueError(f"synchronous must be one of {SYNCHRONOUS_MODES}")
         self.path = Path(path)
@@ -34,15 +52,20 @@ class SqliteSqlPort:
         self._conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
         self._conn.execute("PRAGMA journal_mode = WAL")
         self._conn.execute(f"PRAGMA synchronous = {synchronous}")
+        self._begin = "BEGIN IMMEDIATE"
         self._depth = 0
         self._writer_lock: WriterLock | None = None
-        if sys.platform != "emscripten":  # Pyodide: one process, one writer, and no flock worth the name
+        if read_only:
+            self._conn.execute("PRAGMA query_only = ON")
+            self._begin = "BEGIN DEFERRED"
+        elif sys.platform != "emscripten":  # Pyodide: one process, one writer, and no flock worth the name
             from local_catalog.writer_lock import WriterLock
 
             self._writer_lock = WriterLock(self.path, busy_timeout_ms / 1000)
 
     def execute(self, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
-        return self._conn.execute(sql, tuple(params)).fetchall()
+        with _storage_errors():
+            return self._conn.execute(sql, tuple(params)).fetchall()
 
     def transaction(self, fn: Callable[[], T]) -> T:
         if self._depth:
@@ -53,15 +76,17 @@ class SqliteSqlPort:
 
     @contextlib.contextmanager
     def _immediate(self) -> Iterator[None]:
-        """One BEGIN IMMEDIATE .. COMMIT around the body, rolled back when the body or the commit raises."""
-        with self._writer_lock.held() if self._writer_lock else contextlib.nullcontext():
-            self._conn.execute("BEGIN IMMEDIATE")
+        """One BEGIN IMMEDIATE (a reader's: DEFERRED) .. COMMIT around the body, rolled back when
+        the body or the commit raises."""
+        with self._writer_lock.held() if self._writer_lock else contextlib.nullcontext(), _storage_errors():
+            self._conn.execute(self._begin)
             self._depth += 1
             try:
                 yield
             except BaseException:
                 self._depth -= 1
-                self._conn.execute("ROLLBACK")
+                if self._conn.in_transaction:  # SQLite rolls back by itself after a full disk or an I/O error
+                    self._conn.execute("ROLLBACK")
                 raise
             self._depth -= 1
             try:
@@ -91,6 +116,8 @@ class SqliteSqlPort:
         try:
             result: T | Exception = call()
         except Exception as exc:
+            if not self._conn.in_transaction:  # SQLite rolled the whole transaction back (a full disk): it fails whole
+                raise
             self._conn.execute("ROLLBACK TO call")
             result = exc
         self._conn.execute("RELEASE call")

@@ -29,6 +29,7 @@ from archetype.commands.errors import UnregisteredOperationError
 from archetype.commands.ledger import LEDGER_METHODS, Ledger
 from archetype.commands.ledger_rows import Watermark
 from local_catalog.port import SqliteSqlPort
+from local_catalog.reader import READ_METHODS, CatalogReader
 
 # Runs of its own: destroy is a series of short transactions by design (docs/ledger.md), which a
 # group would fuse into one that grows with the world.
@@ -86,9 +87,11 @@ def _settle(answers: list[tuple[asyncio.Future[Any], Any]]) -> None:
 
 
 class WriterThreadAuthority(InProcessAuthority):
-    def __init__(self, ledger: Ledger, port: SqliteSqlPort, *, max_group: int = MAX_GROUP) -> None:
+    def __init__(self, ledger: Ledger, port: SqliteSqlPort, *, max_group: int = MAX_GROUP,
+                 reader: CatalogReader | None = None) -> None:  # fmt: skip
         super().__init__(ledger, close=port.close)
         self._port = port
+        self._reader = reader  # where the READ_METHODS run, when given (local_catalog.reader)
         self._max_group = max_group
         self._queue: queue.SimpleQueue[_Call | None] = queue.SimpleQueue()
         self._closed = False
@@ -99,6 +102,8 @@ class WriterThreadAuthority(InProcessAuthority):
     async def rpc(self, method: str, arguments: dict[str, Any]) -> Any:
         if method not in LEDGER_METHODS:
             raise UnregisteredOperationError(f"{method!r} is not a ledger method")
+        if self._reader is not None and method in READ_METHODS:
+            return await self._reader.rpc(method, arguments)
         fn = getattr(self.ledger, method)
         return await self._call(lambda: fn(**arguments), solo=method in SOLO_METHODS,
                                 admission=arguments if method == "admit" else None)  # fmt: skip
@@ -196,4 +201,6 @@ class WriterThreadAuthority(InProcessAuthority):
         self._closed = True
         self._queue.put(None)
         await asyncio.to_thread(self._thread.join)
+        if self._reader is not None:
+            await asyncio.to_thread(self._reader.close)
         await super().close()

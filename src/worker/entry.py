@@ -12,11 +12,12 @@ the main module's exports; this one carries the user's modules the bundle was st
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from archetype.api import TokenTable, create_app
 from archetype.api.auth import TOKENS_ENV
-from durable_world import DurableObjectAuthority
+from durable_world import DurableObjectAuthority, logs
 from durable_world import WorldObject as _WorldObject
 from worker.modules import MODULES
 
@@ -31,6 +32,9 @@ except ImportError:  # CPython: the same constructor shape, for tests
 
 
 __all__ = ["Default", "WorldObject", "build_app"]
+
+if sys.platform == "emscripten":  # on the runtime; CPython importers (tests, tools) keep their own logging
+    logs.configure()  # the Worker's and the objects' logs as one JSON line each (durable_world.logs)
 
 NAMESPACE_BINDING = "WORLDS"
 

@@ -118,6 +118,29 @@ async def test_runner_protocol_refuses_what_is_not_allowlisted_or_well_typed(cli
     assert snapshot() == before
 
 
+@pytest.mark.parametrize("settings", [
+    {"tick_mode": "sometimes"}, {"tick_mode": "LOCKSTEP"}, {"tick_mode": None}, {"tick_mode": 1},
+    {"tick_mode": "realtime", "tick_interval_ms": 0}, {"tick_interval_ms": -1}, {"tick_interval_ms": 86_400_001},
+    {"tick_interval_ms": 1.5}, {"tick_interval_ms": "100"}, {"tick_interval_ms": True}, {"tick_interval_ms": None},
+    {"tick_rate": 10},
+])  # fmt: skip
+async def test_bad_tick_settings_are_refused_and_create_nothing(client, snapshot, settings):
+    before = snapshot()
+    response = await client.post("/worlds", json={"name": "bad", "world_id": "bad", **settings}, headers=ADMIN)
+    assert (response.status_code, response.json()["code"]) == (422, "invalid_request"), response.text
+    assert snapshot() == before
+    assert (await client.get("/worlds/bad", headers=ADMIN)).json()["code"] == "world_not_found"
+
+
+@pytest.mark.parametrize("settings", [{"tick_mode": "sometimes"}, {"tick_mode": "realtime", "tick_interval_ms": 0},
+                                      {"tick_interval_ms": -1}])  # fmt: skip
+async def test_the_runner_protocol_refuses_bad_tick_settings_too(client, snapshot, settings):
+    before = snapshot()
+    response = await client.post("/worlds/bad/ledger/create_world", json={"name": "bad", **settings}, headers=ADMIN)
+    assert (response.status_code, response.json()["code"]) == (422, "invalid_command"), response.text
+    assert snapshot() == before
+
+
 async def test_unknown_routes_and_methods(client):
     assert (await client.get("/nope", headers=OPERATOR)).json()["code"] == "not_found"
     assert (await client.put("/worlds", headers=OPERATOR)).json()["code"] == "method_not_allowed"

@@ -125,6 +125,13 @@ async def test_real_answers_validate_against_the_published_schema(client, world)
         (await client.get(f"/worlds/{world}/commands/ship", headers=PLAYER), submit + "/{command_id}"),
         (await client.get(f"/worlds/{world}/commands/ship", headers=VIEWER), submit + "/{command_id}"),  # 404
         (await client.get(f"/worlds/{world}/commands", headers=OPERATOR), submit),
+        (await client.post(f"/worlds/{world}/commands:outcomes", json={"command_ids": ["ship", "gone"]}, headers=PLAYER),
+         submit + ":outcomes"),
+        (await client.post(f"/worlds/{world}/commands:outcomes", json={"command_ids": []}, headers=PLAYER), submit + ":outcomes"),
+        (await client.get(f"/worlds/{world}/state", params={"component": "Position", "entity_id": [1, 2]}, headers=VIEWER),
+         "/worlds/{world_id}/state"),
+        (await client.get(f"/worlds/{world}/state", params={"component": "Nobody"}, headers=VIEWER), "/worlds/{world_id}/state"),
+        (await client.get(f"/worlds/{world}/state", params={"layout": "sections"}, headers=VIEWER), "/worlds/{world_id}/state"),
         (await client.get(f"/worlds/{world}/commands?principal=pat", headers=PLAYER), submit),  # 403
         (await client.get(f"/worlds/{world}/audit", headers=VIEWER), "/worlds/{world_id}/audit"),  # 503: no audit here
         (await client.post(f"/worlds/{world}/ledger/watermark", json={}, headers=OPERATOR), "/worlds/{world_id}/ledger/{method}"),

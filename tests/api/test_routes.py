@@ -45,6 +45,28 @@ async def test_world_lifecycle(client):
     assert (missing.status_code, missing.json()["code"]) == (404, "world_not_found")
 
 
+async def test_a_world_s_tick_mode_is_set_at_creation_and_shown(client):
+    """Lockstep at 100 ms unless the body says otherwise; `GET /worlds/{id}` and the list show it,
+    and a lockstep world's health its lag (null for a realtime one)."""
+    made = {}
+    for world_id, settings in (("sim", {}), ("game", {"tick_mode": "realtime", "tick_interval_ms": 50}),
+                               ("batch", {"tick_interval_ms": 0})):  # fmt: skip
+        response = await client.post("/worlds", json={"name": world_id, "world_id": world_id, **settings}, headers=ADMIN)
+        assert response.status_code == 201, response.text
+        made[world_id] = response.json()
+    shown = {w: (v["tick_mode"], v["tick_interval_ms"], v["health"]["lag_ms"]) for w, v in made.items()}
+    assert shown == {"sim": ("lockstep", 100, 0), "game": ("realtime", 50, None), "batch": ("lockstep", 0, 0)}
+    for world_id, view in made.items():
+        assert (await client.get(f"/worlds/{world_id}", headers=VIEWER)).json() == view
+    listed = (await client.get("/worlds", headers=VIEWER)).json()["worlds"]
+    assert {w["world_id"]: w for w in listed} == made
+    same = await client.post("/worlds", json={"name": "game", "world_id": "game", "tick_mode": "realtime",
+                                              "tick_interval_ms": 50}, headers=ADMIN)  # fmt: skip
+    assert same.status_code == 201  # an identical retry
+    other = await client.post("/worlds", json={"name": "game", "world_id": "game", "tick_mode": "realtime"}, headers=ADMIN)
+    assert (other.status_code, other.json()["code"]) == (409, "world_exists")  # 100 ms is another world
+
+
 async def test_every_mutation_spelling_is_admitted_and_applied(client, world, authority):
     spawn = await client.post(
         f"/worlds/{world}/commands",
@@ -112,9 +134,13 @@ async def test_a_principals_commands_are_invisible_below_the_operator_role(clien
     other = await client.get(f"/worlds/{world}/commands/mine", headers=auth(reader))
     assert (other.status_code, other.json()["code"]) == (404, "command_not_found")  # as if it did not exist
     assert (await client.get(f"/worlds/{world}/commands", headers=auth(reader))).json()["commands"] == []
-    for path in (f"/worlds/{world}/commands", f"/worlds/{world}/commands/mine"):
+    outcomes = await client.post(f"/worlds/{world}/commands:outcomes", json={"command_ids": ["mine"]}, headers=auth(reader))
+    assert outcomes.json() == {"commands": [], "missing": ["mine"]}  # as if it did not exist
+    reads = [("GET", f"/worlds/{world}/commands", None), ("GET", f"/worlds/{world}/commands/mine", None),
+             ("POST", f"/worlds/{world}/commands:outcomes", {"command_ids": ["mine"]})]  # fmt: skip
+    for method, path, body in reads:
         for params in ({"principal": "pat"}, {"trusted": True}):
-            named = await client.get(path, params=params, headers=auth(reader))
+            named = await client.request(method, path, params=params, json=body, headers=auth(reader))
             assert (named.status_code, named.json()["code"]) == (403, "permission_denied")
 
 
@@ -128,6 +154,9 @@ async def test_operators_read_every_principals_commands(client, world):
     assert [c["principal"] for c in quinns["commands"]] == ["quinn"]
     one = await client.get(f"/worlds/{world}/commands/same", params={"principal": "quinn"}, headers=OPERATOR)
     assert one.json()["principal"] == "quinn"
+    many = await client.post(f"/worlds/{world}/commands:outcomes", params={"principal": "quinn"},
+                             json={"command_ids": ["same", "other"]}, headers=OPERATOR)  # fmt: skip
+    assert [c["principal"] for c in many.json()["commands"]] == ["quinn"] and many.json()["missing"] == ["other"]
 
 
 async def test_batch_is_all_or_nothing(client, world, snapshot):

@@ -4,9 +4,6 @@ Iceberg REST catalog + S3 store (`weed mini`), consumed by QueueProjector."""
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
-import sys
 
 import pytest
 
@@ -14,8 +11,8 @@ from archetype.audit.catalog import local_catalog, rest_catalog
 from archetype.audit.queue import QueueApiError, QueueClient, QueueProjector
 from archetype.audit.table import AuditTable
 from archetype.commands import GetAuditHistory
-from tests.audit.queue_server import LoopbackQueue
-from tests.audit.seaweed import BUCKET, WeedMini
+from tests.audit.queue_server import LoopbackQueue, consume_once
+from tests.audit.seaweed import BUCKET
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -26,13 +23,6 @@ def event(world_id: str, seq: int, command_id: str = "c", tick: int = 0) -> dict
         "event_type": "admitted", "status": "PENDING", "operation": "spawn", "tick": tick, "principal": "alice",
         "origin": "gateway", "occurred_at": 1_700_000_000_000 + seq, "payload": '{"attempts":0}',
     }  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def weed(tmp_path_factory):
-    server = WeedMini(tmp_path_factory.mktemp("weed"))
-    yield server
-    server.stop()
 
 
 @pytest.fixture
@@ -154,13 +144,7 @@ async def test_run_forever_drains_the_queue_until_stopped(queue, tmp_path):
 def test_archetype_audit_consume_once_from_the_command_line(queue, weed):
     for seq in range(1, 4):
         queue.send(event("cli", seq))
-    props = [f"--catalog-property={key}={value}" for key, value in weed.catalog_properties().items()]
-    done = subprocess.run(
-        [sys.executable, "-m", "archetype.cli", "audit", "consume", "--once", "--account-id", queue.account_id,
-         "--queue-id", queue.queue_id, "--queue-api", queue.api, "--catalog-uri", weed.iceberg, "--warehouse", BUCKET,
-         *props],
-        env={**os.environ, "CLOUDFLARE_QUEUES_TOKEN": queue.token}, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+    done = consume_once(queue, weed)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "appended 3 events" and queue.pending() == 0
     table = AuditTable(rest_catalog(weed.iceberg, BUCKET, **weed.catalog_properties()))

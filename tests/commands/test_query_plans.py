@@ -17,6 +17,9 @@ GROWING = ("commands", "outbox", "state_chunks", "state_deltas", "ticks", "spawn
 # replaces a world's state chunks and deltas, and a state read overlays every delta (the runner
 # snapshots before its deltas outgrow the state: docs/storage.md).
 WHOLE_WORLD = {"OPEN_SEQUENCES", "CLEAR_STATE_CHUNKS", "CLEAR_STATE_DELTAS", "LIST_STATE_DELTAS"}
+# A state read looks at every chunk's first id and every delta's opening (a row per megabyte of
+# state, a delta per tick since the snapshot), to read only the chunks and deltas of its page.
+WHOLE_WORLD |= {"STATE_CHUNK_FIRSTS", "STATE_DELTA_HEADS"}
 # A component migration reads every open command of its world once (and its state, through the
 # state reads above), as loading the world does anyway.
 WHOLE_WORLD |= {"OPEN_COMMANDS_NAMING"}

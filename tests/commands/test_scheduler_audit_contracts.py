@@ -5,6 +5,7 @@ import sqlite3
 import pytest
 
 from archetype.commands import CommandRecord, CommandStatus, DurableOptions
+from archetype.commands.errors import StorageUnavailableError
 from archetype.commands.ledger_sql import APPEND_EVENTS
 from archetype.runtime import Runtime
 from archetype.world import CreateWorld, Despawn, DestroyWorld, Spawn, Step, TickOutcomeUnknownError, Update
@@ -81,7 +82,8 @@ async def test_outbox_events_are_written_in_the_same_transaction_as_the_state_ch
     port.fail = True
     # a failed publication (which writes rejections too) is reported as an unknown outcome (the prepared tick is
     # kept); its cause is the storage error
-    expected = TickOutcomeUnknownError if transition in ("settlement", "rejection") else sqlite3.OperationalError
+    # an I/O error is the typed StorageUnavailableError; at publication, a tick outcome unknown
+    expected = TickOutcomeUnknownError if transition in ("settlement", "rejection") else StorageUnavailableError
     with pytest.raises(expected):
         if transition == "admission":
             await rt.dispatcher.defer(op, DurableOptions(tick=0), command_id="c")

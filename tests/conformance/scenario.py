@@ -3,6 +3,8 @@ authorities with the same clock and it must produce byte-identical records, mani
 
 from __future__ import annotations
 
+import os
+
 from archetype.canonical import canonical_json
 from archetype.commands import (
     ActorCtx,
@@ -16,6 +18,7 @@ from archetype.commands import (
 from archetype.commands.port import ManualClock
 from archetype.runtime import Runtime
 from archetype.world import (
+    AddComponents,
     ComponentValue,
     CreateWorld,
     Despawn,
@@ -27,12 +30,18 @@ from archetype.world import (
 )
 from archetype.world.world import PreTick
 from tests.component_modules.alpha import Health, Position
+from tests.component_modules.bulky import Appendix, Margin, Note
 from tests.conformance.helpers import at, fail_next, probe
 
 PLAYER = ActorCtx(principal="pat", roles={Role.player})
 QUINN = ActorCtx(principal="quinn", roles={Role.player})
 SAFE = 2**53 - 1
 WORLDS = ("parity-main", "parity-doomed")
+
+
+class Unreadable(RuntimeError):
+    def __str__(self) -> str:
+        raise RuntimeError("str() of this exception raises")
 
 
 async def expect(error, call) -> None:
@@ -135,6 +144,22 @@ async def run_scenario(authority, clock: ManualClock) -> None:
     clock.advance(1_000)
     await d.worlds.step(w)
     await d.worlds.close()  # gives the world lease back
+
+    # whatever a command does, its outcome is recorded and the tick publishes: a command growing an
+    # entity past the state limits is rejected (the others apply), and failure texts that cannot
+    # be read or hold a lone surrogate are recorded safe (docs/ledger.md, "State limits")
+    e = Runtime(authority, owner="runner-e", lease_ms=1_000)
+    note = await e.dispatcher.defer_spawn(Spawn(world_id=w, components=[Note(text="n" * 700_000)]), at(5), command_id="note")
+    for command_id, cls in (("margin", Margin), ("appendix", Appendix)):
+        grow = AddComponents(world_id=w, entity_id=note.entity_id, components=[cls(text=command_id[0] * 700_000)])
+        await e.dispatcher.defer(grow, at(5), command_id=command_id)
+    fail_next("unreadable", Unreadable())
+    fail_next("surrogate", RuntimeError(f"cannot open {os.fsdecode(b'/saves/caf' + bytes([0xE9]))}"))
+    for label in ("unreadable", "surrogate"):
+        await e.dispatcher.defer(probe(w, label), at(5, max_attempts=1), command_id=f"probe-{label}")
+    clock.advance(10)
+    await e.worlds.step(w)
+    await e.worlds.close()
 
     # destroy: open commands cancelled, later admissions refused
     await a.dispatcher.defer(Despawn(world_id=doomed, entity_id=1), at(3), command_id="never")

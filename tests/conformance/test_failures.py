@@ -17,7 +17,7 @@ from archetype.commands import (
     RedriveConflictError,
     StaleWriterError,
 )
-from archetype.world.commit import ERROR_TEXT_LIMIT
+from archetype.world.error_text import ERROR_TEXT_LIMIT
 from tests.component_modules import flaky
 from tests.conformance.helpers import acknowledge_all, at, fail_next, manifests, outbox, probe, records, settled, step
 

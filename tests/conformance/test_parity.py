@@ -21,6 +21,8 @@ async def test_the_scenario_exercises_every_terminal_status(tmp_path):
     text = await scenario_snapshot(REFERENCE, tmp_path)
     for status in ("APPLIED", "REJECTED", "DEAD_LETTER", "CANCELLED", "retry_scheduled"):
         assert f'"{status}"' in text
+    for error in ("StateTooLargeError: entity", "Unreadable: (its text could not be read)", "caf\\\\udce9"):
+        assert error in text, error
 
 
 async def test_the_reference_is_deterministic(tmp_path):

@@ -89,8 +89,8 @@ async def test_pending_worlds_are_the_worlds_with_an_open_command(rt, world_id, 
     info = await authority.world_info(world_id)
     assert await authority.pending_worlds() == [{
         "world_id": world_id, "status": "ACTIVE", "tick_head": info["tick_head"], "next_tick": 4,
-        "clock_tick": info["clock_tick"], "clock_ms": info["clock_ms"], "host_owner": "runner-a",
-        "host_expires_at": claimed["host_expires_at"],
+        "clock_tick": info["clock_tick"], "clock_ms": info["clock_ms"], "tick_mode": "lockstep", "tick_interval_ms": 100,
+        "tick_lag_ms": 0, "host_owner": "runner-a", "host_expires_at": claimed["host_expires_at"],
     }]  # fmt: skip
 
 

@@ -1,6 +1,7 @@
 """The edge-hosting parity script: the same admissions and ticks for a world, whoever hosts it
 (a `serve` runner loop, the Durable Object's alarm on the stand-in, or on the real interpreter),
-and the snapshot the hosts must agree on byte for byte."""
+and the snapshot the hosts must agree on byte for byte, in either tick mode (the world's interval
+is the Worker's default TICK_INTERVAL_MS, and serve's runner runs at the same rate)."""
 
 from __future__ import annotations
 
@@ -29,9 +30,14 @@ async def spawn_mover(rt: Runtime, world_id: str, command_id: str, tick: int = 0
     return (await rt.dispatcher.defer_spawn(op, DurableOptions(tick=tick), command_id=command_id)).entity_id
 
 
-async def scripted(rt: Runtime, world_id: str, step: Callable[[], Awaitable[Any]], clock: ManualClock) -> None:
+async def create(rt: Runtime, name: str, world_id: str, tick_mode: str) -> None:
+    await rt.dispatcher.apply(CreateWorld(name=name, world_id=world_id, tick_mode=tick_mode, tick_interval_ms=TICK_INTERVAL_MS))
+
+
+async def scripted(rt: Runtime, world_id: str, step: Callable[[], Awaitable[Any]], clock: ManualClock,
+                   tick_mode: str = "lockstep") -> None:  # fmt: skip
     """Create the world, admit spawns, a rejected despawn and an update, and run four ticks."""
-    await rt.dispatcher.apply(CreateWorld(name="parity", world_id=world_id))
+    await create(rt, "parity", world_id, tick_mode)
     first = await spawn_mover(rt, world_id, "spawn-a")
     await spawn_mover(rt, world_id, "spawn-b", tick=1, x=10.0)
     await rt.dispatcher.defer(Despawn(world_id=world_id, entity_id=999), DurableOptions(tick=1), command_id="ghost")
@@ -45,10 +51,11 @@ async def scripted(rt: Runtime, world_id: str, step: Callable[[], Awaitable[Any]
         await step()
 
 
-async def later(rt: Runtime, world_id: str, step: Callable[[], Awaitable[Any]], clock: ManualClock) -> None:
+async def later(rt: Runtime, world_id: str, step: Callable[[], Awaitable[Any]], clock: ManualClock,
+                tick_mode: str = "lockstep") -> None:  # fmt: skip
     """Create the world; a spawn due at once, then (after one tick) commands due 3 and 6 ticks on,
     and a restart of the host between them (`step` is handed `restart=True` then); ten ticks' time."""
-    await rt.dispatcher.apply(CreateWorld(name="later", world_id=world_id))
+    await create(rt, "later", world_id, tick_mode)
     first = await spawn_mover(rt, world_id, "spawn-now")
     clock.advance(TICK_INTERVAL_MS)
     await step()
@@ -70,11 +77,11 @@ async def hosted_snapshot(authority: Any, world_id: str, delivered: list[Any] | 
     })  # fmt: skip
 
 
-Script = Callable[[Runtime, str, Callable[..., Awaitable[Any]], ManualClock], Awaitable[None]]
+Script = Callable[[Runtime, str, Callable[..., Awaitable[Any]], ManualClock, str], Awaitable[None]]
 
 
 async def serve_hosted_snapshot(directory: Path, world_id: str = PARITY_WORLD, script: Script = scripted,
-                                module: ModuleType = game) -> str:  # fmt: skip
+                                module: ModuleType = game, tick_mode: str = "lockstep") -> str:  # fmt: skip
     """The script on a local authority, stepped by `archetype serve`'s own runner loop with the
     module set up as `serve --module` does; a restart is a new runtime and runner on the catalog."""
     clock = ManualClock()
@@ -100,7 +107,7 @@ async def serve_hosted_snapshot(directory: Path, world_id: str = PARITY_WORLD, s
     await start()
     admitter = host["rt"]
     try:
-        await script(admitter, world_id, one_pass, clock)
+        await script(admitter, world_id, one_pass, clock, tick_mode)
         return await hosted_snapshot(host["rt"].authority, world_id)
     finally:
         await host["rt"].close()

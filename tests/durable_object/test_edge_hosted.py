@@ -1,19 +1,24 @@
 """Edge-hosted worlds: the real WorldObject, in the stand-in runtime, steps its world from its
-alarm with the runner's WorldHost and CommandScheduler; idle worlds set no alarm; a repeated or
-crashed alarm never repeats a tick; a remote runner is refused the writer of an edge-hosted world;
-and an edge-hosted world matches a `serve`-hosted one byte for byte, on the stand-in's SQL engine
-and on the real Durable Object SQL engine."""
+alarm with the runner's WorldHost and CommandScheduler, by its tick mode (docs/ledger.md, "Tick
+modes"); idle worlds set no alarm; a repeated or crashed alarm never repeats a tick; a lockstep
+world behind its schedule catches up in one alarm, and makes up no pause; a remote runner is
+refused the writer of an edge-hosted world; and an edge-hosted world matches a `serve`-hosted one
+byte for byte, in both tick modes, on the stand-in's SQL engine and on the real Durable Object SQL
+engine."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import types
 
 import pytest
 
 from archetype.commands import DurableOptions, WorldEdgeHostedError
 from archetype.commands.port import ManualClock
+from archetype.metrics import Metrics
 from archetype.runtime import Runtime
-from archetype.server import set_up_modules
+from archetype.server import WorldRunner, set_up_modules
 from archetype.world import CreateWorld, Despawn, Spawn
 from durable_world import DurableObjectAuthority
 from durable_world.edge import TICK_INTERVAL_MS
@@ -21,6 +26,7 @@ from durable_world.world_object import DELIVERY_DELAY_MS
 from tests.component_modules.alpha import Position
 from tests.durable_object.edge_scenario import (
     PARITY_WORLD,
+    create,
     hosted_snapshot,
     later,
     scripted,
@@ -37,6 +43,7 @@ EDGE = "edge-w"
 # a module hosting every world at the edge, with no processors: its worlds tick only for commands
 IDLE = types.ModuleType("idle_game")
 IDLE.edge_hosted = lambda world_id: True  # type: ignore[attr-defined]
+MODES = pytest.mark.parametrize("mode", ["lockstep", "realtime"])
 
 
 @pytest.fixture
@@ -75,9 +82,10 @@ def settled(manifest):
     return [s["command_id"] for s in manifest["settlements"]]
 
 
-async def test_the_alarm_steps_the_world_through_several_ticks(namespace, admitter, clock):
+@MODES
+async def test_the_alarm_steps_the_world_through_several_ticks(namespace, admitter, clock, mode):
     authority = admitter.authority
-    await admitter.dispatcher.apply(CreateWorld(name="edge", world_id=EDGE))
+    await create(admitter, "edge", EDGE, mode)
     # processors run every tick: creation arms the first tick
     assert namespace.alarm_time(EDGE) == clock.now_ms() + TICK_INTERVAL_MS
     mover = await spawn_mover(admitter, EDGE, "spawn-1")
@@ -91,11 +99,13 @@ async def test_the_alarm_steps_the_world_through_several_ticks(namespace, admitt
     assert (await admitter.scheduler.command(EDGE, "spawn-1")).status == "APPLIED"
 
 
-async def test_an_idle_world_sets_no_alarm_and_an_admission_re_arms_it(tmp_path, clock, queue):
+@MODES
+async def test_an_idle_world_sets_no_alarm_and_an_admission_re_arms_it(tmp_path, clock, queue, mode):
     ns = namespace_of(tmp_path, clock, queue, IDLE)
     try:
         rt = Runtime(DurableObjectAuthority(ns), owner="gateway")
-        world = await rt.dispatcher.apply(CreateWorld(name="idle", world_id="w-idle"))
+        world = "w-idle"
+        await create(rt, "idle", world, mode)
         assert ns.alarm_time(world) is None  # no processors, no command: an idle world costs nothing
         await ns.storage(world).setAlarm(clock.now_ms() + 60_000)  # something later is armed
         await rt.dispatcher.defer(Despawn(world_id=world, entity_id=5), DurableOptions(tick=0), command_id="d-1")
@@ -109,11 +119,13 @@ async def test_an_idle_world_sets_no_alarm_and_an_admission_re_arms_it(tmp_path,
         ns.close()
 
 
-async def test_an_idle_world_sleeps_until_a_later_command_is_due_and_steps_straight_to_its_tick(tmp_path, clock, queue):
+async def test_an_idle_realtime_world_sleeps_until_a_later_command_is_due_and_steps_straight_to_its_tick(
+        tmp_path, clock, queue):  # fmt: skip
     ns = namespace_of(tmp_path, clock, queue, IDLE)
     try:
         rt = Runtime(DurableObjectAuthority(ns), owner="gateway")
-        world = await rt.dispatcher.apply(CreateWorld(name="idle", world_id="w-later"))
+        world = "w-later"
+        await create(rt, "idle", world, "realtime")
         created = clock.now_ms()
         await rt.dispatcher.defer(Despawn(world_id=world, entity_id=5), DurableOptions(tick=4), command_id="d-4")
         assert ns.alarm_time(world) == created + DELIVERY_DELAY_MS  # the admitted event's delivery comes first
@@ -132,8 +144,9 @@ async def test_an_idle_world_sleeps_until_a_later_command_is_due_and_steps_strai
         ns.close()
 
 
-async def test_a_repeated_alarm_never_repeats_a_tick(namespace, admitter, clock):
-    await admitter.dispatcher.apply(CreateWorld(name="edge", world_id=EDGE))
+@MODES
+async def test_a_repeated_alarm_never_repeats_a_tick(namespace, admitter, clock, mode):
+    await create(admitter, "edge", EDGE, mode)
     await spawn_mover(admitter, EDGE, "spawn-1")
     instance = namespace.instance(EDGE)
     clock.advance(TICK_INTERVAL_MS)
@@ -149,8 +162,9 @@ async def test_a_repeated_alarm_never_repeats_a_tick(namespace, admitter, clock)
     assert [settled(m) for m in manifests] == [["spawn-1"], []]
 
 
-async def test_a_crash_between_publish_and_re_arm_runs_the_next_tick_not_the_same_one(namespace, admitter, clock):
-    await admitter.dispatcher.apply(CreateWorld(name="edge", world_id=EDGE))
+@MODES
+async def test_a_crash_between_publish_and_re_arm_runs_the_next_tick_not_the_same_one(namespace, admitter, clock, mode):
+    await create(admitter, "edge", EDGE, mode)
     mover = await spawn_mover(admitter, EDGE, "spawn-1")
     storage = namespace.storage(EDGE)
     real_set_alarm = storage.setAlarm
@@ -175,7 +189,10 @@ async def test_a_crash_between_publish_and_re_arm_runs_the_next_tick_not_the_sam
     assert '"x":2.0' in (await positions(admitter.authority, EDGE))[mover]  # moved on ticks 0 and 1, no more
 
 
-async def test_a_failing_tick_is_retried_at_the_next_interval(tmp_path, clock, queue):
+@pytest.mark.parametrize(("mode", "ticks"), [("realtime", [1]), ("lockstep", [0, 1])])
+async def test_a_failing_tick_is_retried_at_the_next_interval(tmp_path, clock, queue, mode, ticks):
+    """The clock went on meanwhile: a realtime world coalesces tick 0; a lockstep one runs it on the
+    retry, and tick 1 (due by then too) back to back."""
     failures = ["the processor's bug"]
 
     def flaky(world, tick, entity_id, components):
@@ -188,7 +205,8 @@ async def test_a_failing_tick_is_retried_at_the_next_interval(tmp_path, clock, q
     ns = namespace_of(tmp_path, clock, queue, hooked)
     try:
         rt = Runtime(DurableObjectAuthority(ns), owner="gateway")
-        world = await rt.dispatcher.apply(CreateWorld(name="flaky", world_id="w-flaky"))
+        world = "w-flaky"
+        await create(rt, "flaky", world, mode)
         await rt.dispatcher.defer_spawn(Spawn(world_id=world, components=[Position(x=0, y=0)]), DurableOptions(tick=0),
                                         command_id="s-1")  # fmt: skip
         clock.advance(TICK_INTERVAL_MS)
@@ -197,7 +215,7 @@ async def test_a_failing_tick_is_retried_at_the_next_interval(tmp_path, clock, q
         assert ns.alarm_time(world) == clock.now_ms() + TICK_INTERVAL_MS  # ... and the alarm re-armed, not spent
         clock.advance(TICK_INTERVAL_MS)
         assert await ns.run_alarm(world)
-        assert (await rt.authority.world_info(world))["tick_head"] == 1  # the clock went on: tick 0 coalesced
+        assert [m["tick"] for m in await rt.authority.manifests(world)] == ticks
         assert (await rt.scheduler.command(world, "s-1")).status == "APPLIED"
     finally:
         ns.close()
@@ -225,16 +243,46 @@ async def test_a_remote_runner_is_refused_an_edge_hosted_world_and_the_edge_leav
     assert (await authority.world_info("w-runner"))["tick_head"] == 0
 
 
+async def test_a_runner_logs_an_edge_hosted_world_once_and_leaves_it_alone_until_the_next_sweep(
+        namespace, admitter, clock, caplog):  # fmt: skip
+    """`archetype runner` against a deployment with edge-hosted worlds: it used to try every pass
+    and log a `world_edge_hosted` warning each time."""
+    caplog.set_level(logging.INFO, logger="archetype.serve")
+    await admitter.dispatcher.apply(CreateWorld(name="edge", world_id=EDGE))
+    await spawn_mover(admitter, EDGE, "later", tick=1_000)  # open: the world is in the due index
+    runtime = Runtime(DurableObjectAuthority(namespace), owner="remote-runner")
+    set_up_modules(runtime, [game])
+    runner = WorldRunner(runtime, runtime.authority, Metrics(), tick_rate=1, clock=clock)  # type: ignore[arg-type]
+    asked = []
+    acquire = runtime.authority.acquire_writer
+
+    async def counted(world_id, *args, **kwargs):
+        asked.append(world_id)
+        return await acquire(world_id, *args, **kwargs)
+
+    runtime.authority.acquire_writer = counted  # type: ignore[method-assign]
+    stop = asyncio.Event()
+    for sweep in range(2):
+        await runner.sweep(stop)
+        for _ in range(5):
+            clock.advance(1_000_000)  # every pass finds the command due
+            await runner.run_pass(stop)
+        assert asked.count(EDGE) == sweep + 1  # once per sweep, not once per pass
+    lines = [r for r in caplog.records if EDGE in r.getMessage()]
+    assert [(r.levelname, "Durable Object" in r.getMessage()) for r in lines] == [("INFO", True)]
+
+
+@MODES
 @pytest.mark.parametrize("engine", ["standin", "workerd"])
-async def test_an_edge_hosted_world_matches_a_serve_hosted_one_byte_for_byte(tmp_path, engine):
+async def test_an_edge_hosted_world_matches_a_serve_hosted_one_byte_for_byte(tmp_path, engine, mode):
     """On the stand-in's SQL engine and on the real Durable Object SQL engine (workerd)."""
-    served = await serve_hosted_snapshot(tmp_path / "serve")
+    served = await serve_hosted_snapshot(tmp_path / "serve", tick_mode=mode)
     clock, queue = ManualClock(), FakeQueue()
     sql_engine = workerd_sql_engines() if engine == "workerd" else None
     ns = world_namespace(tmp_path / "objects", clock, queue=queue, modules=(game,), sql_engine=sql_engine)
     try:
         edge = Runtime(DurableObjectAuthority(ns), owner="gateway")
-        await scripted(edge, PARITY_WORLD, lambda: ns.run_alarm(PARITY_WORLD), clock)
+        await scripted(edge, PARITY_WORLD, lambda: ns.run_alarm(PARITY_WORLD), clock, mode)
         assert (await edge.authority.world_info(PARITY_WORLD))["tick_head"] == 3
         assert queue.messages  # the alarms delivered the audit stream
         assert await hosted_snapshot(edge.authority, PARITY_WORLD, queue.messages) == served
@@ -242,14 +290,16 @@ async def test_an_edge_hosted_world_matches_a_serve_hosted_one_byte_for_byte(tmp
         ns.close()
 
 
+@MODES
 @pytest.mark.parametrize("engine", ["standin", "workerd"])
 @pytest.mark.parametrize("module", [game, IDLE], ids=["processors", "no-processors"])
-async def test_commands_due_ticks_later_match_serve_byte_for_byte_across_a_restart(tmp_path, engine, module):
+async def test_commands_due_ticks_later_match_serve_byte_for_byte_across_a_restart(tmp_path, engine, module, mode):
     """A command due three and six ticks on, with and without processors, the object evicted and
     `serve` restarted between; the edge's alarms fire early too (the stand-in fires whatever is
-    set when asked), which steps nothing."""
+    set when asked), which steps nothing. Without processors a realtime world runs the commands'
+    ticks only; a lockstep one every tick up to the last command's."""
     world_id = "edge-later"
-    served = await serve_hosted_snapshot(tmp_path / "serve", world_id, later, module)
+    served = await serve_hosted_snapshot(tmp_path / "serve", world_id, later, module, mode)
     clock, queue = ManualClock(), FakeQueue()
     sql_engine = workerd_sql_engines() if engine == "workerd" else None
     ns = world_namespace(tmp_path / "objects", clock, queue=queue, modules=(module,), sql_engine=sql_engine)
@@ -261,9 +311,66 @@ async def test_commands_due_ticks_later_match_serve_byte_for_byte_across_a_resta
             await ns.run_alarm(world_id)
 
         edge = Runtime(DurableObjectAuthority(ns), owner="gateway")
-        await later(edge, world_id, alarm, clock)
+        await later(edge, world_id, alarm, clock, mode)
         ticks = [m["tick"] for m in await edge.authority.manifests(world_id)]
-        assert ticks == (list(range(10)) if module is game else [0, 3, 6])
+        assert ticks == (list(range(10)) if module is game else [0, 3, 6] if mode == "realtime" else list(range(7)))
         assert await hosted_snapshot(edge.authority, world_id, queue.messages) == served
+    finally:
+        ns.close()
+
+
+async def test_an_idle_lockstep_world_runs_every_tick_up_to_a_later_command_then_sleeps(tmp_path, clock, queue):
+    ns = namespace_of(tmp_path, clock, queue, IDLE)
+    try:
+        rt = Runtime(DurableObjectAuthority(ns), owner="gateway")
+        world = "w-steps"
+        await create(rt, "idle", world, "lockstep")
+        created = clock.now_ms()
+        await rt.dispatcher.defer(Despawn(world_id=world, entity_id=5), DurableOptions(tick=3), command_id="d-3")
+        alarms = []
+        for _ in range(4):
+            clock.advance(TICK_INTERVAL_MS)
+            assert await ns.run_alarm(world)
+            alarms.append(ns.alarm_time(world))
+        manifests = await rt.authority.manifests(world)
+        assert [(m["tick"], settled(m)) for m in manifests] == [(0, []), (1, []), (2, []), (3, ["d-3"])]  # the empty ones too
+        # one tick an interval, each armed for the next; then nothing open, nothing unsent: idle
+        assert alarms == [created + 2 * TICK_INTERVAL_MS, created + 3 * TICK_INTERVAL_MS, created + 4 * TICK_INTERVAL_MS, None]
+    finally:
+        ns.close()
+
+
+async def test_a_lockstep_world_behind_its_schedule_catches_up_in_one_alarm_and_makes_up_no_pause(tmp_path, clock, queue):
+    """Tick 0 takes two and a half intervals: the alarm runs ticks 1 and 2 (both due meanwhile) back
+    to back, and tick 2's lag says how late it was. After an hour of nothing (a pause), one tick
+    runs, due when it ran, and the next one interval later: the hour is not run as ticks."""
+    slow = [int(2.5 * TICK_INTERVAL_MS)]
+
+    def work(world, tick, entity_id, components):
+        if slow:
+            clock.advance(slow.pop())
+
+    hooked = types.ModuleType("slow_game")
+    hooked.edge_hosted = lambda world_id: True  # type: ignore[attr-defined]
+    hooked.setup = lambda rt: rt.worlds.on_load.append(lambda w: w.add_processor(work, Position))  # type: ignore[attr-defined]
+    ns = namespace_of(tmp_path, clock, queue, hooked)
+    try:
+        rt = Runtime(DurableObjectAuthority(ns), owner="gateway")
+        world = "w-slow"
+        await create(rt, "slow", world, "lockstep")
+        created = clock.now_ms()
+        await rt.dispatcher.defer_spawn(Spawn(world_id=world, components=[Position(x=0, y=0)]), DurableOptions(tick=0),
+                                        command_id="s-1")  # fmt: skip
+        clock.advance(TICK_INTERVAL_MS)
+        assert await ns.run_alarm(world)
+        info = await rt.authority.world_info(world)
+        assert [m["tick"] for m in await rt.authority.manifests(world)] == [0, 1, 2]
+        assert (info["clock_ms"] - created, info["tick_lag_ms"]) == (3 * TICK_INTERVAL_MS, TICK_INTERVAL_MS // 2)
+        assert ns.alarm_time(world) == created + 4 * TICK_INTERVAL_MS  # back on schedule
+        clock.advance(3_600_000)
+        assert await ns.run_alarm(world)
+        info = await rt.authority.world_info(world)
+        assert (info["tick_head"], info["clock_ms"], info["tick_lag_ms"]) == (3, clock.now_ms(), 0)
+        assert ns.alarm_time(world) == clock.now_ms() + TICK_INTERVAL_MS
     finally:
         ns.close()

@@ -47,7 +47,8 @@ async def test_the_alarm_prunes_on_serve_s_policy_bounded_per_alarm_and_then_sle
     try:
         rt = Runtime(DurableObjectAuthority(ns), owner="gateway")
         authority = rt.authority
-        await rt.dispatcher.apply(CreateWorld(name="prune", world_id=WORLD))
+        # realtime: d-6, due at a passed tick, runs in the tick the clock reached (docs/ledger.md, "Idle worlds")
+        await rt.dispatcher.apply(CreateWorld(name="prune", world_id=WORLD, tick_mode="realtime", tick_interval_ms=1_000))
         for n in range(6):
             await despawn(rt, n, tick=n)
         await run_due_alarms(ns, clock)

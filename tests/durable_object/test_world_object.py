@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
+
 import pytest
 
 from archetype.canonical import canonical_json
@@ -19,12 +22,13 @@ from archetype.commands.port import ManualClock
 from archetype.commands.scheduler import schema_row
 from archetype.runtime import Runtime
 from archetype.world import CreateWorld, QueryComponents, Spawn, Step
-from durable_world import DurableObjectAuthority
-from durable_world.delivery import MAX_BATCH_BYTES, MAX_BATCH_MESSAGES, queue_batches
+from durable_world import DurableObjectAuthority, delivery
+from durable_world.delivery import MAX_BATCH_BYTES, MAX_BATCH_MESSAGES, RETRY_DELAY_MS, queue_batches
 from durable_world.directory import DIRECTORY
-from durable_world.world_object import DELIVERY_DELAY_MS, RETRY_DELAY_MS
+from durable_world.world_object import DELIVERY_DELAY_MS
 from local_catalog import open_local_authority
 from tests.component_modules.alpha import Health, Position
+from tests.server import game
 from tests.support.durable_object_standin import FakeQueue, world_namespace
 from tests.support.worker_http import worker_over_http
 
@@ -128,6 +132,8 @@ async def ledger_script(authority, clock):
     await call("load_state", world_id=WORLD, after_entity_id=reserved)
     await call("command", world_id=WORLD, command_id="c-spawn", scope="alice")
     await call("command", world_id=WORLD, command_id="c-spawn")  # the trusted scope has no such command
+    await call("commands_by_id", world_id=WORLD, command_ids=["c-3", "c-spawn", "c-none"], scope="alice")
+    await call("commands_by_id", world_id=WORLD, command_ids=[])  # invalid_command
     await call("history", world_id=WORLD)
     await call("history", world_id=WORLD, status="REJECTED", limit=5)
     await call("history", world_id=WORLD, scope="bob")
@@ -162,6 +168,9 @@ async def ledger_script(authority, clock):
     await call("migrate_components", world_id=WORLD, writer_epoch=epoch, migration=migration, entities=entities, commands=rewrite)
     await call("migrate_components", world_id=WORLD, writer_epoch=epoch, migration=migration, entities=entities, commands=rewrite)  # replay
     await call("load_state", world_id=WORLD)  # the migrated entity, overlaid as a delta
+    await call("read_state", world_id=WORLD, component_types=["Position"], limit=1)
+    await call("read_state", world_id=WORLD, entity_ids=[healthy], component_types=[f"Position:{'0' * 64}"])  # unknown_component
+    await call("read_state", world_id=WORLD, limit=0)  # invalid_command
     await call("components", world_id=WORLD)
     await call("create_world", world_id="w-other", name="other")
     await call("list_worlds")
@@ -324,21 +333,66 @@ async def test_alarm_sends_the_outbox_in_order_and_acknowledges_it(namespace, au
     assert namespace.alarm_time(WORLD) is None
 
 
-async def test_a_failed_send_leaves_events_unsent_until_a_later_alarm(namespace, authority, queue, clock):
+async def test_a_failed_send_is_retried_after_the_retry_delay_with_backoff_and_logged_once(
+        namespace, authority, queue, clock, caplog):  # fmt: skip
+    caplog.set_level(logging.INFO, logger="durable_world")
     await authority.create_world(world_id=WORLD, name="durable")
     await authority.admit(world_id=WORLD, commands=[command(f"c-{i:03}") for i in range(150)])
-    queue.fail_next()
+    real_send, attempts = queue.sendBatch, []
+
+    async def counted(messages, options=None):
+        attempts.append(clock.now_ms())
+        await real_send(messages, options)
+
+    queue.sendBatch = counted
+    queue.fail_next(2)
     assert await namespace.run_alarm(WORLD)
-    assert queue.messages == []
+    assert (queue.messages, len(attempts)) == ([], 1)
     assert (await authority.watermark(world_id=WORLD))["pending"] == 150
     assert namespace.alarm_time(WORLD) == clock.now_ms() + RETRY_DELAY_MS
 
+    clock.advance(RETRY_DELAY_MS - 1)  # an alarm before the retry time (a tick's, say) sends nothing
+    await namespace.instance(WORLD).alarm()
+    assert len(attempts) == 1 and namespace.alarm_time(WORLD) == clock.now_ms() + 1
+    clock.advance(1)
+    assert await namespace.run_alarm(WORLD)
+    assert len(attempts) == 2  # failed again: the next pause is twice as long
+    assert namespace.alarm_time(WORLD) == clock.now_ms() + 2 * RETRY_DELAY_MS
+
+    clock.advance(2 * RETRY_DELAY_MS)
     assert await namespace.run_alarm(WORLD)
     assert [m["command_id"] for m in queue.messages] == [f"c-{i:03}" for i in range(150)]
     assert (await authority.watermark(world_id=WORLD))["pending"] == 0
+    streak = [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "durable_world.world_object"]
+    assert [level for level, _ in streak] == ["ERROR", "INFO"], streak  # one line for the failures, one when it works
+    assert "QueueError" in streak[0][1] and "after 2 failed" in streak[1][1]
 
 
-async def test_a_send_failing_midway_keeps_what_was_sent_acknowledged(namespace, authority, queue):
+async def test_a_send_that_never_answers_times_out_and_the_next_tick_runs(tmp_path, clock, monkeypatch):
+    """A queue that takes the request and never answers held the alarm, and so an edge-hosted
+    world's ticks, forever (seen on workerd: tick 0 for good); the send is bounded."""
+    monkeypatch.setattr(delivery, "SEND_TIMEOUT_MS", 50)
+    queue = FakeQueue()
+    namespace = world_namespace(tmp_path / "objects", clock, queue=queue, modules=(game,))
+    try:
+        authority = DurableObjectAuthority(namespace)
+        await authority.create_world(world_id="edge-hang", name="edge", tick_interval_ms=1_000)
+        await authority.admit(world_id="edge-hang", commands=[command("c-1")])
+
+        async def never_answers(messages, options=None):
+            await asyncio.Event().wait()
+
+        queue.sendBatch = never_answers
+        clock.advance(1_000)
+        await asyncio.wait_for(namespace.run_alarm("edge-hang"), timeout=30)
+        assert (await authority.world_info(world_id="edge-hang"))["tick_head"] == 0
+        assert (await authority.watermark(world_id="edge-hang"))["pending"] > 0  # kept for the retry
+        assert namespace.alarm_time("edge-hang") == clock.now_ms() + 1_000  # the next tick, before the retry
+    finally:
+        namespace.close()
+
+
+async def test_a_send_failing_midway_keeps_what_was_sent_acknowledged(namespace, authority, queue, clock):
     await authority.create_world(world_id=WORLD, name="durable")
     await authority.admit(world_id=WORLD, commands=[command(f"c-{i:03}") for i in range(150)])
     real_send = queue.sendBatch
@@ -355,6 +409,7 @@ async def test_a_send_failing_midway_keeps_what_was_sent_acknowledged(namespace,
     await namespace.run_alarm(WORLD)
     assert len(queue.messages) == 100
     assert (await authority.watermark(world_id=WORLD))["pending"] == 50
+    clock.advance(RETRY_DELAY_MS)
     await namespace.run_alarm(WORLD)
     assert [m["event_seq"] for m in queue.messages] == list(range(1, 151))  # nothing lost, nothing twice
 

@@ -14,7 +14,7 @@ import pytest
 
 from archetype.commands import ActorCtx, CommandConflictError, DurableOptions, Role
 from archetype.commands.authority import InProcessAuthority
-from archetype.commands.errors import LedgerSchemaError, RedriveConflictError
+from archetype.commands.errors import LedgerSchemaError, RedriveConflictError, StorageUnavailableError
 from archetype.commands.ledger import Ledger
 from archetype.commands.migrations import MIGRATIONS, SCHEMA_VERSION
 from archetype.commands.port import ManualClock
@@ -112,6 +112,9 @@ def test_a_version_1_catalog_upgrades_losing_nothing(tmp_path):
         w: (after[w]["info"]["tick_head"], v1_clocks[w]) for w in WORLDS
     }
     assert ledger.command("v1-world", "spawn-hero", scope="pat")["status"] == "APPLIED"
+    # a world from before tick modes keeps what it did: realtime, at its host's interval (none recorded)
+    assert {w: (after[w]["info"]["tick_mode"], after[w]["info"]["tick_interval_ms"], after[w]["info"]["tick_lag_ms"])
+            for w in WORLDS} == dict.fromkeys(WORLDS, ("realtime", None, 0))  # fmt: skip
 
 
 async def test_an_upgraded_catalog_keeps_working(tmp_path):
@@ -150,7 +153,7 @@ def test_an_interrupted_upgrade_leaves_the_old_version_intact(tmp_path):
             return super().execute(sql, params)
 
     port = DiesMidMigration(tmp_path / CATALOG_FILE)
-    with pytest.raises(sqlite3.OperationalError):
+    with pytest.raises(StorageUnavailableError):  # an I/O error is typed (docs/errors.md)
         Ledger(port, ManualClock())
     port.close()
     with sqlite3.connect(tmp_path / CATALOG_FILE) as db:

@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import itertools
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,6 +44,9 @@ EVENT_TYPE = {
 }
 ANY_TEXT = ""  # an error the model knows exists but whose wording it does not predict
 ID_BLOCK = 1024  # "a running world takes blocks of AsyncWorld.ID_BLOCK (1024)"
+# "State limits": characters of canonical JSON, per component, entity, command's write, tick's write-set
+COMPONENT_LIMIT, ENTITY_LIMIT, WRITE_LIMIT, WRITE_SET_LIMIT = 1_000_000, 1_500_000, 4_000_000, 16_000_000
+STATE_TOO_LARGE = "StateTooLargeError: "  # "REJECTED with `StateTooLargeError: <what>: ...` as its error"
 
 
 class ModelError(Exception):
@@ -228,6 +233,7 @@ class Manifest:
     settlements: list[Settlement]
     # entity id -> components (name -> data), None: despawned, a PartialWrite: some components replaced
     writes: dict[int, dict[str, dict] | None]
+    due_ms: int | None = None  # "Tick modes": a lockstep tick's due time, as its host sends it
 
     @property
     def written_entity_ids(self) -> list[int]:
@@ -251,9 +257,13 @@ class World:
     failed_attempts: int = 0
     health_error: str | None = None
     stalled_since: int | None = None
-    # "Idle worlds": the tick clock's anchor, set at creation (tick -1 then) and never moved
+    # "Idle worlds": the tick clock's anchor, set at creation (tick -1 then); a realtime world's is
+    # never moved, a lockstep world's follows its head ("Tick modes")
     clock_tick: int = -1
     clock_ms: int | None = None
+    tick_mode: str = "lockstep"  # "Tick modes": recorded at creation
+    tick_interval_ms: int | None = 100
+    tick_lag_ms: int = 0
     host_owner: str | None = None  # "World leases": the host, and until when it holds the world
     host_expires_at: int | None = None
     # "Admission": a principal's admitted commands per tick they run at, (scope, tick) -> count
@@ -276,6 +286,26 @@ class World:
         """docs/ledger.md "Ordering and leasing": the lowest scheduled tick of an open command."""
         return min((c.sub.options.tick for c in self.commands.values() if c.status in OPEN), default=None)
 
+    def read_state(self, names: set[str] | None, entity_ids: set[int] | None) -> list[tuple[int, dict[str, dict]]]:
+        """docs/storage.md "Reading state", every page of it in a row: the published entities in
+        id order; with `names`, those that have a component of each named type, with only those
+        components; with `entity_ids`, those ids only."""
+        found = []
+        for entity_id in sorted(self.entities):
+            components = self.entities[entity_id]
+            if entity_ids is not None and entity_id not in entity_ids:
+                continue
+            if names is not None:
+                if not names <= components.keys():
+                    continue
+                components = {name: data for name, data in components.items() if name in names}
+            found.append((entity_id, components))
+        return found
+
+    def commands_by_id(self, scope: str, command_ids: list[str]) -> list[Command]:
+        """docs/ledger.md "Reads": the commands of `scope` among these ids, in sequence order."""
+        return sorted((c for c in map(functools.partial(self.command, scope), set(command_ids)) if c), key=lambda c: c.sequence)
+
 
 class Ledger:
     """docs/ledger.md, one method per ledger operation; each is one transaction (destroy: a short
@@ -290,9 +320,10 @@ class Ledger:
         return self.clock.now_ms()
 
     # -- worlds --
-    def create_world(self, world_id: str, name: str, *, first_entity_id: int, first_sequence: int) -> World:
+    def create_world(self, world_id: str, name: str, *, first_entity_id: int, first_sequence: int,
+                     tick_mode: str = "lockstep", tick_interval_ms: int = 100) -> World:  # fmt: skip
         world = World(world_id, name, self.now(), next_entity_id=first_entity_id, next_sequence=first_sequence,
-                      clock_ms=self.now())  # fmt: skip
+                      clock_ms=self.now(), tick_mode=tick_mode, tick_interval_ms=tick_interval_ms)  # fmt: skip
         self.worlds[world_id] = world
         return world
 
@@ -540,6 +571,8 @@ class Ledger:
         world = self.writer(world_id, manifest.writer_epoch)
         if manifest.tick <= world.tick_head:  # "a later tick coalesces the empty ticks between"
             raise ModelError("stale")
+        if world.tick_mode == "lockstep" and manifest.tick != world.tick_head + 1:
+            raise ModelError("invalid")  # "Tick modes": "a lockstep world publishes every tick"
         for s in manifest.settlements:
             command = world.commands.get(s.sequence)
             if command is None or command.status != "LEASED" or (command.lease_owner, command.lease_session) != (owner, session):
@@ -575,6 +608,10 @@ class Ledger:
                 command.updated_at = now
         world.guard = None
         world.tick_head = manifest.tick
+        if world.tick_mode == "lockstep":  # "its clock anchor follows its head"
+            # "when it was due (the host's due_ms; none: now; never after it published)"
+            due = now if manifest.due_ms is None else min(manifest.due_ms, now)
+            world.clock_tick, world.clock_ms, world.tick_lag_ms = manifest.tick, due, now - due
         if world.health == "STALLED":  # "the next published tick makes it ACTIVE again"
             attempts, error, since = world.failed_attempts, world.health_error, world.stalled_since
             world.health, world.failed_attempts, world.health_error, world.stalled_since = "ACTIVE", 0, None, None
@@ -756,6 +793,11 @@ class LoadedWorld:
     entities: dict[int, dict[str, dict]]
     ids: range = range(0)  # the entity ids of its current block still unused
     prepared: Manifest | None = None
+    # "Tick modes": the host's copy of the world's clock: mode, interval, and (lockstep) the anchor
+    # (the head, when it was due, how late it published), read at load, moved with each publication
+    tick_mode: str = "lockstep"
+    interval_ms: int = 100
+    anchor: tuple[int, int, int] = (-1, 0, 0)
 
 
 @dataclass
@@ -790,6 +832,20 @@ class Faults:
         return result
 
 
+def lockstep_due(anchor: tuple[int, int, int], interval_ms: int, now: int) -> int:
+    """docs/ledger.md "Tick modes", the due time a host records for a lockstep tick starting `now`:
+    the schedule's, one interval after the head was due; but `now` (the schedule starts again) in a
+    world with no interval, for a step asked for before its time, and after a pause: a start more
+    than the longer of the interval and a second after the tick could first have run (its
+    scheduled time, or the head's publication if that was later)."""
+    _, head_due, head_lag = anchor
+    scheduled = head_due + interval_ms
+    could_run = max(scheduled, head_due + head_lag)
+    if interval_ms == 0 or now < scheduled or now - could_run > max(interval_ms, 1_000):
+        return now
+    return scheduled
+
+
 class Runner:
     """One runner process: a stable owner, a session per world per incarnation, its loaded worlds."""
 
@@ -815,7 +871,10 @@ class Runner:
         if world_id not in self.loaded:
             epoch = faults.call("acquire_writer", lambda: ledger.acquire_writer(world_id))
             world = ledger.worlds[world_id]
-            self.loaded[world_id] = LoadedWorld(epoch, world.tick_head, copy.deepcopy(world.entities))
+            assert world.clock_ms is not None and world.tick_interval_ms is not None  # set at creation
+            self.loaded[world_id] = LoadedWorld(epoch, world.tick_head, copy.deepcopy(world.entities),
+                                                tick_mode=world.tick_mode, interval_ms=world.tick_interval_ms,
+                                                anchor=(world.clock_tick, world.clock_ms, world.tick_lag_ms))  # fmt: skip
         return self.loaded[world_id]
 
     def step(self, ledger: Ledger, world_id: str, faults: Faults, plans: dict[str, list], skip: int = 0) -> int:
@@ -860,6 +919,8 @@ class Runner:
             raise
         apply_writes(loaded.entities, manifest.writes)
         loaded.tick, loaded.prepared = manifest.tick, None
+        if manifest.due_ms is not None:  # "moves its own copy with every tick it publishes"
+            loaded.anchor = (manifest.tick, manifest.due_ms, max(0, ledger.now() - manifest.due_ms))
         return sum(1 for s in manifest.settlements if s.outcome == "applied")
 
     def _prepare(self, ledger: Ledger, world_id: str, loaded: LoadedWorld, faults: Faults,
@@ -868,7 +929,9 @@ class Runner:
         whole: its writes, its settlements and the entity ids it took (back to the world's block;
         a block reserved meanwhile is lost to the world, the ledger counter never goes back)."""
         ids_before = loaded.ids
-        tick, session = loaded.tick + 1 + skip, self.session(world_id)
+        lockstep = loaded.tick_mode == "lockstep"  # "Tick modes": a lockstep step is always the next tick
+        tick, session = loaded.tick + 1 + (0 if lockstep else skip), self.session(world_id)
+        due = lockstep_due(loaded.anchor, loaded.interval_ms, ledger.now()) if lockstep else None
         try:
             # AMBIGUITY: the page does not say when a running world takes its id block; the model
             # takes one at the start of a tick when the world has none left, and a larger one
@@ -914,7 +977,7 @@ class Runner:
         except BaseException:
             loaded.ids = ids_before
             raise
-        loaded.prepared = Manifest(next(self._tokens), tick, loaded.writer_epoch, settlements, writes)
+        loaded.prepared = Manifest(next(self._tokens), tick, loaded.writer_epoch, settlements, writes, due)
 
     def _materialize(self, row: Command, loaded: LoadedWorld, writes: dict, plans: dict[str, list]) -> Materialized:
         """One command in its own layer: it lands whole (applied) or not at all."""
@@ -933,6 +996,20 @@ class Runner:
         def current(entity_id: int) -> dict[str, dict] | None:
             return writes[entity_id] if entity_id in writes else loaded.entities.get(entity_id)
 
+        def write(entity_id: int, components: dict[str, dict] | None) -> Materialized:
+            """"a command that would take a component, an entity, its own write or the tick's
+            write-set over a limit is `rejected` ... leaves nothing, and the drain goes on"."""
+            size = entity_size(components)
+            if any(component_size(name, data) > COMPONENT_LIMIT for name, data in (components or {}).items()):
+                return Materialized("rejected", STATE_TOO_LARGE)
+            if size > ENTITY_LIMIT or size > WRITE_LIMIT:
+                return Materialized("rejected", STATE_TOO_LARGE)
+            # "each once, as last written"
+            if sum(entity_size(c) for e, c in writes.items() if e != entity_id) + size > WRITE_SET_LIMIT:
+                return Materialized("rejected", STATE_TOO_LARGE)
+            writes[entity_id] = components
+            return Materialized("applied", None)
+
         components = {name: dict(data) for name, data in m.components}
         if m.operation in ("spawn", "spawn_reserved"):
             if m.operation == "spawn":
@@ -941,25 +1018,43 @@ class Runner:
                 entity_id = m.entity_id
                 if current(entity_id) is not None:
                     return Materialized("rejected", ANY_TEXT)  # already exists
-            writes[entity_id] = components
-            return Materialized("applied", None)
+            # AMBIGUITY: a spawn rejected for its size "leaves nothing" of state; the page does not
+            # say whether its entity id is used: the model reads it as taken (a gap, like the ids
+            # a crashed process loses), the id block being the runner's, not the state's.
+            return write(entity_id, components)
         existing = current(m.entity_id)
         if existing is None:
             return Materialized("rejected", ANY_TEXT)  # no such entity
         # AMBIGUITY: the docs do not spell out the mutations' preconditions; the model uses the
         # plain reading: update and remove need every named component present, add needs none.
         if m.operation == "despawn":
-            writes[m.entity_id] = None
-        elif m.operation == "update":
+            return write(m.entity_id, None)
+        if m.operation == "update":
             if not set(components) <= set(existing):
                 return Materialized("rejected", ANY_TEXT)
-            writes[m.entity_id] = {**existing, **components}
-        elif m.operation == "add_components":
+            return write(m.entity_id, {**existing, **components})
+        if m.operation == "add_components":
             if set(components) & set(existing):
                 return Materialized("rejected", ANY_TEXT)
-            writes[m.entity_id] = {**existing, **components}
-        elif m.operation == "remove_components":
-            if not set(m.types) <= set(existing):
-                return Materialized("rejected", ANY_TEXT)
-            writes[m.entity_id] = {k: v for k, v in existing.items() if k not in m.types}
-        return Materialized("applied", None)
+            return write(m.entity_id, {**existing, **components})
+        if not set(m.types) <= set(existing):  # remove_components
+            return Materialized("rejected", ANY_TEXT)
+        return write(m.entity_id, {k: v for k, v in existing.items() if k not in m.types})
+
+
+# -- "State limits": sizes as docs/storage.md defines the texts -------------------------------
+FINGERPRINT = "f" * 64  # every fingerprint is 64 hex characters: a size does not depend on which
+
+
+def component_size(name: str, data: dict) -> int:
+    """A component's text: `{"data":<field JSON>,"fingerprint":"<64 hex>","name":"<class name>"}`,
+    canonical JSON (keys sorted, compact separators, ASCII only)."""
+    return len(json.dumps({"data": data, "fingerprint": FINGERPRINT, "name": name}, sort_keys=True,
+                          separators=(",", ":"), ensure_ascii=True))  # fmt: skip
+
+
+def entity_size(components: dict[str, dict] | None) -> int:
+    """An entity's components text, `[<component>,...]` (a despawned one counts nothing)."""
+    if components is None:
+        return 0
+    return 2 + sum(component_size(name, data) for name, data in components.items()) + max(0, len(components) - 1)

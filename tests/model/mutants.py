@@ -31,6 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 SQL = "src/archetype/commands/ledger_sql.py"
 LEDGER = "src/archetype/commands/ledger.py"
+CLOCK = "src/archetype/commands/clock.py"
 
 # name -> (what it breaks, its changes: (file, text to find (exactly once), replacement), ...)
 Change = tuple[str, str, str]
@@ -111,6 +112,28 @@ MUTANTS: dict[str, tuple[str, tuple[Change, ...]]] = {
          "WHERE world_id = ?1 AND scheduled_tick <= ?2 + 2 ORDER BY scheduled_tick, principal"),
     )),
 }
+
+# tick modes
+MUTANTS.update({
+    "lockstep-skips": (
+        LEDGER,
+        'if world["tick_mode"] == "lockstep" and tick != world["tick_head"] + 1:',
+        "if False:",
+        "the ledger publishes a lockstep tick that skips ticks",
+    ),
+    "lockstep-anchor-stays": (
+        LEDGER,
+        "self._port.execute(q.SET_LOCKSTEP_CLOCK, (tick, due, max(0, now - due), world_id))",
+        'self._port.execute(q.SET_LOCKSTEP_CLOCK, (tick, world["clock_ms"], max(0, now - due), world_id))',
+        "a lockstep world's clock anchor keeps its old due time",
+    ),
+    "lockstep-no-pause": (
+        CLOCK,
+        "now_ms - ready > max(self.interval_ms, PAUSE_MS)",
+        "now_ms - ready > 10**12",
+        "a host runs a pause's missed lockstep ticks back to back",
+    ),
+})
 
 IGNORE = shutil.ignore_patterns(".git", ".venv", "node_modules", "__pycache__", ".pytest_cache", ".hypothesis", "data")
 

@@ -34,7 +34,14 @@ from hypothesis import HealthCheck, Phase, reproduce_failure, settings
 from hypothesis import __version__ as hypothesis_version
 from hypothesis import strategies as st
 from hypothesis.internal.conjecture import engine
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 
 from archetype.canonical import canonical_json
 from archetype.commands import (
@@ -60,6 +67,7 @@ from archetype.commands import (
     WorldNotFoundError,
 )
 from archetype.commands.port import ManualClock
+from archetype.commands.state_pages import entity_texts
 from archetype.runtime import Runtime
 from archetype.world import (
     AddComponents,
@@ -78,6 +86,7 @@ from archetype.world.columnar import id_runs
 from archetype.world.commit import TickOutcomeUnknownError
 from tests.component_modules import flaky
 from tests.component_modules.alpha import Health, Position, Velocity
+from tests.component_modules.bulky import Appendix, Margin, Note
 from tests.component_modules.evolved import Vitality
 from tests.component_modules.flaky import Probe
 from tests.conformance.authorities import AUTHORITY_FACTORIES
@@ -85,6 +94,7 @@ from tests.model.ledger_model import (
     TERMINAL,
     Faults,
     Ledger,
+    Manifest,
     ModelCrash,
     ModelError,
     Mutation,
@@ -96,12 +106,17 @@ from tests.model.ledger_model import (
 from tests.support.faults import AuthoritySeam
 
 LEASE_MS = 1_000
+INTERVAL_MS = 1_000  # both worlds': the clock rule's advances (1 ms .. 2.5 s) make lockstep ticks due, late and paused
 OWNERS = ("runner-a", "runner-b")
 PRINCIPALS = (None, "p1", "p2")  # None: a trusted caller (scope ''); p1/p2: players
 COMMAND_IDS = ("k0", "k1", "k2", "k3")  # few, so replays, conflicts and cross-principal reuse are common
 MISSING_ENTITY = 999_999  # never handed out in an example: commands naming it are rejected
-CLASSES = {cls.__name__: cls for cls in (Health, Position, Probe, Velocity, Vitality)}
+CLASSES = {cls.__name__: cls for cls in (Appendix, Health, Margin, Note, Position, Probe, Velocity, Vitality)}
 QUOTA = 2  # an actor's commands per world and tick they run at: small, so quotas are met (trusted ones have none)
+# texts whose components cross the state limits alone or a few on one entity (docs/ledger.md, "State
+# limits"): a component of 999,990 characters is over its limit with its name and fingerprint
+BULK_TEXTS = (700_000, 999_990)
+BULKY = {"Note", "Margin", "Appendix"}
 FLOATS = (0.0, -0.0, 2.0, 1.5)  # -0.0 and 2.0 must survive as published text
 # The ledger calls whose order is compared (the ones the page names), and what of their arguments.
 TRACKED_CALLS = ("admit", "reserve_spawn", "lease", "guard", "publish", "destroy", "acquire_writer", "reserve_entity_ids",
@@ -278,17 +293,24 @@ class LedgerMachine(RuleBasedStateMachine):
         self.first_step = Stats.steps
         self.checked = self.checks = 0
         self.worlds = (f"m{self.n}-main", f"m{self.n}-doomed")  # only the second is ever destroyed
-        for world_id in self.worlds:
-            self.run(self.runtimes["runner-a"].dispatcher.apply(CreateWorld(name=world_id, world_id=world_id)))
+
+    @initialize(main=st.sampled_from(("lockstep", "realtime")))
+    def create_worlds(self, main: str) -> None:
+        """One lockstep world and one realtime ("Tick modes"), either of them the main world."""
+        modes = (main, "realtime" if main == "lockstep" else "lockstep")
+        for world_id, mode in zip(self.worlds, modes, strict=True):
+            op = CreateWorld(name=world_id, world_id=world_id, tick_mode=mode, tick_interval_ms=INTERVAL_MS)
+            self.run(self.runtimes["runner-a"].dispatcher.apply(op))
             info = self.run(self.ctx.authority.world_info(world_id))
             self.model.create_world(world_id, world_id, first_entity_id=info["next_entity_id"],
-                                    first_sequence=info["next_sequence"])  # fmt: skip
+                                    first_sequence=info["next_sequence"], tick_mode=mode,
+                                    tick_interval_ms=INTERVAL_MS)  # fmt: skip
 
     def run(self, coroutine: Any) -> Any:
         return self.ctx.loop.run_until_complete(coroutine)
 
     def _runtime(self, owner: str) -> Runtime:
-        runtime = Runtime(self.seam, owner=owner, lease_ms=LEASE_MS)
+        runtime = Runtime(self.seam, owner=owner, lease_ms=LEASE_MS, clock=self.ctx.clock)
         runtime.scheduler.quota = QUOTA
         return runtime
 
@@ -477,6 +499,34 @@ class LedgerMachine(RuleBasedStateMachine):
             candidates = pruned
         return data.draw(st.sampled_from(candidates))
 
+    @rule(data=st.data())
+    def grow(self, data: Any) -> None:
+        """Commands writing large components on one entity (a fresh one, reserved, or one grown
+        already), up to three of them: rejected whole once one would take its component, its entity
+        or its tick's write-set over the state limits, and the drain goes on."""
+        self._count("grow")
+        world_id = data.draw(st.sampled_from(self.worlds))
+        principal = data.draw(st.sampled_from(PRINCIPALS))
+        options = self._options(data, world_id)
+        size = data.draw(st.sampled_from(BULK_TEXTS))  # one for the rule: three of 700,000 are an entity over
+
+        def component(name: str) -> tuple:
+            return (name, (("text", name[0] * size),))
+
+        entities = self.model.worlds[world_id].entities
+        grown = [e for e, components in sorted(entities.items()) if set(components) & BULKY]
+        names = data.draw(st.sampled_from([sorted(BULKY)] * 2 + [[name] for name in sorted(BULKY)]))
+        if grown and data.draw(st.booleans()):
+            entity_id: int | None = data.draw(st.sampled_from(grown))
+        else:  # a fresh entity, reserved, so that the rest of the rule can name it in the same tick
+            entity_id = self.spawn_reserve(world_id, principal, f"g{next(self.probes)}", (component(names[0]),), options)
+            names = names[1:]
+        has = set(entities.get(entity_id or 0, {}))
+        mutations = [Mutation("update" if name in has else "add_components", entity_id, components=(component(name),))
+                     for name in names if entity_id is not None]  # fmt: skip
+        for mutation in mutations:  # one admission each: together they are more than a request body carries
+            self.admit_batch(world_id, [Submission(f"g{next(self.probes)}", mutation, options, principal)])
+
     @precondition(lambda self: self._commands() or self.pruned)
     @rule(data=st.data())
     def replay(self, data: Any) -> None:
@@ -523,7 +573,8 @@ class LedgerMachine(RuleBasedStateMachine):
 
     # -- spawn reservations --
     def spawn_reserve(self, world_id: str, principal: str | None, command_id: str, components: tuple,
-                      options: Options) -> None:  # fmt: skip
+                      options: Options) -> int | None:  # fmt: skip
+        """The reserved entity id (None when refused)."""
         request = spawn_request(components, options, principal)
         scope = principal or ""
 
@@ -552,6 +603,8 @@ class LedgerMachine(RuleBasedStateMachine):
             (entity_id, (sequence, replayed)), admission = answers
             assert (admission.entity_id, admission.command.sequence, admission.command.replayed) == (entity_id, sequence, replayed)
             self._digest(world_id, sequence, admission.command.digest)
+            return entity_id
+        return None
 
     @rule(data=st.data())
     def spawn(self, data: Any) -> None:
@@ -607,7 +660,8 @@ class LedgerMachine(RuleBasedStateMachine):
 
     @rule(owner=st.sampled_from(OWNERS), index=st.integers(0, 1), skip=st.integers(1, 3))
     def step_coalescing(self, owner: str, index: int, skip: int) -> None:
-        """An idle world's runner jumps its clock: `skip` empty ticks coalesced, then a tick."""
+        """A runner asks for a later tick: a realtime world's clock jumped (`skip` empty ticks coalesced,
+        then a tick); a lockstep world runs its next tick all the same."""
         self._count("step_coalescing")
         self.step_world(owner, self.worlds[index], skip)
 
@@ -651,6 +705,21 @@ class LedgerMachine(RuleBasedStateMachine):
     def advance_clock(self, ms: int) -> None:
         self._count("advance_clock")
         self.ctx.clock.advance(ms)
+
+    @rule(index=st.integers(0, 1), ahead=st.integers(1, 2))
+    def publish_ahead(self, index: int, ahead: int) -> None:
+        """A host of the current writer epoch publishes an empty tick `ahead` ticks past the head (a
+        realtime clock's jump): a lockstep world takes only the next one ("Tick modes")."""
+        self._count("publish_ahead")
+        world_id = self.worlds[index]
+        world = self.model.worlds[world_id]
+        manifest = Manifest(next(Runner._tokens), world.tick_head + ahead, world.writer_epoch, [], {})
+        token = f"ahead-{manifest.token}"
+        real = {"world_id": world_id, "tick": manifest.tick, "writer_epoch": manifest.writer_epoch, "settlements": [],
+                "written_runs": [], "commit_token": token}  # fmt: skip
+        self.tokens[manifest.token] = token
+        self.both(lambda: self.faults.call("publish", lambda: self.model.publish(world_id, "forger", "forger-1", manifest)),
+                  self.seam.publish(world_id, "forger", "forger-1", real, {"snapshot": False, "chunks": []}))  # fmt: skip
 
     @rule(owner=st.sampled_from(OWNERS), index=st.integers(0, 1))
     def takeover(self, owner: str, index: int) -> None:
@@ -894,7 +963,9 @@ class LedgerMachine(RuleBasedStateMachine):
             payload = json.loads(r["payload"])
             if r["event_seq"] not in self.events_seen.setdefault(world_id, set()):
                 self.events_seen[world_id].add(r["event_seq"])
-                Stats.saw(f"event:{r['event_type']}" + (":crash" if "crash guard" in (payload.get("error") or "") else ""))
+                error = payload.get("error") or ""
+                cause = ":crash" if "crash guard" in error else ":state_too_large" if "StateTooLargeError" in error else ""
+                Stats.saw(f"event:{r['event_type']}{cause}")
             command_id = e.command_id
             if e.record is not None:  # a schema event: its command id and payload name fingerprints, the model names
                 record = e.record
@@ -955,7 +1026,8 @@ class LedgerMachine(RuleBasedStateMachine):
             "projected_seq": world.projected_seq, "created_at": world.created_at,
             "guard_sequence": world.guard[0] if world.guard else None,
             "health": world.health, "failed_attempts": world.failed_attempts, "stalled_since": world.stalled_since,
-            "clock_tick": world.clock_tick, "clock_ms": world.clock_ms,
+            "clock_tick": world.clock_tick, "clock_ms": world.clock_ms, "tick_mode": world.tick_mode,
+            "tick_interval_ms": world.tick_interval_ms, "tick_lag_ms": world.tick_lag_ms,
             "host_owner": world.host_owner, "host_expires_at": world.host_expires_at,
         }  # fmt: skip
         got = {k: info[k] for k in want}
@@ -1027,15 +1099,40 @@ class LedgerMachine(RuleBasedStateMachine):
                 row = self.run(authority.command(world_id, command_id, scope))
                 command = world.command(scope, command_id)
                 assert (row and row["sequence"]) == (command and command.sequence), (scope, command_id)
+            rows = self.run(authority.commands_by_id(world_id, list(COMMAND_IDS), scope))
+            assert [r["sequence"] for r in rows] == [c.sequence for c in world.commands_by_id(scope, list(COMMAND_IDS))]
+        self.compare_reads(world_id)
+
+    def compare_reads(self, world_id: str) -> None:
+        """read_state, page after page, with and without filters, against the model's entities."""
+        authority, world = self.ctx.authority, self.model.worlds[world_id]
+        present = sorted({name for components in world.entities.values() for name in components})
+        some_ids = sorted(world.entities)[::2] + [MISSING_ENTITY]
+        for names, ids in ((None, None), (present[:1] or None, None), (present[-2:] or None, some_ids), (None, some_ids)):
+            keys = None if names is None else [f"{n}:{CLASSES[n].component_fingerprint()}" for n in names]
+            found, after = [], 0
+            while True:
+                page = self.run(authority.read_state(world_id, after, 2, keys, ids))
+                entities = entity_texts(page["sections"])
+                assert len(entities) <= 2
+                found += entities
+                if page["next_after"] is None:
+                    break
+                after = page["next_after"]
+            want = [(e, entity_text(c)) for e, c in world.read_state(set(names) if names else None, set(ids) if ids else None)]
+            assert found == want, f"read_state {names} {ids}:\n authority {found}\n model     {want}"
 
 
 def check_invariants(world_id: str, info: dict, rows: list[dict], manifests: list[dict], outbox: list[dict]) -> None:
     """What must hold of any authority's answers, whatever the model says."""
     by_sequence = {r["sequence"]: r for r in rows}
-    # retention keeps the newest manifests, always the tick head's; coalesced empty ticks leave gaps
+    # retention keeps the newest manifests, always the tick head's; a realtime world's coalesced empty
+    # ticks leave gaps, a lockstep world's manifests have none
     ticks = [m["tick"] for m in manifests]
     first = ticks[0] if ticks else info["tick_head"] + 1
     assert ticks == sorted(set(ticks)) and ticks[-1:] == [info["tick_head"]][: len(ticks)], "ticks out of order"
+    if info["tick_mode"] == "lockstep":
+        assert ticks == list(range(first, info["tick_head"] + 1)), "a lockstep world skipped a tick"
     assert manifests or info["tick_head"] == -1, "the tick head's manifest was pruned"
     settled: dict[int, list[tuple[int, str]]] = {}
     for m in manifests:

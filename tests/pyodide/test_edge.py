@@ -25,7 +25,7 @@ def test_an_edge_hosted_world_steps_itself_through_several_alarms(pyodide):
     tokens = {"t-admin": {"principal": "ops", "roles": ["admin", "player", "viewer", "operator"]}}
     pyodide.call(f"{CONTROL}:deploy", tokens=tokens, modules=["tests.server.game"])
     with httpx.Client(base_url=pyodide.url, timeout=60) as worker:
-        created = worker.post("/worlds", json={"name": "edge", "world_id": "edge-py"}, headers=ADMIN)
+        created = worker.post("/worlds", json={"name": "edge", "world_id": "edge-py", "tick_interval_ms": TICK_MS}, headers=ADMIN)
         assert created.status_code == 201, created.text
         assert pyodide.call(f"{CONTROL}:alarm_time", world_id="edge-py") == START_MS + TICK_MS  # its processor's tick
         spawn = {"type": "spawn", "tick": 0, "priority": 0,

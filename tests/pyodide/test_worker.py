@@ -185,7 +185,9 @@ def test_an_admission_reaches_the_js_queue_through_the_alarm(pyodide, worker, wo
     assert pyodide.call(f"{control}:queue_messages") == []
     assert pyodide.call(f"{control}:alarm_time", world_id=world) == START_MS + 10_000  # re-armed after the failure
 
-    assert pyodide.call(f"{control}:run_alarm", world_id=world) is True
+    assert pyodide.call(f"{control}:run_alarm", world_id=world) is True  # before the retry time: nothing sent
+    assert pyodide.call(f"{control}:queue_messages") == []
+    assert pyodide.call(f"{control}:run_alarm", world_id=world, now_ms=START_MS + 10_000) is True
     sent = pyodide.call(f"{control}:queue_messages")
     assert [(m["command_id"], m["event_type"], m["event_seq"]) for m in sent] == [("d-7", "admitted", 1)]
     assert pyodide.call(f"{control}:alarm_time", world_id=world) is None  # nothing left: no alarm

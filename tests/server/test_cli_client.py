@@ -105,6 +105,27 @@ async def test_worlds_and_command_show(served):
     assert missing.exit_code == 1 and "world_not_found" in missing.output
 
 
+async def test_worlds_create_takes_a_tick_mode_and_interval_and_show_says_them(served):
+    made = run(served, "worlds", "create", "game", "--id", "g1", "--tick-mode", "realtime", "--tick-interval-ms", "50",
+               "--json", token="t-admin")  # fmt: skip
+    assert made.exit_code == 0, made.output
+    assert {k: json.loads(made.output)[k] for k in ("tick_mode", "tick_interval_ms")} == {"tick_mode": "realtime", "tick_interval_ms": 50}
+    plain = json.loads(run(served, "worlds", "create", "sim", "--id", "s1", "--json", token="t-admin").output)
+    assert (plain["tick_mode"], plain["tick_interval_ms"], plain["health"]["lag_ms"]) == ("lockstep", 100, 0)
+    table = run(served, "worlds", "show", "s1", token="t-viewer").output
+    assert "lockstep" in table and "ACTIVE, lag 0 ms" in table
+    listed = run(served, "worlds", "list", token="t-viewer").output
+    assert "realtime" in listed and "lockstep" in listed and "tick_interval_ms" in listed
+    # refused before anything is sent, or by the server, with its code; nothing created
+    assert run(served, "worlds", "create", "x", "--tick-mode", "sometimes", token="t-admin").exit_code == 2
+    assert run(served, "worlds", "create", "x", "--tick-interval-ms", "-1", token="t-admin").exit_code == 2
+    zero = run(served, "worlds", "create", "x", "--id", "x1", "--tick-mode", "realtime", "--tick-interval-ms", "0", token="t-admin")
+    assert zero.exit_code == 1 and "invalid_request" in zero.output
+    assert "world_not_found" in run(served, "worlds", "show", "x1", token="t-viewer").output
+    for world_id in ("g1", "s1"):
+        run(served, "worlds", "destroy", world_id, "--yes", token="t-admin")
+
+
 def test_settings_come_from_the_environment_and_a_config_file(served, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "archetype.toml").write_text(f'[client]\nurl = "{served.url}"\ntoken = "t-viewer"\n')

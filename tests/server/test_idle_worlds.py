@@ -20,6 +20,7 @@ from local_catalog import CATALOG_FILE, open_local_authority
 from tests.component_modules.alpha import Health
 
 TICK_RATE = 50.0
+INTERVAL_MS = 20  # the worlds' own: the runner's passes are as fine
 
 
 def catalog_rows(path) -> dict[str, int]:
@@ -84,9 +85,9 @@ async def test_an_idle_world_writes_nothing_and_a_due_command_wakes_it(tmp_path)
         assert (await rt.authority.load_state("w3"))["entities"][0]["entity_id"] == spawned.entity_id
 
 
-async def test_a_sleeping_world_keeps_its_clock_and_coalesces_the_empty_ticks(tmp_path):
+async def test_a_sleeping_realtime_world_keeps_its_clock_and_coalesces_the_empty_ticks(tmp_path):
     async with running(tmp_path) as (rt, runner, _):
-        await rt.dispatcher.apply(CreateWorld(name="late", world_id="late"))
+        await rt.dispatcher.apply(CreateWorld(name="late", world_id="late", tick_mode="realtime", tick_interval_ms=INTERVAL_MS))
         await rt.dispatcher.defer(Spawn(world_id="late", components=[Health(hp=1)]), DurableOptions(tick=25))
         first = runner.passes
 
@@ -99,12 +100,31 @@ async def test_a_sleeping_world_keeps_its_clock_and_coalesces_the_empty_ticks(tm
         assert ticks == [25] and runner.passes - first >= 20
 
 
+async def test_a_lockstep_world_runs_every_tick_up_to_its_command_then_idles(tmp_path):
+    """No processors: it ticks only while a command is open, but every tick up to the command's
+    (the empty ones published too: a lockstep world's manifests have no gap), then writes nothing."""
+    async with running(tmp_path) as (rt, _, calls):
+        await rt.dispatcher.apply(CreateWorld(name="steps", world_id="steps", tick_interval_ms=INTERVAL_MS))
+        await rt.dispatcher.defer(Spawn(world_id="steps", components=[Health(hp=1)]), DurableOptions(tick=25))
+
+        async def applied() -> bool:
+            return (await rt.scheduler.history("steps"))[0].status == "APPLIED"
+
+        await wait_until(applied)
+        assert [m["tick"] for m in await rt.authority.manifests("steps", limit=100)] == list(range(26))
+        assert (await rt.scheduler.history("steps"))[0].applied_tick == 25
+        published = calls["publish"]
+        await asyncio.sleep(0.5)  # idle again: no command open, no processor
+        assert calls["publish"] == published
+        assert (await rt.authority.world_info("steps"))["tick_head"] == 25
+
+
 async def test_a_world_with_processors_ticks_every_pass(tmp_path):
     def setup(rt: Runtime) -> None:
         rt.worlds.on_load.append(lambda world: world.add_processor(lambda *_: None, Health))
 
     async with running(tmp_path, setup) as (rt, runner, _):
-        await rt.dispatcher.apply(CreateWorld(name="busy", world_id="busy"))
+        await rt.dispatcher.apply(CreateWorld(name="busy", world_id="busy", tick_interval_ms=INTERVAL_MS))
         await runner.sweep(asyncio.Event())  # a new world is seen at the next sweep; here at once
         await asyncio.sleep(0.5)
         assert len(await rt.authority.manifests("busy")) >= 5

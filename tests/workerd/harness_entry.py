@@ -8,6 +8,11 @@ Never deployed: the real-runtime fixture stages this file as the bundle's main m
 - `x-archetype-test-namespace: <name>`: every Durable Object the request reaches is the one named
   `<name>/<object name>` (the world directory included), so a namespace sees only the worlds
   created in it, as a fresh deployment would. Without it, objects have their own names.
+- `GET /__harness/objects/<name>/stats`: what the bench (bench/workerd_runtime.py) reads of an
+  object since it was constructed: the RPC calls and alarms it served (Cloudflare bills each as a
+  request), the SQL rows its ledger read and wrote (the engine's own counters, summed by
+  `DurableObjectSqlPort`), its database size, and the isolate's WebAssembly memory (Pyodide's heap,
+  which only grows: a high-water mark of what Python used, against the 128 MB an isolate has).
 - `x-archetype-test-now-ms: <ms>`: the request runs at that time. The Worker sends every RPC it
   makes for the request through the object's `clocked(now_ms, method, args)`, which sets that
   object's clock and runs `method`; without the header, `clocked(None, ...)` puts the object back
@@ -19,11 +24,13 @@ Never deployed: the real-runtime fixture stages this file as the bundle's main m
 from __future__ import annotations
 
 import contextvars
+import json
 from typing import Any
+from urllib.parse import urlsplit
 
 from archetype.commands.ledger import LEDGER_METHODS
 from archetype.commands.port import SystemClock
-from durable_world.ffi import number_or_none
+from durable_world.ffi import number_or_none, to_py
 from worker import entry
 from worker.entry import build_app
 
@@ -31,6 +38,7 @@ __all__ = ["Default", "WorldObject"]
 
 NOW_HEADER = "x-archetype-test-now-ms"
 NAMESPACE_HEADER = "x-archetype-test-namespace"
+OBJECTS_PATH = "/__harness/objects/"
 DIRECTORY_METHODS = frozenset({"directory_register", "directory_world_ids"})
 
 # Set per request in `Default.fetch`; the ASGI bridge runs the app in a task started from there,
@@ -53,15 +61,34 @@ class RpcClock:
 class WorldObject(entry.WorldObject):
     def __init__(self, ctx: Any, env: Any) -> None:
         self.rpc_clock = RpcClock()
+        self.rpc_calls = self.alarms = 0
         super().__init__(ctx, env, clock=self.rpc_clock)
+
+    async def alarm(self, alarm_info: Any = None) -> None:
+        self.alarms += 1
+        await super().alarm(alarm_info)
 
     async def clocked(self, now_ms: Any, method: Any, args: Any = None) -> Any:
         """Run the RPC method `method` at `now_ms` (None: on the system clock)."""
         if method not in LEDGER_METHODS and method not in DIRECTORY_METHODS:
             raise ValueError(f"clocked: {method!r} is not an RPC method of the object")
         now = number_or_none(now_ms)
+        self.rpc_calls += 1
         self.rpc_clock.now = None if now is None else int(now)
         return await getattr(self, method)(args)
+
+    async def harness_stats(self) -> dict[str, int]:
+        """The figures of `GET /__harness/objects/<name>/stats`."""
+        import pyodide_js  # only on Pyodide: the module the runtime loaded Python with
+
+        port = self.ledger._port  # the object's DurableObjectSqlPort
+        sql = self.ctx.storage.sql
+        # the SDK's binding wrapper keeps the first value it read of any attribute: read the JS object's
+        size = getattr(sql, "_binding", sql).databaseSize
+        return {"rpc_calls": self.rpc_calls, "alarms": self.alarms,
+                "rows_read": port.rows_read, "rows_written": port.rows_written,
+                "database_bytes": int(size),
+                "wasm_memory_bytes": int(pyodide_js._module.HEAP8.length)}  # fmt: skip
 
 
 class _ClockedStub:
@@ -107,4 +134,12 @@ class Default(entry.Default):
         now = request.headers.get(NOW_HEADER)
         _request_now.set(int(now) if now else None)
         _request_namespace.set(request.headers.get(NAMESPACE_HEADER) or "")
+        path = urlsplit(request.url).path
+        if path.startswith(OBJECTS_PATH) and path.endswith("/stats"):
+            from workers import Response  # only on the runtime
+
+            namespace = _HarnessNamespace(self.env.WORLDS)
+            name = path[len(OBJECTS_PATH) : -len("/stats")]
+            stats = to_py(await namespace._namespace.get(namespace.idFromName(name)).harness_stats())
+            return Response(json.dumps(stats), headers={"content-type": "application/json"})
         return await super().fetch(request)

@@ -50,12 +50,6 @@ def positions(client: Client, world_id: str) -> dict[int, dict]:
     return {e.entity_id: {c.name: c.data for c in e.components} for e in client.state(world_id).entities}
 
 
-@pytest.fixture
-def admin(workerd_python):
-    with Client(workerd_python.url, token=ADMIN_TOKEN) as client:
-        yield client
-
-
 def test_the_worker_answers_health_and_holds_the_token_secret(workerd_python):
     assert httpx.get(f"{workerd_python.url}/health").json() == {"status": "ok"}
     assert httpx.get(f"{workerd_python.url}/worlds").status_code == 401  # no token

@@ -6,12 +6,26 @@ import math
 
 import pytest
 
-from archetype.canonical import NonCanonicalValueError
+from archetype.canonical import NonCanonicalValueError, canonical_text
 from archetype.vector import add_vector_processor, layout
 from archetype.world import AsyncWorld, Component, PreTick, columnar
 from archetype.world.commit import chunk_entries
 from archetype.world.components import component_text, type_key
 from tests.component_modules.alpha import Health, Position, Velocity
+
+
+def overlay(below, above):
+    """The reference fold of chunks (docs/storage.md): an entity's text once a later delta's entry
+    `above` (a components text, a columnar.Partial, or None when despawned) is laid over `below`."""
+    if not isinstance(above, columnar.Partial):
+        return above
+    if isinstance(below, columnar.Partial):
+        return columnar.Partial({**below, **above})
+    if below is None:
+        return above  # kept partial: the snapshot under the deltas holds the rest of the entity
+    components = {f'{c["name"]}:{c["fingerprint"]}': canonical_text(c) for c in json.loads(below)}
+    components.update(above)
+    return "[" + ",".join(components[key] for key in sorted(components)) + "]"
 
 
 def move(world, tick, table):
@@ -48,7 +62,7 @@ class Folding:
             self.state = {}
         for chunk in prepared.chunks:
             for entity_id, text in columnar.decode(chunk):
-                self.state[entity_id] = columnar.overlay(self.state.get(entity_id), text)
+                self.state[entity_id] = overlay(self.state.get(entity_id), text)
         self.sent.append(prepared)
 
 
@@ -248,7 +262,7 @@ async def test_whole_column_deltas_replace_the_deltas_they_cover():
         state = {}
         for chunk in published["snapshot"] + published["deltas"]:
             for entity_id, text in columnar.decode(chunk):
-                state[entity_id] = columnar.overlay(state.get(entity_id), text)
+                state[entity_id] = overlay(state.get(entity_id), text)
         return {e: t for e, t in state.items() if t is not None}
 
     world = await _world(lambda w: add_vector_processor(w, move, Position, Velocity, writes=[Position]))

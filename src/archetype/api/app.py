@@ -9,10 +9,11 @@ the role gets the same answer whether or not the world exists.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import Body, Depends, FastAPI, Header, Path, Query, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
+from pydantic import Field, StringConstraints
 
 from archetype.api.auth import Bearer, TokenTable, require
 from archetype.api.errors import InvalidRequestError, ShuttingDownError, install_error_handlers, unexpected_error
@@ -23,13 +24,17 @@ from archetype.api.models import (
     AuditPage,
     BatchAccepted,
     CommandAccepted,
+    CommandOutcome,
     CommandView,
     ComponentList,
     CreateWorldRequest,
     DestroyedWorld,
     Health,
     HistoryPage,
+    OutcomesPage,
+    OutcomesRequest,
     RedriveAccepted,
+    StateSectionsView,
     StateView,
     SubmitBatchRequest,
     SubmitCommand,
@@ -42,6 +47,8 @@ from archetype.api.openapi import (
     LEDGER,
     READ_AUDIT,
     READ_COMMAND,
+    READ_OUTCOMES,
+    READ_STATE,
     REDRIVE,
     SUBMITTING,
     WORLD_PATH,
@@ -61,11 +68,13 @@ from archetype.commands.errors import (
 from archetype.commands.families import default_registry
 from archetype.commands.http_translator import translate
 from archetype.commands.identity import COMMAND_ID_PATTERN
+from archetype.commands.ledger import COMPONENT_SPEC_PATTERN, STATE_READ_IDS, STATE_READ_LIMIT, STATE_READ_TYPES
 from archetype.commands.options import ActorCtx, Role
 from archetype.commands.registry import OperationRegistry
 from archetype.commands.scheduler import CommandScheduler, CommandStatus
+from archetype.world.error_text import error_text
 from archetype.world.family import create_world_row
-from archetype.world.operations import WORLD_ID_PATTERN, CreateWorld, DestroyWorld, Spawn
+from archetype.world.operations import WORLD_ID_PATTERN, DestroyWorld, Spawn
 
 # Commands one principal may have admitted for one target tick of one world (ledger-enforced).
 DEFAULT_QUOTA = 1000
@@ -77,6 +86,19 @@ PrincipalQuery = Annotated[
     str | None, Query(min_length=1, max_length=200, description="an operator's view of this principal's commands")
 ]
 TrustedQuery = Annotated[bool, Query(description="an operator's view of the commands trusted callers admitted in-process")]
+ComponentQuery = Annotated[
+    list[Annotated[str, StringConstraints(pattern=COMPONENT_SPEC_PATTERN)]] | None,
+    Query(max_length=STATE_READ_TYPES, description="keep the entities that have a component of each of these types (repeat "
+          "it), and only those components: `<name>:<fingerprint>` of a recorded type, or the `<name>` of the one current type "
+          "so named"),
+]  # fmt: skip
+EntityIdQuery = Annotated[
+    list[Annotated[int, Field(ge=1, le=MAX_SAFE_INTEGER)]] | None,
+    Query(max_length=STATE_READ_IDS, description="keep these entities (repeat it)"),
+]
+LAYOUT = ("`entities`: each entity with its component values (name, fingerprint, data); `sections`: the same entities "
+          "grouped by signature, each component type named once per section with a row of data per entity (a fraction of "
+          "the bytes: what `archetype.Client` reads)")
 LedgerArguments = Annotated[dict[str, Any], Body(default_factory=dict, description="the method's keyword arguments")]
 
 
@@ -189,7 +211,7 @@ def create_app(
         return CommandAccepted.of(await dispatcher.defer_as(actor, item.op, item.options, command_id=item.command_id))
 
     async def create_one(_: None, body: CreateWorldRequest, actor: ActorCtx, __: str | None) -> WorldView:
-        op = CreateWorld(name=body.name, world_id=body.world_id)
+        op = body.operation()
         dispatcher.authorize_as(actor, op)  # then the handler's own ledger call, whose row is the answer
         return WorldView.of(await create_world_row(authority, op))
 
@@ -198,7 +220,7 @@ def create_app(
     # BodyLimit runs first: HotRoutes gets the body read, checked and parsed
     if not telemetry:
         app.front(HotRoutes, state=app.state, routes=lambda: app.router.routes, hot=hot, on_error=unexpected_error)
-    app.front(BodyLimit, max_bytes=max_body_bytes, body_timeout_s=body_timeout_s)
+    app.front(BodyLimit, max_bytes=max_body_bytes, body_timeout_s=body_timeout_s, state=app.state)
 
     viewer, player, operator, admin = (
         Depends(require(role)) for role in (Role.viewer, Role.player, Role.operator, Role.admin)
@@ -224,15 +246,21 @@ def create_app(
     async def inspect_world(world_id: WorldIdPath, actor: ActorCtx = viewer) -> WorldView:
         return WorldView.of(await authority.world_info(world_id))
 
-    @app.get("/worlds/{world_id}/state", response_model=StateView, responses=error_responses(WORLD_PATH))
+    @app.get("/worlds/{world_id}/state", response_model=StateView | StateSectionsView, responses=error_responses(READ_STATE))
     async def world_state(
         world_id: WorldIdPath,
         actor: ActorCtx = viewer,
-        after: Annotated[int, Query(ge=0, le=MAX_SAFE_INTEGER, description="entity id to continue after")] = 0,
-        limit: Annotated[int, Query(ge=1, le=MAX_BATCH)] = 100,
-    ) -> StateView:
-        """The world's published entities and their components (world state is shared: docs/ledger.md, isolation)."""
-        return StateView.of(await authority.load_state(world_id, after, limit), limit)
+        component: ComponentQuery = None,
+        entity_id: EntityIdQuery = None,
+        after: Annotated[int, Query(ge=0, le=MAX_SAFE_INTEGER, description="entity id to continue after (`next_after`)")] = 0,
+        limit: Annotated[int, Query(ge=1, le=STATE_READ_LIMIT)] = 100,
+        layout: Annotated[Literal["entities", "sections"], Query(description=LAYOUT)] = "entities",
+    ) -> Response:
+        """The world's published entities and their components, in id order (world state is shared:
+        docs/ledger.md, isolation), read from its stored chunks (docs/storage.md, "Reading state")."""
+        page = await authority.read_state(world_id, after, limit, component, entity_id)
+        view = StateView if layout == "entities" else StateSectionsView
+        return Response(view.body(page), media_type="application/json")
 
     @app.get("/worlds/{world_id}/components", response_model=ComponentList, responses=error_responses(WORLD_PATH))
     async def world_components(world_id: WorldIdPath, actor: ActorCtx = viewer) -> ComponentList:
@@ -274,6 +302,18 @@ def create_app(
         if row is None:
             raise CommandNotFoundError(f"world {world_id!r} has no command {command_id!r} of this principal")
         return CommandView.of(row)
+
+    @app.post("/worlds/{world_id}/commands:outcomes", response_model=OutcomesPage, responses=error_responses(READ_OUTCOMES))
+    async def command_outcomes(world_id: WorldIdPath, body: OutcomesRequest, actor: ActorCtx = viewer,
+                               principal: PrincipalQuery = None, trusted: TrustedQuery = False) -> OutcomesPage:  # fmt: skip
+        """Where many commands stand, in one read: the caller's own commands among these ids (an
+        operator may name another principal's, or the trusted scope), exactly as
+        `GET .../commands/{command_id}` reads each. A read: safe to repeat, changes nothing."""
+        scope = readable_scope(actor, principal or actor.principal, trusted)
+        rows = await authority.commands_by_id(world_id, body.command_ids, scope=scope or "")
+        found = {row["command_id"] for row in rows}
+        missing = [command_id for command_id in dict.fromkeys(body.command_ids) if command_id not in found]
+        return OutcomesPage(commands=[CommandOutcome.of(row) for row in rows], missing=missing)
 
     @app.get("/worlds/{world_id}/commands", response_model=HistoryPage, responses=error_responses(WORLD_PATH))
     async def history(
@@ -331,7 +371,7 @@ def create_app(
             raise
         except (LookupError, TypeError, ValueError) as exc:
             # well-typed arguments whose values the ledger cannot use: bad input, not a server fault
-            raise InvalidRequestError(f"{method} cannot use these arguments: {type(exc).__name__}: {exc}") from exc
+            raise InvalidRequestError(f"{method} cannot use these arguments: {error_text(exc)}") from exc
 
     @app.post("/worlds/{world_id}/ledger/{method}", responses=error_responses(LEDGER))
     async def world_ledger(world_id: WorldIdPath, method: str, arguments: LedgerArguments,

@@ -20,8 +20,10 @@ from archetype.commands.errors import CommandError, CommandNotFoundError  # noqa
 from archetype.commands.http_translator import UNSUPPORTED_TYPE_ERROR
 from archetype.commands.registry import NonCanonicalCommandError
 from archetype.world.components import non_canonical_refusal
+from archetype.world.error_text import error_text, safe_text, type_name
 
 ERROR_DETAILS_SHOWN = 3
+MESSAGE_LIMIT = 2_000  # characters of an error message an answer carries
 log = logging.getLogger("archetype.api")
 
 
@@ -74,15 +76,13 @@ class InternalError(CommandError):
 _BY_HTTP_STATUS = {400: InvalidJsonError, 404: RouteNotFoundError, 405: MethodNotAllowedError, 413: PayloadTooLargeError}
 
 
-def _printable(text: str) -> str:
-    """`text` as valid Unicode: a lone surrogate (echoed from input) becomes its escape, never a 500."""
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")
-
-
 def error_response(error: CommandError, headers: dict[str, str] | None = None) -> JSONResponse:
     if error.http_status == 401:
         headers = {**(headers or {}), "WWW-Authenticate": "Bearer"}
-    body = {key: _printable(str(value)) for key, value in error.to_json().items()}
+    if error.retry_after_s is not None:
+        headers = {**(headers or {}), "Retry-After": str(error.retry_after_s)}
+    # valid Unicode and bounded, whatever it echoes of the input (a lone surrogate, a megabyte)
+    body = {key: safe_text(str(value), MESSAGE_LIMIT) for key, value in error.to_json().items()}
     return JSONResponse(body, status_code=error.http_status, headers=headers)
 
 
@@ -131,5 +131,5 @@ def install_error_handlers(app: FastAPI) -> None:
 
 def unexpected_error(method: str, path: str, exc: Exception) -> JSONResponse:
     """The answer to an exception nothing expected (logged with its traceback): 500 `internal_error`."""
-    log.error("unexpected error answering %s %s", method, path, exc_info=exc)
-    return error_response(InternalError(f"internal error ({type(exc).__name__}); see the server log"))
+    log.error("unexpected error answering %s %s: %s", method, safe_text(path), error_text(exc), exc_info=exc)
+    return error_response(InternalError(f"internal error ({type_name(exc)}); see the server log"))

@@ -7,9 +7,12 @@ act on different values. Such a request is refused with 400 `duplicate_header`.
 
 The body is read (up to the limit) before the application sees it, whether or not the client
 declared a Content-Length, so no route ever parses more than `max_bytes`: oversized bodies are
-refused with 413. The whole body must arrive within `body_timeout_s` of the request's headers;
-a client trickling it (or never sending it) is answered 408 `request_timeout` with
-`Connection: close`, so the server drops the connection instead of holding it open forever.
+refused with 413. The runner protocol's calls that carry a world's state (`publish`,
+`migrate_components`), from an operator, may be larger: `max_state_bytes`, so that every tick
+the state limits let a runner prepare reaches its authority (docs/ledger.md, "State limits").
+The whole body must arrive within `body_timeout_s` of the request's headers; a client trickling
+it (or never sending it) is answered 408 `request_timeout` with `Connection: close`, so the
+server drops the connection instead of holding it open forever.
 
 A body the routes would parse as JSON (a JSON content type, or none) is then checked by the one
 strict parser, `archetype.canonical.parse_json`, before any route sees it: Python's `json`, which
@@ -23,20 +26,29 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import re
 from email.message import Message
 from typing import Any
+
+from fastapi.security.utils import get_authorization_scheme_param
 
 from archetype.api.errors import (
     DuplicateHeaderError,
     InvalidRequestError,
     PayloadTooLargeError,
     RequestTimeoutError,
+    UnauthenticatedError,
     error_response,
 )
 from archetype.canonical import MAX_DEPTH, NonCanonicalValueError, parse_json
+from archetype.commands.options import Role
 from archetype.commands.registry import NonCanonicalCommandError
 
 DEFAULT_MAX_BODY_BYTES = 1 << 20
+# A tick's state write within the state limits (WRITE_SET_LIMIT, as JSON in a body: its chunks'
+# quotes escaped), and within the 32 MiB a call to a Durable Object may carry.
+DEFAULT_MAX_STATE_BYTES = 32 << 20
+STATE_ROUTE = re.compile(r"/worlds/[^/]+/ledger/(?:publish|migrate_components)")
 DEFAULT_BODY_TIMEOUT_S = 20.0
 SINGLE_VALUED_HEADERS = (b"authorization", b"idempotency-key", b"content-type")
 # The scope keys under which a JSON body that passed the strict parser is handed on, parsed, and
@@ -72,9 +84,11 @@ def strict_json(body: bytes) -> tuple[Any, NonCanonicalCommandError | None]:
 
 
 class BodyLimit:
-    def __init__(self, app: Any, max_bytes: int = DEFAULT_MAX_BODY_BYTES, body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S) -> None:
+    def __init__(self, app: Any, max_bytes: int = DEFAULT_MAX_BODY_BYTES, body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S,
+                 max_state_bytes: int = DEFAULT_MAX_STATE_BYTES, state: Any = None) -> None:  # fmt: skip
         self.app = app
-        self.max_bytes = max_bytes
+        self.max_bytes, self.max_state_bytes = max_bytes, max_state_bytes
+        self.state = state  # the app's: its token table says who is an operator
         self.body_timeout_s = body_timeout_s
         self._late: set[asyncio.Task[Any]] = set()  # tasks this layer cancelled: their body came too late
 
@@ -92,13 +106,14 @@ class BodyLimit:
                 await error_response(error)(scope, receive, send)
                 return
         scope[HEADERS] = headers
+        limit = self._limit(scope, headers)
         declared = headers.get(b"content-length")
         if declared is not None:
             if not declared.isdigit():
                 await error_response(InvalidRequestError("Content-Length is not a number"))(scope, receive, send)
                 return
-            if int(declared) > self.max_bytes:
-                await error_response(self._too_large())(scope, receive, send)
+            if int(declared) > limit:
+                await error_response(_too_large(limit))(scope, receive, send)
                 return
         # The deadline is a timer cancelling this task, as asyncio.timeout's, without its context
         # manager: that cost an admission 6% of the event loop's work; this, a third of it.
@@ -108,7 +123,7 @@ class BodyLimit:
         deadline = loop.call_at(loop.time() + self.body_timeout_s, self._expire, task)
         try:
             try:
-                body = await self._read_body(receive)
+                body = await self._read_body(receive, limit)
             finally:
                 deadline.cancel()
         except asyncio.CancelledError:
@@ -138,7 +153,18 @@ class BodyLimit:
         self._late.add(task)
         task.cancel()
 
-    async def _read_body(self, receive: Any) -> bytes | None:
+    def _limit(self, scope: dict[str, Any], headers: dict[bytes, bytes]) -> int:
+        """`max_state_bytes` for an operator's call carrying state, else `max_bytes`."""
+        if self.state is None or scope["method"] != "POST" or not STATE_ROUTE.fullmatch(scope["path"]):
+            return self.max_bytes
+        scheme, token = get_authorization_scheme_param(headers.get(b"authorization", b"").decode("latin-1"))
+        try:
+            operator = scheme.lower() == "bearer" and self.state.tokens.authenticate(token).has(Role.operator)
+        except UnauthenticatedError:
+            operator = False
+        return self.max_state_bytes if operator else self.max_bytes
+
+    async def _read_body(self, receive: Any, limit: int) -> bytes | None:
         """The whole body; None when the client went away before sending it."""
         body = bytearray()
         while True:
@@ -146,13 +172,14 @@ class BodyLimit:
             if message["type"] != "http.request":
                 return None
             body += message.get("body", b"")
-            if len(body) > self.max_bytes:
-                raise self._too_large()
+            if len(body) > limit:
+                raise _too_large(limit)
             if not message.get("more_body", False):
                 return bytes(body)
 
-    def _too_large(self) -> PayloadTooLargeError:
-        return PayloadTooLargeError(f"request bodies are limited to {self.max_bytes} bytes")
+
+def _too_large(limit: int) -> PayloadTooLargeError:
+    return PayloadTooLargeError(f"request bodies are limited to {limit} bytes")
 
 
 def replay(body: bytes, receive: Any) -> Any:

@@ -5,16 +5,21 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, GetJsonSchemaHandler, TypeAdapter, create_model
+from pydantic import BaseModel, ConfigDict, Field, GetJsonSchemaHandler, TypeAdapter, create_model, model_validator
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema
 
-from archetype.canonical import parse_json
+from archetype.canonical import canonical_text, parse_json
 from archetype.commands.audit_history import AuditEvent
 from archetype.commands.http_translator import MUTATION_FIELDS, MUTATIONS, SubmitCommandRequest
+from archetype.commands.identity import COMMAND_ID_PATTERN
+from archetype.commands.ledger_rows import StateRead
 from archetype.commands.scheduler import CommandIdentity, CommandSummary, WorldHealth
+from archetype.commands.state_pages import entity_texts
 from archetype.world.components import ComponentValue
+from archetype.world.error_text import error_text
 from archetype.world.operations import CreateWorld
+from archetype.world.tick_mode import TickMode, check_tick_mode
 
 MAX_BATCH = 1000
 
@@ -24,6 +29,16 @@ class CreateWorldRequest(BaseModel):
 
     name: Annotated[str, CreateWorld.model_fields["name"]]
     world_id: Annotated[str | None, CreateWorld.model_fields["world_id"]]
+    tick_mode: Annotated[TickMode, CreateWorld.model_fields["tick_mode"]]
+    tick_interval_ms: Annotated[int, CreateWorld.model_fields["tick_interval_ms"]]
+
+    def operation(self) -> CreateWorld:
+        return CreateWorld(**self.model_dump())
+
+    @model_validator(mode="after")
+    def _interval_fits_mode(self) -> CreateWorldRequest:
+        check_tick_mode(self.tick_mode, self.tick_interval_ms)
+        return self
 
 
 class WorldHealthView(BaseModel):
@@ -33,6 +48,10 @@ class WorldHealthView(BaseModel):
     failed_attempts: int = Field(description="ticks failed before they were prepared since the last published one")
     last_error: str | None = Field(description="the last failed tick's error (type: message)")
     since: int | None = Field(description="when the world stalled, in ms since the epoch; null while ACTIVE")
+    lag_ms: int | None = Field(
+        description="a lockstep world: how late its last tick published after it was due, in ms (an interval or more: "
+        "its host is behind and runs ticks back to back); null for a realtime world"
+    )
 
 
 class WorldView(BaseModel):
@@ -40,6 +59,11 @@ class WorldView(BaseModel):
     name: str
     status: str
     tick_head: int
+    tick_mode: TickMode = Field(description="lockstep: every tick runs, none skipped; realtime: wall-clock ticks, coalesced")
+    tick_interval_ms: int | None = Field(
+        description="the length of a tick (lockstep 0: back to back); null: its host's interval (a world created "
+        "before tick modes)"
+    )
     created_at: int
     updated_at: int
     outbox_pending: int = Field(description="outbox events the audit projection has not acknowledged yet: its lag, in events")
@@ -48,8 +72,9 @@ class WorldView(BaseModel):
     @classmethod
     def of(cls, info: Mapping[str, Any]) -> WorldView:
         pending = info["next_event_seq"] - 1 - info["projected_seq"]
+        lag = info["tick_lag_ms"] if info["tick_mode"] == "lockstep" else None
         health = WorldHealthView(status=info["health"], failed_attempts=info["failed_attempts"],
-                                 last_error=info["health_error"], since=info["stalled_since"])  # fmt: skip
+                                 last_error=info["health_error"], since=info["stalled_since"], lag_ms=lag)  # fmt: skip
         own = {name: info[name] for name in cls.model_fields if name not in ("outbox_pending", "health")}
         return cls(**own, outbox_pending=pending, health=health)
 
@@ -68,13 +93,62 @@ class StateView(BaseModel):
 
     tick_head: int
     entities: list[EntityView]
-    next_after: int | None = Field(description="pass as `after` for the next page; null when this page is the last")
+    next_after: int | None = Field(
+        description="pass as `after` for the next page; null when nothing is left (a page may hold fewer entities than "
+        "`limit`, even none, and still have a next one)"
+    )
 
-    @classmethod
-    def of(cls, page: Mapping[str, Any], limit: int) -> StateView:
-        entities = [EntityView(entity_id=row["entity_id"], components=parse_json(row["components"])) for row in page["entities"]]
-        next_after = entities[-1].entity_id if len(entities) == limit else None
-        return cls(tick_head=page["tick_head"], entities=entities, next_after=next_after)
+    @staticmethod
+    def body(page: StateRead) -> bytes:
+        """The JSON of this model for a ledger page, written around the components texts as they
+        are (canonical JSON of the component values already), not through a model per entity."""
+        entities = ",".join([f'{{"entity_id":{e},"components":{text}}}' for e, text in entity_texts(page["sections"])])
+        return f'{{"tick_head":{page["tick_head"]},"entities":[{entities}],"next_after":{_json_int(page["next_after"])}}}'.encode()
+
+
+class ComponentColumnView(BaseModel):
+    """One component type in a section, its identity once, and each entity's value in the
+    section's id order, as the stored chunks hold them (docs/storage.md): `columns` for a type of
+    plain `float` / `int` fields (field -> `{"f8" | "i8": base64 of the little-endian float64 /
+    int64 values}`), else `rows` (each entity's data)."""
+
+    name: str
+    fingerprint: str
+    columns: dict[str, dict[Literal["f8", "i8"], str]] | None = None
+    rows: list[dict[str, Any]] | None = None
+
+
+class StateSectionView(BaseModel):
+    """The entities of one signature (set of component types) in id order, a column per type."""
+
+    ids: list[int]
+    components: list[ComponentColumnView]
+
+
+class StateSectionsView(BaseModel):
+    """A page of a world's published state at `tick_head` (`layout=sections`): the same entities
+    as the `entities` layout, grouped by signature, each type named once per section."""
+
+    tick_head: int
+    sections: list[StateSectionView]
+    next_after: int | None = Field(description=StateView.model_fields["next_after"].description)
+
+    @staticmethod
+    def body(page: StateRead) -> bytes:
+        """The JSON of this model for a ledger page, written around its columns and data texts as they are."""
+        sections = ",".join([
+            '{"ids":[' + ",".join(map(str, section["ids"])) + '],"components":[' + ",".join([
+                f'{{"name":"{c["name"]}","fingerprint":"{c["fingerprint"]}",'
+                + (f'"columns":{canonical_text(c["columns"])}}}' if "columns" in c else f'"rows":[{",".join(c["rows"])}]}}')
+                for c in section["components"]
+            ]) + "]}"
+            for section in page["sections"]
+        ])  # fmt: skip
+        return f'{{"tick_head":{page["tick_head"]},"sections":[{sections}],"next_after":{_json_int(page["next_after"])}}}'.encode()
+
+
+def _json_int(value: int | None) -> str:
+    return "null" if value is None else str(value)
 
 
 class DestroyedWorld(BaseModel):
@@ -162,10 +236,32 @@ class CommandView(CommandSummary):
         try:
             payload = parse_json(row["payload"])
         except ValueError as exc:
-            return cls(**cls.summary_fields(row), payload=None, problem=f"{type(exc).__name__}: {exc}")
+            return cls(**cls.summary_fields(row), payload=None, problem=error_text(exc))
         if not isinstance(payload, dict):
             return cls(**cls.summary_fields(row), payload=None, problem="the stored payload is not a JSON object")
         return cls(**cls.summary_fields(row), payload=payload)
+
+
+class CommandOutcome(CommandSummary):
+    """Where a command stands: a ledger row without its payload (which its submitter holds)."""
+
+    @classmethod
+    def of(cls, row: Mapping[str, Any]) -> CommandOutcome:
+        return cls(**cls.summary_fields(row))
+
+
+class OutcomesRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    command_ids: list[Annotated[str, Field(pattern=COMMAND_ID_PATTERN.pattern)]] = Field(min_length=1, max_length=MAX_BATCH)
+
+
+class OutcomesPage(BaseModel):
+    """The outcomes of the command ids asked for, in admission order, and the ids of those asked
+    for that the caller has no command of (never admitted, another principal's, or pruned)."""
+
+    commands: list[CommandOutcome]
+    missing: list[str]
 
 
 class HistoryPage(BaseModel):

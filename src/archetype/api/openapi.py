@@ -38,6 +38,7 @@ from archetype.commands.errors import (
     RedriveConflictError,
     ReservationNotOwnedError,
     StaleWriterError,
+    StorageUnavailableError,
     UnknownComponentError,
     UnregisteredOperationError,
     UnsupportedComponentSchemaError,
@@ -55,6 +56,8 @@ Errors = tuple[type[CommandError], ...]
 FRONT_DOOR: Errors = (DuplicateHeaderError, RequestTimeoutError, PayloadTooLargeError, NonCanonicalCommandError,
                       InvalidRequestError)  # fmt: skip
 AUTHENTICATED: Errors = (UnauthenticatedError, PermissionDeniedError)
+# Any route reads or writes the authority's storage, which may be full or failing (retryable).
+STORAGE: Errors = (StorageUnavailableError,)
 # Component values that name a type the world has not recorded, or data that does not fit it.
 COMPONENTS: Errors = (UnknownComponentError, InvalidComponentDataError, UnsupportedComponentSchemaError)
 # A path parameter that decodes to more path segments lands on no route.
@@ -71,6 +74,8 @@ LEDGER: Errors = (*JSON_BODY, ShuttingDownError, UnregisteredOperationError, Not
 CREATE_WORLD: Errors = (*JSON_BODY, ShuttingDownError, InvalidCommandError, WorldExistsError, WorldClosingError)
 DESTROY_WORLD: Errors = (*WORLD_PATH, ShuttingDownError, WorldClosingError)
 READ_COMMAND: Errors = (*WORLD_PATH, CommandNotFoundError)
+READ_OUTCOMES: Errors = (*WORLD_PATH, *JSON_BODY)
+READ_STATE: Errors = (*WORLD_PATH, UnknownComponentError)
 READ_AUDIT: Errors = (*WORLD_PATH, AuditUnavailableError)
 # a redrive passes admission's component check: a dead letter of a type migrated since is refused
 REDRIVE: Errors = (*WORLD_PATH, *ADMITTING, CommandNotFoundError, NotDeadLetteredError, RedriveConflictError,
@@ -78,9 +83,9 @@ REDRIVE: Errors = (*WORLD_PATH, *ADMITTING, CommandNotFoundError, NotDeadLettere
 
 
 def error_responses(*groups: Errors, authenticated: bool = True) -> dict[int | str, dict[str, Any]]:
-    """`responses=` for a route answering the errors of `groups` (plus the front door's, and the
-    role gate's when `authenticated`)."""
-    classes = [*FRONT_DOOR, *(AUTHENTICATED if authenticated else ()), *(cls for group in groups for cls in group)]
+    """`responses=` for a route answering the errors of `groups` (plus the front door's, the role
+    gate's when `authenticated`, and the storage's)."""
+    classes = [*FRONT_DOOR, *(AUTHENTICATED if authenticated else ()), *(cls for group in groups for cls in group), *STORAGE]
     codes: dict[int, list[str]] = {}
     for cls in classes:
         if cls.code not in codes.setdefault(cls.http_status, []):

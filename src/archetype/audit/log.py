@@ -24,6 +24,7 @@ from archetype.audit.table import AuditTable
 from archetype.audit.writer import ProcessWriter, encode
 from archetype.commands.audit_history import AuditEvent, GetAuditHistory
 from archetype.commands.authority import Authority
+from archetype.commands.failure_streak import FailureStreak
 from archetype.commands.ledger_rows import Watermark
 
 log = logging.getLogger(__name__)
@@ -143,14 +144,16 @@ class AuditLog:
         A failed round is logged and retried next round; nothing is acknowledged for it.
         """
         maintained = time.monotonic()
+        failing = FailureStreak(log, "the audit projector")
         while not stop.is_set():
             try:
                 await self.project_once()
                 if maintain_every is not None and time.monotonic() - maintained >= maintain_every:
                     maintained = time.monotonic()
                     await self.maintain()
-            except Exception:  # the projector must outlive a bad round: the outbox keeps the events
-                log.exception("audit projection round failed; retrying in %.1fs", interval)
+                failing.succeeded("projects again")
+            except Exception as exc:  # the projector must outlive a bad round: the outbox keeps the events
+                failing.failed(exc, f"a projection round failed; retrying in {interval:.1f} s")
             try:
                 await asyncio.wait_for(stop.wait(), timeout=interval)
             except TimeoutError:

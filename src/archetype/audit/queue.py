@@ -29,6 +29,7 @@ from typing import Any
 import httpx
 
 from archetype.audit.table import AuditTable
+from archetype.commands.failure_streak import FailureStreak
 from archetype.commands.ledger import OUTBOX_FIELDS
 
 log = logging.getLogger(__name__)
@@ -141,12 +142,14 @@ class QueueProjector:
 
     async def run_forever(self, stop: asyncio.Event, interval: float = 1.0) -> None:
         """Consume until `stop` is set; rounds that drain nothing wait `interval` seconds."""
+        failing = FailureStreak(log, "the audit queue consumer")
         while not stop.is_set():
             appended = 0
             try:
                 appended = await self.consume_once()
-            except Exception:  # the queue keeps what was not acknowledged
-                log.exception("audit queue round failed; retrying in %.1fs", interval)
+                failing.succeeded("consumes again")
+            except Exception as exc:  # the queue keeps what was not acknowledged
+                failing.failed(exc, f"a round failed; retrying in {interval:.1f} s")
             if appended < self.max_events:
                 try:
                     await asyncio.wait_for(stop.wait(), timeout=interval)

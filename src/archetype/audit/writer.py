@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -29,6 +30,7 @@ import pyarrow as pa
 
 from archetype.audit.catalog import AUDIT_DIR, local_catalog
 from archetype.audit.table import AuditTable
+from archetype.world.error_text import error_text
 
 
 class AuditWriteError(RuntimeError):
@@ -104,6 +106,14 @@ class ProcessWriter:
 
 
 def serve(data_dir: str) -> None:
+    try:
+        _serve(data_dir)
+    except BrokenPipeError:  # the parent is gone (killed): nobody to answer; one line, not a traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # nor one at exit, flushing stdout (fd 1) again
+        print("the audit writer's parent (the projector) is gone; stopping", file=sys.stderr)
+
+
+def _serve(data_dir: str) -> None:
     requests, replies = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # stray prints must not corrupt the reply channel
     table = AuditTable(local_catalog(data_dir))
@@ -118,7 +128,7 @@ def serve(data_dir: str) -> None:
                 rows = pa.ipc.open_stream(source).read_all()
             reply: dict[str, int | str] = {"appended": table.append_in_order(request["world_id"], rows)}
         except Exception as exc:  # reported to the parent, which raises it; this process stays usable
-            reply = {"error": f"{type(exc).__name__}: {exc}"}
+            reply = {"error": error_text(exc)}
         finally:
             Path(request["path"]).unlink(missing_ok=True)
         replies.write(json.dumps(reply).encode() + b"\n")

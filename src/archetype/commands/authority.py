@@ -40,11 +40,13 @@ from archetype.commands.ledger_rows import (
     Redriven,
     RunnerRow,
     StatePage,
+    StateRead,
     StateWrite,
     Watermark,
     WorldComponents,
     WorldRow,
 )
+from archetype.world.tick_mode import DEFAULT_TICK_INTERVAL_MS, DEFAULT_TICK_MODE
 
 
 class Authority(ABC):
@@ -59,8 +61,11 @@ class Authority(ABC):
         return None
 
     # -- worlds --
-    async def create_world(self, world_id: str, name: str) -> WorldRow:
-        return await self.rpc("create_world", {"world_id": world_id, "name": name})
+    async def create_world(self, world_id: str, name: str, tick_mode: str = DEFAULT_TICK_MODE,
+                           tick_interval_ms: int = DEFAULT_TICK_INTERVAL_MS) -> WorldRow:  # fmt: skip
+        return await self.rpc("create_world", {
+            "world_id": world_id, "name": name, "tick_mode": tick_mode, "tick_interval_ms": tick_interval_ms,
+        })  # fmt: skip
 
     async def world_info(self, world_id: str) -> WorldRow:
         return await self.rpc("world_info", {"world_id": world_id})
@@ -101,6 +106,13 @@ class Authority(ABC):
     async def load_state(self, world_id: str, after_entity_id: int = 0, limit: int = 10_000) -> StatePage:
         return await self.rpc("load_state", {"world_id": world_id, "after_entity_id": after_entity_id, "limit": limit})
 
+    async def read_state(self, world_id: str, after_entity_id: int = 0, limit: int = 1_000,
+                         component_types: list[str] | None = None, entity_ids: list[int] | None = None) -> StateRead:  # fmt: skip
+        return await self.rpc("read_state", {
+            "world_id": world_id, "after_entity_id": after_entity_id, "limit": limit, "component_types": component_types,
+            "entity_ids": entity_ids,
+        })  # fmt: skip
+
     async def reserve_entity_ids(self, world_id: str, count: int) -> int:
         return await self.rpc("reserve_entity_ids", {"world_id": world_id, "count": count})
 
@@ -129,9 +141,10 @@ class Authority(ABC):
         })  # fmt: skip
 
     async def publish(self, world_id: str, owner: str, session: str, manifest: ManifestRow,
-                      writes: StateWrite) -> Published:  # fmt: skip
+                      writes: StateWrite, due_ms: int | None = None) -> Published:  # fmt: skip
         return await self.rpc("publish", {
             "world_id": world_id, "owner": owner, "session": session, "manifest": manifest, "writes": writes,
+            "due_ms": due_ms,
         })  # fmt: skip
 
     async def record_tick_failure(self, world_id: str, owner: str, session: str, writer_epoch: int, tick: int,
@@ -155,6 +168,9 @@ class Authority(ABC):
     # -- reads --
     async def command(self, world_id: str, command_id: str, scope: str = "") -> CommandRow | None:
         return await self.rpc("command", {"world_id": world_id, "command_id": command_id, "scope": scope})
+
+    async def commands_by_id(self, world_id: str, command_ids: list[str], scope: str = "") -> list[CommandRow]:
+        return await self.rpc("commands_by_id", {"world_id": world_id, "command_ids": command_ids, "scope": scope})
 
     async def history(self, world_id: str, status: str | None = None, after_sequence: int = 0, limit: int = 100,
                       scope: str | None = None) -> list[CommandRow]:  # fmt: skip

@@ -3,10 +3,13 @@ all carry the `code`, so a caller gets the same class back from either authority
 
 from __future__ import annotations
 
+from archetype.world.error_text import error_text
+
 
 class CommandError(Exception):
     code = "command_error"
     http_status = 400
+    retry_after_s: int | None = None  # a retryable refusal: how long to wait (HTTP `Retry-After`)
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -148,6 +151,42 @@ class AuditUnavailableError(CommandError):
     """The runtime has no audit projection to read (GetAuditHistory never falls back to the ledger)."""
 
     code, http_status = "audit_unavailable", 503
+
+
+class StorageUnavailableError(CommandError):
+    """The authority's storage could not write (full, or failing with an I/O error): the
+    transaction rolled back, nothing changed; the same call succeeds once there is room again."""
+
+    code, http_status = "storage_unavailable", 503
+    retry_after_s: int | None = 5
+
+
+# What SQLite (the catalog's sqlite3, a Durable Object's storage) answers when the disk is full or
+# fails, and the operating system's errors for the same: names, and the messages that carry them.
+STORAGE_ERROR_NAMES = ("SQLITE_FULL", "SQLITE_IOERR")
+STORAGE_ERROR_MESSAGES = ("database or disk is full", "disk i/o error", "no space left on device", "disk quota exceeded",
+                          *(name.lower() for name in STORAGE_ERROR_NAMES))  # fmt: skip
+STORAGE_ERRNOS = (5, 28, 122)  # EIO, ENOSPC, EDQUOT (Linux; the message check covers the others)
+
+
+def storage_unavailable(exc: BaseException) -> StorageUnavailableError | None:
+    """`exc` as a StorageUnavailableError when it says that storage is full or failing (None when
+    it says anything else). Every SqlPort passes what its storage raised through this one test."""
+    name = getattr(exc, "sqlite_errorname", None)
+    text = error_text(exc, 200)
+    if (
+        (isinstance(name, str) and name.startswith(STORAGE_ERROR_NAMES))
+        or getattr(exc, "errno", None) in STORAGE_ERRNOS
+        or any(message in text.lower() for message in STORAGE_ERROR_MESSAGES)
+    ):
+        return StorageUnavailableError(f"the storage cannot write ({text}); nothing was written, retry later")
+    return None
+
+
+def refuses_content(exc: BaseException) -> bool:
+    """Whether `exc` is an authority's refusal of what a call carries (`invalid_command` and its
+    kin, 422; `payload_too_large`, 413): the same call would be refused again, whenever it is made."""
+    return isinstance(exc, CommandError) and exc.http_status in (413, 422)
 
 
 def error_class(code: str) -> type[CommandError]:

@@ -9,10 +9,16 @@ acquires the writer outright, fencing every earlier writer.
 A world whose writer was fenced or whose leases were taken over is dropped, never patched up:
 the next use loads it afresh from the authority.
 
-A tick that fails otherwise (a hook or processor raised, the authority did not answer) is
-recorded in the ledger (the world is STALLED, with the error and the failed attempts, and holds
-no lease meanwhile), logged once with its traceback and then at most once per `log_every_s`,
-and retried with exponential backoff: `retry_due` tells a runner loop when (docs/guide/failures.md).
+Each loaded world's tick clock (archetype.commands.clock: its tick mode, interval and anchor, from
+its ledger row) is kept here and follows the world's publications, so a runner asks `clock_of` when
+its next step is due; a lockstep step records the due time its clock gives (`TickClock.due_at`).
+A world recorded without an interval (one created before tick modes) ticks at the host's.
+
+A tick that fails otherwise (a hook or processor raised, the authority did not answer or refused
+what the tick carries), and a load that fails (a component migration missing, the state could not
+be read), are recorded in the ledger (the world is STALLED, with the error and the failed
+attempts, and holds no lease meanwhile), logged once per stall (`FailureStreak`) and retried with
+exponential backoff: `retry_due` tells a runner loop when (docs/guide/failures.md).
 """
 
 from __future__ import annotations
@@ -22,26 +28,35 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from archetype.commands.authority import Authority
+from archetype.commands.clock import TickClock
 from archetype.commands.errors import (
     LeaseLostError,
     StaleWriterError,
     WorldClosingError,
+    WorldEdgeHostedError,
     WorldLeaseHeldError,
     WorldNotFoundError,
+    refuses_content,
 )
+from archetype.commands.failure_streak import FailureStreak
 from archetype.commands.ledger_rows import ComponentMigrationRow, EntityRewrite, PayloadRewrite, WorldRow
+from archetype.commands.port import Clock, SystemClock
 from archetype.commands.scheduler import AuthorityIdSource, CommandScheduler, LedgerPublisher
-from archetype.world.commit import ERROR_TEXT_LIMIT, CommittedTickReceipt
+from archetype.world.commit import CommittedTickReceipt
 from archetype.world.components import ComponentValue, loaded_components
+from archetype.world.error_text import error_text
 from archetype.world.evolution import ComponentMigrations, required_error
+from archetype.world.tick_mode import DEFAULT_TICK_INTERVAL_MS
 from archetype.world.world import AsyncWorld
 
 LOST_WRITER = (StaleWriterError, LeaseLostError, WorldClosingError)
+# A load refused for a reason that is not the world's failure: another host has it, or it is gone.
+NOT_OURS = (*LOST_WRITER, WorldLeaseHeldError, WorldNotFoundError, WorldEdgeHostedError)
 OPEN_STATUSES = ("PENDING", "LEASED", "RETRYABLE")
 PAGE = 1_000
 log = logging.getLogger("archetype.worlds")
@@ -60,22 +75,28 @@ class Backoff:
 
 @dataclass
 class _Stall:
-    attempts: int
+    log: FailureStreak
     retry_at: float
-    logged_at: float
+    unrecorded: str | None = None  # the last failure, when the ledger could not take it (a full disk)
 
 
 class WorldHost:
     def __init__(self, authority: Authority, scheduler: CommandScheduler, *, backoff: Backoff | None = None,
                  log_every_s: float = 30.0, clock: Callable[[], float] = time.monotonic,
-                 world_lease_ms: int | None = None) -> None:  # fmt: skip
+                 world_lease_ms: int | None = None, wall_clock: Clock | None = None,
+                 tick_interval_ms: int = DEFAULT_TICK_INTERVAL_MS) -> None:  # fmt: skip
+        """`wall_clock`: the ledger's clock, which tick clocks read (`clock` times the backoff);
+        `tick_interval_ms`: the pace of a world recorded without an interval of its own."""
         self.authority = authority
+        self.wall_clock = wall_clock or SystemClock()
+        self.tick_interval_ms = tick_interval_ms
         self.world_lease_ms = world_lease_ms
         self.scheduler = scheduler
         self.backoff = backoff or Backoff()
         self.log_every_s = log_every_s
         self._clock = clock
         self._worlds: dict[str, AsyncWorld] = {}
+        self._clocks: dict[str, TickClock] = {}  # world -> its tick clock, following its publications
         # world -> the writer epoch of the world lease this host holds: from its claim on, before the
         # load finishes, so the heartbeat keeps a world alive that is slow to load
         self._leases: dict[str, int] = {}
@@ -94,17 +115,35 @@ class WorldHost:
             return self._worlds[world_id]
 
     async def _load(self, world_id: str) -> AsyncWorld:
-        if self.world_lease_ms is None:
-            info = await self.authority.acquire_writer(world_id)
-        else:
-            info = await self.authority.claim_world(world_id, self.scheduler.owner, self.world_lease_ms)
-            self._leases[world_id] = info["writer_epoch"]
-            try:
-                return await self._loaded(world_id, info)
-            except BaseException:
-                self._leases.pop(world_id, None)  # not hosted after all: left to expire (resumed by a retry)
-                raise
-        return await self._loaded(world_id, info)
+        """The world, loaded for this host's writer. A load that fails otherwise than by another
+        host's hold on the world (its state names a component no class decodes, the authority
+        did not answer) is a failure of the world like a failed tick: recorded, logged and backed
+        off (`_failed`)."""
+        info: WorldRow | None = None
+        try:
+            if self.world_lease_ms is None:
+                info = await self.authority.acquire_writer(world_id)
+            else:
+                info = await self.authority.claim_world(world_id, self.scheduler.owner, self.world_lease_ms)
+                self._leases[world_id] = info["writer_epoch"]
+            return await self._loaded(world_id, info)
+        except BaseException as exc:
+            self._leases.pop(world_id, None)  # not hosted after all: left to expire (resumed by a retry)
+            if isinstance(exc, Exception) and not isinstance(exc, NOT_OURS):
+                tick = None if info is None else info["tick_head"] + 1
+                await self._failed(world_id, f"loading it for tick {tick} failed" if tick is not None else "loading it failed",
+                                   exc, None if info is None else self._recorder(world_id, info))  # fmt: skip
+            raise
+
+    def _recorder(self, world_id: str, info: WorldRow) -> Callable[[str], Awaitable[object]]:
+        """How a load of the world for `info`'s writer records its failure (and gives back what
+        this session holds)."""
+
+        async def record(error: str) -> None:
+            await self.authority.record_tick_failure(world_id, self.scheduler.owner, self.scheduler.session(world_id),
+                                                     info["writer_epoch"], info["tick_head"] + 1, error)  # fmt: skip
+
+        return record
 
     async def _loaded(self, world_id: str, info: WorldRow) -> AsyncWorld:
         """The world at its tick head, for the writer `info` names."""
@@ -129,6 +168,7 @@ class WorldHost:
         # A world idle since it was saved (or since its catalog predates component schemas)
         # publishes nothing: its types are recorded here, so clients can submit them at once.
         await self.scheduler.record_named(world_id, stored.values(), admitting=False)
+        clock = TickClock.of(info, self.tick_interval_ms)
         world = AsyncWorld(
             world_id,
             tick=info["tick_head"],
@@ -136,8 +176,11 @@ class WorldHost:
             writer_epoch=info["writer_epoch"],
             publisher=LedgerPublisher(self.authority, self.scheduler),
             id_source=AuthorityIdSource(self.authority, world_id),
+            tick_mode=clock.mode,
+            tick_interval_ms=clock.interval_ms,
         )
         world.materializer = self.scheduler.materialize
+        self._clocks[world_id] = clock
         for callback in self.on_load:
             callback(world)
         return world
@@ -196,56 +239,101 @@ class WorldHost:
     def drop(self, world_id: str) -> None:
         self._worlds.pop(world_id, None)
         self._leases.pop(world_id, None)
+        self._clocks.pop(world_id, None)
+
+    def loaded_world(self, world_id: str) -> AsyncWorld | None:
+        """The world if it is loaded here (None: not loaded, or dropped)."""
+        return self._worlds.get(world_id)
+
+    def clock_of(self, world_id: str) -> TickClock | None:
+        """The tick clock of a loaded world, as of its last publication (None: not loaded)."""
+        return self._clocks.get(world_id)
 
     async def step(self, world_id: str, tick: int | None = None) -> CommittedTickReceipt:
-        world = await self.get(world_id)
+        """Run the world's next tick: a realtime world's goes to `tick` when later (the ticks between
+        coalesced), a lockstep world's is always the next one, due when its clock says."""
+        world = await self.get(world_id)  # a load that fails is recorded there
+        stall = self._stalls.get(world_id)
+        if stall is not None and stall.unrecorded is not None:
+            # a stall the ledger could not take is recorded before the tick that may end it, so the
+            # history has it (world_stalled, then world_recovered) even when that tick succeeds
+            with contextlib.suppress(Exception):
+                await self._tick_recorder(world, refused=False)(stall.unrecorded)
+                stall.unrecorded = None
+        clock = self._clocks.get(world_id)  # None: dropped meanwhile (its publication is refused)
+        prepared = world.coordinator.prepared
+        due = None
+        if clock is not None and clock.lockstep:  # a prepared tick publishes as it is, with its own due time
+            due = prepared.due_ms if prepared is not None else clock.due_at(self.wall_clock.now_ms(), world.tick)
         try:
-            receipt = await world.step(tick)
+            receipt = await world.step(tick, due_ms=due)
         except LOST_WRITER:
             self.drop(world_id)
             raise
         except Exception as exc:
-            await self._failed(world, exc)
+            refused = world.coordinator.prepared is not None and refuses_content(exc)
+            await self._failed(world_id, f"tick {world.tick + 1} failed", exc, self._tick_recorder(world, refused))
             raise
+        if clock is not None and due is not None:
+            self._clocks[world_id] = clock.stepped(receipt.tick, due, self.wall_clock.now_ms())
         stall = self._stalls.pop(world_id, None)
         if stall is not None:
-            log.info("world %s recovered: tick %d published after %d failed attempts", world_id, receipt.tick, stall.attempts)
+            stall.log.succeeded(f"recovered: tick {receipt.tick} published")
         return receipt
+
+    def _tick_recorder(self, world: AsyncWorld, refused: bool) -> Callable[[str], Awaitable[object]]:
+        """How a failed step of `world` records its failure. A prepared tick keeps its leases (its
+        republication needs them), unless the authority `refused` its content (`invalid_command`,
+        `payload_too_large`): republishing the same bytes would be refused forever, so the world is
+        dropped, prepared tick and all, and its next use loads it afresh and runs the tick again."""
+
+        async def record(error: str) -> None:
+            async with world.lock:
+                try:
+                    await self.authority.record_tick_failure(
+                        world.world_id, self.scheduler.owner, self.scheduler.session(world.world_id), world.writer_epoch,
+                        world.tick + 1, error, release=world.coordinator.prepared is None or refused,
+                    )  # fmt: skip
+                finally:
+                    if refused and self._worlds.get(world.world_id) is world:
+                        self.drop(world.world_id)
+
+        return record
+
+    def failures(self, world_id: str) -> int:
+        """The failed attempts of the world's stall in this host (0: it is not stalled here)."""
+        stall = self._stalls.get(world_id)
+        return 0 if stall is None else stall.log.failures
 
     def retry_due(self, world_id: str) -> bool:
         """False while a failed world waits out its backoff."""
         stall = self._stalls.get(world_id)
         return stall is None or self._clock() >= stall.retry_at
 
-    async def _failed(self, world: AsyncWorld, exc: Exception) -> None:
-        """Back off, log (rate-limited) and record the failed tick in the ledger."""
-        now, tick = self._clock(), world.tick + 1
-        stall = self._stalls.setdefault(world.world_id, _Stall(attempts=0, retry_at=now, logged_at=now))
-        first = stall.attempts == 0
-        stall.attempts += 1
-        delay = self.backoff.delay(stall.attempts)
+    async def _failed(self, world_id: str, what: str, exc: Exception,
+                      record: Callable[[str], Awaitable[object]] | None) -> None:  # fmt: skip
+        """Back off, log (the first failure of a stall with its traceback, then at most one line
+        every `log_every_s`) and record the failure in the ledger with `record` (None: the world
+        has no writer here to record it). `what` says what failed, for the log."""
+        now = self._clock()
+        stall = self._stalls.get(world_id)
+        if stall is None:
+            stall = self._stalls[world_id] = _Stall(FailureStreak(log, f"world {world_id}", self.log_every_s, self._clock), now)
+        delay = self.backoff.delay(stall.log.failures + 1)
         stall.retry_at = now + delay
-        error = f"{type(exc).__name__}: {exc}"[:ERROR_TEXT_LIMIT]
-        loud = first or now - stall.logged_at >= self.log_every_s
-        if first:
-            log.error("world %s: tick %d failed; retrying in %.1f s (and logging at most every %.0f s)",
-                      world.world_id, tick, delay, self.log_every_s, exc_info=exc)  # fmt: skip
-        elif loud:
-            stall.logged_at = now
-            log.warning("world %s: tick %d still failing after %d attempts (%s); retrying in %.1f s",
-                        world.world_id, tick, stall.attempts, error, delay)  # fmt: skip
+        stall.log.failed(exc, f"{what}; retrying in {delay:.1f} s")
+        error = error_text(exc)
+        if record is None:
+            return
         try:
-            async with world.lock:  # a prepared tick keeps its leases: republishing it needs them
-                await self.authority.record_tick_failure(
-                    world.world_id, self.scheduler.owner, self.scheduler.session(world.world_id), world.writer_epoch,
-                    tick, error, release=world.coordinator.prepared is None,
-                )  # fmt: skip
+            await record(error)
+            stall.unrecorded = None
         except LOST_WRITER:
-            self.drop(world.world_id)
+            self.drop(world_id)
         except Exception as report:
-            if loud:
-                log.warning("world %s: could not record the failed tick: %s: %s", world.world_id,
-                            type(report).__name__, report)  # fmt: skip
+            if stall.unrecorded is None:  # once per streak of unrecorded failures
+                log.warning("world %s: could not record the failure: %s", world_id, error_text(report))
+            stall.unrecorded = error
 
     async def renew(self) -> list[str]:
         """The heartbeat of a host with world leases: renew every world lease it holds (concurrently,
@@ -299,7 +387,7 @@ class WorldHost:
                         with contextlib.suppress(WorldLeaseHeldError, WorldClosingError, WorldNotFoundError):
                             await self.authority.claim_world(world_id, to, self.world_lease_ms)  # unless taken meanwhile
         except Exception as exc:  # fenced or gone: its leases are another writer's now, or expire
-            log.warning("world %s: leases not released: %s: %s", world_id, type(exc).__name__, exc)
+            log.warning("world %s: leases not released: %s", world_id, error_text(exc))
         finally:
             if self._worlds.get(world_id) is world:
                 self.drop(world_id)

@@ -89,3 +89,18 @@ def translate(world_id: str, request: SubmitCommandRequest, *, idempotency_key: 
     op = model(world_id=world_id, **{name: getattr(request, name) for name in fields})
     options = DurableOptions(tick=request.tick, priority=request.priority, max_attempts=request.max_attempts)
     return DeferredItem(op=op, options=options, command_id=idempotency_key or request.command_id)
+
+
+Mutation = Spawn | Despawn | Update | AddComponents | RemoveComponents
+
+
+def request_of(op: Mutation, options: DurableOptions, *, command_id: str | None = None) -> SubmitCommandRequest:
+    """The request that `translate`s back into `op` with `options`: what a client submits for a
+    family model. (SpawnReserved has none: a spawn submitted alone reserves its entity itself.)"""
+    for type_name, (model, fields) in MUTATIONS.items():
+        if type(op) is model:
+            return SubmitCommandRequest(type=type_name, tick=options.tick, priority=options.priority,
+                                        max_attempts=options.max_attempts, command_id=command_id,
+                                        **{name: getattr(op, name) for name in fields})  # fmt: skip
+    named = ", ".join(model.__name__ for model, _ in MUTATIONS.values())
+    raise TypeError(f"{type(op).__name__} is not one of the five durable mutations ({named})")

@@ -26,7 +26,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
-from archetype.canonical import canonical_json
+from archetype.canonical import MAX_SAFE_INTEGER, canonical_json
 from archetype.commands import ledger_sql as q
 from archetype.commands import migrations
 from archetype.commands.errors import (
@@ -72,14 +72,16 @@ from archetype.commands.ledger_rows import (
     Redriven,
     RunnerRow,
     StatePage,
+    StateRead,
     StateWrite,
     Watermark,
     WorldComponents,
     WorldRow,
 )
 from archetype.commands.port import Clock, SqlPort
+from archetype.commands.state_pages import entity_texts_of, read_page, sections
 from archetype.world import columnar
-from archetype.world.commit import ERROR_TEXT_LIMIT, OUTCOMES, chunk_entries
+from archetype.world.commit import OUTCOMES, chunk_entries
 from archetype.world.component_schema import (
     SchemaMismatchError,
     UnsupportedSchemaError,
@@ -88,6 +90,9 @@ from archetype.world.component_schema import (
     occurrences,
     render,
 )
+from archetype.world.error_text import ERROR_TEXT_LIMIT
+from archetype.world.limits import STATE_CHUNK_LIMIT
+from archetype.world.tick_mode import DEFAULT_TICK_INTERVAL_MS, DEFAULT_TICK_MODE, check_tick_mode
 
 COMMAND_FIELDS = tuple(name.strip() for name in q.COMMAND_COLUMNS.split(","))
 WORLD_FIELDS = tuple(name.strip() for name in q.WORLD_COLUMNS.split(","))
@@ -106,12 +111,21 @@ MIGRATION_FIELDS = tuple(name.strip() for name in q.MIGRATION_COLUMNS.split(",")
 # fingerprint -> its schema's compiled check: content-addressed (the fingerprint is the schema's
 # digest), so one compilation serves every world and can never go stale.
 _VALIDATORS: dict[str, Callable[[Any, Any], None]] = {}
-# A state chunk is one row: within the Durable Object's 2 MB row limit with room for its key.
-STATE_CHUNK_LIMIT = 2_000_000 - 4_096
 # `{"first":<first entity id>,` opens a columnar chunk, `[[<first entity id>,` one of per-entity
 # entries (docs/storage.md); the ledger reads no more of it at publish.
 _CHUNK_HEAD = re.compile(r'(?:\{"first":|\[\[)([1-9][0-9]{0,15}),')
 WORLD_EVENTS = ("world_stalled", "world_recovered")
+# A filtered state read (`read_state`): the most entities of a page, entity ids and component
+# types it may name (all of them fit in a URL's query), and the snapshot chunks (about a megabyte
+# each) one page reads at most.
+STATE_READ_LIMIT = 10_000
+STATE_READ_IDS = 1_000
+STATE_READ_TYPES = 32
+STATE_READ_CHUNKS = 8
+# The most command ids one `commands_by_id` names.
+COMMANDS_BY_ID_LIMIT = 1_000
+COMPONENT_SPEC_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,127}(?::[0-9a-f]{64})?$"  # a type's <name>[:<fingerprint>]
+_COMPONENT_SPEC = re.compile(COMPONENT_SPEC_PATTERN)
 # Retention defaults (docs/ledger.md, "Retention"): what `archetype serve` and `catalog prune` use.
 DEFAULT_KEEP_TICKS = 1_000
 DEFAULT_IDEMPOTENCY_WINDOW_MS = 86_400_000  # 24 hours
@@ -121,9 +135,10 @@ PRUNE_LIMIT = 1_000
 # exactly these, and `Authority` (authority.py) has one typed method for each.
 LEDGER_METHODS = (
     "create_world", "world_info", "list_worlds", "acquire_writer", "claim_world", "renew_world", "release_world",
-    "register_runner", "leave_runner", "live_runners", "hosted_worlds", "pending_worlds", "load_state", "reserve_entity_ids",
+    "register_runner", "leave_runner", "live_runners", "hosted_worlds", "pending_worlds", "load_state", "read_state",
+    "reserve_entity_ids",
     "reserve_spawn", "admit", "lease", "guard", "publish", "record_tick_failure", "release", "redrive", "destroy",
-    "command", "history",
+    "command", "commands_by_id", "history",
     "manifests", "read_outbox", "read_outbox_columns", "acknowledge_outbox", "watermark", "next_due_tick", "prune",
     "record_components", "components", "migrate_components",
 )  # fmt: skip
@@ -261,16 +276,25 @@ class Ledger:
         return cast(CommandRow, _row(COMMAND_FIELDS, rows[0])) if rows else None
 
     # -- worlds --
-    def create_world(self, world_id: str, name: str) -> WorldRow:
+    def create_world(self, world_id: str, name: str, tick_mode: str = DEFAULT_TICK_MODE,
+                     tick_interval_ms: int = DEFAULT_TICK_INTERVAL_MS) -> WorldRow:  # fmt: skip
+        """Create a world, stepped by `tick_mode` every `tick_interval_ms` (docs/ledger.md, "Tick
+        modes"); the same creation again answers the world as it is."""
+        try:
+            check_tick_mode(tick_mode, tick_interval_ms)
+        except ValueError as exc:
+            raise InvalidCommandError(str(exc)) from None
+
         def run() -> WorldRow:
             rows = self._port.execute(q.GET_WORLD, (world_id,))
             if rows:
                 existing = cast(WorldRow, _row(WORLD_FIELDS, rows[0]))
-                if existing["name"] == name and existing["status"] == "ACTIVE":
+                same = (existing["name"], existing["tick_mode"], existing["tick_interval_ms"]) == (name, tick_mode, tick_interval_ms)
+                if same and existing["status"] == "ACTIVE":
                     return existing  # an identical retry of the creation
                 raise WorldExistsError(f"world {world_id!r} already exists")
             now = self._clock.now_ms()
-            self._port.execute(q.INSERT_WORLD, (world_id, name, now, now, now))
+            self._port.execute(q.INSERT_WORLD, (world_id, name, now, now, now, tick_mode, tick_interval_ms))
             return self._world(world_id)
 
         return self._port.transaction(run)
@@ -434,46 +458,64 @@ class Ledger:
 
         def run() -> StatePage:
             world = self._world(world_id)
+            page, _ = read_page(self._port, world_id, after_entity_id, limit)
             return {
                 "tick_head": world["tick_head"],
                 "writer_epoch": world["writer_epoch"],
-                "entities": [{"entity_id": e, "components": t} for e, t in self._state_page(world_id, after_entity_id, limit)],
+                "entities": [{"entity_id": e, "components": text} for e, text in entity_texts_of(page)],
             }
 
         return self._port.transaction(run)
 
-    def _state_page(self, world_id: str, after_entity_id: int, limit: int) -> list[tuple[int, str]]:
-        """The `limit` lowest (entity id, components text) of the published state above
-        `after_entity_id` (inside the caller's transaction; `load_state` describes it)."""
-        # the deltas since the snapshot, later ticks winning; a partial section's entry replaces
-        # some components of what is below it (columnar.overlay)
-        overlay: dict[int, str | columnar.Partial | None] = {}
-        for (body,) in self._port.execute(q.LIST_STATE_DELTAS, (world_id,)):
-            for entity_id, text in columnar.decode(body):
-                if entity_id > after_entity_id:
-                    overlay[entity_id] = columnar.overlay(overlay.get(entity_id), text)
-        page: list[tuple[int, str]] = []
-        floor = self._port.execute(q.STATE_CHUNK_FLOOR, (world_id, after_entity_id))[0][0]
-        cursor, horizon = (-1 if floor is None else floor - 1), None
-        while len(page) < limit:
-            rows = self._port.execute(q.NEXT_STATE_CHUNK, (world_id, cursor))
-            if not rows:
-                horizon = None  # the snapshot is read to its end: every overlaid entity counts
-                break
-            cursor, body = rows[0]
-            entries = columnar.decode(body)
-            for entity_id, text in entries:
-                if entity_id > after_entity_id:
-                    above = overlay.pop(entity_id, text)
-                    merged = columnar.overlay(text, above) if isinstance(above, columnar.Partial) else above
-                    if isinstance(merged, str):
-                        page.append((entity_id, merged))
-            horizon = entries[-1][0]
-        # an overlaid entity beyond the last snapshot entity read may not be among the lowest ids;
-        # a partial entry left has no snapshot entity under it (none published: nothing to answer)
-        page += [(e, t) for e, t in overlay.items() if isinstance(t, str) and (horizon is None or e <= horizon)]
-        page.sort()
-        return page[:limit]
+    def read_state(self, world_id: str, after_entity_id: int = 0, limit: int = 1_000,
+                   component_types: list[str] | None = None, entity_ids: list[int] | None = None) -> StateRead:  # fmt: skip
+        """A page of the published state for a reader (docs/storage.md, "Reading state"): the
+        entities above `after_entity_id`, in id order, as `load_state` answers them (but in
+        sections by signature, each component type's data a column: `state_pages.sections`), kept to those
+        that have a component of every type of `component_types` (each a recorded type's
+        `<name>:<fingerprint>`, or the `<name>` of the one current type so named), with only
+        those components, and to `entity_ids`; at most `limit` of them, and at most
+        STATE_READ_CHUNKS snapshot chunks read. Continue after `next_after` until it is None."""
+        if not (type(after_entity_id) is int and type(limit) is int and 0 <= after_entity_id <= MAX_SAFE_INTEGER
+                and 1 <= limit <= STATE_READ_LIMIT):  # fmt: skip
+            raise InvalidCommandError(f"read_state takes after_entity_id 0..2**53-1 and limit 1..{STATE_READ_LIMIT}")
+        if component_types is not None and not (
+            0 < len(component_types) <= STATE_READ_TYPES and all(type(t) is str and _COMPONENT_SPEC.fullmatch(t) for t in component_types)
+        ):  # fmt: skip
+            raise InvalidCommandError(f"component_types are 1..{STATE_READ_TYPES} of <name> or <name>:<64 hex fingerprint>")
+        if entity_ids is not None and not (
+            0 < len(entity_ids) <= STATE_READ_IDS and all(type(e) is int and 1 <= e <= MAX_SAFE_INTEGER for e in entity_ids)
+        ):  # fmt: skip
+            raise InvalidCommandError(f"entity_ids are 1..{STATE_READ_IDS} entity ids (1..2**53-1)")
+
+        def run() -> StateRead:
+            world = self._world(world_id)
+            keys = None if component_types is None else self._component_keys(world_id, component_types)
+            page, next_after = read_page(self._port, world_id, after_entity_id, limit, keys=keys,
+                                         entity_ids=entity_ids, max_chunks=STATE_READ_CHUNKS)  # fmt: skip
+            return {"tick_head": world["tick_head"], "sections": sections(page), "next_after": next_after}
+
+        return self._port.transaction(run)
+
+    def _component_keys(self, world_id: str, specs: list[str]) -> frozenset[str]:
+        """The component keys `specs` name among the world's recorded types (`read_state`)."""
+        recorded = self._port.execute(q.LIST_COMPONENTS, (world_id,))
+        keys = {f"{r[0]}:{r[1]}" for r in recorded}
+        found = set()
+        for spec in specs:
+            if ":" in spec:
+                if spec not in keys:
+                    raise UnknownComponentError(
+                        f"world {world_id!r} has recorded no component {spec} (GET /worlds/{{id}}/components lists them)"
+                    )
+                found.add(spec)
+                continue
+            current = [f"{r[0]}:{r[1]}" for r in recorded if r[0] == spec and r[4] is None]
+            if len(current) != 1:
+                which = "no current component type" if not current else f"{len(current)} current component types"
+                raise UnknownComponentError(f"world {world_id!r} has {which} named {spec!r}: name one as <name>:<fingerprint>")
+            found.add(current[0])
+        return frozenset(found)
 
     def _entities_naming(self, world_id: str, fingerprint: str) -> list[int]:
         """The published entities whose components text names `fingerprint`, in id order: the
@@ -851,15 +893,19 @@ class Ledger:
 
     # -- publication --
     def publish(self, world_id: str, owner: str, session: str, manifest: ManifestRow,
-                writes: StateWrite) -> Published:  # fmt: skip
+                writes: StateWrite, due_ms: int | None = None) -> Published:  # fmt: skip
         """Publish one tick: manifest, state write (a snapshot replacing the world's state, or a
         delta overlaying it: one row per chunk), every settlement of the tick with its outbox
         event (in the manifest's order), the release of what the session still holds, and the
-        tick head.
+        tick head. A lockstep world publishes every tick (the tick after the head, nothing
+        skipped), and its clock anchor moves to it: `due_ms` when it was due (the host's
+        `TickClock.due_at`; None: now) and how late it published (docs/ledger.md, "Tick modes").
 
         A manifest whose commit token is already stored was published before (its answer was
         lost): it is recognised and not replayed.
         """
+        if due_ms is not None and abs(due_ms) > MAX_SAFE_INTEGER:
+            raise InvalidCommandError(f"due_ms {due_ms} is outside +/-(2**53-1)")
 
         def run() -> Published:
             token, tick = manifest["commit_token"], manifest["tick"]
@@ -868,6 +914,10 @@ class Ledger:
             world = self._writer(world_id, manifest["writer_epoch"])
             if tick <= world["tick_head"]:  # a later tick than head + 1 coalesces the empty ticks between
                 raise StaleWriterError(f"tick {tick} does not follow the published tick head {world['tick_head']}")
+            if world["tick_mode"] == "lockstep" and tick != world["tick_head"] + 1:
+                raise InvalidCommandError(
+                    f"world {world_id!r} is lockstep: every tick runs, so tick {tick} cannot follow tick {world['tick_head']}"
+                )
             settlements = manifest["settlements"]
             self._check_settlements(world_id, owner, session, settlements)
             if not columnar.valid_runs(manifest["written_runs"]):
@@ -885,6 +935,9 @@ class Ledger:
             self._port.execute(q.RELEASE_SESSION, (now, world_id, owner, session))
             self._port.execute(q.SET_GUARD, (None, None, world_id))
             self._port.execute(q.SET_TICK_HEAD, (tick, now, world_id))
+            if world["tick_mode"] == "lockstep":
+                due = now if due_ms is None else min(due_ms, now)  # never due after it published (clock skew)
+                self._port.execute(q.SET_LOCKSTEP_CLOCK, (tick, due, max(0, now - due), world_id))
             if world["health"] == "STALLED":
                 self._port.execute(q.CLEAR_HEALTH, (world_id,))
                 self._world_event(world_id, "world_recovered", tick, world["failed_attempts"], world["health_error"],
@@ -1081,6 +1134,21 @@ class Ledger:
             self._world(world_id)
             rows = self._port.execute(q.GET_COMMAND, (world_id, scope, command_id))
             return cast(CommandRow, _row(COMMAND_FIELDS, rows[0])) if rows else None
+
+        return self._port.transaction(run)
+
+    def commands_by_id(self, world_id: str, command_ids: list[str], scope: str = "") -> list[CommandRow]:
+        """The commands of `scope` among `command_ids` (1..COMMANDS_BY_ID_LIMIT ids), in sequence
+        order: `command` for many ids in one read; an id the scope has not admitted is left out."""
+        if not 0 < len(command_ids) <= COMMANDS_BY_ID_LIMIT or not all(
+            isinstance(c, str) and COMMAND_ID_PATTERN.fullmatch(c) for c in command_ids
+        ):  # fmt: skip
+            raise InvalidCommandError(f"commands_by_id takes 1..{COMMANDS_BY_ID_LIMIT} command ids")
+
+        def run() -> list[CommandRow]:
+            self._world(world_id)
+            rows = self._port.execute(q.GET_COMMANDS, (json.dumps(sorted(set(command_ids))), world_id, scope))
+            return [cast(CommandRow, _row(COMMAND_FIELDS, r)) for r in rows]
 
         return self._port.transaction(run)
 

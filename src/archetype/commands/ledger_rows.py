@@ -38,8 +38,11 @@ class WorldRow(TypedDict):
     host_expires_at: int | None  # ms since the epoch; at or before now: expired (or released)
     created_at: int
     updated_at: int
-    clock_tick: int  # the world's tick clock read clock_tick at clock_ms (archetype.commands.clock)
-    clock_ms: int
+    clock_tick: int  # the world's tick clock anchor (archetype.commands.clock): realtime, its clock read
+    clock_ms: int  # clock_tick at clock_ms; lockstep, its tick head was due at clock_ms
+    tick_mode: str  # lockstep | realtime (docs/ledger.md, "Tick modes")
+    tick_interval_ms: int | None  # None: its host's interval (a world created before tick modes)
+    tick_lag_ms: int  # lockstep: how late its head tick published after it was due; realtime: 0
 
 
 class PendingWorld(TypedDict):
@@ -49,8 +52,11 @@ class PendingWorld(TypedDict):
     status: str
     tick_head: int
     next_tick: int  # the earliest scheduled tick of its open commands
-    clock_tick: int  # its tick clock's anchor (archetype.commands.clock)
+    clock_tick: int  # its tick clock (archetype.commands.clock)
     clock_ms: int
+    tick_mode: str
+    tick_interval_ms: int | None
+    tick_lag_ms: int
     host_owner: str | None  # its world lease (docs/ledger.md, "World leases")
     host_expires_at: int | None
 
@@ -134,6 +140,34 @@ class StatePage(TypedDict):
     tick_head: int
     writer_epoch: int
     entities: list[EntityRow]
+
+
+class StateColumn(TypedDict):
+    """One component type's values in a section, as a chunk holds them (docs/storage.md):
+    `columns` (field -> {"f8" | "i8": base64 of the little-endian values}) for a numeric type, else
+    `rows` (the canonical JSON text of each entity's data)."""
+
+    name: str
+    fingerprint: str
+    columns: NotRequired[dict[str, dict[str, str]]]
+    rows: NotRequired[list[str]]
+
+
+class StateSection(TypedDict):
+    """Entities of one signature (set of component types), ascending, and a column per type."""
+
+    ids: list[int]
+    components: list[StateColumn]
+
+
+class StateRead(TypedDict):
+    """A page of a filtered state read (`read_state`), its entities in sections by signature;
+    `next_after` is the entity id to continue after, None when nothing is left (a page may hold
+    fewer entities than asked, even none, and still have a next one)."""
+
+    tick_head: int
+    sections: list[StateSection]
+    next_after: int | None
 
 
 @with_config(WIRE)

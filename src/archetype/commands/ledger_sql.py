@@ -16,7 +16,8 @@ OPEN_STATUSES = "('PENDING', 'LEASED', 'RETRYABLE')"
 WORLD_COLUMNS = (
     "world_id, name, status, tick_head, next_entity_id, writer_epoch, next_sequence, "
     "next_event_seq, projected_seq, guard_sequence, guard_session, health, failed_attempts, health_error, "
-    "stalled_since, host_owner, host_expires_at, created_at, updated_at, clock_tick, clock_ms"
+    "stalled_since, host_owner, host_expires_at, created_at, updated_at, clock_tick, clock_ms, tick_mode, "
+    "tick_interval_ms, tick_lag_ms"
 )
 # A world's next command and event sequence numbers are read off the keys they number (docs/ledger.md,
 # "Sequence numbers"): the last command's sequence and the last event's in the outbox, one index
@@ -35,13 +36,13 @@ LIST_WORLDS = f"SELECT {WORLD_VALUE_COLUMNS} FROM worlds AS w ORDER BY w.world_i
 # The catalog's worlds that have an open command (with the earliest scheduled tick among them): a
 # runner's due-time index. It reads the open-commands index only, so idle worlds cost nothing.
 PENDING_WORLDS = f"""SELECT c.world_id, w.status, w.tick_head, min(c.scheduled_tick), w.clock_tick, w.clock_ms,
-        w.host_owner, w.host_expires_at
+        w.tick_mode, w.tick_interval_ms, w.tick_lag_ms, w.host_owner, w.host_expires_at
     FROM commands AS c
     JOIN worlds AS w ON w.world_id = c.world_id
     WHERE c.status IN {OPEN_STATUSES} GROUP BY c.world_id"""
 # A world's clock starts when it is created: tick -1 then (the column's default), tick 0 one interval later.
-INSERT_WORLD = """INSERT INTO worlds (world_id, name, status, created_at, updated_at, clock_ms)
-    VALUES (?, ?, 'ACTIVE', ?, ?, ?)"""
+INSERT_WORLD = """INSERT INTO worlds (world_id, name, status, created_at, updated_at, clock_ms, tick_mode, tick_interval_ms)
+    VALUES (?, ?, 'ACTIVE', ?, ?, ?, ?, ?)"""
 SET_WORLD_STATUS = "UPDATE worlds SET status = ?, updated_at = ? WHERE world_id = ?"
 # A forced writer: it holds no world lease, and any runner's claim fences it in turn.
 BUMP_WRITER_EPOCH = """UPDATE worlds SET writer_epoch = writer_epoch + 1, host_owner = NULL, host_expires_at = NULL,
@@ -75,6 +76,8 @@ TAKE_ENTITY_IDS = "UPDATE worlds SET next_entity_id = next_entity_id + ?, update
 # Before commands are deleted: the next sequence stays above every sequence ever handed out.
 RAISE_SEQUENCE_FLOOR = "UPDATE worlds SET next_sequence = ?1 WHERE world_id = ?2 AND next_sequence < ?1"
 SET_TICK_HEAD = "UPDATE worlds SET tick_head = ?, updated_at = ? WHERE world_id = ?"
+# A lockstep world's clock anchor follows its head: the tick, when it was due, how late it published.
+SET_LOCKSTEP_CLOCK = "UPDATE worlds SET clock_tick = ?, clock_ms = ?, tick_lag_ms = ? WHERE world_id = ?"
 SET_PROJECTED_SEQ = "UPDATE worlds SET projected_seq = ? WHERE world_id = ? AND projected_seq < ?"
 SET_GUARD = "UPDATE worlds SET guard_sequence = ?, guard_session = ? WHERE world_id = ?"
 # A tick failed before it was prepared: one more failed attempt; the first one stalls the world.
@@ -105,6 +108,9 @@ INSERT_COMMANDS = f"""INSERT INTO commands (world_id, scope, sequence, {", ".joi
         {", ".join(f"json_extract(j.value, '$[{i}]')" for i in range(len(INSERTED_COMMAND_FIELDS)))}, 'PENDING', ?4, ?4
     FROM json_each(?5) AS j"""
 GET_COMMAND = f"SELECT {COMMAND_COLUMNS} FROM commands WHERE world_id = ? AND scope = ? AND command_id = ?"
+# Some commands of one scope by id (a JSON array of distinct ids), in sequence order.
+GET_COMMANDS = f"""SELECT {COMMAND_COLUMNS} FROM json_each(?) AS j
+    JOIN commands AS c ON c.world_id = ? AND c.scope = ? AND c.command_id = j.value ORDER BY c.sequence"""
 GET_COMMAND_BY_SEQUENCE = f"SELECT {COMMAND_COLUMNS} FROM commands WHERE world_id = ? AND sequence = ?"
 DUE_COMMANDS = f"""SELECT {COMMAND_COLUMNS}, lease_session FROM commands
     WHERE world_id = ? AND status IN {OPEN_STATUSES} AND scheduled_tick <= ?
@@ -181,8 +187,15 @@ INSERT_STATE_DELTA = "INSERT INTO state_deltas (world_id, tick, part, body) VALU
 # A snapshot replaces both: a world's chunks are few (each up to a megabyte of state).
 CLEAR_STATE_CHUNKS = "DELETE FROM state_chunks WHERE world_id = ?"
 CLEAR_STATE_DELTAS = "DELETE FROM state_deltas WHERE world_id = ?"
-# The chunk an entity id falls in starts at the greatest first id at or below it.
-STATE_CHUNK_FLOOR = "SELECT max(first_entity_id) FROM state_chunks WHERE world_id = ? AND first_entity_id <= ?"
+# A read of some entities (archetype.commands.state_pages): the snapshot's chunk boundaries (chunk
+# i holds the ids from its first up to the next chunk's), a chunk by its first id, each delta's
+# opening (which names the id range it covers), and some deltas by (tick, part) in one statement.
+STATE_CHUNK_FIRSTS = "SELECT first_entity_id FROM state_chunks WHERE world_id = ? ORDER BY first_entity_id"
+GET_STATE_CHUNK = "SELECT body FROM state_chunks WHERE world_id = ? AND first_entity_id = ?"
+STATE_DELTA_HEADS = "SELECT tick, part, substr(body, 1, 64) FROM state_deltas WHERE world_id = ? ORDER BY tick, part"
+GET_STATE_DELTAS = """SELECT d.body FROM json_each(?) AS j
+    JOIN state_deltas AS d ON d.world_id = ? AND d.tick = json_extract(j.value, '$[0]') AND d.part = json_extract(j.value, '$[1]')
+    ORDER BY d.tick, d.part"""
 NEXT_STATE_CHUNK = """SELECT first_entity_id, body FROM state_chunks WHERE world_id = ? AND first_entity_id > ?
     ORDER BY first_entity_id LIMIT 1"""
 LIST_STATE_DELTAS = "SELECT body FROM state_deltas WHERE world_id = ? ORDER BY tick, part"

@@ -319,8 +319,23 @@ V11_DURABLE_FACTS = Migration(11, "a dead letter records its redrive; a migrated
         WHERE commands.world_id = r.world_id AND commands.sequence = r.redriven_from""",
 ))  # fmt: skip
 
+# Version 12: tick modes (docs/ledger.md, "Tick modes"): how each world's ticks follow time, recorded at
+# its creation. A world created before keeps exactly what it did: realtime (the wall clock, empty
+# ticks coalesced), at its host's interval (NULL: `serve --tick-rate`, the Worker's TICK_INTERVAL_MS),
+# its clock anchor as version 7 set it. `tick_lag_ms`: how late a lockstep world's head tick published
+# after it was due (its clock anchor's third part; 0 for a realtime world).
+V12_TICK_MODES = Migration(12, "tick modes: lockstep or realtime, and the interval, per world", (
+    # no CHECK: adding a column with one makes SQLite verify the rows with a query whose columns the
+    # stand-in's engine reports and the real one does not; create_world checks the mode (and nothing
+    # else writes it)
+    "ALTER TABLE worlds ADD COLUMN tick_mode TEXT NOT NULL DEFAULT 'realtime'",
+    "ALTER TABLE worlds ADD COLUMN tick_interval_ms INTEGER",
+    "ALTER TABLE worlds ADD COLUMN tick_lag_ms INTEGER NOT NULL DEFAULT 0",
+))  # fmt: skip
+
 MIGRATIONS = (V1_SCHEMA, V2_EXACTLY_ONCE, V3_STATE_CHUNKS, V4_HEALTH_AND_REDRIVE, V5_RETENTION, V6_COMPONENT_SCHEMAS,
-              V7_TICK_CLOCK, V8_WORLD_LEASES, V9_DERIVED_SEQUENCES, V10_RUNNER_REGISTRY, V11_DURABLE_FACTS)  # fmt: skip
+              V7_TICK_CLOCK, V8_WORLD_LEASES, V9_DERIVED_SEQUENCES, V10_RUNNER_REGISTRY, V11_DURABLE_FACTS,
+              V12_TICK_MODES)  # fmt: skip
 SCHEMA_VERSION = MIGRATIONS[-1].version
 
 HAS_META = "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'"

@@ -39,6 +39,7 @@ from archetype.world.components import (
     loaded_class,
     non_canonical_refusal,
 )
+from archetype.world.error_text import error_text, type_name
 from archetype.world.operations import PORTABLE_MUTATIONS
 
 SUMMARY_LIMIT = 200
@@ -236,7 +237,7 @@ class OperationSpec:
         try:
             data = op.model_dump(mode="python")
         except (ValueError, TypeError, RecursionError) as exc:
-            reason = f"the operation has no JSON form ({type(exc).__name__})"
+            reason = f"the operation has no JSON form ({type_name(exc)})"
             raise NonCanonicalCommandError(f"$: {reason}", reason=reason) from None
         if not isinstance(data, dict) or data.get("operation") != self.name:
             found = data.get("operation") if isinstance(data, dict) else None
@@ -268,7 +269,7 @@ class OperationSpec:
                 at = where + "".join(path_step(step) for step in first["loc"])
                 raise InvalidComponentDataError(f"{at}: does not validate as {name}: {_errors(exc)}") from None
             except (LookupError, TypeError, ValueError) as exc:
-                raise InvalidCommandError(f"{where}: {name} cannot be built from it: {type(exc).__name__}: {exc}") from None
+                raise InvalidCommandError(f"{where}: {name} cannot be built from it: {error_text(exc)}") from None
 
 
 _LIST_ADAPTERS: dict[type[Component], TypeAdapter[list[Component]]] = {}

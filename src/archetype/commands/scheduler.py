@@ -20,6 +20,7 @@ from archetype.commands.authority import Authority
 from archetype.commands.errors import (
     CommandError,
     InvalidCommandError,
+    StorageUnavailableError,
     UnsupportedComponentSchemaError,
     WorldClosingError,
     WorldNotFoundError,
@@ -30,9 +31,10 @@ from archetype.commands.ledger import check_components
 from archetype.commands.ledger_rows import AdmissionRow, CommandRow, ComponentSchemaRow, LeasedRow
 from archetype.commands.options import ActorCtx, DurableOptions
 from archetype.commands.registry import LiveValue, OperationRegistry, OperationSpec, check_live_together
-from archetype.world.commit import Outcome, PreparedTick, TickOutcomeUnknownError
+from archetype.world.commit import Outcome, PreparedTick, TickManifest, TickOutcomeUnknownError
 from archetype.world.component_schema import UnsupportedSchemaError, check_record
 from archetype.world.components import DOC_KEYS, Component, canonical_prefixed_schema, resolve_component_class
+from archetype.world.error_text import error_text
 from archetype.world.operations import Spawn, SpawnReserved
 
 # A component identity in canonical JSON (sorted keys put these two side by side in a value or a
@@ -382,22 +384,28 @@ class CommandScheduler:
 
     def _run(self, world: Any, row: LeasedRow) -> tuple[Outcome, str | None]:
         """Verify and materialize one command in its own state layer; classify what it raised (the
-        command's own verdict, Retryable or Permanent, before the exception-type rule)."""
+        command's own verdict, Retryable or Permanent, before the exception-type rule). A
+        BaseException that is not an Exception, whether the materializer raised it or reading the
+        error's text did, propagates, and this session ends."""
+        try:
+            return self._attempt(world, row)
+        except BaseException:
+            self.end_session(world.world_id)
+            raise
+
+    def _attempt(self, world: Any, row: LeasedRow) -> tuple[Outcome, str | None]:
         try:
             spec, op = self._verify(world.world_id, row)
             durable = spec.require_durable()  # _verify() already did: this only narrows the type
             world.atomically(lambda: durable.materialize(world, op))
         except Retryable as exc:
-            return "failed", f"{type(exc).__name__}: {exc}"
+            return "failed", error_text(exc)
         except Permanent as exc:
-            return "permanent", f"{type(exc).__name__}: {exc}"
+            return "permanent", error_text(exc)
         except (LookupError, TypeError, ValueError) as exc:
-            return "rejected", f"{type(exc).__name__}: {exc}"
+            return "rejected", error_text(exc)
         except Exception as exc:
-            return "failed", f"{type(exc).__name__}: {exc}"
-        except BaseException:
-            self.end_session(world.world_id)
-            raise
+            return "failed", error_text(exc)
         return "applied", None
 
     def _verify(self, world_id: str, row: CommandRow) -> tuple[OperationSpec, Any]:
@@ -439,7 +447,7 @@ class CommandScheduler:
             _, op = self._verify(row["world_id"], row)
             problem = None
         except (LookupError, TypeError, ValueError) as exc:
-            op, problem = None, f"{type(exc).__name__}: {exc}"
+            op, problem = None, error_text(exc)
         return CommandRecord(**CommandSummary.summary_fields(dict(row)), operation_model=op, problem=problem)
 
 
@@ -476,16 +484,23 @@ class LedgerPublisher:
             await self.authority.publish(
                 manifest.world_id, self.scheduler.owner, session, manifest.model_dump(mode="json"),  # type: ignore[arg-type]
                 {"snapshot": prepared.snapshot, "chunks": list(prepared.chunks), "replaces_deltas": prepared.replaces_deltas},
+                prepared.due_ms,
             )
-        except CommandError:
-            raise  # the authority answered: a definitive refusal
+        except CommandError as exc:
+            if not isinstance(exc, StorageUnavailableError):
+                raise  # the authority answered: a definitive refusal
+            raise self._unknown(manifest, exc) from exc  # its storage failed: a commit's outcome may be unknown
         except Exception as exc:
             # No answer (connection dropped, timeout, storage error): the tick may have committed.
             # The world keeps the prepared tick; republishing it is safe, its commit token dedups.
-            raise TickOutcomeUnknownError(
-                f"publication of tick {manifest.tick} of world {manifest.world_id!r} may or may not have committed: "
-                f"{type(exc).__name__}: {exc}"
-            ) from exc
+            raise self._unknown(manifest, exc) from exc
+
+    @staticmethod
+    def _unknown(manifest: TickManifest, exc: Exception) -> TickOutcomeUnknownError:
+        return TickOutcomeUnknownError(
+            f"publication of tick {manifest.tick} of world {manifest.world_id!r} may or may not have committed: "
+            f"{error_text(exc)}"
+        )
 
 
 class AuthorityIdSource:

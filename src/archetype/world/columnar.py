@@ -34,11 +34,12 @@ import math
 import operator
 import sys
 from array import array
-from collections.abc import Iterable, Sequence
+from bisect import bisect_left, bisect_right
+from collections.abc import Sequence, Set
 from dataclasses import dataclass
 from typing import Any
 
-from archetype.canonical import MAX_SAFE_INTEGER, NonCanonicalValueError
+from archetype.canonical import MAX_SAFE_INTEGER, NonCanonicalValueError, canonical_text
 from archetype.world.components import Component
 
 CHUNK_HEAD = '{"first":'
@@ -204,8 +205,6 @@ def _span(ids: Any, low: int, high: int) -> tuple[int, int]:
     """The rows of ascending `ids` within [low, high]."""
     if hasattr(ids, "searchsorted"):
         return int(ids.searchsorted(low, "left")), int(ids.searchsorted(high, "right"))
-    from bisect import bisect_left, bisect_right
-
     return bisect_left(ids, low), bisect_right(ids, high)
 
 
@@ -302,71 +301,164 @@ def _b64(values: Any, kind: str) -> str:
     return base64.b64encode(raw).decode("ascii")
 
 
-def _unpack(text: str, kind: str) -> list[Any]:
+def column_values(column: dict[str, str]) -> list[Any]:
+    """The values of a numeric column as a chunk (or a state read's section) holds it: `{"f8" | "i8": base64}`."""
+    ((kind, text),) = column.items()
+    return _unpack(text, kind)
+
+
+def _unpack(text: str, kind: str, start: int = 0, stop: int | None = None) -> list[Any]:
+    """The values of a base64 column, or of its rows `start:stop`."""
     packed = array(_ARRAY_CODES[kind])
     packed.frombytes(base64.b64decode(text))
     if sys.byteorder == "big":
         packed.byteswap()
-    return packed.tolist()
-
-
-def _data_text(value: Any) -> str:
-    """Parsed canonical JSON, written back in the same layout (docs/storage.md, load_state)."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=True)
-
-
-def decode(body: str) -> list[tuple[int, str | Partial | None]]:
-    """Every entity of a chunk (either layout: columnar, or the per-entity `[[id,components],...]`)
-    by id: its components text, a Partial (the components a partial section replaces), or None
-    when the chunk removes it."""
-    if not body.startswith(CHUNK_HEAD):
-        return [(e, None if c is None else _data_text(c)) for e, c in json.loads(body)]
-    chunk = json.loads(body)
-    found: list[tuple[int, Any]] = [(entity_id, None) for entity_id in chunk["removed"]]
-    for section in chunk["sections"]:
-        ids = _unpack(section["ids"], "i8") if "ids" in section else run_ids(section["id_runs"])
-        columns: list[list[str]] = []
-        for component in section["components"]:
-            suffix = f',"fingerprint":"{component["fingerprint"]}","name":"{component["name"]}"}}'
-            if "rows" in component:
-                columns.append(['{"data":' + _data_text(data) + suffix for data in component["rows"]])
-                continue
-            names, values = [], []
-            for name, column in component["columns"].items():
-                ((kind, text),) = column.items()
-                names.append(name)
-                values.append(_unpack(text, kind))
-            template = '{"data":{' + ",".join(f'"{name}":%r' for name in names) + "}" + suffix.replace("%", "%%")
-            columns.append([template % row for row in zip(*values, strict=True)])
-        # an entity stripped of every component is a section without columns: its rows are empty
-        rows: Iterable[tuple[str, ...]] = zip(*columns, strict=True) if columns else [()] * len(ids)
-        if section.get("partial"):
-            keys = [f'{c["name"]}:{c["fingerprint"]}' for c in section["components"]]
-            found += zip(ids, [Partial(zip(keys, row, strict=True)) for row in rows], strict=True)
-        else:
-            found += zip(ids, ["[" + ",".join(row) + "]" for row in rows], strict=True)
-    found.sort(key=_first)
-    return found
+    return (packed if start == 0 and stop is None else packed[start:stop]).tolist()
 
 
 class Partial(dict[str, str]):
-    """What a partial section holds of an entity: component key (`<name>:<fingerprint>`) -> that
-    component's text, to replace in the entity's components text (`overlay`)."""
+    """What a partial section holds of an entity (`decode`): component key
+    (`<name>:<fingerprint>`) -> that component's text, to replace in the entity's components text."""
 
 
-def overlay(below: str | Partial | None, above: str | Partial | None) -> str | Partial | None:
-    """An entity's state once `above` (a later delta's entry: a components text, a Partial, or
-    None when despawned) is laid over `below` (what earlier chunks made of it; None: absent)."""
-    if not isinstance(above, Partial):
-        return above
-    if isinstance(below, Partial):
-        return Partial({**below, **above})
-    if below is None:
-        return above  # kept partial: the snapshot under the deltas holds the rest of the entity
-    components = {f'{c["name"]}:{c["fingerprint"]}': _data_text(c) for c in json.loads(below)}
-    components.update(above)
-    return "[" + ",".join(components[key] for key in sorted(components)) + "]"
+_SUFFIXES: dict[str, str] = {}
 
 
-def _first(entry: tuple[int, str | None]) -> int:
+def component_text(key: str, data: str) -> str:
+    """A component's text (`{"data":...,"fingerprint":...,"name":...}`) from its key and data text."""
+    suffix = _SUFFIXES.get(key)
+    if suffix is None:
+        name, _, fingerprint = key.partition(":")
+        suffix = _SUFFIXES.setdefault(key, f',"fingerprint":"{fingerprint}","name":"{name}"}}')
+    return '{"data":' + data + suffix
+
+
+class Values:
+    """One component type's values for the rows of a `Piece`: numeric columns (each field's kind
+    and a value per row, the float64 / int64 values written) or data rows (each row's parsed
+    data). Each row's data text is written only when asked for, a whole column at once."""
+
+    __slots__ = ("_texts", "fields", "key", "rows")
+
+    def __init__(self, key: str, fields: list[tuple[str, str, list[Any]]] | None, rows: list[Any] | None,
+                 texts: list[str] | None = None) -> None:  # fmt: skip
+        self.key = key
+        self.fields = fields  # (field, "f8" | "i8", values), in field-name order
+        self.rows = rows  # parsed data (None: numeric, or given as `texts` only)
+        self._texts = texts  # each row's data text, once written (or as given)
+
+
+    def text(self, row: int) -> str:
+        """The data text of `row`: exactly as `component_text` writes a component's data."""
+        texts = self._texts
+        if texts is None:
+            if self.fields is None:
+                texts = [canonical_text(data) for data in self.rows]  # type: ignore[union-attr]
+            else:
+                template = "{" + ",".join(f'"{field}":%r' for field, _, _ in self.fields) + "}"
+                texts = [template % row for row in zip(*(values for _, _, values in self.fields), strict=True)]
+            self._texts = texts
+        return texts[row]
+
+
+class Piece:
+    """The rows of one section of a chunk within an id range: ascending `ids`, a `Values` per
+    component type (of those asked for) in component-key order, and whether it is partial."""
+
+    __slots__ = ("ids", "partial", "values")
+
+    def __init__(self, ids: list[int], values: list[Values], partial: bool) -> None:
+        self.ids, self.values, self.partial = ids, values, partial
+
+
+def pieces(chunk: Any, low: int = 1, high: int = MAX_SAFE_INTEGER, keys: Set[str] | None = None) -> tuple[list[int], list[Piece]]:
+    """A parsed chunk (`json.loads` of either layout: columnar, or the per-entity
+    `[[id,components],...]`) within the id range [low, high], with only the component types of
+    `keys` (None: all): the ids it removes, and its sections' rows in range. Only the columns'
+    rows in range are taken, and no value is written out as text: a chunk read for a page of its
+    entities costs its parse and that page."""
+    if isinstance(chunk, list):  # the per-entity layout: a piece per entity
+        removed, found = [], []
+        for entity_id, components in chunk:
+            if not low <= entity_id <= high:
+                continue
+            if components is None:
+                removed.append(entity_id)
+                continue
+            values = []
+            for component in components:
+                key = f'{component.get("name")}:{component.get("fingerprint")}'
+                if keys is None or key in keys:
+                    values.append(Values(key, None, [component.get("data")]))
+            found.append(Piece([entity_id], values, False))
+        return removed, found
+    removed = [entity_id for entity_id in chunk["removed"] if low <= entity_id <= high]
+    found = []
+    for section in chunk["sections"]:
+        piece = section_piece(section, low, high, keys)
+        if piece is not None:
+            found.append(piece)
+    return removed, found
+
+
+def section_piece(section: Any, low: int, high: int, keys: Set[str] | None, row_texts: bool = False) -> Piece | None:
+    """One parsed section's rows within [low, high] (its ids a list, base64 or runs), None when
+    none is; also reads `read_state`'s sections (`row_texts`: their rows are data texts)."""
+    listed = section.get("ids")
+    ids: Sequence[int] = listed if isinstance(listed, list) else _unpack(listed, "i8") if listed else run_ids(section["id_runs"])
+    start, stop = bisect_left(ids, low), bisect_right(ids, high)
+    if start == stop:
+        return None
+    values = []
+    for component in section["components"]:
+        key = f'{component["name"]}:{component["fingerprint"]}'
+        if keys is not None and key not in keys:
+            continue
+        if "rows" in component:
+            rows = component["rows"][start:stop]
+            values.append(Values(key, None, None, rows) if row_texts else Values(key, None, rows))
+            continue
+        fields = []
+        for field, column in component["columns"].items():
+            ((kind, text),) = column.items()
+            fields.append((field, kind, _unpack(text, kind, start, stop)))
+        values.append(Values(key, fields, None))
+    return Piece(list(ids[start:stop]), values, bool(section.get("partial")))
+
+
+def piece_section(ids: list[int], columns: list[list[tuple[Values, int]]]) -> dict[str, Any]:
+    """A section of this layout (its ids listed) holding, for each entity of `ids`, the value at
+    (Values, row) of each column: numeric columns as base64 when every value of the column is
+    numeric (so with the same fields), else data rows as texts (a row's text keeps its floats as
+    written where a parsed value might not: a Durable Object's RPC turns 1.0 into 1)."""
+    components = []
+    for column in columns:
+        key = column[0][0].key
+        name, _, fingerprint = key.partition(":")
+        first = column[0][0].fields
+        if first is not None and all(values.fields is not None for values, _ in column):
+            encoded = {}
+            for index, (field, kind, _) in enumerate(first):
+                gathered = [values.fields[index][2][row] for values, row in column]  # type: ignore[index]
+                encoded[field] = {kind: _b64(gathered, kind)}
+            components.append({"name": name, "fingerprint": fingerprint, "columns": encoded})
+        else:
+            components.append({"name": name, "fingerprint": fingerprint, "rows": [values.text(row) for values, row in column]})
+    return {"ids": ids, "components": components}
+
+
+def decode(body: str) -> list[tuple[int, str | Partial | None]]:
+    """Every entity of a chunk (either layout) by id: its components text, a Partial (the texts of
+    the components a partial section replaces), or None when the chunk removes it."""
+    removed, found = pieces(json.loads(body))
+    entities: list[tuple[int, str | Partial | None]] = [(entity_id, None) for entity_id in removed]
+    for piece in found:
+        for row, entity_id in enumerate(piece.ids):
+            texts = [(values.key, component_text(values.key, values.text(row))) for values in piece.values]
+            entities.append((entity_id, Partial(texts) if piece.partial else "[" + ",".join(t for _, t in texts) + "]"))
+    entities.sort(key=_first)
+    return entities
+
+
+def _first(entry: tuple[int, Any]) -> int:
     return entry[0]

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict
 from archetype.canonical import canonical_json
 from archetype.world import columnar
 from archetype.world.components import Component, component_text
+from archetype.world.error_text import safe_text
 from archetype.world.state import Components, Layer, TextOf, WorldState
 
 # What a tick did with each command it leased and materialized, in ledger order. "failed" is a
@@ -29,7 +30,6 @@ from archetype.world.state import Components, Layer, TextOf, WorldState
 # "permanent" (the command raised `Permanent`) is DEAD_LETTER at once.
 Outcome = Literal["applied", "rejected", "failed", "permanent"]
 OUTCOMES: tuple[Outcome, ...] = get_args(Outcome)
-ERROR_TEXT_LIMIT = 500
 
 
 class Settlement(BaseModel):
@@ -77,6 +77,9 @@ class PreparedTick(BaseModel):
     # a delta that holds everything the deltas since the last snapshot held (the same columns of
     # the same whole tables, or more): the authority keeps it in their place (docs/storage.md)
     replaces_deltas: bool = False
+    # a lockstep tick: when its schedule had it due (recorded with it: docs/ledger.md, "Tick modes");
+    # not part of the commit token, which covers what the tick did, not when
+    due_ms: int | None = None
 
 
 class CommittedTickReceipt(BaseModel):
@@ -210,7 +213,7 @@ class CommitCoordinator:
         if sequence in self._settled:
             raise ValueError(f"command #{sequence} is already settled in this tick")
         self._settled.add(sequence)
-        text = None if error is None else error[:ERROR_TEXT_LIMIT]
+        text = None if error is None else safe_text(error)
         self._settlements.append(Settlement(sequence=sequence, command_id=command_id, outcome=outcome, error=text))
 
     @property
@@ -218,7 +221,7 @@ class CommitCoordinator:
         return tuple(self._settlements)
 
     def prepare(self, tick: int, writer_epoch: int, written: Sequence[int], chunks: Sequence[str], *,
-                snapshot: bool, replaces_deltas: bool = False) -> PreparedTick:  # fmt: skip
+                snapshot: bool, replaces_deltas: bool = False, due_ms: int | None = None) -> PreparedTick:  # fmt: skip
         """Seal the tick: `written` are the entities it changed, `chunks` the state it sends (the
         changed entities for a delta, every live entity for a snapshot: docs/storage.md)."""
         chunks = tuple(chunks)
@@ -241,7 +244,8 @@ class CommitCoordinator:
             written_runs=tuple(map(tuple, runs)),
             commit_token=commit_token(head, chunks),
         )
-        self.prepared = PreparedTick(manifest=manifest, snapshot=snapshot, chunks=chunks, replaces_deltas=replaces_deltas)
+        self.prepared = PreparedTick(manifest=manifest, snapshot=snapshot, chunks=chunks, replaces_deltas=replaces_deltas,
+                                     due_ms=due_ms)  # fmt: skip
         return self.prepared
 
     def clear(self) -> None:

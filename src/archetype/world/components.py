@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 from pydantic_core import ErrorDetails, PydanticCustomError
 
 from archetype.canonical import NonCanonicalValueError, canonical_text, check_canonical, digest, path_step
+from archetype.world.error_text import type_name
 
 COMPONENT_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
 FINGERPRINT_PATTERN = r"^[0-9a-f]{64}$"
@@ -133,7 +134,7 @@ def component_data(component: Component) -> dict[str, Any]:
     try:
         data = component.model_dump(mode="json")
     except (ValueError, TypeError, RecursionError) as exc:  # pydantic's own depth limit, a failing serializer
-        reason = f"{type(component).__name__} has no JSON form ({type(exc).__name__})"
+        reason = f"{type(component).__name__} has no JSON form ({type_name(exc)})"
         raise NonCanonicalValueError(f"$: {reason}", reason=reason) from None
     check_canonical(data, max_depth=MAX_DATA_DEPTH)
     return data

@@ -20,6 +20,7 @@ from typing import Any
 from archetype.canonical import canonical_json
 from archetype.world.component_schema import REF_KEYS, VALUE_KEYS
 from archetype.world.components import FINGERPRINT_PATTERN, Component, component_data
+from archetype.world.error_text import error_text
 
 _FINGERPRINT = re.compile(FINGERPRINT_PATTERN)
 
@@ -67,7 +68,7 @@ class ComponentMigration:
         except Exception as exc:
             raise ComponentMigrationError(
                 f"{where}: migrating {self.name} {self.from_fingerprint[:12]}... to {self.to.__qualname__} failed: "
-                f"{type(exc).__name__}: {exc}"
+                f"{error_text(exc)}"
             ) from exc
         return {"data": new, "fingerprint": self.to_fingerprint, "name": self.to.__name__}
 

@@ -83,7 +83,7 @@ async def _spawn_reserved_direct(ctx: HandlerContext, op: SpawnReserved) -> None
 async def create_world_row(authority: Authority, op: CreateWorld) -> WorldRow:
     """CreateWorld's ledger call, answering the world's row (the HTTP route answers it as it is,
     without a second call to read it back)."""
-    return await authority.create_world(op.world_id or uuid.uuid4().hex, op.name)
+    return await authority.create_world(op.world_id or uuid.uuid4().hex, op.name, op.tick_mode, op.tick_interval_ms)
 
 
 async def _create_world(ctx: HandlerContext, op: CreateWorld) -> str:

@@ -33,6 +33,13 @@ from archetype.world.components import (
     loaded_class,
     non_canonical,
 )
+from archetype.world.tick_mode import (
+    DEFAULT_TICK_INTERVAL_MS,
+    DEFAULT_TICK_MODE,
+    MAX_TICK_INTERVAL_MS,
+    TickMode,
+    check_tick_mode,
+)
 
 WorldId = str
 WORLD_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
@@ -285,9 +292,24 @@ def payload_encoder(model: type[Operation]) -> Callable[[Any], tuple[str, Compon
 
 # -- direct-only --
 class CreateWorld(Operation):
+    """Create a world. `tick_mode` and `tick_interval_ms` say how its ticks follow time, for good
+    (docs/ledger.md, "Tick modes"): lockstep (the default: every tick runs, none skipped, one per
+    interval, or back to back at 0) or realtime (the wall clock's ticks, coalesced when there is
+    nothing to run or the host is late)."""
+
     operation: Literal["create_world"] = "create_world"
     name: str = Field(min_length=1, max_length=200)
     world_id: WorldId | None = Field(default=None, pattern=WORLD_ID_PATTERN)
+    tick_mode: TickMode = Field(default=DEFAULT_TICK_MODE, description="lockstep: every tick runs; realtime: wall-clock ticks, coalesced")
+    tick_interval_ms: int = Field(
+        default=DEFAULT_TICK_INTERVAL_MS, ge=0, le=MAX_TICK_INTERVAL_MS, strict=True,
+        description="the length of a tick: lockstep 0 runs ticks back to back (batch), realtime needs at least 1",
+    )  # fmt: skip
+
+    @model_validator(mode="after")
+    def _interval_fits_mode(self) -> CreateWorld:
+        check_tick_mode(self.tick_mode, self.tick_interval_ms)
+        return self
 
 
 class DestroyWorld(Operation):

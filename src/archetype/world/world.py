@@ -25,13 +25,16 @@ from archetype.world.commit import (
     TickPublisher,
 )
 from archetype.world.components import Component, ComponentTypeRef, type_key
+from archetype.world.limits import STATE_CHUNK_LIMIT, StateTooLargeError, WriteBudget
 from archetype.world.state import Components, Cover, WorldState, WriteSet
+from archetype.world.tick_mode import DEFAULT_TICK_INTERVAL_MS, DEFAULT_TICK_MODE, TickMode, dt_seconds
 
 
 # -- hooks: each class is both the hook kind and the event it receives --
 @dataclass(frozen=True)
 class PreTick:
     tick: int
+    dt: float  # the simulated seconds this tick advances the world (AsyncWorld.dt)
 
 
 @dataclass(frozen=True)
@@ -104,9 +107,16 @@ class AsyncWorld:
         writer_epoch: int = 0,
         publisher: TickPublisher | None = None,
         id_source: EntityIdSource | None = None,
+        tick_mode: TickMode = DEFAULT_TICK_MODE,
+        tick_interval_ms: int = DEFAULT_TICK_INTERVAL_MS,
     ) -> None:
         self.world_id = world_id
         self.tick = tick  # the last published tick; -1 before the first
+        # how its ticks follow time (docs/ledger.md, "Tick modes"): its host loads them from the ledger
+        self.tick_mode: TickMode = tick_mode
+        self.tick_interval_ms = tick_interval_ms
+        # the simulated seconds the tick being run advances the world (the last run tick's, between ticks)
+        self.dt = dt_seconds(tick_mode, tick_interval_ms, 1)
         self.writer_epoch = writer_epoch
         self.lock = asyncio.Lock()
         self.state = WorldState(entities)
@@ -117,6 +127,7 @@ class AsyncWorld:
         self._ids = range(0)
         self._processors: list[_ProcessorEntry] = []
         self.encoder = EntityEncoder(self.state)
+        self.budget = WriteBudget()  # what validated mutations wrote since the last prepared tick
         # characters of the last snapshot this world published (None until it publishes one), and
         # of the deltas it published since
         self._snapshot_size: int | None = None
@@ -247,14 +258,18 @@ class AsyncWorld:
         """Run `fn` in its own layer: all of its mutations land, or none do.
 
         With `validate`, every entity `fn` wrote must have a canonical wire form (else
-        NonCanonicalValueError, a ValueError, and nothing lands), so a bad value fails the
-        mutation that made it instead of every later tick's publication.
+        NonCanonicalValueError) within the state limits (else StateTooLargeError; both
+        ValueErrors, and nothing lands), so a bad value or an oversized write fails the mutation
+        that made it instead of every later tick's publication.
         """
         self.state.push()
         try:
             result = fn()
             if validate:
-                self.encoder.encode(self.state.top)
+                top = self.state.top
+                self.budget.spend(self.encoder.encode(top), lambda entity_id: [
+                    (type(c).__name__, self.encoder.component(entity_id, key, c)) for key, c in top[entity_id].items()  # type: ignore[union-attr]
+                ])  # fmt: skip
         except BaseException:
             self.state.drop()
             raise
@@ -262,13 +277,16 @@ class AsyncWorld:
         return result
 
     # -- the tick --
-    async def step(self, tick: int | None = None) -> CommittedTickReceipt:
-        """Run and publish the next tick, or `tick` when later: the ticks between are empty and
-        coalesced, never run or published (an idle world's clock moved on; docs/ledger.md). A tick
-        already prepared is published as it is, whatever `tick` says."""
+    async def step(self, tick: int | None = None, *, due_ms: int | None = None) -> CommittedTickReceipt:
+        """Run and publish the next tick. A realtime world goes to `tick` when later: the ticks
+        between are empty and coalesced, never run or published (its clock moved on; docs/ledger.md).
+        A lockstep world runs every tick: always the next one, whatever `tick` says; `due_ms` is when
+        its schedule had it due (what its host's clock says, recorded at publication). A tick
+        already prepared is published as it is."""
         async with self.lock:
             if self.coordinator.prepared is None:
-                await self._prepare(max(self.tick + 1, tick or 0))
+                lockstep = self.tick_mode == "lockstep"
+                await self._prepare(self.tick + 1 if lockstep else max(self.tick + 1, tick or 0), due_ms)
             prepared = self.coordinator.prepared
             assert prepared is not None
             tick = prepared.manifest.tick
@@ -296,12 +314,13 @@ class AsyncWorld:
             self._fire(PostTick(receipt))
             return receipt
 
-    async def _prepare(self, tick: int) -> None:
+    async def _prepare(self, tick: int, due_ms: int | None) -> None:
         """Run the tick up to its prepared manifest. Whatever fails on the way (a command's
         materialization, a hook, a processor, the encoding, a lost answer, a cancellation)
         discards the tick whole: its layer, its settlements and the entity ids it took. The next
         step runs it again from the published state, in ledger order."""
-        base, ids = self.state.depth, self._ids
+        base, ids, budget = self.state.depth, self._ids, self.budget.copy()
+        self.dt = dt_seconds(self.tick_mode, self.tick_interval_ms, tick - self.tick)
         self.state.push()
         try:
             await self.ensure_entity_ids()
@@ -325,14 +344,16 @@ class AsyncWorld:
                 snapshot = bool(written) and (not delta or kept > (self._snapshot_size or 0))
                 if snapshot:
                     chunks = self._encode(write_set, True)
+                _check_chunks(chunks)
                 self.coordinator.prepare(tick, self.writer_epoch, written, chunks, snapshot=snapshot,
-                                         replaces_deltas=replaces and not snapshot)  # fmt: skip
+                                         replaces_deltas=replaces and not snapshot, due_ms=due_ms)  # fmt: skip
         except BaseException:
             self.state.unwind(base)
             self.coordinator.clear()
-            self._ids = ids
+            self._ids, self.budget = ids, budget
             raise
         self.state.seal(write_set)
+        self.budget = WriteBudget()  # sealed: mutations from here on are the next tick's
 
     def _encode(self, write_set: WriteSet, snapshot: bool) -> list[str]:
         """The chunks of the tick's delta (what `state.changed` found), or of a snapshot."""
@@ -340,7 +361,7 @@ class AsyncWorld:
         return columnar.encode(sections, removed)
 
     def _run_systems(self, tick: int) -> None:
-        self._fire(PreTick(tick))
+        self._fire(PreTick(tick, self.dt))
         for processor in self._processors:
             if processor.batch is not None:
                 processor.batch(self, tick)
@@ -350,6 +371,19 @@ class AsyncWorld:
             # the scan skips an entity an earlier call despawned or took a component of
             for entity_id, components in self.state.scan(processor.keys, processor.order):
                 fn(self, tick, entity_id, components)
+
+
+def _check_chunks(chunks: list[str]) -> None:
+    """A chunk larger than a state row fails the tick before it is prepared: no authority would
+    take it. Mutations are held to the state limits as they land; this is what a processor's or
+    hook's write (unchecked, so as not to slow every tick) or a component type with tens of
+    thousands of numeric fields can still reach."""
+    for chunk in chunks:
+        if len(chunk) > STATE_CHUNK_LIMIT:
+            raise StateTooLargeError(
+                f"the tick's state write has a chunk of {len(chunk):,} characters, over the limit of "
+                f'{STATE_CHUNK_LIMIT:,} (docs/ledger.md, "State limits")'
+            )
 
 
 def _covers(above: Cover | None, below: Cover | None) -> bool:

@@ -12,15 +12,20 @@ main module: a request's `x-archetype-test-namespace` gives it Durable Objects o
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import shutil
 import tempfile
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
+from tests.audit.queue_server import LoopbackQueue
 from tests.support.workerd.process import WorkerdError, WorkerdProcess
 from worker.local_workerd import LocalWorker, MissingRuntimeError, check_runtime
 
@@ -33,8 +38,9 @@ TOKENS = {
     "workerd-player": {"principal": "pat", "roles": ["player"]},
 }
 ADMIN_TOKEN, OPERATOR_TOKEN, PLAYER_TOKEN = TOKENS
-# Edge-hosted worlds tick every TICK_INTERVAL_MS: fast enough for tests to see ticks within seconds.
-VARS = {"TICK_INTERVAL_MS": "250"}
+# Edge-hosted worlds tick every TICK_INTERVAL_MS: fast enough for tests to see ticks within seconds;
+# a failed audit send is retried after AUDIT_RETRY_DELAY_MS, then with backoff.
+VARS = {"TICK_INTERVAL_MS": "250", "AUDIT_RETRY_DELAY_MS": "1000"}
 # workerd listens only once the Worker is loaded (Pyodide, then the Worker's imports): 11-25 s
 # measured on a 2-core machine at load 3-9; generous, for a busier one.
 LISTEN_TIMEOUT_S = 180.0
@@ -43,24 +49,33 @@ HEALTH_TIMEOUT_S = 60.0
 
 class PythonWorker:
     """The deployment: `url`, `tokens`, `storage` (the objects' SQLite files), `log_path` (workerd's
-    output: the Worker's Python tracebacks and warnings land there), `restart()`; `build_s` (staging
-    and config) and `cold_starts` (seconds from each start to the first answer of /health) say
-    what it cost."""
+    output: the Worker's Python logs land there, one JSON line each), `queue` (the audit queue the
+    objects send to: a LoopbackQueue, Cloudflare's pull API for consumers), `restart()`; `build_s`
+    (staging and config) and `cold_starts` (seconds from each start to the first answer of /health)
+    say what it cost."""
 
-    def __init__(self, directory: Path | None = None) -> None:
+    def __init__(self, directory: Path | None = None, *, modules: Sequence[str] = MODULES,
+                 tokens: Mapping[str, object] = TOKENS, vars: Mapping[str, str] | None = None) -> None:  # fmt: skip
+        """The tests' deployment by default; a bench stages its own `modules`, `tokens`, `vars` (over VARS)."""
         check_runtime()
         self.directory = directory or Path(tempfile.mkdtemp(prefix="archetype-workerd-python-"))
         self._owns_directory = directory is None
-        self.tokens = TOKENS
-        self.local = LocalWorker(self.directory, modules=MODULES, tokens=TOKENS, vars=VARS, main=HARNESS_ENTRY)
-        started = time.monotonic()
-        self.local.build()
-        self.build_s = time.monotonic() - started
+        self.tokens = tokens
+        self.queue = LoopbackQueue().__enter__()
+        self.local = LocalWorker(self.directory, modules=modules, tokens=tokens, vars={**VARS, **(vars or {})},
+                                 main=HARNESS_ENTRY, queue_address=self.queue.address)  # fmt: skip
         self.log_path = self.directory / "workerd.log"
         self.cold_starts: list[float] = []
         self._port = 0
         self._process: WorkerdProcess | None = None
-        self.start()
+        try:
+            started = time.monotonic()
+            self.local.build()
+            self.build_s = time.monotonic() - started
+            self.start()
+        except BaseException:
+            self.close()
+            raise
 
     @property
     def storage(self) -> Path:
@@ -119,8 +134,19 @@ class PythonWorker:
     def log(self, limit: int = 4000) -> str:
         return self.log_path.read_text(errors="replace")[-limit:] if self.log_path.exists() else ""
 
+    def json_logs(self) -> list[dict[str, Any]]:
+        """The Python log records in workerd's output so far (one JSON object per line, durable_world.logs)."""
+        text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+        records = []
+        for line in text.splitlines():
+            with contextlib.suppress(ValueError):
+                if isinstance(record := json.loads(line), dict):
+                    records.append(record)
+        return records
+
     def close(self) -> None:
         self.stop()
+        self.queue.__exit__(None, None, None)
         if self._owns_directory:
             shutil.rmtree(self.directory, ignore_errors=True)
 
