@@ -120,6 +120,7 @@ def test_a_pruned_command_id_names_a_new_command_with_a_digest_of_its_own(tmp_pa
     try:
         ctx = test_stateful.Context(loop, authority, clock, "local")
         machine = type("LedgerMachine_local", (test_stateful.LedgerMachine,), {"ctx": ctx})()
+        machine.create_worlds("realtime")
         world_id, world = machine.worlds[0], machine.model.worlds[machine.worlds[0]]
         rejected = Submission("k0", Mutation("despawn", test_stateful.MISSING_ENTITY), Options(0), "p2")  # when it runs
         machine.admit_batch(world_id, [rejected])
