@@ -7,7 +7,6 @@ than its row says. Run on `archetype serve`'s app (the shared app with its /docs
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
@@ -20,9 +19,7 @@ from archetype.commands.ledger import LEDGER_METHODS
 from archetype.metrics import Metrics
 from archetype.server import serve_app
 from archetype.settings import ServeSettings
-from local_catalog import open_local_authority
-from tests.support.durable_object_standin import world_namespace
-from worker.entry import build_app
+from tests.api.conftest import edge_app
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "http.md"
 PLACEHOLDERS = {"world_id": "no-such-world", "command_id": "c1", "method": "{method}"}
@@ -101,21 +98,9 @@ def serve_like(authority):
 
 @pytest.fixture(params=["serve", "worker"])
 async def edge(request, tmp_path, clock):
-    if request.param == "serve":
-        authority = open_local_authority(tmp_path / "data", clock=clock)
-        app = serve_like(authority)
-        close = authority.close
-    else:
-        namespace = world_namespace(tmp_path / "objects", clock)
-        namespace.env.ARCHETYPE_TOKENS = json.dumps(TOKENS)
-        app = build_app(namespace.env)
-
-        async def close():
-            namespace.close()
-
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://edge") as client:
-        yield request.param, app_routes(app), client
-    await close()
+    async with edge_app(request.param, tmp_path, clock, serve_like, TOKENS) as (_, app):
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://edge") as client:
+            yield request.param, app_routes(app), client
 
 
 def test_the_page_has_a_row_for_every_route_and_method():
