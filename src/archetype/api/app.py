@@ -90,9 +90,9 @@ WorldIdPath = Annotated[str, Path(pattern=WORLD_ID_PATTERN)]
 CommandIdPath = Annotated[str, Path(pattern=COMMAND_ID_PATTERN.pattern)]
 IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key", pattern=COMMAND_ID_PATTERN.pattern)]
 PrincipalQuery = Annotated[
-    str | None, Query(min_length=1, max_length=200, description="an operator's view of this principal's commands")
+    str | None, Query(min_length=1, max_length=200, description="an analyst's view of this principal's commands")
 ]
-TrustedQuery = Annotated[bool, Query(description="an operator's view of the commands trusted callers admitted in-process")]
+TrustedQuery = Annotated[bool, Query(description="an analyst's view of the commands trusted callers admitted in-process")]
 ComponentQuery = Annotated[
     list[Annotated[str, StringConstraints(pattern=COMPONENT_SPEC_PATTERN)]] | None,
     Query(max_length=STATE_READ_TYPES, description="keep the entities that have a component of each of these types (repeat "
