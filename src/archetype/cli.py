@@ -17,6 +17,7 @@ import click
 
 from archetype.audit.cli import audit
 from archetype.catalog_cli import catalog
+from archetype.components_cli import components
 from archetype.settings import CONFIG_ENV, ClientSettings, ConfigurationError, RunnerSettings, ServeSettings, use_config
 from archetype.world.tick_mode import DEFAULT_TICK_INTERVAL_MS, MAX_TICK_INTERVAL_MS, TICK_MODES, TickMode
 
@@ -313,6 +314,7 @@ def bench(small: int, large: int, single: int, batches: int, repeat: int, data: 
 
 main.add_command(audit)
 main.add_command(catalog)
+main.add_command(components)
 
 if __name__ == "__main__":
     main()
