@@ -50,10 +50,10 @@ log = logging.getLogger(__name__)
 
 QUEUE_BINDING = "AUDIT_QUEUE"
 # Calls whose transaction may append outbox events (admission, a crash charged on lease,
-# publication, cancellation on destroy).
-EVENT_WRITERS = frozenset({"admit", "lease", "publish", "destroy"})
-# Admissions and creation may give an edge-hosted world work to do: they re-arm its tick.
-TICK_WAKERS = frozenset({"create_world", "admit"})
+# publication, cancellation on destroy, an operator's retry of a stalled world).
+EVENT_WRITERS = frozenset({"admit", "lease", "publish", "destroy", "retry_world"})
+# Admissions, creation and a retry of a stalled world may give an edge-hosted world work to do: they re-arm its tick.
+TICK_WAKERS = frozenset({"create_world", "admit", "retry_world"})
 # A short delay lets a burst of admissions share one batch (a failed send waits longer: DeliveryRetry).
 DELIVERY_DELAY_MS = 1_000
 

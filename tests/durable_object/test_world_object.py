@@ -114,6 +114,9 @@ async def ledger_script(authority, clock):
     await call("record_tick_failure", **failure, writer_epoch=epoch - 1)  # stale_writer
     await call("record_tick_failure", **failure, writer_epoch=epoch, release=False)  # STALLED, leases kept
     await call("record_tick_failure", **failure, writer_epoch=epoch, release=False)  # counted, no second event
+    await call("retry_world", world_id=WORLD)  # attempts back to 0, world_retry_requested
+    await call("retry_world", world_id=WORLD)  # asked twice: nothing more
+    await call("retry_world", world_id="nowhere")  # world_not_found
     await call("publish", world_id=WORLD, owner="runner", session="s2", manifest=stale, writes=writes)  # stale_writer
     await call("publish", world_id=WORLD, owner="runner", session="s1", manifest=manifest, writes=writes)  # lease_lost
     await call("publish", world_id=WORLD, owner="runner", session="s2", manifest=swapped, writes=writes)  # out of order
