@@ -264,6 +264,21 @@ def worlds_show(settings: ClientSettings, world_id: str, as_json: bool) -> None:
     run(settings, lambda client: print_record(client.world(world_id).model_dump(mode="json"), as_json=as_json, title=f"world {world_id}"))
 
 
+@worlds.command("retry")
+@client_options
+@click.argument("world_id")
+@JSON
+def worlds_retry(settings: ClientSettings, world_id: str, as_json: bool) -> None:
+    """Retry a STALLED world now, once its cause is fixed (operator): the runner ends its backoff
+    within a second. A world that is not stalled is left as it is."""
+    from archetype.client_cli import print_record, run
+
+    def retry(client: Client) -> None:
+        print_record(client.retry_world(world_id).model_dump(mode="json"), as_json=as_json, title=f"world {world_id}")
+
+    run(settings, retry)
+
+
 @worlds.command("destroy")
 @client_options
 @click.argument("world_id")
