@@ -32,7 +32,8 @@ def test_a_stalled_world_is_retried_when_an_operator_asks_and_the_recovery_is_lo
     process, url = start_server(tmp_path, "--module", "tests.server.fixable")  # the default --log-level
     try:
         with httpx.Client(base_url=url, timeout=10) as http:
-            assert http.post("/worlds", json={"name": "hot", "world_id": "hot"}, headers={"Authorization": "Bearer t-admin"}).status_code == 201
+            admin = {"Authorization": "Bearer t-admin"}
+            assert http.post("/worlds", json={"name": "hot", "world_id": "hot"}, headers=admin).status_code == 201
             spawn = {"type": "spawn", "tick": 0, "components": [ComponentValue.from_component(Position(x=1, y=1)).model_dump()]}
             headers = {"Authorization": "Bearer t-player", "Idempotency-Key": "core"}
             assert http.post("/worlds/hot/commands", json=spawn, headers=headers).status_code == 202
