@@ -146,12 +146,14 @@ BY_ANNOTATION = {
 
 
 def _unbounded(annotation):
-    """The annotation without its `Annotated[...]` bounds (`Quota | None` -> `int | None`): the
+    """The annotation without its `Annotated[...]` bounds (`Quota | None` -> `int | None`), in lists too: the
     fuzzing draws values beyond them on purpose."""
     if typing.get_origin(annotation) is typing.Annotated:
         return _unbounded(typing.get_args(annotation)[0])
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
         return functools.reduce(operator.or_, map(_unbounded, typing.get_args(annotation)))
+    if typing.get_origin(annotation) is list:  # `list[EntityId]` -> `list[int]`
+        return list[_unbounded(typing.get_args(annotation)[0])]  # type: ignore[misc]
     return annotation
 
 

@@ -175,6 +175,9 @@ class Authority(ABC):
             "error": error, "release": release,
         })  # fmt: skip
 
+    async def retry_world(self, world_id: str) -> WorldRow:
+        return await self.rpc("retry_world", {"world_id": world_id})
+
     async def release(self, world_id: str, owner: Label, session: Label, writer_epoch: Epoch) -> int:
         return await self.rpc("release", {"world_id": world_id, "owner": owner, "session": session,
                                           "writer_epoch": writer_epoch})  # fmt: skip
