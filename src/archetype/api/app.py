@@ -96,6 +96,11 @@ EntityIdQuery = Annotated[
     list[Annotated[int, Field(ge=1, le=MAX_SAFE_INTEGER)]] | None,
     Query(max_length=STATE_READ_IDS, description="keep these entities (repeat it)"),
 ]
+TickQuery = Annotated[
+    int | None,
+    Query(ge=-1, le=MAX_SAFE_INTEGER, description="read the state as the world published it at this tick, any tick of its "
+          "retention window (`tick_not_retained` outside it); default: the tick head"),
+]  # fmt: skip
 LAYOUT = ("`entities`: each entity with its component values (name, fingerprint, data); `sections`: the same entities "
           "grouped by signature, each component type named once per section with a row of data per entity (a fraction of "
           "the bytes: what `archetype.Client` reads)")
@@ -255,10 +260,12 @@ def create_app(
         after: Annotated[int, Query(ge=0, le=MAX_SAFE_INTEGER, description="entity id to continue after (`next_after`)")] = 0,
         limit: Annotated[int, Query(ge=1, le=STATE_READ_LIMIT)] = 100,
         layout: Annotated[Literal["entities", "sections"], Query(description=LAYOUT)] = "entities",
+        tick: TickQuery = None,
     ) -> Response:
         """The world's published entities and their components, in id order (world state is shared:
-        docs/ledger.md, isolation), read from its stored chunks (docs/storage.md, "Reading state")."""
-        page = await authority.read_state(world_id, after, limit, component, entity_id)
+        docs/ledger.md, isolation), read from its stored chunks (docs/storage.md, "Reading state"):
+        at its tick head, or as it was at `tick` (docs/storage.md, "State at a tick")."""
+        page = await authority.read_state(world_id, after, limit, component, entity_id, tick)
         view = StateView if layout == "entities" else StateSectionsView
         return Response(view.body(page), media_type="application/json")
 

@@ -107,10 +107,11 @@ class Authority(ABC):
         return await self.rpc("load_state", {"world_id": world_id, "after_entity_id": after_entity_id, "limit": limit})
 
     async def read_state(self, world_id: str, after_entity_id: int = 0, limit: int = 1_000,
-                         component_types: list[str] | None = None, entity_ids: list[int] | None = None) -> StateRead:  # fmt: skip
+                         component_types: list[str] | None = None, entity_ids: list[int] | None = None,
+                         tick: int | None = None) -> StateRead:  # fmt: skip
         return await self.rpc("read_state", {
             "world_id": world_id, "after_entity_id": after_entity_id, "limit": limit, "component_types": component_types,
-            "entity_ids": entity_ids,
+            "entity_ids": entity_ids, "tick": tick,
         })  # fmt: skip
 
     async def reserve_entity_ids(self, world_id: str, count: int) -> int:

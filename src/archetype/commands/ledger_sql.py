@@ -181,24 +181,29 @@ INSERT_RESERVATION = """INSERT INTO spawn_reservations (world_id, scope, command
 GET_TICK_BY_TOKEN = "SELECT tick FROM ticks WHERE world_id = ? AND commit_token = ?"
 INSERT_TICK = "INSERT INTO ticks (world_id, tick, commit_token, manifest, published_at) VALUES (?, ?, ?, ?, ?)"
 LIST_TICKS = "SELECT manifest FROM ticks WHERE world_id = ? AND tick > ? ORDER BY tick LIMIT ?"
-# World state (docs/storage.md): the last snapshot's chunks, and the delta chunks published since.
-INSERT_STATE_CHUNK = "INSERT INTO state_chunks (world_id, first_entity_id, body) VALUES (?, ?, ?)"
-INSERT_STATE_DELTA = "INSERT INTO state_deltas (world_id, tick, part, body) VALUES (?, ?, ?, ?)"
-# A snapshot replaces both: a world's chunks are few (each up to a megabyte of state).
-CLEAR_STATE_CHUNKS = "DELETE FROM state_chunks WHERE world_id = ?"
-CLEAR_STATE_DELTAS = "DELETE FROM state_deltas WHERE world_id = ?"
+# World state (docs/storage.md): each snapshot's chunks under the tick that published it, and the
+# delta chunks, each under its tick; publication only adds rows (retention deletes them).
+INSERT_STATE_CHUNK = "INSERT INTO state_snapshots (world_id, tick, first_entity_id, body) VALUES (?, ?, ?, ?)"
+INSERT_STATE_DELTA = "INSERT INTO state_deltas (world_id, tick, part, body, replaces) VALUES (?, ?, ?, ?, ?)"
+# The state at tick T ("State at a tick"): the last snapshot at or before T, and the deltas from the
+# later of that snapshot's tick (a migration's delta may follow it in its tick) and the last delta
+# up to T that replaced the deltas before it, up to T. One index seek each.
+STATE_SNAPSHOT_TICK = "SELECT max(tick) FROM state_snapshots WHERE world_id = ? AND tick <= ?"
+STATE_REPLACING_TICK = "SELECT max(tick) FROM state_deltas WHERE world_id = ? AND replaces = 1 AND tick <= ?"
+GET_STATE_FROM_TICK = "SELECT state_from_tick FROM worlds WHERE world_id = ?"
 # A read of some entities (archetype.commands.state_pages): the snapshot's chunk boundaries (chunk
 # i holds the ids from its first up to the next chunk's), a chunk by its first id, each delta's
 # opening (which names the id range it covers), and some deltas by (tick, part) in one statement.
-STATE_CHUNK_FIRSTS = "SELECT first_entity_id FROM state_chunks WHERE world_id = ? ORDER BY first_entity_id"
-GET_STATE_CHUNK = "SELECT body FROM state_chunks WHERE world_id = ? AND first_entity_id = ?"
-STATE_DELTA_HEADS = "SELECT tick, part, substr(body, 1, 64) FROM state_deltas WHERE world_id = ? ORDER BY tick, part"
+STATE_CHUNK_FIRSTS = "SELECT first_entity_id FROM state_snapshots WHERE world_id = ? AND tick = ? ORDER BY first_entity_id"
+GET_STATE_CHUNK = "SELECT body FROM state_snapshots WHERE world_id = ? AND tick = ? AND first_entity_id = ?"
+STATE_DELTA_HEADS = """SELECT tick, part, substr(body, 1, 64) FROM state_deltas WHERE world_id = ? AND tick >= ? AND tick <= ?
+    ORDER BY tick, part"""
 GET_STATE_DELTAS = """SELECT d.body FROM json_each(?) AS j
     JOIN state_deltas AS d ON d.world_id = ? AND d.tick = json_extract(j.value, '$[0]') AND d.part = json_extract(j.value, '$[1]')
     ORDER BY d.tick, d.part"""
-NEXT_STATE_CHUNK = """SELECT first_entity_id, body FROM state_chunks WHERE world_id = ? AND first_entity_id > ?
+NEXT_STATE_CHUNK = """SELECT first_entity_id, body FROM state_snapshots WHERE world_id = ? AND tick = ? AND first_entity_id > ?
     ORDER BY first_entity_id LIMIT 1"""
-LIST_STATE_DELTAS = "SELECT body FROM state_deltas WHERE world_id = ? ORDER BY tick, part"
+LIST_STATE_DELTAS = "SELECT body FROM state_deltas WHERE world_id = ? AND tick >= ? AND tick <= ? ORDER BY tick, part"
 
 # -- outbox: one statement appends one event per command sequence in a JSON array, in array
 # order; the event type follows from the status the transition left the command in --
@@ -326,5 +331,12 @@ PRUNE_RESERVATIONS = """DELETE FROM spawn_reservations WHERE rowid IN
         AND NOT EXISTS (SELECT 1 FROM commands AS c WHERE c.world_id = spawn_reservations.world_id
             AND c.scope = spawn_reservations.scope AND c.command_id = spawn_reservations.command_id)
         ORDER BY created_at, scope, command_id LIMIT ?3) RETURNING 1"""
+# State no retained tick reads (docs/storage.md, "State at a tick"): the snapshots before the one the
+# oldest retained tick reads, and the deltas before the first it reads. The floor moves first.
+RAISE_STATE_FROM_TICK = "UPDATE worlds SET state_from_tick = max(state_from_tick, ?) WHERE world_id = ?"
+PRUNE_STATE_SNAPSHOTS = """DELETE FROM state_snapshots WHERE rowid IN
+    (SELECT rowid FROM state_snapshots WHERE world_id = ?1 AND tick < ?2 ORDER BY tick, first_entity_id LIMIT ?3) RETURNING 1"""
+PRUNE_STATE_DELTAS = """DELETE FROM state_deltas WHERE rowid IN
+    (SELECT rowid FROM state_deltas WHERE world_id = ?1 AND tick < ?2 ORDER BY tick, part LIMIT ?3) RETURNING 1"""
 PRUNE_QUOTA_USAGE = """DELETE FROM quota_usage WHERE rowid IN
     (SELECT rowid FROM quota_usage WHERE world_id = ?1 AND scheduled_tick <= ?2 ORDER BY scheduled_tick, principal LIMIT ?3) RETURNING 1"""

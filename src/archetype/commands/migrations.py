@@ -333,9 +333,32 @@ V12_TICK_MODES = Migration(12, "tick modes: lockstep or realtime, and the interv
     "ALTER TABLE worlds ADD COLUMN tick_lag_ms INTEGER NOT NULL DEFAULT 0",
 ))  # fmt: skip
 
+# Version 13: state history (docs/storage.md, "State at a tick"): a world's published state at any tick
+# of its retention window, read from the snapshots and deltas published up to it, which publication
+# no longer deletes (retention does). `state_snapshots` keys each snapshot's chunks by the tick that
+# published it; a delta that replaced the deltas since its snapshot says so (`replaces`), so a read
+# at a later tick skips the deltas it replaced and one at an earlier tick still reads them.
+# `state_from_tick` is the oldest tick whose state is retained: a world upgraded to this version has
+# only its state at its tick head (its existing snapshot is given tick -1, under its deltas).
+V13_STATE_HISTORY = Migration(13, "state history: snapshots by tick, replacing deltas marked, the oldest retained tick", (
+    """CREATE TABLE state_snapshots (
+        world_id TEXT NOT NULL,
+        tick INTEGER NOT NULL,
+        first_entity_id INTEGER NOT NULL,
+        body TEXT NOT NULL,
+        PRIMARY KEY (world_id, tick, first_entity_id))""",
+    """INSERT INTO state_snapshots (world_id, tick, first_entity_id, body)
+        SELECT world_id, -1, first_entity_id, body FROM state_chunks""",
+    "DROP TABLE state_chunks",
+    "ALTER TABLE state_deltas ADD COLUMN replaces INTEGER NOT NULL DEFAULT 0",
+    "CREATE INDEX state_deltas_replacing ON state_deltas (world_id, tick) WHERE replaces = 1",
+    "ALTER TABLE worlds ADD COLUMN state_from_tick INTEGER NOT NULL DEFAULT -1",
+    "UPDATE worlds SET state_from_tick = tick_head",
+))  # fmt: skip
+
 MIGRATIONS = (V1_SCHEMA, V2_EXACTLY_ONCE, V3_STATE_CHUNKS, V4_HEALTH_AND_REDRIVE, V5_RETENTION, V6_COMPONENT_SCHEMAS,
               V7_TICK_CLOCK, V8_WORLD_LEASES, V9_DERIVED_SEQUENCES, V10_RUNNER_REGISTRY, V11_DURABLE_FACTS,
-              V12_TICK_MODES)  # fmt: skip
+              V12_TICK_MODES, V13_STATE_HISTORY)  # fmt: skip
 SCHEMA_VERSION = MIGRATIONS[-1].version
 
 HAS_META = "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'"
