@@ -27,10 +27,10 @@ async def _recorded_world(rt, world_id, monkeypatch, ticks=12):
     for tick in range(ticks):
         async with world.lock:
             if tick % 4 == 1:
-                world.atomically(lambda: (world.update(ids[3 * tick], [Health(hp=-tick)]), world.despawn(ids[20 + tick]),
-                                          world.spawn([Health(hp=100 + tick)])))  # fmt: skip
+                world.atomically(lambda t=tick: (world.update(ids[3 * t], [Health(hp=-t)]), world.despawn(ids[20 + t]),
+                                                 world.spawn([Health(hp=100 + t)])))  # fmt: skip
             if tick == 6:  # every entity changed whole: a snapshot
-                world.atomically(lambda: [world.update(e, [Health(hp=tick)] if type_key(Health) in c else [Velocity(dx=0.5, dy=0.5)])
+                world.atomically(lambda: [world.update(e, [Health(hp=6)] if type_key(Health) in c else [Velocity(dx=0.5, dy=0.5)])
                                           for e, c in sorted(world.state.items())])  # fmt: skip
         await world.step()
         recorded[world.tick] = expected(world), expected(world, [Health])
