@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from archetype.audit.cli import audit
+from archetype.canonical import MAX_SAFE_INTEGER
 from archetype.catalog_cli import catalog
 from archetype.settings import CONFIG_ENV, ClientSettings, ConfigurationError, RunnerSettings, ServeSettings, use_config
 from archetype.world.tick_mode import DEFAULT_TICK_INTERVAL_MS, MAX_TICK_INTERVAL_MS, TICK_MODES, TickMode
@@ -255,11 +256,18 @@ def worlds_create(settings: ClientSettings, name: str, world_id: str | None, tic
 @worlds.command("show")
 @client_options
 @click.argument("world_id")
+@click.option("--tick", type=click.IntRange(-1, MAX_SAFE_INTEGER), default=None,
+              help="Show the world's entities as it published them at this tick (a tick of its retention window).")
 @JSON
-def worlds_show(settings: ClientSettings, world_id: str, as_json: bool) -> None:
-    """One world: status, tick head and mode, health (a lockstep world's lag), timestamps, audit lag."""
-    from archetype.client_cli import print_record, run
+def worlds_show(settings: ClientSettings, world_id: str, tick: int | None, as_json: bool) -> None:
+    """One world: status, tick head and mode, health (a lockstep world's lag), timestamps, audit lag;
+    with --tick, its entities at that tick instead (docs/storage.md, "State at a tick")."""
+    from archetype.client_cli import print_record, print_state, run
 
+    if tick is not None:
+        run(settings, lambda client: print_state(client.state(world_id, tick=tick), as_json=as_json,
+                                                 title=f"world {world_id} at tick {tick}"))  # fmt: skip
+        return
     run(settings, lambda client: print_record(client.world(world_id).model_dump(mode="json"), as_json=as_json, title=f"world {world_id}"))
 
 

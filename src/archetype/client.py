@@ -470,17 +470,20 @@ class Client:
         return self._run(self._calls.audit(world_id, filters))
 
     def state(self, world_id: str, *, components: Iterable[ComponentFilter] | None = None,
-              entity_ids: Iterable[int] | None = None, page_size: int = STATE_PAGE) -> WorldState:  # fmt: skip
+              entity_ids: Iterable[int] | None = None, page_size: int = STATE_PAGE, tick: int | None = None) -> WorldState:  # fmt: skip
         """The world's published entities in id order, read page by page: with `components`, those
         that have a component of every one of these types (classes, `<name>:<fingerprint>`, or a
-        name), with only those components; with `entity_ids`, those entities."""
-        return self._run(self._calls.state(world_id, StateQuery.of(components, entity_ids), _limit(page_size)))
+        name), with only those components; with `entity_ids`, those entities; with `tick`, as the
+        world published them at that tick (a tick of its retention window, else
+        `TickNotRetainedError`), every page at that tick."""
+        return self._run(self._calls.state(world_id, StateQuery.of(components, entity_ids, tick), _limit(page_size)))
 
     def iter_state(self, world_id: str, *, components: Iterable[ComponentFilter] | None = None,
-                   entity_ids: Iterable[int] | None = None, page_size: int = STATE_PAGE) -> Iterator[EntityState]:  # fmt: skip
+                   entity_ids: Iterable[int] | None = None, page_size: int = STATE_PAGE,
+                   tick: int | None = None) -> Iterator[EntityState]:  # fmt: skip
         """`state`'s entities one at a time, a page of `page_size` in memory at once: for a world
         too large to hold whole. Each page is read when the one before is used up."""
-        for query in StateQuery.of(components, entity_ids).queries():
+        for query in StateQuery.of(components, entity_ids, tick).queries():
             after: int | None = 0
             while after is not None:
                 page = self._run(self._calls.state_page(world_id, query, after, _limit(page_size)))
@@ -612,12 +615,14 @@ class AsyncClient:
         return await self._run(self._calls.audit(world_id, filters))
 
     async def state(self, world_id: str, *, components: Iterable[ComponentFilter] | None = None,
-                    entity_ids: Iterable[int] | None = None, page_size: int = STATE_PAGE) -> WorldState:  # fmt: skip
-        return await self._run(self._calls.state(world_id, StateQuery.of(components, entity_ids), _limit(page_size)))
+                    entity_ids: Iterable[int] | None = None, page_size: int = STATE_PAGE,
+                    tick: int | None = None) -> WorldState:  # fmt: skip
+        return await self._run(self._calls.state(world_id, StateQuery.of(components, entity_ids, tick), _limit(page_size)))
 
     async def iter_state(self, world_id: str, *, components: Iterable[ComponentFilter] | None = None,
-                         entity_ids: Iterable[int] | None = None, page_size: int = STATE_PAGE) -> AsyncIterator[EntityState]:  # fmt: skip
-        for query in StateQuery.of(components, entity_ids).queries():
+                         entity_ids: Iterable[int] | None = None, page_size: int = STATE_PAGE,
+                         tick: int | None = None) -> AsyncIterator[EntityState]:  # fmt: skip
+        for query in StateQuery.of(components, entity_ids, tick).queries():
             after: int | None = 0
             while after is not None:
                 page = await self._run(self._calls.state_page(world_id, query, after, _limit(page_size)))
