@@ -14,7 +14,12 @@ import asyncio
 from typing import Any
 
 from archetype.commands.authority import Authority
-from archetype.commands.errors import InvalidCommandError, UnregisteredOperationError, WorldNotFoundError
+from archetype.commands.errors import (
+    InvalidCommandError,
+    OperationUnavailableError,
+    UnregisteredOperationError,
+    WorldNotFoundError,
+)
 from archetype.commands.ledger import LEDGER_METHODS
 from archetype.commands.ledger_rows import WorldRow
 from durable_world.directory import DIRECTORY
@@ -41,6 +46,8 @@ class DurableObjectAuthority(Authority):
             return await self._from_every_world(method, args)
         if method in REGISTRY_METHODS:
             return unwrap(to_py(await getattr(self._stub(DIRECTORY), method)(args)))
+        if method == "fork_world":  # the fork is another object, made by a copy from the source's: not built yet
+            raise OperationUnavailableError("forking a world is not available on the Durable Object yet (docs/ledger.md, \"Forks\")")
         if not isinstance(args.get("world_id"), str):
             raise InvalidCommandError(f"{method} needs the world_id that names its Durable Object")
         if method == "create_world":  # listed before it exists: the directory never misses a world

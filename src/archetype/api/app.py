@@ -29,6 +29,7 @@ from archetype.api.models import (
     ComponentList,
     CreateWorldRequest,
     DestroyedWorld,
+    ForkWorldRequest,
     Health,
     HistoryPage,
     OutcomesPage,
@@ -44,6 +45,7 @@ from archetype.api.models import (
 from archetype.api.openapi import (
     CREATE_WORLD,
     DESTROY_WORLD,
+    FORK_WORLD,
     LEDGER,
     READ_AUDIT,
     READ_COMMAND,
@@ -73,7 +75,7 @@ from archetype.commands.options import ActorCtx, Role
 from archetype.commands.registry import OperationRegistry
 from archetype.commands.scheduler import CommandScheduler, CommandStatus
 from archetype.world.error_text import error_text
-from archetype.world.family import create_world_row
+from archetype.world.family import create_world_row, fork_world_row
 from archetype.world.operations import WORLD_ID_PATTERN, DestroyWorld, Spawn
 
 # Commands one principal may have admitted for one target tick of one world (ledger-enforced).
@@ -273,6 +275,14 @@ def create_app(
     async def world_components(world_id: WorldIdPath, actor: ActorCtx = viewer) -> ComponentList:
         """The component types the world recorded, with the schema admission validates their data against."""
         return ComponentList.model_validate(await authority.components(world_id))
+
+    @app.post("/worlds/{world_id}:fork", status_code=201, response_model=WorldView, responses=error_responses(FORK_WORLD))
+    async def fork_world(world_id: WorldIdPath, body: ForkWorldRequest, actor: ActorCtx = admin,
+                         _: None = admitting) -> WorldView:  # fmt: skip
+        """A new world made of this one as it was at `at_tick` (docs/ledger.md, "Forks"); admin."""
+        op = body.operation(world_id)
+        dispatcher.authorize_as(actor, op)  # then the handler's own ledger call, whose row is the answer
+        return WorldView.of(await fork_world_row(authority, op))
 
     @app.delete("/worlds/{world_id}", response_model=DestroyedWorld, responses=error_responses(DESTROY_WORLD))
     async def destroy_world(world_id: WorldIdPath, actor: ActorCtx = admin, _: None = admitting) -> DestroyedWorld:

@@ -73,6 +73,7 @@ LEDGER: Errors = (*JSON_BODY, ShuttingDownError, UnregisteredOperationError, Not
                   WorldEdgeHostedError, RouteNotFoundError, CommandNotFoundError, NotDeadLetteredError, RedriveConflictError,
                   *COMPONENTS, MigrationConflictError)  # fmt: skip
 CREATE_WORLD: Errors = (*JSON_BODY, ShuttingDownError, InvalidCommandError, WorldExistsError, WorldClosingError)
+FORK_WORLD: Errors = (*WORLD_PATH, *CREATE_WORLD, TickNotRetainedError, UnknownComponentError, OperationUnavailableError)
 DESTROY_WORLD: Errors = (*WORLD_PATH, ShuttingDownError, WorldClosingError)
 READ_COMMAND: Errors = (*WORLD_PATH, CommandNotFoundError)
 READ_OUTCOMES: Errors = (*WORLD_PATH, *JSON_BODY)

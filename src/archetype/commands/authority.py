@@ -67,6 +67,13 @@ class Authority(ABC):
             "world_id": world_id, "name": name, "tick_mode": tick_mode, "tick_interval_ms": tick_interval_ms,
         })  # fmt: skip
 
+    async def fork_world(self, source_world_id: str, at_tick: int, world_id: str, name: str,
+                         with_open_commands: bool = False) -> WorldRow:  # fmt: skip
+        return await self.rpc("fork_world", {
+            "source_world_id": source_world_id, "at_tick": at_tick, "world_id": world_id, "name": name,
+            "with_open_commands": with_open_commands,
+        })  # fmt: skip
+
     async def world_info(self, world_id: str) -> WorldRow:
         return await self.rpc("world_info", {"world_id": world_id})
 

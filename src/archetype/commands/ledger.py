@@ -135,7 +135,7 @@ PRUNE_LIMIT = 1_000
 # Public operations, in the order docs/ledger.md describes them. The Durable Object exposes
 # exactly these, and `Authority` (authority.py) has one typed method for each.
 LEDGER_METHODS = (
-    "create_world", "world_info", "list_worlds", "acquire_writer", "claim_world", "renew_world", "release_world",
+    "create_world", "fork_world", "world_info", "list_worlds", "acquire_writer", "claim_world", "renew_world", "release_world",
     "register_runner", "leave_runner", "live_runners", "hosted_worlds", "pending_worlds", "load_state", "read_state",
     "reserve_entity_ids",
     "reserve_spawn", "admit", "lease", "guard", "publish", "record_tick_failure", "release", "redrive", "destroy",
@@ -299,6 +299,69 @@ class Ledger:
             return self._world(world_id)
 
         return self._port.transaction(run)
+
+    def fork_world(self, source_world_id: str, at_tick: int, world_id: str, name: str,
+                   with_open_commands: bool = False) -> WorldRow:  # fmt: skip
+        """A new world `world_id` made of `source_world_id` as it was at `at_tick` (any tick of its
+        retention window), in one transaction (docs/ledger.md, "Forks"): its published state and
+        component schemas, tick head `at_tick`, the source's tick mode, a clock of its own from
+        now, and, `with_open_commands`, a PENDING copy of each command scheduled after `at_tick`
+        that was open at it (the same sequence and command id, its identity the fork's, linked to
+        its original by `forked_from`). A `world_forked` event on both worlds names the other. The
+        same fork again answers the fork as it is; another world under that id is `world_exists`."""
+        if not (type(at_tick) is int and -1 <= at_tick <= MAX_SAFE_INTEGER):
+            raise InvalidCommandError("fork_world takes a tick -1..2**53-1")
+        if world_id == source_world_id:
+            raise InvalidCommandError("a fork is another world: give it its own world id")
+
+        def run() -> WorldRow:
+            source = self._world(source_world_id)
+            rows = self._port.execute(q.GET_WORLD, (world_id,))
+            if rows:
+                existing = cast(WorldRow, _row(WORLD_FIELDS, rows[0]))
+                origin = tuple(self._port.execute(q.GET_FORK_ORIGIN, (world_id,))[0])
+                if origin == (source_world_id, at_tick) and existing["name"] == name and existing["status"] == "ACTIVE":
+                    return existing  # an identical retry of the fork
+                raise WorldExistsError(f"world {world_id!r} already exists")
+            self._check_retained(source, at_tick)
+            now = self._clock.now_ms()
+            left = self._port.execute(q.LEFT_TICK_AT, (source_world_id, at_tick))[0][0]
+            cutoff = now if left is None else left - 1
+            open_then = self._port.execute(q.OPEN_AT_TICK, (source_world_id, at_tick, cutoff)) if with_open_commands else []
+            event = source["next_event_seq"]
+            self._port.execute(q.INSERT_FORK, (world_id, name, at_tick, source["next_sequence"], event, now, source_world_id))
+            at = state_at(self._port, source_world_id, at_tick)
+            if at.snapshot_tick is not None:
+                self._port.execute(q.COPY_STATE_SNAPSHOT, (world_id, source_world_id, at.snapshot_tick))
+            self._port.execute(q.COPY_STATE_DELTAS, (world_id, source_world_id, at.deltas_from, at_tick))
+            self._port.execute(q.COPY_COMPONENTS, (world_id, source_world_id))
+            self._port.execute(q.COPY_MIGRATIONS, (world_id, source_world_id, at_tick))
+            copies = [self._forked_command(world_id, cast(CommandRow, _row(COMMAND_FIELDS, r[:-1])), r[-1]) for r in open_then]
+            self._check_components(world_id, [(f"command {c[2]!r}", c[7]) for c in copies])
+            if copies:
+                self._port.execute(q.INSERT_FORKED_COMMANDS, (world_id, now, json.dumps(copies)))
+            record = json.dumps({"source_world_id": source_world_id, "world_id": world_id, "at_tick": at_tick,
+                                 "commands": len(copies)}, sort_keys=True)  # fmt: skip
+            for world, seq in ((source_world_id, event), (world_id, event)):
+                self._port.execute(q.APPEND_SCHEMA_EVENT, (world, seq, f"world-fork/{world_id}", "world_forked",
+                                                           "fork_world", at_tick, now, record))  # fmt: skip
+            if copies:
+                self._write_events(world_id, event + 1, json.dumps([c[1] for c in copies]), now)
+            return self._world(world_id)
+
+        return self._port.transaction(run)
+
+    @staticmethod
+    def _forked_command(world_id: str, original: CommandRow, scope: str) -> list[Any]:
+        """A fork's copy of a command open at the fork's tick, as INSERT_FORKED_COMMANDS takes it:
+        its sequence, command id and content, its payload naming the fork (a payload names its
+        world), its identity (digest) the fork's."""
+        payload = json.loads(original["payload"])
+        if "world_id" in payload:
+            payload["world_id"] = world_id
+        row: dict[str, Any] = {**original, "world_id": world_id, "payload": canonical_json(payload)}
+        row["digest"] = command_digest(row)
+        return [scope, original["sequence"], *(row[field] for field in q.INSERTED_COMMAND_FIELDS), original["sequence"]]
 
     def world_info(self, world_id: str) -> WorldRow:
         return self._port.transaction(lambda: self._world(world_id))

@@ -312,6 +312,41 @@ GET_QUOTA_USAGE = "SELECT used FROM quota_usage WHERE world_id = ? AND principal
 ADD_QUOTA_USAGE = """INSERT INTO quota_usage (world_id, principal, scheduled_tick, used) VALUES (?, ?, ?, ?)
     ON CONFLICT (world_id, principal, scheduled_tick) DO UPDATE SET used = used + excluded.used"""
 
+# -- forks (docs/ledger.md, "Forks"): a new world made of another's state at a tick, in one
+# transaction; its sequence numbers continue the source's, so a command admitted to both after the
+# fork gets the same number in each --
+GET_FORK_ORIGIN = "SELECT forked_from, forked_at_tick FROM worlds WHERE world_id = ?"
+INSERT_FORK = """INSERT INTO worlds (world_id, name, status, tick_head, next_entity_id, writer_epoch, next_sequence,
+        next_event_seq, projected_seq, created_at, updated_at, clock_tick, clock_ms, tick_mode, tick_interval_ms,
+        state_from_tick, forked_from, forked_at_tick)
+    SELECT ?1, ?2, 'ACTIVE', CAST(?3 AS INTEGER), s.next_entity_id, 0, CAST(?4 AS INTEGER), CAST(?5 AS INTEGER),
+        CAST(?5 AS INTEGER) - 1, ?6, ?6, CAST(?3 AS INTEGER), ?6, s.tick_mode, s.tick_interval_ms, CAST(?3 AS INTEGER),
+        s.world_id, CAST(?3 AS INTEGER)
+    FROM worlds AS s WHERE s.world_id = ?7"""
+COPY_STATE_SNAPSHOT = """INSERT INTO state_snapshots (world_id, tick, first_entity_id, body)
+    SELECT ?1, tick, first_entity_id, body FROM state_snapshots WHERE world_id = ?2 AND tick = ?3"""
+COPY_STATE_DELTAS = """INSERT INTO state_deltas (world_id, tick, part, body, replaces)
+    SELECT ?1, tick, part, body, replaces FROM state_deltas WHERE world_id = ?2 AND tick >= ?3 AND tick <= ?4"""
+COPY_COMPONENTS = """INSERT INTO world_components (world_id, fingerprint, name, schema, recorded_at)
+    SELECT ?1, fingerprint, name, schema, recorded_at FROM world_components WHERE world_id = ?2"""
+COPY_MIGRATIONS = """INSERT INTO component_migrations (world_id, from_fingerprint, name, to_fingerprint, tick, entities,
+        commands, migrated_at)
+    SELECT ?1, from_fingerprint, name, to_fingerprint, tick, entities, commands, migrated_at
+    FROM component_migrations WHERE world_id = ?2 AND tick <= ?3"""
+# When the world left tick T: the publication of the first tick after it (none: it is still at T).
+LEFT_TICK_AT = "SELECT min(published_at) FROM ticks WHERE world_id = ? AND tick > ?"
+# The commands scheduled after T that were open at T: admitted before the world left T and not
+# cancelled by then (a command scheduled after T settles no earlier than the tick it runs at).
+OPEN_AT_TICK = f"""SELECT {COMMAND_COLUMNS}, scope FROM commands
+    WHERE world_id = ?1 AND scheduled_tick > ?2 AND created_at <= ?3 AND NOT (status = 'CANCELLED' AND updated_at <= ?3)
+    ORDER BY sequence"""
+# Each forked command is a JSON array [scope, sequence, <INSERTED_COMMAND_FIELDS>..., forked_from].
+INSERT_FORKED_COMMANDS = f"""INSERT INTO commands (world_id, scope, sequence, {", ".join(INSERTED_COMMAND_FIELDS)},
+        forked_from, status, created_at, updated_at)
+    SELECT ?1, {", ".join(f"json_extract(j.value, '$[{i}]')" for i in range(len(INSERTED_COMMAND_FIELDS) + 3))},
+        'PENDING', ?2, ?2
+    FROM json_each(?3) AS j"""
+
 # -- retention (docs/ledger.md, "Retention"); every statement deletes at most a limit of rows,
 # oldest first, so one prune transaction stays small however far behind it is, and answers one
 # row per row deleted (RETURNING: the ports have no portable changes count) --

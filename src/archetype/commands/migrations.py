@@ -340,7 +340,9 @@ V12_TICK_MODES = Migration(12, "tick modes: lockstep or realtime, and the interv
 # at a later tick skips the deltas it replaced and one at an earlier tick still reads them.
 # `state_from_tick` is the oldest tick whose state is retained: a world upgraded to this version has
 # only its state at its tick head (its existing snapshot is given tick -1, under its deltas).
-V13_STATE_HISTORY = Migration(13, "state history: snapshots by tick, replacing deltas marked, the oldest retained tick", (
+# A world forked from another (`fork_world`, docs/ledger.md "Forks") names its source and the tick
+# it was forked at; a command the fork copied names the source command's sequence.
+V13_STATE_HISTORY = Migration(13, "state history: snapshots by tick, replacing deltas marked, the oldest retained tick; forks", (
     """CREATE TABLE state_snapshots (
         world_id TEXT NOT NULL,
         tick INTEGER NOT NULL,
@@ -354,6 +356,9 @@ V13_STATE_HISTORY = Migration(13, "state history: snapshots by tick, replacing d
     "CREATE INDEX state_deltas_replacing ON state_deltas (world_id, tick) WHERE replaces = 1",
     "ALTER TABLE worlds ADD COLUMN state_from_tick INTEGER NOT NULL DEFAULT -1",
     "UPDATE worlds SET state_from_tick = tick_head",
+    "ALTER TABLE worlds ADD COLUMN forked_from TEXT",
+    "ALTER TABLE worlds ADD COLUMN forked_at_tick INTEGER",
+    "ALTER TABLE commands ADD COLUMN forked_from INTEGER",
 ))  # fmt: skip
 
 MIGRATIONS = (V1_SCHEMA, V2_EXACTLY_ONCE, V3_STATE_CHUNKS, V4_HEALTH_AND_REDRIVE, V5_RETENTION, V6_COMPONENT_SCHEMAS,
