@@ -106,7 +106,8 @@ async def run(args: argparse.Namespace, data: Path) -> list[str]:
         lines.append(f"| {name} | {snapshots:,} | {deltas:,} | {size / 1e6:.1f} | {ticks} | {rows / ticks:.2f} | "
                      f"{size / ticks / 1e3:.0f} |")  # fmt: skip
     lines += ["", f"The prune removed {pruned['state_rows']:,} state rows.", "",
-              "| `read_state`, every page, at | entities | best ms | median ms | best / head's best |", "|---|---|---|---|---|"]  # fmt: skip
+              "| `read_state`, every page, at | entities | best ms | median ms | best / head's best |",
+              "|---|---|---|---|---|"]  # fmt: skip
     for name in phases:
         lines.append(f"| {name} | {counts[name]:,} | {min(times[name]):.1f} | {statistics.median(times[name]):.1f} | "
                      f"{min(times[name]) / head_best:.2f}x |")  # fmt: skip

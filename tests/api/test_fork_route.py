@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import pytest
 
+from tests.api import test_reads
 from tests.api.conftest import ADMIN, OPERATOR, VIEWER
-from tests.api.test_reads import client, edge, world  # noqa: F401  (fixtures)
+
+edge, world = test_reads.edge, test_reads.world  # the fixtures: both apps, a world of 30 entities
 
 
 def fork_body(tick, **fields):
