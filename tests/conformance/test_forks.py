@@ -15,13 +15,13 @@ from archetype.world import Despawn, ForkWorld, Spawn, Update
 from tests.component_modules.alpha import Health, Position
 from tests.conformance.helpers import at, outbox
 
-EDGE = ("durable_object", "durable_object_workerd", "worker_http")
+EDGE = ("durable_object", "durable_object_workerd", "worker_http", "worker_workerd")
 
 
 @pytest.fixture
 def forking(request, authority):
-    """Skips nothing: on the Durable Object authorities a fork must be refused with its code."""
-    return not any(f"[{name}]" in request.node.name for name in EDGE)
+    """Whether the authority forks; on the Durable Object ones a fork must be refused with its code."""
+    return request.node.callspec.params["authority"] not in EDGE
 
 
 def commands(world_id: str, first_tick: int, ids: list[int]) -> list[tuple]:
