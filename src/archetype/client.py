@@ -329,6 +329,13 @@ class _Calls:
                  if value is not None}  # unsaid: the server's defaults (docs/ledger.md, "Tick modes")  # fmt: skip
         return WorldView.model_validate((yield from self.send(_Request("POST", "/worlds", json=body))))
 
+    def fork_world(self, world_id: str, at_tick: int, name: str, fork_world_id: str | None,
+                   with_open_commands: bool) -> Call[WorldView]:  # fmt: skip
+        # the fork's id is made here, once, so that a retried fork answers the same world
+        body = {"at_tick": at_tick, "name": name, "world_id": fork_world_id or uuid.uuid4().hex,
+                "with_open_commands": with_open_commands}  # fmt: skip
+        return WorldView.model_validate((yield from self.send(_Request("POST", f"/worlds/{world_id}:fork", json=body))))
+
     def destroy_world(self, world_id: str) -> Call[DestroyedWorld]:
         # re-running destroy finishes it; a retry after a lost answer reports nothing left to cancel
         return DestroyedWorld.model_validate((yield from self.send(_Request("DELETE", f"/worlds/{world_id}"))))
@@ -505,6 +512,12 @@ class Client:
         """A new world: lockstep ticks of 100 ms unless `tick_mode` / `tick_interval_ms` say otherwise."""
         return self._run(self._calls.create_world(name, world_id, tick_mode, tick_interval_ms))
 
+    def fork_world(self, world_id: str, at_tick: int, name: str, *, fork_world_id: str | None = None,
+                   with_open_commands: bool = False) -> WorldView:  # fmt: skip
+        """A new world made of `world_id` as it was at `at_tick` (admin; docs/ledger.md, "Forks"):
+        `with_open_commands` also copies the commands it had scheduled after that tick."""
+        return self._run(self._calls.fork_world(world_id, at_tick, name, fork_world_id, with_open_commands))
+
     def destroy_world(self, world_id: str) -> DestroyedWorld:
         return self._run(self._calls.destroy_world(world_id))
 
@@ -642,6 +655,10 @@ class AsyncClient:
     async def create_world(self, name: str, *, world_id: str | None = None, tick_mode: TickMode | None = None,
                            tick_interval_ms: int | None = None) -> WorldView:  # fmt: skip
         return await self._run(self._calls.create_world(name, world_id, tick_mode, tick_interval_ms))
+
+    async def fork_world(self, world_id: str, at_tick: int, name: str, *, fork_world_id: str | None = None,
+                         with_open_commands: bool = False) -> WorldView:  # fmt: skip
+        return await self._run(self._calls.fork_world(world_id, at_tick, name, fork_world_id, with_open_commands))
 
     async def destroy_world(self, world_id: str) -> DestroyedWorld:
         return await self._run(self._calls.destroy_world(world_id))

@@ -160,6 +160,18 @@ def test_state_at_a_tick_reads_the_world_as_it_was_then(server):
             client.state("sim", tick=10**12)
 
 
+def test_a_fork_whose_answer_was_lost_is_made_once(proxy):
+    proxy.faults.append(Fault(":fork"))
+    with Client(proxy.url, token="t-admin", retry=FAST) as admin:
+        head = admin.world("sim").tick_head
+        fork = admin.fork_world("sim", head, "what if")
+        assert (fork.tick_head, fork.name) == (head, "what if")
+        assert [w.world_id for w in admin.worlds() if w.name == "what if"] == [fork.world_id]  # the retry made no second
+        assert len(requests_to(proxy, ":fork")) == 2
+        source = [(e.entity_id, e.components) for e in admin.state("sim", tick=head).entities]
+        assert [(e.entity_id, e.components) for e in admin.state(fork.world_id, tick=head).entities] == source
+
+
 async def test_the_async_client_reads_a_tick_too(server):
     async with AsyncClient(server, token="t-viewer") as client:
         head = (await client.state("sim")).tick_head
