@@ -20,7 +20,7 @@ from archetype.commands.errors import (
     UnregisteredOperationError,
     WorldNotFoundError,
 )
-from archetype.commands.ledger import LEDGER_METHODS
+from archetype.commands.ledger import CATALOG_METHODS, LEDGER_METHODS
 from archetype.commands.ledger_rows import WorldRow
 from durable_world.directory import DIRECTORY
 from durable_world.envelope import unwrap
@@ -38,6 +38,8 @@ class DurableObjectAuthority(Authority):
         return self._namespace.get(self._namespace.idFromName(name))
 
     async def rpc(self, method: str, args: dict[str, Any]) -> Any:
+        if method in CATALOG_METHODS:  # a fork is another object, made by a copy from the source's: not built yet
+            raise OperationUnavailableError(f"{method} is not available on the Durable Object yet (docs/ledger.md, \"Forks\")")
         if method not in LEDGER_METHODS:
             raise UnregisteredOperationError(f"{method!r} is not a ledger method")
         if method == "list_worlds":
@@ -46,8 +48,6 @@ class DurableObjectAuthority(Authority):
             return await self._from_every_world(method, args)
         if method in REGISTRY_METHODS:
             return unwrap(to_py(await getattr(self._stub(DIRECTORY), method)(args)))
-        if method == "fork_world":  # the fork is another object, made by a copy from the source's: not built yet
-            raise OperationUnavailableError("forking a world is not available on the Durable Object yet (docs/ledger.md, \"Forks\")")
         if not isinstance(args.get("world_id"), str):
             raise InvalidCommandError(f"{method} needs the world_id that names its Durable Object")
         if method == "create_world":  # listed before it exists: the directory never misses a world

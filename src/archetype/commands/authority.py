@@ -1,7 +1,8 @@
 """The one interface runners and the scheduler use to reach a control authority.
 
-`Authority` has one typed method per ledger operation (`LEDGER_METHODS`), so a wrong method or
-argument name fails the type checker, not a run. Underneath, every authority is a plain-JSON
+`Authority` has one typed method per ledger operation (`LEDGER_METHODS`, and `CATALOG_METHODS`,
+which only a store of many worlds serves), so a wrong method or argument name fails the type
+checker, not a run. Underneath, every authority is a plain-JSON
 RPC: `rpc(method, arguments)` carries the arguments to the ledger and its result back, and
 raises the typed `CommandError` the ledger raised. The local authority runs the ledger
 in-process; the Durable Object and the HTTP client reach it remotely.
@@ -15,6 +16,7 @@ from typing import Any
 
 from archetype.commands.errors import UnregisteredOperationError
 from archetype.commands.ledger import (
+    CATALOG_METHODS,
     DEFAULT_IDEMPOTENCY_WINDOW_MS,
     DEFAULT_KEEP_TICKS,
     LEDGER_METHODS,
@@ -234,7 +236,7 @@ class InProcessAuthority(Authority):
         self._close = close
 
     async def rpc(self, method: str, arguments: dict[str, Any]) -> Any:
-        if method not in LEDGER_METHODS:
+        if method not in LEDGER_METHODS and method not in CATALOG_METHODS:
             raise UnregisteredOperationError(f"{method!r} is not a ledger method")
         return getattr(self.ledger, method)(**arguments)
 

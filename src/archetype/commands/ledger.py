@@ -135,7 +135,7 @@ PRUNE_LIMIT = 1_000
 # Public operations, in the order docs/ledger.md describes them. The Durable Object exposes
 # exactly these, and `Authority` (authority.py) has one typed method for each.
 LEDGER_METHODS = (
-    "create_world", "fork_world", "world_info", "list_worlds", "acquire_writer", "claim_world", "renew_world", "release_world",
+    "create_world", "world_info", "list_worlds", "acquire_writer", "claim_world", "renew_world", "release_world",
     "register_runner", "leave_runner", "live_runners", "hosted_worlds", "pending_worlds", "load_state", "read_state",
     "reserve_entity_ids",
     "reserve_spawn", "admit", "lease", "guard", "publish", "record_tick_failure", "release", "redrive", "destroy",
@@ -143,6 +143,12 @@ LEDGER_METHODS = (
     "manifests", "read_outbox", "read_outbox_columns", "acknowledge_outbox", "watermark", "next_due_tick", "prune",
     "record_components", "components", "migrate_components",
 )  # fmt: skip
+
+
+# Ledger methods over more than one world's rows of one store, in one transaction: the local
+# catalog (all its worlds in one database) runs them; a Durable Object holds one world, so there a
+# fork is a copy between two objects, which is not built yet (docs/ledger.md, "Forks").
+CATALOG_METHODS = ("fork_world",)
 
 
 def check_components(world_id: str, documents: list[tuple[str, str]],
@@ -613,7 +619,7 @@ class Ledger:
                     overlay[entity_id] = text is not None and fingerprint in text
         naming = [entity_id for entity_id, names in overlay.items() if names]
         cursor = -1
-        while at.snapshot_tick is not None and (rows := self._port.execute(q.NEXT_STATE_CHUNK, (world_id, at.snapshot_tick, cursor))):
+        while rows := self._port.execute(q.NEXT_STATE_CHUNK, (world_id, at.snapshot_tick, cursor)):  # no snapshot: NULL, none
             cursor, body = rows[0]
             if fingerprint in body:
                 naming += [e for e, t in columnar.decode(body)
