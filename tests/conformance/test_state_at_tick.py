@@ -79,3 +79,21 @@ async def test_a_fresh_world_holds_its_state_at_tick_minus_one_only(rt, world_id
     assert (page["sections"], page["next_after"], page["tick_head"]) == ([], None, -1)
     with pytest.raises(TickNotRetainedError):
         await authority.read_state(world_id=world_id, tick=0)
+
+
+async def test_a_world_emptied_reads_empty_from_then_on_and_full_before(rt, world_id, authority):
+    """The snapshot of a world with no entity left has no chunk to store, and still marks its tick."""
+    world = await rt.worlds.get(world_id)
+    await world.ensure_entity_ids(3)
+    async with world.lock:
+        ids = world.atomically(lambda: [world.spawn([Health(hp=i)]) for i in range(3)])
+    await world.step()
+    full = expected(world)
+    async with world.lock:
+        world.atomically(lambda: [world.despawn(e) for e in ids])
+    await world.step()
+    await world.step()
+    for tick, state in ((0, full), (1, []), (2, [])):
+        found, _ = await read_all(authority, world_id, tick=tick)
+        assert found == state, tick
+    assert (await authority.load_state(world_id=world_id))["entities"] == []

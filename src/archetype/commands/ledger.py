@@ -145,6 +145,10 @@ LEDGER_METHODS = (
 )  # fmt: skip
 
 
+# What a snapshot of no entity stores (docs/storage.md, "State at a tick"): a chunk of no id, under
+# first id 0, which no entity has.
+EMPTY_SNAPSHOT = '{"first":0,"last":0,"removed":[],"sections":[]}'
+
 # Ledger methods over more than one world's rows of one store, in one transaction: the local
 # catalog (all its worlds in one database) runs them; a Durable Object holds one world, so there a
 # fork is a copy between two objects, which is not built yet (docs/ledger.md, "Forks").
@@ -1054,6 +1058,8 @@ class Ledger:
                 raise InvalidCommandError("a snapshot replaces the whole state; replaces_deltas is for a delta")
             if firsts != sorted(set(firsts)):
                 raise InvalidCommandError("a snapshot's chunks cover ascending entity ranges")
+            if not chunks:  # no entity left: the snapshot still marks its tick, or the one before would read on
+                firsts, chunks = [0], [EMPTY_SNAPSHOT]
             for first, chunk in zip(firsts, chunks, strict=True):
                 self._port.execute(q.INSERT_STATE_CHUNK, (world_id, tick, first, chunk))
             return
