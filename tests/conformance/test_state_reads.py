@@ -7,6 +7,7 @@ import pytest
 
 from archetype.commands import DurableOptions, InvalidCommandError
 from archetype.commands.errors import UnknownComponentError, WorldNotFoundError
+from archetype.commands.ledger import STATE_READ_CHUNKS
 from archetype.commands.options import ActorCtx, Role
 from archetype.commands.state_pages import entity_texts
 from archetype.vector import add_vector_processor
@@ -106,14 +107,16 @@ async def test_an_entity_filter_keeps_those_ids(rt, world_id, authority, monkeyp
 
 
 async def test_a_page_reads_a_bounded_number_of_chunks_and_says_where_to_go_on(rt, world_id, authority, monkeypatch):
-    # only entity 1 has Tag: the read of it crosses every chunk, STATE_READ_CHUNKS at a time
+    # only the last entity has Tag: the read of it crosses every chunk, STATE_READ_CHUNKS at a time.
+    # The bound is the ledger's own (not patched here: on worker_workerd the ledger runs in workerd),
+    # so the world writes many times that many chunks (CHUNK_BYTES is the writer's, in this process).
     monkeypatch.setattr("archetype.world.columnar.CHUNK_BYTES", 600)
-    monkeypatch.setattr("archetype.commands.ledger.STATE_READ_CHUNKS", 2)
+    count = 100 * STATE_READ_CHUNKS
     world = await rt.worlds.get(world_id)
-    await world.ensure_entity_ids(120)
+    await world.ensure_entity_ids(count)
     async with world.lock:
-        world.atomically(lambda: [world.spawn([Health(hp=i)] + ([Tag(label="x", weight=1.0)] if i == 119 else []))
-                                  for i in range(120)])  # fmt: skip
+        world.atomically(lambda: [world.spawn([Health(hp=i)] + ([Tag(label="x", weight=1.0)] if i == count - 1 else []))
+                                  for i in range(count)])  # fmt: skip
     await world.step()
     found, sizes = await read_all(authority, world_id, component_types=[type_key(Tag)])
     assert found == expected(world, [Tag]) and len(found) == 1
