@@ -287,6 +287,28 @@ def worlds_retry(settings: ClientSettings, world_id: str, as_json: bool) -> None
     run(settings, retry)
 
 
+@worlds.command("fork")
+@client_options
+@click.argument("world_id")
+@click.option("--tick", type=click.IntRange(-1, MAX_SAFE_INTEGER), required=True,
+              help="Fork the world as it was at this tick (a tick of its retention window).")
+@click.option("--name", required=True, help="The fork's name.")
+@click.option("--id", "fork_world_id", default=None, help="The fork's world id (default: generated).")
+@click.option("--with-open-commands", is_flag=True, help="Copy the commands scheduled after the tick that were open at it.")
+@JSON
+def worlds_fork(settings: ClientSettings, world_id: str, tick: int, name: str, fork_world_id: str | None,
+                with_open_commands: bool, as_json: bool) -> None:  # fmt: skip
+    """Fork a world at a tick (admin): a new world of its state then, run on by its own ledger
+    (docs/ledger.md, "Forks")."""
+    from archetype.client_cli import print_record, run
+
+    def fork(client: Client) -> None:
+        made = client.fork_world(world_id, tick, name, fork_world_id=fork_world_id, with_open_commands=with_open_commands)
+        print_record(made.model_dump(mode="json"), as_json=as_json, title="forked")
+
+    run(settings, fork)
+
+
 @worlds.command("destroy")
 @client_options
 @click.argument("world_id")

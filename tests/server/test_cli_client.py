@@ -172,6 +172,14 @@ async def test_worlds_show_at_a_tick_lists_the_entities_of_that_tick(served):
     later = run(served, "worlds", "show", world_id, "--tick", "2", token="t-viewer")
     assert later.exit_code == 1 and "tick_not_retained" in later.output
 
+    forked = run(served, "worlds", "fork", world_id, "--tick", "0", "--name", "what if", "--id", "then-0", "--json", token="t-admin")
+    assert forked.exit_code == 0, forked.output
+    assert (json.loads(forked.output)["world_id"], json.loads(forked.output)["tick_head"]) == ("then-0", 0)
+    shown = run(served, "worlds", "show", "then-0", "--tick", "0", "--json", token="t-viewer").output.splitlines()
+    assert [json.loads(line) for line in shown] == at[0]
+    denied = run(served, "worlds", "fork", world_id, "--tick", "0", "--name", "x", token="t-operator")
+    assert denied.exit_code == 1 and "permission_denied" in denied.output
+
 
 async def test_worlds_retry_asks_a_stalled_world_to_retry_now(served):
     async with await Runtime.open_remote(served.url, token="t-admin", owner="cli-runner") as rt:
