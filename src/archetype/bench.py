@@ -111,14 +111,14 @@ class RawLedger:
         self.conn.execute("COMMIT")
 
     def _events(self, ids: list[str], event_type: str, status: str, tick: int, now: int) -> None:
+        """The events of one transition of these commands: one outbox row, as the ledger writes them."""
         first, self.event_seq = self.event_seq, self.event_seq + len(ids)
         payload = json.dumps({"attempts": 0, "error": None, "max_attempts": 3})
-        self.conn.executemany(
-            "INSERT INTO outbox (world_id, event_seq, event_id, command_id, event_type, status, operation, tick, "
-            "principal, origin, occurred_at, payload) VALUES (?, ?, ?, ?, ?, ?, 'spawn', ?, NULL, 'local', ?, ?)",
-            [(RAW_WORLD, first + i, f"{RAW_WORLD}/{first + i}", cid, event_type, status, tick, now, payload)
-             for i, cid in enumerate(ids)],
-        )  # fmt: skip
+        events = json.dumps([[cid, event_type, status, "spawn", tick, None, "local", payload] for cid in ids])
+        self.conn.execute(
+            "INSERT INTO outbox (world_id, last_seq, first_seq, occurred_at, events) VALUES (?, ?, ?, ?, ?)",
+            (RAW_WORLD, self.event_seq - 1, first, now, events),
+        )
 
     def admit(self, rows: list[dict[str, Any]]) -> None:
         def run() -> None:

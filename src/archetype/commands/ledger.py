@@ -263,7 +263,7 @@ class Ledger:
 
     def _write_events(self, world_id: str, first: int, sequences_json: str, now: int) -> None:
         """Events numbered from `first`, the world's next event sequence number as read in this transaction."""
-        self._port.execute(q.APPEND_EVENTS, (first, first, now, sequences_json, world_id))
+        self._port.execute(q.APPEND_EVENTS, (first, now, sequences_json, world_id))
 
     def _world_event(self, world_id: str, event_type: str, tick: int, attempts: int, error: str | None,
                      since: int | None, now: int) -> None:  # fmt: skip

@@ -26,7 +26,7 @@ WORLD_COLUMNS = (
 # `projected_seq` covers the events it deleted.
 NEXT_SEQUENCE_EXPR = "max(w.next_sequence, coalesce((SELECT max(c.sequence) FROM commands AS c WHERE c.world_id = w.world_id), 0) + 1)"
 NEXT_EVENT_SEQ_EXPR = ("max(w.next_event_seq, w.projected_seq + 1, "
-                  "coalesce((SELECT max(o.event_seq) FROM outbox AS o WHERE o.world_id = w.world_id), 0) + 1)")  # fmt: skip
+                  "coalesce((SELECT max(o.last_seq) FROM outbox AS o WHERE o.world_id = w.world_id), 0) + 1)")  # fmt: skip
 WORLD_VALUE_COLUMNS = ", ".join(
     {"next_sequence": NEXT_SEQUENCE_EXPR, "next_event_seq": NEXT_EVENT_SEQ_EXPR}.get(name, f"w.{name}")
     for name in (column.strip() for column in WORLD_COLUMNS.split(","))
@@ -200,36 +200,53 @@ NEXT_STATE_CHUNK = """SELECT first_entity_id, body FROM state_chunks WHERE world
     ORDER BY first_entity_id LIMIT 1"""
 LIST_STATE_DELTAS = "SELECT body FROM state_deltas WHERE world_id = ? ORDER BY tick, part"
 
-# -- outbox: one statement appends one event per command sequence in a JSON array, in array
-# order; the event type follows from the status the transition left the command in --
-APPEND_EVENTS = """INSERT INTO outbox (world_id, event_seq, event_id, command_id, event_type, status, operation, tick,
-        principal, origin, occurred_at, payload)
-    SELECT c.world_id, CAST(? AS INTEGER) + j.key, c.world_id || '/' || (CAST(? AS INTEGER) + j.key), c.command_id,
-        CASE c.status WHEN 'PENDING' THEN CASE WHEN c.redriven_from IS NULL THEN 'admitted' ELSE 'redriven' END
-            WHEN 'APPLIED' THEN 'applied' WHEN 'REJECTED' THEN 'rejected'
-            WHEN 'RETRYABLE' THEN 'retry_scheduled' WHEN 'DEAD_LETTER' THEN 'dead_lettered'
-            WHEN 'CANCELLED' THEN 'cancelled' END,
-        c.status, c.operation, coalesce(c.applied_tick, c.scheduled_tick), c.principal, c.origin, ?,
-        json_object('attempts', c.attempts, 'max_attempts', c.max_attempts, 'error', c.last_error)
-    FROM json_each(?) AS j CROSS JOIN commands AS c ON c.world_id = ? AND c.sequence = j.value"""
+# -- outbox: one row per statement that appends events (docs/storage.md, "The outbox"), keyed by
+# its last event's sequence; `events` holds them in sequence order from `first_seq`, each a JSON
+# array [command_id, event_type, status, operation, tick, principal, origin, payload text]. An
+# event's id is `<world id>/<event sequence>`. One statement appends one event per command sequence
+# in a JSON array, in array order; the event type follows from the status the transition left the
+# command in. (A payload enters as plain text, `'' || json_object(...)`, so it is read back as the
+# very text written.)
+APPEND_EVENTS = """INSERT INTO outbox (world_id, last_seq, first_seq, occurred_at, events)
+    SELECT ?4, CAST(?1 AS INTEGER) + count(*) - 1, CAST(?1 AS INTEGER), ?2, json_group_array(json(event))
+    FROM (SELECT json_array(c.command_id,
+            CASE c.status WHEN 'PENDING' THEN CASE WHEN c.redriven_from IS NULL THEN 'admitted' ELSE 'redriven' END
+                WHEN 'APPLIED' THEN 'applied' WHEN 'REJECTED' THEN 'rejected'
+                WHEN 'RETRYABLE' THEN 'retry_scheduled' WHEN 'DEAD_LETTER' THEN 'dead_lettered'
+                WHEN 'CANCELLED' THEN 'cancelled' END,
+            c.status, c.operation, coalesce(c.applied_tick, c.scheduled_tick), c.principal, c.origin,
+            '' || json_object('attempts', c.attempts, 'max_attempts', c.max_attempts, 'error', c.last_error)) AS event
+        FROM json_each(?3) AS j CROSS JOIN commands AS c ON c.world_id = ?4 AND c.sequence = j.value ORDER BY j.key)
+    HAVING count(*) > 0"""
 OUTBOX_COLUMNS = (
     "event_id, world_id, event_seq, command_id, event_type, status, operation, tick, principal, origin, "
     "occurred_at, payload"
 )
 # A world's own event (health): no command; `tick` is the tick that failed or published.
-APPEND_WORLD_EVENT = """INSERT INTO outbox (world_id, event_seq, event_id, command_id, event_type, status, operation, tick,
-        principal, origin, occurred_at, payload)
-    SELECT world_id, CAST(?1 AS INTEGER), world_id || '/' || CAST(?1 AS INTEGER), '', ?2, health, 'tick',
-        CAST(?3 AS INTEGER), NULL, 'local', ?4, json_object('attempts', CAST(?5 AS INTEGER), 'max_attempts', NULL,
-            'error', ?6, 'since', CAST(?7 AS INTEGER))
+APPEND_WORLD_EVENT = """INSERT INTO outbox (world_id, last_seq, first_seq, occurred_at, events)
+    SELECT world_id, CAST(?1 AS INTEGER), CAST(?1 AS INTEGER), ?4, json_array(json_array('', ?2, health, 'tick',
+        CAST(?3 AS INTEGER), NULL, 'local', '' || json_object('attempts', CAST(?5 AS INTEGER), 'max_attempts', NULL,
+            'error', ?6, 'since', CAST(?7 AS INTEGER))))
     FROM worlds WHERE world_id = ?8"""
-READ_OUTBOX = f"SELECT {OUTBOX_COLUMNS} FROM outbox WHERE world_id = ? AND event_seq > ? ORDER BY event_seq LIMIT ?"
+# The events after a sequence number, in order: the rows from the one holding the next event on
+# (through the key), each row's events in array order.
+READ_OUTBOX = """SELECT o.world_id || '/' || (o.first_seq + e.key) AS event_id, o.world_id AS world_id,
+        o.first_seq + e.key AS event_seq, json_extract(e.value, '$[0]') AS command_id,
+        json_extract(e.value, '$[1]') AS event_type, json_extract(e.value, '$[2]') AS status,
+        json_extract(e.value, '$[3]') AS operation, json_extract(e.value, '$[4]') AS tick,
+        json_extract(e.value, '$[5]') AS principal, json_extract(e.value, '$[6]') AS origin,
+        o.occurred_at AS occurred_at, json_extract(e.value, '$[7]') AS payload
+    FROM outbox AS o CROSS JOIN json_each(o.events) AS e
+    WHERE o.world_id = ?1 AND o.last_seq > ?2 AND o.first_seq + e.key > ?2
+    ORDER BY o.last_seq, e.key LIMIT ?3"""
 # The same page as one row of JSON arrays, one per column: no Python tuple per event.
 READ_OUTBOX_COLUMNS = (
     "SELECT " + ", ".join(f"json_group_array({column.strip()})" for column in OUTBOX_COLUMNS.split(","))
     + f" FROM ({READ_OUTBOX})"
 )
-DELETE_OUTBOX_UPTO = "DELETE FROM outbox WHERE world_id = ? AND event_seq <= ?"
+# An acknowledgement deletes the rows whose every event it covers; a row it covers in part stays,
+# and reads skip its acknowledged events (they read after the watermark).
+DELETE_OUTBOX_UPTO = "DELETE FROM outbox WHERE world_id = ? AND last_seq <= ?"
 # The catalog's worlds with events left to project (acknowledging deletes them, so the outbox holds
 # only those), with their watermarks: a skip-scan of the outbox key, one look-up per such world,
 # so the audit projector's round costs nothing for the worlds with nothing pending.
@@ -297,9 +314,9 @@ REWRITE_PAYLOADS = """WITH r AS MATERIALIZED (SELECT json_extract(value, '$[0]')
     UPDATE commands SET payload = r.payload, migrated_digest = r.digest, updated_at = ?2
     FROM r WHERE commands.world_id = ?1 AND commands.sequence = r.sequence"""
 # A schema event (no command behind it): the command id names what happened.
-APPEND_SCHEMA_EVENT = """INSERT INTO outbox (world_id, event_seq, event_id, command_id, event_type, status, operation, tick,
-        principal, origin, occurred_at, payload)
-    VALUES (?1, CAST(?2 AS INTEGER), ?1 || '/' || CAST(?2 AS INTEGER), ?3, ?4, 'APPLIED', ?5, ?6, NULL, 'local', ?7, ?8)"""
+APPEND_SCHEMA_EVENT = """INSERT INTO outbox (world_id, last_seq, first_seq, occurred_at, events)
+    VALUES (?1, CAST(?2 AS INTEGER), CAST(?2 AS INTEGER), ?7,
+        json_array(json_array(?3, ?4, 'APPLIED', ?5, CAST(?6 AS INTEGER), NULL, 'local', ?8)))"""
 
 # -- quotas: a principal's admitted commands per world and the tick they run at (a column named
 # scheduled_tick: the target tick, or the next tick for one already past) --
@@ -314,7 +331,8 @@ PRUNABLE_STATUSES = "('APPLIED', 'REJECTED', 'CANCELLED')"  # as in the commands
 # The first unacknowledged event's time: a command settled no earlier than this may still have an
 # event in the outbox, so it is not yet readable from the audit table. (The first by sequence, not
 # the minimum: one row through the key, where a minimum over occurred_at would read the backlog.)
-FIRST_PENDING_EVENT = "SELECT occurred_at FROM outbox WHERE world_id = ? AND event_seq > ? ORDER BY event_seq LIMIT 1"
+# (Events appended by one statement share their time, the row's.)
+FIRST_PENDING_EVENT = "SELECT occurred_at FROM outbox WHERE world_id = ? AND last_seq > ? ORDER BY last_seq LIMIT 1"
 PRUNE_TICKS = """DELETE FROM ticks WHERE world_id = ?1 AND tick IN
     (SELECT tick FROM ticks WHERE world_id = ?1 AND tick <= ?2 ORDER BY tick LIMIT ?3) RETURNING 1"""
 PRUNE_COMMANDS = f"""DELETE FROM commands WHERE world_id = ?1 AND sequence IN
