@@ -933,11 +933,8 @@ class Ledger:
                 self._port.execute(q.SETTLE, (tick, now, json.dumps(settled), world_id))
                 self._append_events(world_id, [s["sequence"] for s in settlements], now)
             self._port.execute(q.RELEASE_SESSION, (now, world_id, owner, session))
-            self._port.execute(q.SET_GUARD, (None, None, world_id))
-            self._port.execute(q.SET_TICK_HEAD, (tick, now, world_id))
-            if world["tick_mode"] == "lockstep":
-                due = now if due_ms is None else min(due_ms, now)  # never due after it published (clock skew)
-                self._port.execute(q.SET_LOCKSTEP_CLOCK, (tick, due, max(0, now - due), world_id))
+            due = now if due_ms is None else min(due_ms, now)  # never due after it published (clock skew)
+            self._port.execute(q.PUBLISH_HEAD, (tick, now, due, max(0, now - due), world_id))
             if world["health"] == "STALLED":
                 self._port.execute(q.CLEAR_HEALTH, (world_id,))
                 self._world_event(world_id, "world_recovered", tick, world["failed_attempts"], world["health_error"],

@@ -75,9 +75,14 @@ HOSTED_WORLDS = f"SELECT {WORLD_COLUMNS} FROM worlds WHERE host_owner = ? ORDER 
 TAKE_ENTITY_IDS = "UPDATE worlds SET next_entity_id = next_entity_id + ?, updated_at = ? WHERE world_id = ?"
 # Before commands are deleted: the next sequence stays above every sequence ever handed out.
 RAISE_SEQUENCE_FLOOR = "UPDATE worlds SET next_sequence = ?1 WHERE world_id = ?2 AND next_sequence < ?1"
-SET_TICK_HEAD = "UPDATE worlds SET tick_head = ?, updated_at = ? WHERE world_id = ?"
-# A lockstep world's clock anchor follows its head: the tick, when it was due, how late it published.
-SET_LOCKSTEP_CLOCK = "UPDATE worlds SET clock_tick = ?, clock_ms = ?, tick_lag_ms = ? WHERE world_id = ?"
+# A published tick: the new head, the crash guard cleared, and a lockstep world's clock anchor
+# following its head (the tick, when it was due, how late it published). One statement: on the
+# Durable Object each is a row written.
+PUBLISH_HEAD = """UPDATE worlds SET tick_head = ?1, updated_at = ?2, guard_sequence = NULL, guard_session = NULL,
+        clock_tick = CASE WHEN tick_mode = 'lockstep' THEN ?1 ELSE clock_tick END,
+        clock_ms = CASE WHEN tick_mode = 'lockstep' THEN ?3 ELSE clock_ms END,
+        tick_lag_ms = CASE WHEN tick_mode = 'lockstep' THEN ?4 ELSE tick_lag_ms END
+    WHERE world_id = ?5"""
 SET_PROJECTED_SEQ = "UPDATE worlds SET projected_seq = ? WHERE world_id = ? AND projected_seq < ?"
 SET_GUARD = "UPDATE worlds SET guard_sequence = ?, guard_session = ? WHERE world_id = ?"
 # A tick failed before it was prepared: one more failed attempt; the first one stalls the world.
