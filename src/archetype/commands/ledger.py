@@ -1180,6 +1180,7 @@ class Ledger:
     def read_outbox(self, world_id: str, after_seq: int = 0, limit: int = 100) -> list[OutboxEvent]:
         """Unacknowledged events after `after_seq`, in sequence order, one dict per event."""
         page = self._outbox_page(q.READ_OUTBOX, world_id, after_seq, limit)
+        page.sort(key=lambda row: row[2])  # by event_seq: json_each's order, checked, never assumed
         return [cast(OutboxEvent, _row(OUTBOX_FIELDS, r)) for r in page]
 
     def read_outbox_columns(self, world_id: str, after_seq: int = 0, limit: int = 100) -> dict[str, list[Any]]:

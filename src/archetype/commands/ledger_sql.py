@@ -55,7 +55,7 @@ TAKE_WORLD_LEASE = """UPDATE worlds SET host_owner = ?, host_expires_at = ?, wri
 SET_WORLD_LEASE_EXPIRY = "UPDATE worlds SET host_expires_at = ? WHERE world_id = ?"
 # At a takeover, the previous hosts' command leases end at once: their epoch is fenced, so they can
 # settle nothing, and the new host's lease takes the rows over as suspects instead of waiting.
-EXPIRE_OTHER_OWNERS_LEASES = """UPDATE commands SET lease_expires_at = ?
+EXPIRE_OTHER_OWNERS_LEASES = """UPDATE commands INDEXED BY commands_leased SET lease_expires_at = ?
     WHERE world_id = ? AND status = 'LEASED' AND lease_owner != ? AND lease_expires_at > ?"""
 
 # -- the runner registry --
@@ -148,10 +148,12 @@ SETTLE = """WITH s AS MATERIALIZED (SELECT json_extract(value, '$[0]') AS sequen
         last_error = s.error, lease_owner = NULL, lease_session = NULL, lease_expires_at = NULL, updated_at = ?2
     FROM s WHERE commands.world_id = ?4 AND commands.sequence = s.sequence"""
 # What a session still holds after its tick settled: the drain's unprocessed tail, given back free.
-RELEASE_SESSION = """UPDATE commands SET status = CASE WHEN attempts > 0 THEN 'RETRYABLE' ELSE 'PENDING' END,
+# (These go through the index of LEASED commands by name: with `commands` clustered on its key the
+# planner, without statistics, would rather walk the world's key.)
+RELEASE_SESSION = """UPDATE commands INDEXED BY commands_leased SET status = CASE WHEN attempts > 0 THEN 'RETRYABLE' ELSE 'PENDING' END,
         lease_owner = NULL, lease_session = NULL, lease_expires_at = NULL, updated_at = ?
     WHERE world_id = ? AND status = 'LEASED' AND lease_owner = ? AND lease_session = ?"""
-COUNT_HELD = """SELECT count(*) FROM commands
+COUNT_HELD = """SELECT count(*) FROM commands INDEXED BY commands_leased
     WHERE world_id = ? AND status = 'LEASED' AND lease_owner = ? AND lease_session = ?"""
 # The crash guard names a command whose runner died while materializing it: one attempt charged.
 CHARGE_CRASH = """UPDATE commands SET attempts = attempts + 1,
@@ -234,7 +236,8 @@ APPEND_WORLD_EVENT = """INSERT INTO outbox (world_id, last_seq, first_seq, occur
             'error', ?6, 'since', CAST(?7 AS INTEGER))))
     FROM worlds WHERE world_id = ?8"""
 # The events after a sequence number, in order: the rows from the one holding the next event on
-# (through the key), each row's events in array order.
+# (through the key), each row's events in array order (json_each's; the ledger checks the order,
+# never assumes it: sorting on e.key too would sort the whole backlog before the LIMIT).
 READ_OUTBOX = """SELECT o.world_id || '/' || (o.first_seq + e.key) AS event_id, o.world_id AS world_id,
         o.first_seq + e.key AS event_seq, json_extract(e.value, '$[0]') AS command_id,
         json_extract(e.value, '$[1]') AS event_type, json_extract(e.value, '$[2]') AS status,
@@ -243,7 +246,7 @@ READ_OUTBOX = """SELECT o.world_id || '/' || (o.first_seq + e.key) AS event_id, 
         o.occurred_at AS occurred_at, json_extract(e.value, '$[7]') AS payload
     FROM outbox AS o CROSS JOIN json_each(o.events) AS e
     WHERE o.world_id = ?1 AND o.last_seq > ?2 AND o.first_seq + e.key > ?2
-    ORDER BY o.last_seq, e.key LIMIT ?3"""
+    ORDER BY o.last_seq LIMIT ?3"""
 # The same page as one row of JSON arrays, one per column: no Python tuple per event.
 READ_OUTBOX_COLUMNS = (
     "SELECT " + ", ".join(f"json_group_array({column.strip()})" for column in OUTBOX_COLUMNS.split(","))
