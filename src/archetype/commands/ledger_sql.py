@@ -11,6 +11,11 @@ only within its `scope` (the admitting principal, or '' for trusted callers).
 """
 
 OPEN_STATUSES = "('PENDING', 'LEASED', 'RETRYABLE')"
+# A command's `is_open` is 1 while its status is open, NULL once it is terminal; the index of open
+# commands (commands_due) is partial on it, not on the status, so a lease or a release (open to
+# open) leaves its entry alone instead of rewriting it (docs/storage.md, "Rows per command"). Every
+# statement that sets a status sets `is_open` with it; the reads of open commands say both.
+OPEN_EXPR = f"is_open = 1 AND status IN {OPEN_STATUSES}"
 
 # -- worlds --
 WORLD_COLUMNS = (
@@ -39,7 +44,7 @@ PENDING_WORLDS = f"""SELECT c.world_id, w.status, w.tick_head, min(c.scheduled_t
         w.tick_mode, w.tick_interval_ms, w.tick_lag_ms, w.host_owner, w.host_expires_at
     FROM commands AS c
     JOIN worlds AS w ON w.world_id = c.world_id
-    WHERE c.status IN {OPEN_STATUSES} GROUP BY c.world_id"""
+    WHERE c.is_open = 1 AND c.status IN {OPEN_STATUSES} GROUP BY c.world_id"""
 # A world's clock starts when it is created: tick -1 then (the column's default), tick 0 one interval later.
 INSERT_WORLD = """INSERT INTO worlds (world_id, name, status, created_at, updated_at, clock_ms, tick_mode, tick_interval_ms)
     VALUES (?, ?, 'ACTIVE', ?, ?, ?, ?, ?)"""
@@ -108,9 +113,9 @@ INSERTED_COMMAND_FIELDS = (
     "origin", "max_attempts", "reserved_entity_id",
 )  # fmt: skip
 INSERT_COMMANDS = f"""INSERT INTO commands (world_id, scope, sequence, {", ".join(INSERTED_COMMAND_FIELDS)}, status,
-        created_at, updated_at)
+        is_open, created_at, updated_at)
     SELECT ?1, ?2, CAST(?3 AS INTEGER) + j.key,
-        {", ".join(f"json_extract(j.value, '$[{i}]')" for i in range(len(INSERTED_COMMAND_FIELDS)))}, 'PENDING', ?4, ?4
+        {", ".join(f"json_extract(j.value, '$[{i}]')" for i in range(len(INSERTED_COMMAND_FIELDS)))}, 'PENDING', 1, ?4, ?4
     FROM json_each(?5) AS j"""
 GET_COMMAND = f"SELECT {COMMAND_COLUMNS} FROM commands WHERE world_id = ? AND scope = ? AND command_id = ?"
 # Some commands of one scope by id (a JSON array of distinct ids), in sequence order.
@@ -118,10 +123,10 @@ GET_COMMANDS = f"""SELECT {COMMAND_COLUMNS} FROM json_each(?) AS j
     JOIN commands AS c ON c.world_id = ? AND c.scope = ? AND c.command_id = j.value ORDER BY c.sequence"""
 GET_COMMAND_BY_SEQUENCE = f"SELECT {COMMAND_COLUMNS} FROM commands WHERE world_id = ? AND sequence = ?"
 DUE_COMMANDS = f"""SELECT {COMMAND_COLUMNS}, lease_session FROM commands
-    WHERE world_id = ? AND status IN {OPEN_STATUSES} AND scheduled_tick <= ?
+    WHERE world_id = ? AND {OPEN_EXPR} AND scheduled_tick <= ?
     ORDER BY scheduled_tick, priority, sequence LIMIT ?"""
 # The first entry of the commands_due index, in its own order: one row read, however many are open.
-NEXT_DUE_TICK = f"""SELECT scheduled_tick FROM commands WHERE world_id = ? AND status IN {OPEN_STATUSES}
+NEXT_DUE_TICK = f"""SELECT scheduled_tick FROM commands WHERE world_id = ? AND {OPEN_EXPR}
     ORDER BY scheduled_tick LIMIT 1"""
 LEASE_COMMANDS = """UPDATE commands SET status = 'LEASED', lease_owner = ?, lease_session = ?, lease_expires_at = ?,
         updated_at = ?
@@ -143,6 +148,8 @@ SETTLE = """WITH s AS MATERIALIZED (SELECT json_extract(value, '$[0]') AS sequen
         status = CASE s.outcome WHEN 'applied' THEN 'APPLIED' WHEN 'rejected' THEN 'REJECTED'
             WHEN 'permanent' THEN 'DEAD_LETTER'
             ELSE CASE WHEN commands.attempts + 1 >= commands.max_attempts THEN 'DEAD_LETTER' ELSE 'RETRYABLE' END END,
+        is_open = CASE WHEN s.outcome IN ('applied', 'rejected', 'permanent')
+            OR commands.attempts + 1 >= commands.max_attempts THEN NULL ELSE 1 END,  -- open: RETRYABLE, as above
         attempts = commands.attempts + 1,
         applied_tick = CASE s.outcome WHEN 'applied' THEN CAST(?1 AS INTEGER) END,
         last_error = s.error, lease_owner = NULL, lease_session = NULL, lease_expires_at = NULL, updated_at = ?2
@@ -158,21 +165,22 @@ COUNT_HELD = """SELECT count(*) FROM commands INDEXED BY commands_leased
 # The crash guard names a command whose runner died while materializing it: one attempt charged.
 CHARGE_CRASH = """UPDATE commands SET attempts = attempts + 1,
         status = CASE WHEN attempts + 1 >= max_attempts THEN 'DEAD_LETTER' ELSE 'RETRYABLE' END,
+        is_open = CASE WHEN attempts + 1 >= max_attempts THEN NULL ELSE 1 END,
         last_error = ?, lease_owner = NULL, lease_session = NULL, lease_expires_at = NULL, updated_at = ?
     WHERE world_id = ? AND sequence = ? AND status = 'LEASED'"""
-CANCEL_COMMANDS = """UPDATE commands SET status = 'CANCELLED', last_error = ?, lease_owner = NULL, lease_session = NULL,
+CANCEL_COMMANDS = """UPDATE commands SET status = 'CANCELLED', is_open = NULL, last_error = ?, lease_owner = NULL, lease_session = NULL,
         lease_expires_at = NULL, updated_at = ?
     WHERE world_id = ? AND sequence IN (SELECT value FROM json_each(?))"""
 # Its redrive: a fresh command in the dead letter's scope, due at `tick`, with a fresh budget.
 INSERT_REDRIVE = """INSERT INTO commands (world_id, sequence, scope, command_id, schema_version, scheduled_tick, priority,
-        operation, payload, digest, principal, origin, max_attempts, reserved_entity_id, status, redriven_from,
+        operation, payload, digest, principal, origin, max_attempts, reserved_entity_id, status, is_open, redriven_from,
         created_at, updated_at)
     SELECT world_id, ?, scope, ?, schema_version, ?, priority, operation, payload, ?, principal, origin, max_attempts,
-        reserved_entity_id, 'PENDING', sequence, ?, ?
+        reserved_entity_id, 'PENDING', 1, sequence, ?, ?
     FROM commands WHERE world_id = ? AND sequence = ?"""
 # The dead letter's own mark of its redrive: retention never prunes a dead letter, so it outlives the redrive's row.
 MARK_REDRIVEN = "UPDATE commands SET redriven_by = ? WHERE world_id = ? AND sequence = ?"
-OPEN_SEQUENCES = f"""SELECT sequence FROM commands WHERE world_id = ? AND status IN {OPEN_STATUSES}
+OPEN_SEQUENCES = f"""SELECT sequence FROM commands WHERE world_id = ? AND {OPEN_EXPR}
     ORDER BY sequence LIMIT ?"""
 HISTORY = f"""SELECT {COMMAND_COLUMNS} FROM commands
     WHERE world_id = ? AND sequence > ? AND (? IS NULL OR status = ?) AND (? IS NULL OR scope = ?)
@@ -311,7 +319,7 @@ INSERT_MIGRATION = f"""INSERT INTO component_migrations (world_id, {MIGRATION_CO
 # an entity's components is a reference to it (the ledger then checks each one structurally).
 # (through the open-commands index: a world's settled commands are never visited)
 OPEN_COMMANDS_NAMING = f"""SELECT sequence FROM commands INDEXED BY commands_due
-    WHERE world_id = ? AND status IN {OPEN_STATUSES} AND instr(payload, ?) > 0 ORDER BY sequence"""
+    WHERE world_id = ? AND {OPEN_EXPR} AND instr(payload, ?) > 0 ORDER BY sequence"""
 # (the entities naming it are found in the state load_state reads: snapshot chunks under their deltas)
 # A migration's rewritten entities are a delta at the world's tick head, after that tick's own parts.
 NEXT_DELTA_PART = "SELECT coalesce(max(part) + 1, 0) FROM state_deltas WHERE world_id = ? AND tick = ?"

@@ -344,9 +344,14 @@ _COMMAND_COLUMNS_V12 = (
 #   100 commands writes one outbox row for their events, and the acknowledgement that delivers them
 #   deletes one. Events, their numbers, ids and order are unchanged: each existing event becomes a
 #   row of its own.
-# - `commands` is clustered on its key (WITHOUT ROWID): a command's row is its key's entry, one b-tree
-#   fewer to write at admission. The table is rebuilt (copied aside and back), its indexes as they were.
-V13_FEWER_ROWS = Migration(13, "the outbox as a row per append of events; commands clustered on their key", (
+# - `commands` and `ticks` are clustered on their keys (WITHOUT ROWID): a row is its key's entry, one
+#   b-tree fewer to write per admission and per published tick. The tables are rebuilt (copied aside
+#   and back), their indexes as they were, but for one:
+# - the index of open commands (commands_due) is partial on a new column, `is_open` (1 while the
+#   status is open, NULL once terminal), not on the status: a lease (PENDING -> LEASED) changed the
+#   status and so rewrote the command's entry there; now only a settlement touches it.
+V13_FEWER_ROWS = Migration(13, "the outbox as a row per append of events; commands and ticks clustered on their "
+                           "keys; the index of open commands on `is_open`", (
     "CREATE TABLE outbox_v12 AS SELECT * FROM outbox",
     "DROP TABLE outbox",
     # events: [[command_id, event_type, status, operation, tick, principal, origin, payload text], ...]
@@ -392,17 +397,31 @@ V13_FEWER_ROWS = Migration(13, "the outbox as a row per append of events; comman
         redriven_from INTEGER,
         redriven_by INTEGER,
         migrated_digest TEXT,
+        is_open INTEGER,
         PRIMARY KEY (world_id, sequence)) WITHOUT ROWID""",
-    f"INSERT INTO commands ({_COMMAND_COLUMNS_V12}) SELECT {_COMMAND_COLUMNS_V12} FROM commands_v12",
+    f"""INSERT INTO commands ({_COMMAND_COLUMNS_V12}, is_open)
+        SELECT {_COMMAND_COLUMNS_V12}, CASE WHEN status IN ('PENDING', 'LEASED', 'RETRYABLE') THEN 1 END FROM commands_v12""",
     "DROP TABLE commands_v12",
     "CREATE UNIQUE INDEX commands_by_id ON commands (world_id, scope, command_id)",
-    """CREATE INDEX commands_due ON commands (world_id, scheduled_tick, priority, sequence)
-        WHERE status IN ('PENDING', 'LEASED', 'RETRYABLE')""",
+    "CREATE INDEX commands_due ON commands (world_id, scheduled_tick, priority, sequence) WHERE is_open = 1",
     """CREATE INDEX commands_leased ON commands (world_id, lease_owner, lease_session)
         WHERE status = 'LEASED'""",
     "CREATE UNIQUE INDEX commands_redrives ON commands (world_id, redriven_from) WHERE redriven_from IS NOT NULL",
     """CREATE INDEX commands_settled ON commands (world_id, updated_at, sequence)
         WHERE status IN ('APPLIED', 'REJECTED', 'CANCELLED')""",
+    "CREATE TABLE ticks_v12 AS SELECT * FROM ticks",
+    "DROP TABLE ticks",
+    """CREATE TABLE ticks (
+        world_id TEXT NOT NULL,
+        tick INTEGER NOT NULL,
+        commit_token TEXT NOT NULL,
+        manifest TEXT NOT NULL,
+        published_at INTEGER NOT NULL,
+        PRIMARY KEY (world_id, tick)) WITHOUT ROWID""",
+    """INSERT INTO ticks (world_id, tick, commit_token, manifest, published_at)
+        SELECT world_id, tick, commit_token, manifest, published_at FROM ticks_v12""",
+    "DROP TABLE ticks_v12",
+    "CREATE UNIQUE INDEX ticks_by_token ON ticks (world_id, commit_token)",
 ))  # fmt: skip
 
 MIGRATIONS = (V1_SCHEMA, V2_EXACTLY_ONCE, V3_STATE_CHUNKS, V4_HEALTH_AND_REDRIVE, V5_RETENTION, V6_COMPONENT_SCHEMAS,
