@@ -11,6 +11,7 @@ from archetype.commands.port import ManualClock
 from local_catalog import CATALOG_FILE, SqliteSqlPort, open_local_authority
 from tests.conformance.scenario import run_scenario
 
+
 async def test_is_open_follows_the_status_through_every_transition_of_the_scenario(tmp_path):
     clock = ManualClock()
     authority = open_local_authority(tmp_path, clock=clock)
