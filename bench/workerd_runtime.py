@@ -16,7 +16,7 @@ priced at Cloudflare's published rates (bench/prices.py).
    the same world stepped back to back in process on the local authority.
 4. Rows read and written per command lifecycle, from the engine's own counters (each cursor's
    rowsRead/rowsWritten, summed by DurableObjectSqlPort, read through the test harness's
-   /__harness/objects/<name>/stats), with the object requests (RPC calls and alarms) it took:
+   /_test/objects/<name>/stats), with the object requests (RPC calls and alarms) it took:
    runner-hosted (admission, a runner stepping over HTTP, the alarm's delivery) and edge-hosted
    (admission, the alarm's step and delivery), 1 and 100 commands per tick; baseline
    bench/durable_object_billing.py's figures of the same lifecycle on the stand-in's engine.
@@ -117,7 +117,7 @@ def worker_admission(worker: PythonWorker, args: argparse.Namespace) -> list[dic
 
 
 def stats(worker: PythonWorker, world_id: str) -> dict[str, int]:
-    answer = httpx.get(f"{worker.url}/__harness/objects/{world_id}/stats", timeout=120)
+    answer = httpx.get(f"{worker.url}/_test/objects/{world_id}/stats", timeout=120)
     answer.raise_for_status()
     return dict(answer.json())
 

@@ -22,9 +22,12 @@ def to_py(value: Any) -> Any:
 
 
 def to_js(value: Any) -> Any:
-    """A JSON-shaped Python value as the JS value a binding expects: dicts as plain objects, and
-    None as null. Through JSON, because Pyodide's own `to_js` makes None `undefined`, and a JSON
-    queue message drops an undefined field: audit events reached the queue without `principal`."""
+    """A JSON-shaped Python value as the JS value a binding expects: dicts as plain objects, None
+    as null, every int a number. Through JSON, because Pyodide hands an int of magnitude 2**53 - 1
+    and up to JavaScript as a BigInt, which a JSON queue message cannot carry (workerd: "Do not
+    know how to serialize a BigInt"; outbox events hold ticks and entity ids up to 2**53 - 1), and
+    because Pyodide's own `to_js` makes None `undefined`, which a JSON message drops (the Workers
+    SDK's binding wrapper makes it null, other hosts may not)."""
     if JSON is None:
         return value
     return JSON.parse(json.dumps(value))

@@ -1,14 +1,19 @@
 """The Durable Object holding one world: the shared ledger over the object's SQLite storage.
 
 Every method in `LEDGER_METHODS` is an RPC method taking one plain-JSON object of keyword
-arguments and answering the envelope of `durable_world.envelope`. Calls that can append outbox
-events arm the alarm, and the alarm sends the outbox to the audit Queue and applies the retention
-policy (bounded per alarm). For an edge-hosted world (durable_world.edge) the same alarm also runs
-the world's tick when its clock says one is due, and re-arms for the next one.
+arguments and answering the envelope of `durable_world.envelope`. After every call but a read
+(`READS`), the object arms its one alarm for what the world now needs: unsent outbox events (any
+method may append one: admission, a crash charged on lease, publication, a tick failure's
+`world_stalled`, a redrive, a schema migration, destroy's cancellations) and, for an edge-hosted
+world (durable_world.edge), its next due step (a command admitted or redriven into an idle world).
+The alarm sends the outbox to the audit Queue and applies the retention policy (bounded per
+alarm), runs an edge-hosted world's tick when its clock says one is due, and re-arms for the next.
 
 One alarm, at least once: the runtime may run it again after a crash or a failed handler. That
 never repeats a tick: each tick publishes as the successor of the ledger's tick head under its own
-commit token, so a repeated alarm can only run the *next* tick, from the published state.
+commit token, so a repeated alarm can only run the *next* tick, from the published state. The
+handler arms a fallback before its work and lets no error out: workerd retries a failed handler
+only a few times before it drops the alarm, and a dropped alarm would stop the world.
 """
 
 from __future__ import annotations
@@ -49,13 +54,23 @@ except ImportError:  # CPython: the same constructor shape, hosted by the stand-
 log = logging.getLogger(__name__)
 
 QUEUE_BINDING = "AUDIT_QUEUE"
-# Calls whose transaction may append outbox events (admission, a crash charged on lease,
-# publication, cancellation on destroy).
-EVENT_WRITERS = frozenset({"admit", "lease", "publish", "destroy"})
-# Admissions and creation may give an edge-hosted world work to do: they re-arm its tick.
-TICK_WAKERS = frozenset({"create_world", "admit"})
+# Calls that open no command and append no outbox event: nothing to arm after them (every other
+# call arms what its world needs; tests/durable_object/arming.py holds each method to its row).
+READS = frozenset({
+    "world_info", "list_worlds", "live_runners", "hosted_worlds", "pending_worlds", "load_state", "read_state",
+    "command", "commands_by_id", "history", "manifests", "read_outbox", "read_outbox_columns", "watermark",
+    "next_due_tick", "components",
+})  # fmt: skip
 # A short delay lets a burst of admissions share one batch (a failed send waits longer: DeliveryRetry).
 DELIVERY_DELAY_MS = 1_000
+# An alarm whose work failed runs again after this pause (the fallback armed before the work), and
+# an alarm set within it is left as it is.
+FALLBACK_DELAY_MS = 10_000
+# The times `ctx.storage.setAlarm` accepts (workerd keeps an alarm as nanoseconds since the epoch
+# in 64 bits, and refuses a time <= 0); a step due later is as good as never: the alarm is set at
+# the latest time, which fires, finds nothing due, and re-arms.
+MIN_ALARM_MS = 1
+MAX_ALARM_MS = 9_223_372_036_854
 
 
 class WorldObject(DurableObject):  # type: ignore[misc]  # `workers` exists only on workerd: Any here
@@ -75,12 +90,17 @@ class WorldObject(DurableObject):  # type: ignore[misc]  # `workers` exists only
         self.delivery_retry = DeliveryRetry(retry_delay_ms(env))
         # In memory: a fresh object (after an eviction) prunes at its first alarm, which is bounded anyway.
         self._prune_due_ms = 0
+        # Counts the calls that may arm the alarm: one served while the handler awaits may have
+        # armed something the handler's own re-arm must keep.
+        self._writes_served = 0
         self._failing = {duty: FailureStreak(log, subject) for duty, subject in
                          (("delivery", "audit delivery"), ("retention", "the world object's retention"))}  # fmt: skip
 
     async def _call(self, method: str, args: Any) -> dict[str, Any]:
         args = to_py(args) if args is not None else {}
         ledger_method = getattr(self.ledger, method)
+        if method not in READS:
+            self._writes_served += 1
         try:
             if not isinstance(args, dict):
                 raise InvalidCommandError(f"{method} takes one object of named arguments")
@@ -99,28 +119,36 @@ class WorldObject(DurableObject):  # type: ignore[misc]  # `workers` exists only
             result = ledger_method(**args)
         except CommandError as exc:
             return failure(exc)
-        if method in EVENT_WRITERS:
-            await self._schedule_delivery(args["world_id"])
-        if method in TICK_WAKERS and self.edge.hosts(args["world_id"]):
-            at = await self.edge.next_step_at(args["world_id"])
-            if at is not None:
-                await self._arm_alarm_by(at)
+        if method not in READS and isinstance(args.get("world_id"), str):
+            await self._arm_for(args["world_id"])
         return success(result)
 
-    async def _schedule_delivery(self, world_id: str) -> None:
-        if self._queue() is not None and self.ledger.watermark(world_id)["pending"] > 0:
-            await self._arm_alarm(DELIVERY_DELAY_MS)
+    async def _arm_for(self, world_id: str) -> None:
+        """Arm the alarm for what the world needs now: delivery of unsent events, its next step."""
+        try:
+            if self._queue() is not None and self.ledger.watermark(world_id)["pending"] > 0:
+                await self._arm_alarm(DELIVERY_DELAY_MS)
+            at = await self.edge.next_step_at(world_id) if self.edge.hosts(world_id) else None
+        except CommandError:  # the world is gone or closing: it has nothing left to step
+            return
+        if at is not None:
+            await self._arm_alarm_by(at)
 
     async def _arm_alarm(self, delay_ms: int) -> None:
-        """Arm the alarm `delay_ms` from now unless one is set (a pending retry keeps its pause)."""
-        if number_or_none(await self.ctx.storage.getAlarm()) is None:
-            await self.ctx.storage.setAlarm(self.clock.now_ms() + delay_ms)
+        """Arm the alarm `delay_ms` from now, unless one is set within FALLBACK_DELAY_MS (a pending
+        retry keeps its pause; an alarm set later, for a step far ahead, is brought forward)."""
+        now, current = self.clock.now_ms(), number_or_none(await self.ctx.storage.getAlarm())
+        if current is None or current > now + FALLBACK_DELAY_MS:
+            await self._set_alarm(now + delay_ms)
 
     async def _arm_alarm_by(self, at_ms: int) -> None:
         """The alarm fires at `at_ms` or sooner: an alarm already set sooner stays."""
         current = number_or_none(await self.ctx.storage.getAlarm())
-        if current is None or current > at_ms:
-            await self.ctx.storage.setAlarm(at_ms)
+        if current is None or current > alarm_time(at_ms):
+            await self._set_alarm(at_ms)
+
+    async def _set_alarm(self, at_ms: int) -> None:
+        await self.ctx.storage.setAlarm(alarm_time(at_ms))
 
     # -- the directory object's RPC (durable_world.directory; only the object named DIRECTORY gets these) --
     async def directory_register(self, args: Any = None) -> dict[str, Any]:
@@ -147,6 +175,32 @@ class WorldObject(DurableObject):  # type: ignore[misc]  # `workers` exists only
         return getattr(self.env, QUEUE_BINDING, None)
 
     async def alarm(self, alarm_info: Any = None) -> None:
+        """The runtime's alarm: the work of `_alarm_work`, armed first so that nothing it raises
+        (nor the object dying in it) leaves the world without an alarm, and re-armed for what it
+        found due (no alarm: nothing due). Only a failure to arm at all leaves the handler, for
+        the runtime's own retries."""
+        fallback = alarm_time(self.clock.now_ms() + FALLBACK_DELAY_MS)
+        await self.ctx.storage.setAlarm(fallback)
+        writes_served = self._writes_served
+        try:
+            due = await self._alarm_work()
+        except Exception:
+            log.exception("the alarm's work failed; it runs again in %d ms", FALLBACK_DELAY_MS)
+            return
+        try:
+            if self._writes_served != writes_served:  # a call may have armed it meanwhile: only ever sooner
+                if due:
+                    await self._arm_alarm_by(min(due))
+            elif due:
+                await self._set_alarm(min(due))
+            else:
+                await self.ctx.storage.deleteAlarm()
+        except Exception:
+            log.exception("re-arming the alarm failed; the fallback fires in %d ms", FALLBACK_DELAY_MS)
+
+    async def _alarm_work(self) -> list[int]:
+        """Finish interrupted destroys, step the edge-hosted worlds that are due, deliver the
+        outbox, prune; answer when each wants the alarm again."""
         worlds = self.ledger.list_worlds()
         for world in worlds:
             if world["status"] == "CLOSING":  # a destroy interrupted between its transactions
@@ -159,9 +213,7 @@ class WorldObject(DurableObject):  # type: ignore[misc]  # `workers` exists only
         next_tick = min((at for at in wake if at is not None), default=None)
         wake.append(await self._deliver(worlds, stop_at_ms=next_tick))
         wake.append(self._prune(worlds))
-        due = [at for at in wake if at is not None]
-        if due:
-            await self._arm_alarm_by(min(due))
+        return [at for at in wake if at is not None]
 
     @for_world
     async def _tick(self, world_id: str) -> int | None:
@@ -230,6 +282,11 @@ class WorldObject(DurableObject):  # type: ignore[misc]  # `workers` exists only
             self._prune_due_ms = now + DELIVERY_DELAY_MS
             return self._prune_due_ms
         return None
+
+
+def alarm_time(at_ms: int) -> int:
+    """`at_ms` within the times `setAlarm` accepts."""
+    return min(max(at_ms, MIN_ALARM_MS), MAX_ALARM_MS)
 
 
 def _rpc_method(method: str) -> Any:

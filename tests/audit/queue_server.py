@@ -68,6 +68,7 @@ class LoopbackQueue:
         self.dead_letters: list[Stored] = []
         self.acked: list[str] = []
         self.pushes: list[Push] = []
+        self.received: list[Any] = []  # every message body stored, in arrival order, kept after its ack
         self.push_delay_s = 0.0
         self._push_failure: PushFailure | None = None
         self._released = threading.Event()
@@ -101,7 +102,14 @@ class LoopbackQueue:
         with self._lock:
             message = Stored(uuid.uuid4().hex, text, int(time.time() * 1000))
             self.messages[message.id] = message
+            self.received.append(json.loads(text))
             return message.id
+
+    def bodies(self, world_id: str) -> list[Any]:
+        """The bodies of the messages about `world_id` stored so far, in the order they arrived
+        (consumed or not)."""
+        with self._lock:
+            return [body for body in self.received if isinstance(body, dict) and body.get("world_id") == world_id]
 
     def fail_pushes(self, failure: PushFailure | None) -> None:
         """From now on, refuse or hold the runtime's pushes; None: take them again (held ones are refused)."""

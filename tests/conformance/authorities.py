@@ -7,7 +7,10 @@ test (and the parity suite) runs against it too.
 - durable_object: the real Durable Object class on the stand-in runtime, through its RPC;
 - durable_object_workerd: the same, with the object's SQL on the real Durable Object SQL engine
   (workerd, tests/support/workerd);
-- worker_http: the Worker's app over loopback HTTP in front of Durable Objects on the stand-in.
+- worker_http: the Worker's app over loopback HTTP in front of Durable Objects on the stand-in;
+- worker_workerd: the Worker and its Durable Objects in the real Workers runtime (workerd running
+  our Python on its Pyodide: real RPC, storage and structured clone), over HTTP, each test in a
+  namespace of its own on the session's deployment (tests/support/workerd/python_worker.py).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from tests.server.loopback import local_over_http
 from tests.support.durable_object_standin import standin_authority
 from tests.support.worker_http import worker_over_http
 from tests.support.workerd.engine import workerd_authority
+from tests.support.workerd.python_worker import worker_workerd_authority
 
 
 @asynccontextmanager
@@ -38,4 +42,5 @@ AUTHORITY_FACTORIES = {
     "durable_object": standin_authority,
     "durable_object_workerd": workerd_authority,
     "worker_http": worker_over_http,
+    "worker_workerd": worker_workerd_authority,
 }

@@ -14,6 +14,7 @@ import types
 
 import pytest
 
+from archetype.canonical import canonical_json
 from archetype.commands import DurableOptions, WorldEdgeHostedError
 from archetype.commands.port import ManualClock
 from archetype.metrics import Metrics
@@ -76,6 +77,10 @@ def admitter(namespace):
 async def positions(authority, world_id):
     page = await authority.load_state(world_id)
     return {e["entity_id"]: e["components"] for e in page["entities"]}
+
+
+class Died(BaseException):
+    """The object's isolate dying in a handler: nothing in the handler catches it."""
 
 
 def settled(manifest):
@@ -168,17 +173,21 @@ async def test_a_crash_between_publish_and_re_arm_runs_the_next_tick_not_the_sam
     mover = await spawn_mover(admitter, EDGE, "spawn-1")
     storage = namespace.storage(EDGE)
     real_set_alarm = storage.setAlarm
+    armed = []
 
-    async def crash(at, options=None):
-        storage.setAlarm = real_set_alarm
-        raise RuntimeError("the object died after its tick published")
+    async def die_on_re_arm(at, options=None):
+        armed.append(at)
+        if len(armed) == 2:  # the first is the fallback the handler arms before its work
+            storage.setAlarm = real_set_alarm
+            raise Died("the object died after its tick published")
+        await real_set_alarm(at, options)
 
-    storage.setAlarm = crash
+    storage.setAlarm = die_on_re_arm
     clock.advance(TICK_INTERVAL_MS)
-    with pytest.raises(RuntimeError):
+    with pytest.raises(Died):
         await namespace.run_alarm(EDGE)
     assert (await admitter.authority.world_info(EDGE))["tick_head"] == 0  # tick 0 published
-    assert namespace.alarm_time(EDGE) is not None  # the runtime keeps a failed alarm to retry it
+    assert namespace.alarm_time(EDGE) == armed[0]  # the fallback armed before the tick fires
     namespace.evict(EDGE)  # the retry finds a fresh object: it reloads the world from the ledger
     assert await namespace.run_alarm(EDGE)  # the retry, at once: tick 1 is not due yet
     assert [m["tick"] for m in await admitter.authority.manifests(EDGE)] == [0]
@@ -187,6 +196,41 @@ async def test_a_crash_between_publish_and_re_arm_runs_the_next_tick_not_the_sam
     manifests = await admitter.authority.manifests(EDGE)
     assert [(m["tick"], settled(m)) for m in manifests] == [(0, ["spawn-1"]), (1, [])]
     assert '"x":2.0' in (await positions(admitter.authority, EDGE))[mover]  # moved on ticks 0 and 1, no more
+
+
+async def test_a_call_served_while_the_alarm_handler_awaits_keeps_the_alarm_it_armed(tmp_path, clock):
+    """workerd lets a call in while the handler awaits the queue (the stand-in's gate would not: the
+    queue makes the call itself here): an admission into the idle world, then, arms its tick, and
+    the handler's own re-arm, computed before it, must not clear that."""
+    admissions = []
+
+    class Interleaving(FakeQueue):
+        async def sendBatch(self, messages, options=None):
+            await super().sendBatch(messages, options)
+            while admissions:
+                await admissions.pop()()
+
+    ns = namespace_of(tmp_path, clock, Interleaving(), IDLE)
+    try:
+        rt = Runtime(DurableObjectAuthority(ns), owner="gateway")
+        world = await rt.dispatcher.apply(CreateWorld(name="idle", world_id="w-between", tick_mode="realtime",
+                                                        tick_interval_ms=TICK_INTERVAL_MS))  # fmt: skip
+        created = clock.now_ms()
+        await rt.dispatcher.defer(Despawn(world_id=world, entity_id=5), DurableOptions(tick=0), command_id="d-0")
+        payload = canonical_json({"entity_id": 6, "operation": "despawn", "world_id": world})
+        row = {"command_id": "d-5", "schema_version": 1, "scheduled_tick": 5, "priority": 0, "operation": "despawn",
+               "payload": payload, "principal": None, "origin": "gateway", "max_attempts": 3,
+               "reserved_entity_id": None, "request_digest": None}  # fmt: skip
+        admissions.append(lambda: ns.instance(world).admit({"world_id": world, "commands": [row]}))
+        clock.advance(TICK_INTERVAL_MS)
+        assert await ns.run_alarm(world)  # steps d-0; its delivery lets the admission of d-5 in
+        assert (await rt.scheduler.command(world, "d-5")).status == "PENDING"
+        assert ns.alarm_time(world) == created + 6 * TICK_INTERVAL_MS  # tick 5 of the idle world's clock
+        clock.advance(5 * TICK_INTERVAL_MS)
+        assert await ns.run_alarm(world)
+        assert (await rt.scheduler.command(world, "d-5")).status == "REJECTED"  # stepped: no entity 6
+    finally:
+        ns.close()
 
 
 @pytest.mark.parametrize(("mode", "ticks"), [("realtime", [1]), ("lockstep", [0, 1])])

@@ -2,10 +2,13 @@
 docs/ledger.md the code did not keep. Such a test fails until the code (or the page) is fixed and
 is never marked xfail; test_stateful.py's KNOWN_DEFECTS keeps the state machine going meanwhile.
 The three here were fixed in b37e754 (a fourth, a poison command's crash count, in 48218bc, and is
-held by tests/conformance/test_attempts.py): they stay as regression tests.
+held by tests/conformance/test_attempts.py): they stay as regression tests. The last one is a
+sentence the state machine itself did not keep (the ledger did).
 """
 
 from __future__ import annotations
+
+import asyncio
 
 import pytest
 
@@ -16,7 +19,10 @@ from archetype.world import CreateWorld, Spawn, SpawnReserved, Step
 from archetype.world.commit import TickOutcomeUnknownError
 from local_catalog import open_local_authority
 from tests.component_modules.alpha import Health
+from tests.conformance.authorities import AUTHORITY_FACTORIES
 from tests.conformance.helpers import fail_next, probe
+from tests.model import test_stateful
+from tests.model.ledger_model import Mutation, Options, Submission
 from tests.support.faults import AuthoritySeam
 
 
@@ -100,3 +106,31 @@ async def test_a_spawn_reserved_that_does_not_fulfil_its_reservation_is_a_confli
     other = SpawnReserved(world_id=w, entity_id=reserved, components=[Health(hp=2)])  # another request
     with pytest.raises(CommandConflictError):
         await rt.dispatcher.defer(other, DurableOptions(tick=0), command_id="k")
+
+
+def test_a_pruned_command_id_names_a_new_command_with_a_digest_of_its_own(tmp_path):
+    """docs/ledger.md, Retention: "After the window its row may be pruned, and then the id names
+    nothing: a later admission under it is a new command". The state machine kept each command's
+    digest per (world, principal, command id), so it held the new command to the pruned one's
+    digest and reported a divergence the ledger did not have (worker_http, a full `./dev test`
+    run); it keeps them per sequence now, which is never handed out twice."""
+    loop, clock = asyncio.new_event_loop(), ManualClock()
+    factory = AUTHORITY_FACTORIES["local"](tmp_path / "authority", clock)
+    authority = loop.run_until_complete(factory.__aenter__())
+    try:
+        ctx = test_stateful.Context(loop, authority, clock, "local")
+        machine = type("LedgerMachine_local", (test_stateful.LedgerMachine,), {"ctx": ctx})()
+        machine.create_worlds("realtime")
+        world_id, world = machine.worlds[0], machine.model.worlds[machine.worlds[0]]
+        rejected = Submission("k0", Mutation("despawn", test_stateful.MISSING_ENTITY), Options(0), "p2")  # when it runs
+        machine.admit_batch(world_id, [rejected])
+        machine.step_world("runner-a", world_id)
+        machine.model.acknowledge_outbox(world_id, world.next_event_seq - 1)
+        loop.run_until_complete(authority.acknowledge_outbox(world_id, world.next_event_seq - 1))
+        machine.both(lambda: machine.model.prune(world_id, 1, 0, 100), machine.seam.prune(world_id, 1, 0, 100))
+        assert world.command("p2", "k0") is None  # pruned: the id names nothing
+        machine.spawn_reserve(world_id, "p2", "k0", (("Health", (("hp", 1),)),), Options(5))  # a new command under it
+        machine.matches_the_model()  # before: "digest changed", the pruned command's digest against the new one's
+    finally:
+        loop.run_until_complete(factory.__aexit__(None, None, None))
+        loop.close()

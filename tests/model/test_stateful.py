@@ -30,8 +30,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, Phase, settings
+from hypothesis import HealthCheck, Phase, reproduce_failure, settings
+from hypothesis import __version__ as hypothesis_version
 from hypothesis import strategies as st
+from hypothesis.internal.conjecture import engine
 from hypothesis.stateful import (
     RuleBasedStateMachine,
     initialize,
@@ -142,7 +144,16 @@ SOAK_SECONDS = float(os.environ.get("ARCHETYPE_SOAK_SECONDS", "0") or 0)
 # new factory must not blow the suite's time. ARCHETYPE_MODEL_EXAMPLES asks for a fixed count instead.
 CI_SECONDS = float(os.environ.get("ARCHETYPE_MODEL_SECONDS", "12"))
 MIN_EXAMPLES = 3
+# On the real Workers runtime an example takes 6-18 s (every ledger call is an HTTP request into
+# workerd's Pyodide): there the budget ends after one, so the run costs what the others do.
+MIN_EXAMPLES_OF = {"worker_workerd": 1}
 STEPS = int(os.environ.get("ARCHETYPE_MODEL_STEPS", "40"))
+FIXED_EXAMPLES = int(os.environ.get("ARCHETYPE_MODEL_EXAMPLES", "0") or 0)
+NO_SHRINK = bool(os.environ.get("ARCHETYPE_MODEL_NO_SHRINK"))
+REPRODUCE = os.environ.get("ARCHETYPE_MODEL_REPRODUCE", "")  # the blob a failure printed
+TIMEOUT = int(SOAK_SECONDS * 1.5) + 600 if SOAK_SECONDS or FIXED_EXAMPLES else 300  # the test's, in seconds
+REPORT_SECONDS = 60  # what a shrink leaves of the test's timeout: to replay and print the failure, close the authority
+BATCH = 10  # most examples a run of Hypothesis makes: how far a run overshoots the budget
 
 
 # Divergences found and reproduced in test_found_defects.py. While one is open, the machine
@@ -278,7 +289,8 @@ class LedgerMachine(RuleBasedStateMachine):
         # the opaque values the model invents, mapped one-to-one to the authority's
         self.sessions: dict[str, str] = {}
         self.tokens: dict[int, str] = {}
-        self.digests: dict[tuple, str] = {}
+        self.digests: dict[tuple[str, int], str] = {}  # (world, sequence): what admission answered
+        self.pruned: dict[tuple[str, str, str], Any] = {}  # (world, scope, command id): the command retention took
         self.events_seen: dict[str, set[int]] = {}
         self._current = "init"
         self.first_step = Stats.steps
@@ -429,13 +441,18 @@ class LedgerMachine(RuleBasedStateMachine):
         if answers is not None:
             expected, identities = answers
             assert [(i.sequence, i.replayed) for i in identities] == expected
-            for sub, identity in zip(batch, identities, strict=True):
-                self._digest(world_id, sub, identity.digest)
+            for identity in identities:
+                self._digest(world_id, identity.sequence, identity.digest)
 
-    def _digest(self, world_id: str, sub: Submission, digest: str) -> None:
-        """A command's digest never changes, and an identical replay answers the stored one."""
-        key = (world_id, sub.scope, sub.command_id)
-        assert self.digests.setdefault(key, digest) == digest
+    def _digest(self, world_id: str, sequence: int, digest: str) -> None:
+        """A command's digest never changes, and an identical replay answers the stored one. Kept
+        per command row (a sequence is never handed out twice), not per command id: once retention
+        pruned a command, its id names nothing and a later admission under it is a new command
+        with a digest of its own (docs/ledger.md, "The idempotency window")."""
+        sub = self.model.worlds[world_id].commands[sequence].sub
+        if (world_id, sequence) not in self.digests and (world_id, sub.scope, sub.command_id) in self.pruned:
+            Stats.saw("admit:an_id_retention_pruned")
+        assert self.digests.setdefault((world_id, sequence), digest) == digest, f"#{sequence}: digest changed"
 
     @rule(data=st.data())
     def admit(self, data: Any) -> None:
@@ -477,6 +494,14 @@ class LedgerMachine(RuleBasedStateMachine):
                          self._options(data, world_id), data.draw(st.sampled_from(PRINCIPALS)))  # fmt: skip
         self.admit_batch(world_id, [sub])
 
+    def _retry(self, data: Any) -> tuple[str, Any]:
+        """A command a client sends again: mostly one retained, a quarter of the time one retention
+        took (its id names nothing now), if any."""
+        pruned, candidates = [(w, c) for (w, _, _), c in self.pruned.items()], self._commands()
+        if pruned and (not candidates or data.draw(st.integers(0, 3)) == 0):
+            candidates = pruned
+        return data.draw(st.sampled_from(candidates))
+
     @rule(data=st.data())
     def grow(self, data: Any) -> None:
         """Commands writing large components on one entity (a fresh one, reserved, or one grown
@@ -505,12 +530,13 @@ class LedgerMachine(RuleBasedStateMachine):
         for mutation in mutations:  # one admission each: together they are more than a request body carries
             self.admit_batch(world_id, [Submission(f"g{next(self.probes)}", mutation, options, principal)])
 
-    @precondition(lambda self: self._commands())
+    @precondition(lambda self: self._commands() or self.pruned)
     @rule(data=st.data())
     def replay(self, data: Any) -> None:
-        """The same id with the same content, from any runtime: the stored identity comes back."""
+        """The same id with the same content, from any runtime: the stored identity comes back
+        (a new command once retention took the first)."""
         self._count("replay")
-        world_id, command = data.draw(st.sampled_from(self._commands()))
+        world_id, command = self._retry(data)
         sub = command.sub
         if command.migrated is not None:
             Stats.saw("replay:of_a_migrated_command")
@@ -520,12 +546,13 @@ class LedgerMachine(RuleBasedStateMachine):
         else:
             self.admit_batch(world_id, [sub])
 
-    @precondition(lambda self: self._commands())
+    @precondition(lambda self: self._commands() or self.pruned)
     @rule(data=st.data())
     def conflict(self, data: Any) -> None:
-        """The same id with other content: refused, even after its first answer was lost."""
+        """The same id with other content: refused, even after its first answer was lost (a new
+        command once retention took the first)."""
         self._count("conflict")
-        world_id, command = data.draw(st.sampled_from(self._commands()))
+        world_id, command = self._retry(data)
         sub = command.sub
         o = sub.options
         change = data.draw(st.sampled_from(("priority", "tick", "attempts", "payload")))
@@ -578,6 +605,7 @@ class LedgerMachine(RuleBasedStateMachine):
         if answers is not None:
             (entity_id, (sequence, replayed)), admission = answers
             assert (admission.entity_id, admission.command.sequence, admission.command.replayed) == (entity_id, sequence, replayed)
+            self._digest(world_id, sequence, admission.command.digest)
             return entity_id
         return None
 
@@ -801,8 +829,7 @@ class LedgerMachine(RuleBasedStateMachine):
         if answers is not None:
             expected, real = answers
             assert (real["sequence"], real["replayed"], real["redriven_from"]) == expected
-            sub = self.model.worlds[world_id].commands[real["sequence"]].sub
-            self._digest(world_id, sub, real["digest"])
+            self._digest(world_id, real["sequence"], real["digest"])
 
     def _settled_redrives(self) -> list[tuple[str, Any]]:
         """Dead letters whose redrive settled (retained still): retention may take the redrive now."""
@@ -816,14 +843,10 @@ class LedgerMachine(RuleBasedStateMachine):
         """The projector catches up, retention prunes all it may (a zero window), and the operator
         redrives the dead letter again: its redrive is gone, "redriven once" is not."""
         world_id, _ = data.draw(st.sampled_from(self._settled_redrives()))
-        world = self.model.worlds[world_id]
-        up_to = world.next_event_seq - 1
-        if up_to > world.projected_seq:
-            self.model.acknowledge_outbox(world_id, up_to)
-            self.run(self.ctx.authority.acknowledge_outbox(world_id, up_to))
+        self._catch_up(world_id)
         self.ctx.clock.advance(1)
         self._count("prune")
-        self.both(lambda: self.model.prune(world_id, 1, 0, 100_000), self.seam.prune(world_id, 1, 0, 100_000))
+        self.prune_world(world_id, 1, 0, 100_000)
         self.redrive_one(data, [(w, c) for w, c in self._dead_letters() if w == world_id and c.redriven_by is not None])
 
     # A migration takes Health away for the rest of the example: only in its second half.
@@ -901,20 +924,40 @@ class LedgerMachine(RuleBasedStateMachine):
             mark = self.run(self.ctx.authority.acknowledge_outbox(world_id, up_to))
             assert (mark["projected_seq"], mark["committed_seq"]) == (world.projected_seq, world.next_event_seq - 1)
 
+    def _catch_up(self, world_id: str) -> None:
+        """The projector acknowledges every event the world has."""
+        world = self.model.worlds[world_id]
+        up_to = world.next_event_seq - 1
+        if up_to > world.projected_seq:
+            self.model.acknowledge_outbox(world_id, up_to)
+            self.run(self.ctx.authority.acknowledge_outbox(world_id, up_to))
+
     @rule(index=st.integers(0, 1), keep_ticks=st.integers(0, 3), window_ms=st.sampled_from((0, 1_000, 60_000)),
-          limit=st.integers(1, 4))  # fmt: skip
-    def prune(self, index: int, keep_ticks: int, window_ms: int, limit: int) -> None:
+          limit=st.integers(1, 4), caught_up=st.booleans())  # fmt: skip
+    def prune(self, index: int, keep_ticks: int, window_ms: int, limit: int, caught_up: bool) -> None:
         """Retention: old manifests, settled commands past the window (their events acknowledged)
-        and lapsed reservations leave the ledger, a few at a time."""
+        and lapsed reservations leave the ledger, a few at a time. Half the time the projector has
+        caught up first, so settled commands do leave, and their ids are soon admitted anew."""
         self._count("prune")
-        world_id = self.worlds[index]
+        if caught_up:
+            self._catch_up(self.worlds[index])
+        self.prune_world(self.worlds[index], keep_ticks, window_ms, limit)
+
+    def prune_world(self, world_id: str, keep_ticks: int, window_ms: int, limit: int) -> None:
+        world = self.model.worlds[world_id]
+        retained = dict(world.commands)
         answers = self.both(lambda: self.model.prune(world_id, keep_ticks, window_ms, limit),
                             self.seam.prune(world_id, keep_ticks, window_ms, limit))  # fmt: skip
+        for sequence in retained.keys() - world.commands.keys():
+            sub = retained[sequence].sub
+            self.pruned[(world_id, sub.scope, sub.command_id)] = retained[sequence]
         if answers is not None:
             expected, real = answers
             assert (real["ticks"], real["commands"], real["reservations"], real["quota_rows"]) == expected
             assert real["done"] == (max(expected) < limit)
             Stats.saw("prune:removed" if any(expected) else "prune:nothing")
+            if expected[1]:
+                Stats.saw("prune:commands")
 
     # -- the comparison, after every rule --
     def compare_events(self, world_id: str, real: list[dict], expected: list) -> None:
@@ -1012,7 +1055,7 @@ class LedgerMachine(RuleBasedStateMachine):
             got = {k: r[k] for k in want}
             assert got == want, f"command #{c.sequence} differs:\n authority {got}\n model     {want}"
             assert error_matches(r["last_error"], c.last_error), f"#{c.sequence} last_error {r['last_error']!r}, model {c.last_error!r}"
-            assert self.digests.get((world_id, sub.scope, sub.command_id), r["digest"]) == r["digest"]
+            assert self.digests.get((world_id, c.sequence), r["digest"]) == r["digest"], f"#{c.sequence}: digest changed"
             # a migrated payload has its own digest; the admitted one above never moves
             assert (r["migrated_digest"] is not None) == (c.migrated is not None), f"#{c.sequence} migrated_digest"
             assert isinstance(r["schema_version"], int) and r["schema_version"] >= 1  # "positive schema version"
@@ -1118,30 +1161,57 @@ def check_invariants(world_id: str, info: dict, rows: list[dict], manifests: lis
 
 
 # -- the tests ----------------------------------------------------------------------------------
-def run_machine(ctx: Context, *, examples: int, steps: int) -> None:
-    machine = type(f"LedgerMachine_{ctx.name}", (LedgerMachine,), {"ctx": ctx})
-    run_state_machine_as_test(machine, settings=settings(
-        max_examples=examples, stateful_step_count=steps, deadline=None, database=None,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
-        phases=[Phase.generate] if os.environ.get("ARCHETYPE_MODEL_NO_SHRINK") else list(Phase),
-    ))  # fmt: skip
+def run_machine(machine: type[LedgerMachine], *, examples: int, shrink_seconds: float) -> None:
+    """One run of Hypothesis: `examples` fresh examples; a failure is shrunk for at most
+    `shrink_seconds`, then reported with the rules it ran and a blob for ARCHETYPE_MODEL_REPRODUCE.
+    The explain phase never runs (it traces every line, which is slow before Python 3.12)."""
+    saved = engine.MAX_SHRINKING_SECONDS
+    # Hypothesis's own guard against a slow shrink (300 s, monkeypatchable by design): past it,
+    # Hypothesis stops shrinking and reports the smallest failing example so far. Set to what the
+    # test's timeout leaves, so that the timeout never cuts a shrink and hides what it was shrinking.
+    engine.MAX_SHRINKING_SECONDS = max(1, int(shrink_seconds))
+    try:
+        run_state_machine_as_test(machine, settings=settings(
+            max_examples=examples, stateful_step_count=STEPS, deadline=None, database=None, print_blob=True,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
+            phases=[Phase.generate] if NO_SHRINK else [Phase.generate, Phase.shrink],
+        ))  # fmt: skip
+    except Exception:
+        print(f"\nmodel: failed after {Stats.examples} examples (shrinking bounded to {engine.MAX_SHRINKING_SECONDS} s:"
+              " what Hypothesis's warning of five minutes, if any, stands for)")  # fmt: skip
+        raise
+    finally:
+        engine.MAX_SHRINKING_SECONDS = saved
 
 
-def run_for(ctx: Context, seconds: float, started: float) -> None:
-    """Batches of fresh random examples until `seconds` have passed (at least MIN_EXAMPLES), each
-    batch sized from the time an example took so far, so the last one overshoots little."""
+def run_for(machine: type[LedgerMachine], started: float, timeout_at: float) -> None:
+    """Runs of at most BATCH fresh examples until the budget is spent (at least MIN_EXAMPLES, or the
+    authority's MIN_EXAMPLES_OF), or until ARCHETYPE_MODEL_EXAMPLES ran, each sized from the time
+    an example took so far, so the last one overshoots little; a failure is shrunk in what the
+    timeout leaves after the run."""
+    if REPRODUCE:
+        run_machine(reproduce_failure(hypothesis_version, REPRODUCE.encode())(machine), examples=1, shrink_seconds=0)
+        return
+    seconds, minimum = SOAK_SECONDS or CI_SECONDS, MIN_EXAMPLES_OF.get(machine.ctx.name, MIN_EXAMPLES)
     while True:
-        spent = time.monotonic() - started
-        if Stats.examples >= MIN_EXAMPLES and spent >= seconds:
+        now = time.monotonic()
+        per_example = (now - started) / Stats.examples if Stats.examples else 0.0
+        if FIXED_EXAMPLES:
+            batch = FIXED_EXAMPLES - Stats.examples
+        elif Stats.examples < minimum:
+            batch = minimum - Stats.examples
+        else:
+            batch = int((started + seconds - now) / per_example)
+        if batch <= 0:
             return
-        per_example = spent / Stats.examples if Stats.examples else None
-        batch = MIN_EXAMPLES if per_example is None else int((seconds - spent) / per_example)
-        run_machine(ctx, examples=max(1, min(batch, 10)), steps=STEPS)
+        batch = min(batch, BATCH)
+        run_machine(machine, examples=batch, shrink_seconds=timeout_at - REPORT_SECONDS - now - 2 * batch * per_example)
 
 
-@pytest.mark.timeout(int(SOAK_SECONDS * 1.5) + 600 if SOAK_SECONDS or os.environ.get("ARCHETYPE_MODEL_EXAMPLES") else 300)
+@pytest.mark.timeout(TIMEOUT)
 @pytest.mark.parametrize("name", sorted(AUTHORITY_FACTORIES))
 def test_the_authority_agrees_with_the_model(name: str, tmp_path) -> None:
+    timeout_at = time.monotonic() + TIMEOUT
     loop = asyncio.new_event_loop()
     clock = ManualClock()
     stack = AsyncExitStack()
@@ -1150,10 +1220,7 @@ def test_the_authority_agrees_with_the_model(name: str, tmp_path) -> None:
     Stats.examples, Stats.steps, Stats.rules, Stats.seen = 0, 0, {}, {}
     started = time.monotonic()
     try:
-        if os.environ.get("ARCHETYPE_MODEL_EXAMPLES"):
-            run_machine(ctx, examples=int(os.environ["ARCHETYPE_MODEL_EXAMPLES"]), steps=STEPS)
-        else:
-            run_for(ctx, SOAK_SECONDS or CI_SECONDS, started)
+        run_for(type(f"LedgerMachine_{name}", (LedgerMachine,), {"ctx": ctx}), started, timeout_at)
     finally:
         elapsed = time.monotonic() - started
         report = {"authority": name, "seconds": round(elapsed, 1), "examples": Stats.examples, "steps": Stats.steps,

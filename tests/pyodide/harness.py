@@ -121,6 +121,8 @@ class SqliteEngine:
             return None
         if isinstance(value, JsProxy):  # an ArrayBuffer or a typed array
             return bytes(value.to_py())
+        if isinstance(value, int):  # a JS number (the seam refused BigInts) that Pyodide made an int
+            return float(value)
         return value
 
     def exec(self, query: str, bindings: JsProxy) -> str:

@@ -7,7 +7,8 @@
 // - ctx.storage.sql.exec(query, ...bindings) -> a cursor (iterator, toArray, raw, columnNames,
 //   rowsRead, rowsWritten); bindings must be strings, numbers, null or byte buffers.
 // - ctx.storage.transactionSync(fn): synchronous; rolled back when fn throws.
-// - getAlarm / setAlarm; the harness fires alarms (runAlarm).
+// - getAlarm / setAlarm / deleteAlarm (setAlarm refusing what workerd refuses); the harness fires
+//   alarms (runAlarm).
 // - the DO namespace (idFromName, get) and its stubs: arguments and results are structured-cloned
 //   (a PyProxy cannot be cloned: DataCloneError), one call at a time per object.
 // - a Queue producer (sendBatch) with Cloudflare's message shape and limits.
@@ -30,6 +31,9 @@ const QUEUE_CONTENT_TYPES = new Set(["json", "text", "bytes", "v8"]);
 function isPlainObject(value) {
   return value !== null && typeof value === "object" && Object.getPrototypeOf(value) === Object.prototype;
 }
+
+// setAlarm refuses a time from here on: 2**63 - 1 nanoseconds, in milliseconds (observed on workerd).
+const ALARM_LIMIT_MS = 9223372036854.775;
 
 function checkBinding(value, index) {
   // workerd binds null/undefined, strings, numbers and byte buffers; anything else is a TypeError
@@ -165,7 +169,14 @@ export class DurableObjectStorage {
     if (typeof scheduledTime !== "number" || !Number.isFinite(scheduledTime)) {
       throw new TypeError("setAlarm takes milliseconds since the epoch (or a Date)");
     }
+    // workerd's own refusals (its alarm is 64-bit nanoseconds since the epoch), as it words them
+    if (scheduledTime <= 0) throw new TypeError("setAlarm() cannot be called with an alarm time <= 0");
+    if (scheduledTime >= ALARM_LIMIT_MS) throw new TypeError("This API doesn't support dates after 2189.");
     this.#record.alarm = scheduledTime;
+  }
+
+  async deleteAlarm() {
+    this.#record.alarm = null;
   }
 }
 

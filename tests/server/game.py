@@ -16,10 +16,20 @@ def _move(world, tick, entity_id, components) -> None:
     world.update(entity_id, [Position(x=position.x + velocity.dx, y=position.y + velocity.dy)])
 
 
+# Edge-hosted worlds without the processor: they have work only when a command is due.
+IDLE_PREFIX = "edge-idle-"
+
+
 def setup(runtime: Runtime) -> None:
-    runtime.worlds.on_load.append(lambda world: world.add_processor(_move, Position, Velocity))
+    runtime.worlds.on_load.append(_add_mover)
+
+
+def _add_mover(world) -> None:
+    if not world.world_id.startswith(IDLE_PREFIX):
+        world.add_processor(_move, Position, Velocity)
 
 
 def edge_hosted(world_id: str) -> bool:
-    """Worlds named edge-* are stepped by their Durable Object; the rest by a runner."""
+    """Worlds named edge-* are stepped by their Durable Object (edge-idle-* ones only for their
+    commands); the rest by a runner."""
     return world_id.startswith("edge-")

@@ -12,14 +12,15 @@ test_engine_equivalence.py holds this one to, answer for answer.
   ATTACH/DETACH, TEMP objects and PRAGMAs other than the documented ones are rejected; at most 100
   bound parameters; statements at most 100,000 bytes. Bindings arrive as Pyodide hands them over
   and are bound as the engine binds JS values: every int is a JS number, bound as REAL (so
-  `'w/' || (? + 1)` is 'w/2.0'), one beyond +/-2**53 a BigInt, which the engine refuses; a bool is
+  `'w/' || (? + 1)` is 'w/2.0'), one from +/-(2**53 - 1) on a BigInt, which the engine refuses; a bool is
   bound as the text 'true'/'false'. Numbers come back as floats (JS doubles),
   rows as dict-like objects with attribute access, through cursors with `toArray()`, `one()`,
   `raw()`, `next()`, `columnNames`, `rowsRead`, `rowsWritten`.
 - `ctx.storage.transactionSync(fn)`: atomic, rolled back when `fn` raises, synchronous only.
 - one event at a time per object (an input gate held for a whole call: stricter than workerd,
   which lets events interleave at non-storage awaits);
-- alarms (`getAlarm`/`setAlarm`/`deleteAlarm`, fired by the test with `run_alarm`);
+- alarms (`getAlarm`/`setAlarm`/`deleteAlarm`, fired by the test with `run_alarm`), refusing
+  the times workerd refuses (<= 0, from 2**63 - 1 nanoseconds on);
 - a Queue producer binding whose `sendBatch` enforces the batch limits and can be told to fail;
 - RPC through stubs (`idFromName`/`get`/`getByName`) that structured-clone arguments and results
   and reject anything that is not plain data (tuples, models, exceptions, unsafe integers...).
@@ -56,6 +57,8 @@ ALLOWED_PRAGMAS = frozenset({
     "reverse_unordered_selects", "foreign_keys", "defer_foreign_keys",
 })  # fmt: skip
 JS_MAX_SAFE_INTEGER = 2**53 - 1
+# setAlarm refuses a time from here on: 2**63 - 1 nanoseconds, in milliseconds (observed on workerd).
+ALARM_LIMIT_MS = (2**63 - 1) / 1_000_000
 
 QUEUE_MAX_BATCH_MESSAGES = 100
 QUEUE_MAX_BATCH_BYTES = 256_000
@@ -218,8 +221,10 @@ def _as_js_number(value: Any) -> Any:
     return float(value) if isinstance(value, int) else value
 
 
-# Pyodide hands a Python int to JavaScript as a number when it lies within +/-2**53 (inclusive).
-PYODIDE_NUMBER_LIMIT = 2**53
+# Pyodide hands a Python int to JavaScript as a number only while its magnitude is below 2**53 - 1,
+# as a BigInt from there on (observed in workerd: binding 2**53 - 1 fails with "Cannot convert a
+# BigInt value to a number"; durable_world.ffi.sql_binding hands such ints over as floats).
+PYODIDE_BIGINT_FROM = 2**53 - 1
 
 
 def _as_engine_binding(value: Any) -> Any:
@@ -227,7 +232,7 @@ def _as_engine_binding(value: Any) -> Any:
     if isinstance(value, bool):
         return "true" if value else "false"  # a JS boolean is bound as its string
     if isinstance(value, int):
-        if abs(value) > PYODIDE_NUMBER_LIMIT:  # a BigInt in JavaScript
+        if abs(value) >= PYODIDE_BIGINT_FROM:  # a BigInt in JavaScript
             raise SqlError("TypeError: Cannot convert a BigInt value to a number")
         return float(value)  # a JS number, bound as REAL
     if value is None or isinstance(value, str | float | bytes):
@@ -382,6 +387,11 @@ class DurableObjectStorage:
     async def setAlarm(self, scheduled_time: int | float, options: Any = None) -> None:
         if not isinstance(scheduled_time, int | float) or isinstance(scheduled_time, bool):
             raise TypeError("setAlarm takes milliseconds since the epoch")
+        # workerd's own refusals (its alarm is 64-bit nanoseconds since the epoch), as it words them
+        if scheduled_time <= 0:
+            raise TypeError("setAlarm() cannot be called with an alarm time <= 0")
+        if scheduled_time >= ALARM_LIMIT_MS:
+            raise TypeError("This API doesn't support dates after 2189.")
         await asyncio.sleep(0)
         self._record.alarm = int(scheduled_time)
 

@@ -1,6 +1,7 @@
 """The Worker's main module in the real-runtime tests: the product's `worker.entry` unchanged, plus
-two things a request may ask for, so that test suites written against a fresh authority per test
-and a ManualClock (the conformance suite) can run on one long-lived deployment.
+what a request may ask for, so that test suites written against a fresh authority per test and a
+ManualClock (the conformance suite, the edge-hosting parity script) can run on one long-lived
+deployment.
 
 Never deployed: the real-runtime fixture stages this file as the bundle's main module
 (`LocalWorker(main=...)`); the product's entry is staged beside it and does the work.
@@ -8,7 +9,7 @@ Never deployed: the real-runtime fixture stages this file as the bundle's main m
 - `x-archetype-test-namespace: <name>`: every Durable Object the request reaches is the one named
   `<name>/<object name>` (the world directory included), so a namespace sees only the worlds
   created in it, as a fresh deployment would. Without it, objects have their own names.
-- `GET /__harness/objects/<name>/stats`: what the bench (bench/workerd_runtime.py) reads of an
+- `GET /_test/objects/<name>/stats`: what the bench (bench/workerd_runtime.py) reads of an
   object since it was constructed: the RPC calls and alarms it served (Cloudflare bills each as a
   request), the SQL rows its ledger read and wrote (the engine's own counters, summed by
   `DurableObjectSqlPort`), its database size, and the isolate's WebAssembly memory (Pyodide's heap,
@@ -16,17 +17,32 @@ Never deployed: the real-runtime fixture stages this file as the bundle's main m
 - `x-archetype-test-now-ms: <ms>`: the request runs at that time. The Worker sends every RPC it
   makes for the request through the object's `clocked(now_ms, method, args)`, which sets that
   object's clock and runs `method`; without the header, `clocked(None, ...)` puts the object back
-  on the system clock. An object's alarm reads the time of the last RPC it served; workerd fires
-  alarms on the real clock, at times an object on a test clock set on its test timeline (in the
-  past, so at once): a world its alarm steps (edge-hosted) belongs on the system clock.
+  on the system clock.
+
+An object on a test clock **holds its alarm**: what it sets with `ctx.storage.setAlarm` is kept
+(in the object's key-value storage, so it survives a restart) and answered by `getAlarm`, but
+workerd is not given it, as workerd would fire a test timeline's times (in the past) at once.
+The test fires it, as the stand-in's `run_alarm` does:
+
+- `POST /_test/objects/<name>/alarm` (with the test's headers): if the object holds an alarm, it is
+  handed to workerd for now (`setAlarm`), and the answer waits for workerd to run the object's
+  `alarm()` handler: `{"fired": true, "raised": null or the error the handler let out}`; else
+  `{"fired": false}`. `GET` answers `{"at": <the held alarm or null>}`, `PUT ?at=<ms>` sets it (on
+  the system clock, both are workerd's own alarm).
+- `POST /_test/objects/<name>/fault?statements=N`: the next N SQL statements an alarm of the object
+  runs fail (`RuntimeError`), as a storage failure would.
+
+An object on the system clock (no header) sets workerd's alarm itself: edge-hosted worlds there
+tick on real time.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import json
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from archetype.commands.ledger import LEDGER_METHODS
 from archetype.commands.port import SystemClock
@@ -38,8 +54,11 @@ __all__ = ["Default", "WorldObject"]
 
 NOW_HEADER = "x-archetype-test-now-ms"
 NAMESPACE_HEADER = "x-archetype-test-namespace"
-OBJECTS_PATH = "/__harness/objects/"
+OBJECTS_ROUTE = "/_test/objects/"
 DIRECTORY_METHODS = frozenset({"directory_register", "directory_world_ids"})
+TEST_METHODS = frozenset({"test_fire_alarm", "test_held_alarm", "test_set_alarm", "test_fault"})
+HELD_ALARM_KEY = "archetype-test-held-alarm"
+FIRE_TIMEOUT_S = 120.0
 
 # Set per request in `Default.fetch`; the ASGI bridge runs the app in a task started from there,
 # which carries them to every RPC the request makes.
@@ -58,27 +77,114 @@ class RpcClock:
         return self._system.now_ms() if self.now is None else self.now
 
 
+class _FaultySql:
+    """`ctx.storage.sql` whose next `failing` statements raise while `armed` (during an alarm)."""
+
+    def __init__(self, sql: Any) -> None:
+        self._sql = sql
+        self.failing = 0
+        self.armed = False
+
+    def exec(self, query: str, *bindings: Any) -> Any:
+        if self.armed and self.failing > 0:
+            self.failing -= 1
+            raise RuntimeError("injected storage failure (tests/workerd/harness_entry.py)")
+        return self._sql.exec(query, *bindings)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sql, name)
+
+
+class _TestStorage:
+    """`ctx.storage` with the alarm held while the object is on a test clock, and faults."""
+
+    def __init__(self, storage: Any, clock: RpcClock) -> None:
+        self._storage = storage
+        self._clock = clock
+        self.sql = _FaultySql(storage.sql)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._storage, name)
+
+    async def getAlarm(self, options: Any = None) -> Any:
+        if self._clock.now is None:
+            return await self._storage.getAlarm()
+        held = number_or_none(await self._storage.get(HELD_ALARM_KEY))
+        return None if held is None else int(held)
+
+    async def setAlarm(self, scheduled_time: Any, options: Any = None) -> None:
+        if self._clock.now is None:
+            await self._storage.setAlarm(scheduled_time)
+        else:
+            await self._storage.put(HELD_ALARM_KEY, scheduled_time)
+
+    async def deleteAlarm(self, options: Any = None) -> None:
+        if self._clock.now is None:
+            await self._storage.deleteAlarm()
+        else:
+            await self._storage.delete(HELD_ALARM_KEY)
+
+    async def fire(self) -> None:
+        """Hand the held alarm to workerd, due now."""
+        await self._storage.delete(HELD_ALARM_KEY)
+        await self._storage.setAlarm(SystemClock().now_ms())
+
+
 class WorldObject(entry.WorldObject):
     def __init__(self, ctx: Any, env: Any) -> None:
         self.rpc_clock = RpcClock()
+        self.test_storage = _TestStorage(ctx.storage, self.rpc_clock)
+        self._alarm_ran: asyncio.Future[str | None] | None = None
         self.rpc_calls = self.alarms = 0
+        # The SDK's context object keeps what it is given: the product's constructor finds this storage.
+        ctx.storage = self.test_storage
         super().__init__(ctx, env, clock=self.rpc_clock)
-
-    async def alarm(self, alarm_info: Any = None) -> None:
-        self.alarms += 1
-        await super().alarm(alarm_info)
 
     async def clocked(self, now_ms: Any, method: Any, args: Any = None) -> Any:
         """Run the RPC method `method` at `now_ms` (None: on the system clock)."""
-        if method not in LEDGER_METHODS and method not in DIRECTORY_METHODS:
+        if method not in LEDGER_METHODS and method not in DIRECTORY_METHODS and method not in TEST_METHODS:
             raise ValueError(f"clocked: {method!r} is not an RPC method of the object")
         now = number_or_none(now_ms)
         self.rpc_calls += 1
         self.rpc_clock.now = None if now is None else int(now)
         return await getattr(self, method)(args)
 
+    async def alarm(self, alarm_info: Any = None) -> None:
+        self.alarms += 1
+        raised: str | None = None
+        self.test_storage.sql.armed = True
+        try:
+            await super().alarm(alarm_info)
+        except BaseException as exc:
+            raised = f"{type(exc).__name__}: {exc}"
+            raise
+        finally:
+            self.test_storage.sql.armed = False
+            if self._alarm_ran is not None and not self._alarm_ran.done():
+                self._alarm_ran.set_result(raised)
+
+    async def test_fire_alarm(self, args: Any = None) -> dict[str, Any]:
+        if await self.test_storage.getAlarm() is None:
+            return {"fired": False}
+        self._alarm_ran = asyncio.get_running_loop().create_future()
+        await self.test_storage.fire()
+        raised = await asyncio.wait_for(self._alarm_ran, FIRE_TIMEOUT_S)
+        return {"fired": True, "raised": raised}
+
+    async def test_held_alarm(self, args: Any = None) -> dict[str, Any]:
+        at = number_or_none(await self.test_storage.getAlarm())
+        return {"at": None if at is None else int(at)}
+
+    async def test_set_alarm(self, args: Any = None) -> dict[str, Any]:
+        await self.test_storage.setAlarm(int(number_or_none(args) or 0))
+        return await self.test_held_alarm()
+
+    async def test_fault(self, args: Any = None) -> dict[str, Any]:
+        self.test_storage.sql.failing = int(number_or_none(args) or 0)
+        return {"statements": self.test_storage.sql.failing}
+
     async def harness_stats(self) -> dict[str, int]:
-        """The figures of `GET /__harness/objects/<name>/stats`."""
+        """The figures of `GET /_test/objects/<name>/stats`."""
         import pyodide_js  # only on Pyodide: the module the runtime loaded Python with
 
         port = self.ledger._port  # the object's DurableObjectSqlPort
@@ -115,6 +221,10 @@ class _HarnessNamespace:
     def get(self, object_id: Any) -> _ClockedStub:
         return _ClockedStub(self._namespace.get(object_id))
 
+    def raw_stub(self, name: str) -> Any:
+        """The object named `name` in the request's test namespace, called as it is."""
+        return self._namespace.get(self.idFromName(name))
+
 
 class _HarnessEnv:
     """The Worker's env with its WORLDS namespace wrapped."""
@@ -127,6 +237,27 @@ class _HarnessEnv:
         return getattr(self._env, name)
 
 
+async def _object_route(env: _HarnessEnv, method: str, path: str, query: str) -> Any:
+    """The test routes under OBJECTS_ROUTE (see the module's docstring)."""
+    from workers import Response
+
+    name, _, action = path.removeprefix(OBJECTS_ROUTE).rpartition("/")
+    stub = env.WORLDS.get(env.WORLDS.idFromName(unquote(name)))
+    if (method, action) == ("POST", "alarm"):
+        return Response.json(await stub.test_fire_alarm())
+    if (method, action) == ("GET", "alarm"):
+        return Response.json(await stub.test_held_alarm())
+    if (method, action) == ("PUT", "alarm"):
+        return Response.json(await stub.test_set_alarm(int(parse_qs(query)["at"][0])))
+    if (method, action) == ("GET", "stats"):  # not through `clocked`: the reading is not one of the object's requests
+        raw = env.WORLDS.raw_stub(unquote(name))
+        return Response(json.dumps(to_py(await raw.harness_stats())), headers={"content-type": "application/json"})
+    if (method, action) == ("POST", "fault"):
+        statements = int(parse_qs(query).get("statements", ["1"])[0])
+        return Response.json(await stub.test_fault(statements))
+    return Response.json({"detail": f"no test route {method} {path}"}, status=404)
+
+
 class Default(entry.Default):
     async def fetch(self, request: Any) -> Any:
         if entry._app is None:  # the product's per-isolate app, over the wrapped namespace
@@ -134,12 +265,7 @@ class Default(entry.Default):
         now = request.headers.get(NOW_HEADER)
         _request_now.set(int(now) if now else None)
         _request_namespace.set(request.headers.get(NAMESPACE_HEADER) or "")
-        path = urlsplit(request.url).path
-        if path.startswith(OBJECTS_PATH) and path.endswith("/stats"):
-            from workers import Response  # only on the runtime
-
-            namespace = _HarnessNamespace(self.env.WORLDS)
-            name = path[len(OBJECTS_PATH) : -len("/stats")]
-            stats = to_py(await namespace._namespace.get(namespace.idFromName(name)).harness_stats())
-            return Response(json.dumps(stats), headers={"content-type": "application/json"})
+        url = urlsplit(request.url)
+        if url.path.startswith(OBJECTS_ROUTE):
+            return await _object_route(_HarnessEnv(self.env), str(request.method.value), url.path, url.query)
         return await super().fetch(request)

@@ -137,35 +137,6 @@ async def test_a_request_s_clock_header_sets_the_objects_clock(workerd_python):
         await system.close()
 
 
-def test_a_restart_on_the_same_disk_keeps_every_world_command_and_tick(workerd_python, admin):
-    pending_world, edge_world = world("restart"), world("edge")
-    admin.create_world("pending", world_id=pending_world)
-    admin.submit(pending_world, mover(), idempotency_key="kept")
-    admin.create_world("ticking", world_id=edge_world)
-    admin.submit(edge_world, mover(), idempotency_key="moving")
-    admin.wait(edge_world, "moving", timeout=SETTLE_S)
-    # the admission's audit event leaves on the object's delivery alarm: let it, so nothing moves meanwhile
-    wait_for(lambda: admin.world(pending_world).outbox_pending == 0 or None, "the audit outbox to be sent")
-    before = {
-        "history": admin.history(pending_world),
-        "state": admin.state(pending_world),
-        "world": admin.world(pending_world),
-    }
-    edge_head = admin.world(edge_world).tick_head
-    port, pid = workerd_python.url, workerd_python.pid
-    workerd_python.restart()
-    assert (workerd_python.url, workerd_python.pid != pid) == (port, True)
-    after = {
-        "history": admin.history(pending_world),
-        "state": admin.state(pending_world),
-        "world": admin.world(pending_world),
-    }
-    assert after == before
-    assert {pending_world, edge_world} <= {w.world_id for w in admin.worlds()}
-    # the edge-hosted world's alarm survived the restart: it goes on ticking from where it was
-    wait_for(lambda: admin.world(edge_world).tick_head > edge_head or None, "the edge-hosted world to tick after the restart")
-
-
 async def test_a_request_s_namespace_header_gives_it_durable_objects_of_its_own(workerd_python):
     """The test-only namespaces (tests/workerd/harness_entry.py): suites that expect a fresh
     authority per test (the same world ids in every test) share the one deployment."""

@@ -6,8 +6,8 @@ executes the statements it is sent. `WorkerdSqlEngine` is one object's `ctx.stor
 `DurableObjectSqlPort` uses it (`sql.exec(query, *bindings).raw().toArray()`, `transactionSync`),
 so the stand-in runtime can host the real `WorldObject` with its SQL on the engine Cloudflare runs.
 
-Values cross as Pyodide would hand them over: a Python int is a JS number within +/-2**53 and a
-BigInt beyond, None is `undefined`, a bool is a JS boolean. Answers come back as the JS values
+Values cross as Pyodide would hand them over: a Python int is a JS number below 2**53 - 1 in
+magnitude and a BigInt from there on, None is `undefined`, a bool is a JS boolean. Answers come back as the JS values
 the engine produced, in the stand-in's spelling: every number a Python float.
 
 Transactions. The SQL API has no interactive transactions (BEGIN/SAVEPOINT are refused and
@@ -41,7 +41,7 @@ from typing import Any
 import httpx
 
 from tests.support.durable_object_standin import (
-    PYODIDE_NUMBER_LIMIT,
+    PYODIDE_BIGINT_FROM,
     DurableObjectId,
     SqlCursor,
     SqlError,
@@ -135,7 +135,7 @@ def encode_binding(value: Any) -> Any:
     if isinstance(value, bool | str):
         return value
     if isinstance(value, int):
-        return value if abs(value) <= PYODIDE_NUMBER_LIMIT else {"$": "bigint", "v": str(value)}
+        return value if abs(value) < PYODIDE_BIGINT_FROM else {"$": "bigint", "v": str(value)}
     if isinstance(value, float):
         if math.isfinite(value):
             return value

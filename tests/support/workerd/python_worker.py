@@ -18,15 +18,21 @@ import os
 import shutil
 import tempfile
 import time
+import uuid
 from collections.abc import Mapping, Sequence
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from archetype.commands.port import ManualClock
+from archetype.remote import HttpAuthority
 from tests.audit.queue_server import LoopbackQueue
+from tests.support.clock_header import ClockHeader
 from tests.support.workerd.process import WorkerdError, WorkerdProcess
+from tests.workerd.harness_entry import NAMESPACE_HEADER, NOW_HEADER
 from worker.local_workerd import LocalWorker, MissingRuntimeError, check_runtime
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -38,9 +44,10 @@ TOKENS = {
     "workerd-player": {"principal": "pat", "roles": ["player"]},
 }
 ADMIN_TOKEN, OPERATOR_TOKEN, PLAYER_TOKEN = TOKENS
-# Edge-hosted worlds tick every TICK_INTERVAL_MS: fast enough for tests to see ticks within seconds;
-# a failed audit send is retried after AUDIT_RETRY_DELAY_MS, then with backoff.
-VARS = {"TICK_INTERVAL_MS": "250", "AUDIT_RETRY_DELAY_MS": "1000"}
+# Edge-hosted worlds tick at the product's pace (durable_world.edge.TICK_INTERVAL_MS, one second):
+# the edge-hosting parity scripts step a world one interval at a time, as serve's runner does. A
+# failed audit send is retried after AUDIT_RETRY_DELAY_MS, then with backoff.
+VARS = {"AUDIT_RETRY_DELAY_MS": "1000"}
 # workerd listens only once the Worker is loaded (Pyodide, then the Worker's imports): 11-25 s
 # measured on a 2-core machine at load 3-9; generous, for a busier one.
 LISTEN_TIMEOUT_S = 180.0
@@ -188,3 +195,16 @@ def stop_shared_python_worker() -> None:
     if _shared is not None:
         worker, _shared = _shared, None
         worker.close()
+
+
+@asynccontextmanager
+async def worker_workerd_authority(directory: Path, clock: ManualClock):
+    """The HTTP client authority against the session's deployment, in a test namespace of its own
+    on the test's clock (tests/workerd/harness_entry.py): a conformance authority factory."""
+    worker = shared_python_worker()
+    headers = {NAMESPACE_HEADER: uuid.uuid4().hex}
+    authority = HttpAuthority(worker.url, token=ADMIN_TOKEN, transport=ClockHeader(clock, NOW_HEADER, headers))
+    try:
+        yield authority
+    finally:
+        await authority.close()
