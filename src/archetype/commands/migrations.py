@@ -333,7 +333,7 @@ V12_TICK_MODES = Migration(12, "tick modes: lockstep or realtime, and the interv
     "ALTER TABLE worlds ADD COLUMN tick_lag_ms INTEGER NOT NULL DEFAULT 0",
 ))  # fmt: skip
 
-_COMMAND_COLUMNS_V12 = (
+_V12_COMMAND_COLUMNS = (
     "world_id, sequence, scope, command_id, schema_version, scheduled_tick, priority, operation, payload, digest, "
     "principal, origin, max_attempts, attempts, reserved_entity_id, status, lease_owner, lease_session, "
     "lease_expires_at, applied_tick, last_error, created_at, updated_at, redriven_from, redriven_by, migrated_digest"
@@ -399,8 +399,8 @@ V13_FEWER_ROWS = Migration(13, "the outbox as a row per append of events; comman
         migrated_digest TEXT,
         is_open INTEGER,
         PRIMARY KEY (world_id, sequence)) WITHOUT ROWID""",
-    f"""INSERT INTO commands ({_COMMAND_COLUMNS_V12}, is_open)
-        SELECT {_COMMAND_COLUMNS_V12}, CASE WHEN status IN ('PENDING', 'LEASED', 'RETRYABLE') THEN 1 END FROM commands_v12""",
+    f"""INSERT INTO commands ({_V12_COMMAND_COLUMNS}, is_open)
+        SELECT {_V12_COMMAND_COLUMNS}, CASE WHEN status IN ('PENDING', 'LEASED', 'RETRYABLE') THEN 1 END FROM commands_v12""",
     "DROP TABLE commands_v12",
     "CREATE UNIQUE INDEX commands_by_id ON commands (world_id, scope, command_id)",
     "CREATE INDEX commands_due ON commands (world_id, scheduled_tick, priority, sequence) WHERE is_open = 1",
