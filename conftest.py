@@ -29,6 +29,7 @@ from archetype.world import components as _components
 
 ROOT = Path(__file__).resolve().parent
 SHELL_TIMEOUT_S = 120
+HOW_TO_AWAIT = "python -m asyncio"  # the REPL where top-level `await` works, as in these blocks
 INFO = re.compile(r"(?P<language>[^\s`]*)[ \t]*(?P<options>[^\n]*)$\n", re.MULTILINE)
 
 
@@ -46,6 +47,10 @@ def run_python(example: Example) -> None:
     if "no-run" in options:
         return
     if code.co_flags & inspect.CO_COROUTINE:
+        if HOW_TO_AWAIT not in example.document.text[: example.region.start]:
+            # a reader pasting this into `python` or a script gets "'await' outside function"
+            raise AssertionError(f"this block uses top-level await: say before it how to run it ({HOW_TO_AWAIT!r}, "
+                                 "or asyncio.run in a script)")
         namespace["__loop__"].run_until_complete(eval(code, namespace))
     else:
         exec(code, namespace)

@@ -17,6 +17,7 @@ import click
 
 from archetype.audit.cli import audit
 from archetype.catalog_cli import catalog
+from archetype.components_cli import components
 from archetype.settings import CONFIG_ENV, ClientSettings, ConfigurationError, RunnerSettings, ServeSettings, use_config
 from archetype.world.tick_mode import DEFAULT_TICK_INTERVAL_MS, MAX_TICK_INTERVAL_MS, TICK_MODES, TickMode
 
@@ -263,6 +264,21 @@ def worlds_show(settings: ClientSettings, world_id: str, as_json: bool) -> None:
     run(settings, lambda client: print_record(client.world(world_id).model_dump(mode="json"), as_json=as_json, title=f"world {world_id}"))
 
 
+@worlds.command("retry")
+@client_options
+@click.argument("world_id")
+@JSON
+def worlds_retry(settings: ClientSettings, world_id: str, as_json: bool) -> None:
+    """Retry a STALLED world now, once its cause is fixed (operator): the runner ends its backoff
+    within a second. A world that is not stalled is left as it is."""
+    from archetype.client_cli import print_record, run
+
+    def retry(client: Client) -> None:
+        print_record(client.retry_world(world_id).model_dump(mode="json"), as_json=as_json, title=f"world {world_id}")
+
+    run(settings, retry)
+
+
 @worlds.command("destroy")
 @client_options
 @click.argument("world_id")
@@ -313,6 +329,7 @@ def bench(small: int, large: int, single: int, batches: int, repeat: int, data: 
 
 main.add_command(audit)
 main.add_command(catalog)
+main.add_command(components)
 
 if __name__ == "__main__":
     main()

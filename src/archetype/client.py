@@ -333,6 +333,10 @@ class _Calls:
         # re-running destroy finishes it; a retry after a lost answer reports nothing left to cancel
         return DestroyedWorld.model_validate((yield from self.send(_Request("DELETE", f"/worlds/{world_id}"))))
 
+    def retry_world(self, world_id: str) -> Call[WorldView]:
+        # asking twice is asking once, so a retried request is safe
+        return WorldView.model_validate((yield from self.send(_Request("POST", f"/worlds/{world_id}/retry"))))
+
 
 def _limit(page_size: int) -> int:
     if not 1 <= page_size <= STATE_READ_LIMIT:
@@ -505,6 +509,11 @@ class Client:
     def destroy_world(self, world_id: str) -> DestroyedWorld:
         return self._run(self._calls.destroy_world(world_id))
 
+    def retry_world(self, world_id: str) -> WorldView:
+        """Retry a STALLED world now, its cause fixed (operator): the runner ends its backoff within
+        a second. A world that is not stalled is left as it is. Answers the world."""
+        return self._run(self._calls.retry_world(world_id))
+
     def close(self) -> None:
         self._http.close()
 
@@ -640,6 +649,9 @@ class AsyncClient:
 
     async def destroy_world(self, world_id: str) -> DestroyedWorld:
         return await self._run(self._calls.destroy_world(world_id))
+
+    async def retry_world(self, world_id: str) -> WorldView:
+        return await self._run(self._calls.retry_world(world_id))
 
     async def close(self) -> None:
         await self._http.aclose()

@@ -667,7 +667,7 @@ class WorldRunner:
         # world has none; a realtime world waiting for a command's tick is stepped at the pass after it).
         self.pass_interval_ms = min(i for i in intervals if i > 0)
         due = {world_id: d for world_id, d in due.items()
-             if self.runtime.worlds.retry_due(world_id) and world_id not in self.edge_hosted}  # fmt: skip
+             if world_id not in self.edge_hosted and await self.runtime.worlds.retry_due(world_id)}  # fmt: skip
         self._behind = False
         if not stop.is_set():
             await asyncio.gather(*(self.step(world_id, d, stop) for world_id, d in due.items()))

@@ -14,6 +14,7 @@ DESPAWN = {"type": "despawn", "tick": 0, "entity_id": 1}
 GUARDED = [
     ("GET", "/worlds/{w}", None, NOBODY),
     ("DELETE", "/worlds/{w}", None, PLAYER),
+    ("POST", "/worlds/{w}/retry", None, PLAYER),
     ("POST", "/worlds/{w}/commands", DESPAWN, VIEWER),
     ("POST", "/worlds/{w}/commands:batch", {"commands": [DESPAWN]}, VIEWER),
     ("GET", "/worlds/{w}/commands/c1", None, NOBODY),

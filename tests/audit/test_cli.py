@@ -52,3 +52,23 @@ def test_query_refuses_a_bad_range(tmp_path):
     done = subprocess.run([sys.executable, "-m", "archetype.cli", "audit", "query", "--data", str(tmp_path / "data"), "w1",
                            "--tick-from", "5", "--tick-to", "2"], capture_output=True, text=True, timeout=60)  # fmt: skip
     assert done.returncode == 2 and "tick_from 5 is after tick_to 2" in done.stderr
+
+
+async def test_query_lists_newest_first_and_tails(tmp_path):
+    data = tmp_path / "data"
+    clock = ManualClock()
+    async with await Runtime.open_local(data, clock=clock, owner="runner-a") as rt:
+        await populate(rt, clock)
+    archetype("project", "--data", str(data))
+
+    def events(*args: str) -> list[list[str]]:
+        return [line.split()[2:4] for line in archetype("query", "--data", str(data), "w1", *args).splitlines()]
+
+    oldest_first = [["a", "admitted"], ["b", "admitted"], ["a", "applied"], ["b", "rejected"], ["c", "admitted"]]
+    assert events() == oldest_first
+    assert events("--newest-first") == oldest_first[::-1]
+    assert events("--newest-first", "--limit", "2") == [["c", "admitted"], ["b", "rejected"]]
+    assert events("--tail", "2") == [["b", "rejected"], ["c", "admitted"]]  # the end, in the order it happened
+    assert events("--tail", "2", "--newest-first") == [["c", "admitted"], ["b", "rejected"]]
+    assert events("--tail", "9", "--command-id", "b") == [["b", "admitted"], ["b", "rejected"]]  # filters still apply
+    assert events("--tail", "1", "--tick-to", "0") == [["a", "applied"]]

@@ -1,6 +1,7 @@
 """Failures you can see and steer (docs/ledger.md, "World health" and "Redrive"; docs/guide/failures.md):
 a tick that fails before it is prepared stalls its world durably, and the next published tick
-recovers it; a clean shutdown gives every lease back; a command's own Retryable/Permanent verdict
+recovers it; an operator's retry starts its attempts (and a runner's backoff) again; a clean
+shutdown gives every lease back; a command's own Retryable/Permanent verdict
 wins over the exception-type rule; a dead letter is redriven as a new, linked command."""
 
 import json
@@ -16,7 +17,11 @@ from archetype.commands import (
     NotDeadLetteredError,
     RedriveConflictError,
     StaleWriterError,
+    WorldClosingError,
+    WorldNotFoundError,
 )
+from archetype.commands.host import Backoff
+from archetype.world import CreateWorld, DestroyWorld
 from archetype.world.error_text import ERROR_TEXT_LIMIT
 from tests.component_modules import flaky
 from tests.conformance.helpers import acknowledge_all, at, fail_next, manifests, outbox, probe, records, settled, step
@@ -67,6 +72,67 @@ async def test_a_failing_processor_stalls_the_world_durably_and_a_published_tick
     assert (last["event_type"], last["status"], last["tick"]) == ("world_recovered", "ACTIVE", 0)
     assert json.loads(last["payload"]) == {"attempts": 3, "max_attempts": None, "error": "RuntimeError: processor bug #2",
                                            "since": before + 10}  # fmt: skip
+
+
+async def test_retry_now_starts_a_stalled_worlds_attempts_again_and_records_the_request(rt, world_id, authority, clock):
+    await rt.dispatcher.defer(probe(world_id, "a"), at(0), command_id="a")
+    await failing_processor(rt, world_id, 4)
+    for attempt in range(3):
+        clock.advance(10)
+        with pytest.raises(RuntimeError, match=f"processor bug #{attempt}"):
+            await step(rt, world_id)
+    stalled = await authority.world_info(world_id)
+    clock.advance(5)
+    retried = await authority.retry_world(world_id)
+    # still STALLED (nothing published yet), with its error and since; only the count starts again
+    assert health(retried) == ("STALLED", 0, "RuntimeError: processor bug #2")
+    assert (retried["stalled_since"], retried["tick_head"]) == (stalled["stalled_since"], -1)
+    assert retried["updated_at"] == stalled["updated_at"] + 5
+    event = (await outbox(authority, world_id))[-1]
+    assert (event["command_id"], event["event_type"], event["status"], event["tick"]) == ("", "world_retry_requested", "STALLED", 0)
+    assert json.loads(event["payload"]) == {"attempts": 3, "max_attempts": None, "error": "RuntimeError: processor bug #2",
+                                            "since": stalled["stalled_since"]}  # fmt: skip
+    # asked twice: nothing more (no event, no change)
+    events = await outbox(authority, world_id)
+    assert await authority.retry_world(world_id) == retried and await outbox(authority, world_id) == events
+    row = await authority.command(world_id, "a")
+    assert (row["status"], row["attempts"]) == ("PENDING", 0)  # the innocent command is untouched
+
+    with pytest.raises(RuntimeError, match="processor bug #3"):  # counted from 0 again, in the same stall
+        await step(rt, world_id)
+    assert health(await authority.world_info(world_id)) == ("STALLED", 1, "RuntimeError: processor bug #3")
+    await step(rt, world_id)
+    trail = [e["event_type"] for e in await outbox(authority, world_id) if e["command_id"] == ""]
+    assert trail == ["world_stalled", "world_retry_requested", "world_recovered"]
+    assert json.loads((await outbox(authority, world_id))[-1]["payload"])["attempts"] == 1
+
+
+async def test_retry_now_refuses_no_world_and_leaves_a_healthy_one_alone(rt, world_id, authority):
+    before = await authority.world_info(world_id)
+    assert await authority.retry_world(world_id) == before  # not stalled: nothing to retry
+    assert await outbox(authority, world_id) == []
+    with pytest.raises(WorldNotFoundError):
+        await authority.retry_world("nowhere")
+    gone = await rt.dispatcher.apply(CreateWorld(name="gone", world_id="w-gone"))
+    await rt.dispatcher.apply(DestroyWorld(world_id=gone))
+    with pytest.raises(WorldClosingError):
+        await authority.retry_world(gone)
+
+
+async def test_a_runner_waiting_out_the_backoff_retries_at_once_when_asked(rt, world_id, authority):
+    rt.worlds.backoff = Backoff(base_s=3600, cap_s=3600)  # an hour: only a retry request ends the wait
+    rt.worlds.retry_check_s = 0  # asks the ledger every time (a runner: at once after a failure, then every second)
+    await rt.dispatcher.defer(probe(world_id, "a"), at(0), command_id="a")
+    await failing_processor(rt, world_id, 2)
+    for _ in range(2):
+        with pytest.raises(RuntimeError):
+            await step(rt, world_id)
+    assert not await rt.worlds.retry_due(world_id)  # it asked the ledger: no request
+    await authority.retry_world(world_id)
+    assert await rt.worlds.retry_due(world_id)
+    await step(rt, world_id)  # the processor is fixed
+    assert health(await authority.world_info(world_id)) == ("ACTIVE", 0, None)
+    assert await rt.worlds.retry_due(world_id)
 
 
 async def test_a_healthy_world_writes_no_health_events(rt, world_id, authority):

@@ -77,13 +77,35 @@ def test_a_player_sees_only_its_own_and_a_bad_token_signs_out(page, served):
     shot(page, "6-bad-token")
 
 
+def test_a_link_with_the_token_in_its_fragment_signs_in_and_the_address_forgets_it(page, served):
+    requested = []
+    page.on("request", lambda request: requested.append((request.url, request.headers.get("referer", ""))))
+    page.goto(f"{served}/dashboard/#/worlds/d1/commands/ghost?principal=pat&token=t-operator")  # a screenshot tool's link
+    expect(page.get_by_test_id("record")).to_contain_text("REJECTED", timeout=TIMEOUT_MS)  # signed in as the operator, on that view
+    assert page.url == f"{served}/dashboard/#/worlds/d1/commands/ghost?principal=pat"  # the token is gone from the address
+    assert page.evaluate("sessionStorage.getItem('archetype-token')") == "t-operator"
+    assert page.evaluate("history.length") == 2  # replaced, not pushed: no entry to go back to holds it
+    shot(page, "7-signed-in-from-a-link")
+
+    page.goto(f"{served}/dashboard/#token=t-player2")  # pasted into the open tab: another token, the worlds view
+    expect(page.get_by_test_id("worlds").get_by_role("link", name="d1")).to_be_visible(timeout=TIMEOUT_MS)
+    assert page.url == f"{served}/dashboard/"
+    assert page.evaluate("sessionStorage.getItem('archetype-token')") == "t-player2"
+    page.get_by_test_id("worlds").get_by_role("link", name="d1").click()
+    expect(page.get_by_test_id("entities").locator("tbody tr")).to_have_count(3, timeout=TIMEOUT_MS)
+    expect(page.get_by_test_id("commands").locator("tbody tr")).to_have_count(0)  # the player's own: none
+    # A fragment never leaves the browser: no request (so no server log) and no Referer carries the token.
+    assert requested and not [seen for seen in requested if "t-operator" in "".join(seen) or "t-player2" in "".join(seen)]
+    assert page.problems == []
+
+
 def test_the_api_docs_render_offline_with_the_bearer_scheme(page, served):
     page.goto(f"{served}/docs")
     expect(page.locator(".opblock-summary-path", has_text="/worlds/{world_id}/commands").first).to_be_visible(timeout=TIMEOUT_MS)
     expect(page.get_by_role("button", name=re.compile("Authorize"))).to_be_visible()
     page.get_by_role("button", name=re.compile("Authorize")).click()
     expect(page.get_by_text("HTTPBearer  (http, Bearer)")).to_be_visible()
-    shot(page, "7-swagger-ui")
+    shot(page, "8-swagger-ui")
     assert page.problems == []
 
 

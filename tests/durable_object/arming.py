@@ -139,6 +139,10 @@ async def _both_schemas(case: Case) -> None:
     await case.writer()
 
 
+async def _stalled(case: Case) -> None:
+    await case.authority.record_tick_failure(case.world_id, OWNER, "s-a", await case.writer(), 0, "the tick failed")
+
+
 async def _step(case: Case) -> None:
     await Runtime(case.authority, owner=OWNER, lease_ms=LEASE_MS).worlds.step(case.world_id)
 
@@ -201,6 +205,7 @@ ROWS: dict[str, Row] = {
         _both_schemas, effect("event")),  # fmt: skip
     # operators
     "redrive": Row("edge", rpc("redrive", command_id="d-1"), lambda case: case.dead_letter("d-1"), effect("event", "due")),
+    "retry_world": Row("runner", rpc("retry_world"), _stalled, effect("event")),  # world_retry_requested
     "destroy": Row("edge", rpc("destroy"), lambda case: case.admitted(), effect("event")),
     # the projector and retention
     "acknowledge_outbox": Row("edge", rpc("acknowledge_outbox", up_to_seq=1), lambda case: case.admitted()),

@@ -114,6 +114,9 @@ async def ledger_script(authority, clock):
     await call("record_tick_failure", **failure, writer_epoch=epoch - 1)  # stale_writer
     await call("record_tick_failure", **failure, writer_epoch=epoch, release=False)  # STALLED, leases kept
     await call("record_tick_failure", **failure, writer_epoch=epoch, release=False)  # counted, no second event
+    await call("retry_world", world_id=WORLD)  # attempts back to 0, world_retry_requested
+    await call("retry_world", world_id=WORLD)  # asked twice: nothing more
+    await call("retry_world", world_id="nowhere")  # world_not_found
     await call("publish", world_id=WORLD, owner="runner", session="s2", manifest=stale, writes=writes)  # stale_writer
     await call("publish", world_id=WORLD, owner="runner", session="s1", manifest=manifest, writes=writes)  # lease_lost
     await call("publish", world_id=WORLD, owner="runner", session="s2", manifest=swapped, writes=writes)  # out of order
@@ -364,7 +367,7 @@ async def test_a_failed_send_is_retried_after_the_retry_delay_with_backoff_and_l
     assert [m["command_id"] for m in queue.messages] == [f"c-{i:03}" for i in range(150)]
     assert (await authority.watermark(world_id=WORLD))["pending"] == 0
     streak = [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "durable_world.world_object"]
-    assert [level for level, _ in streak] == ["ERROR", "INFO"], streak  # one line for the failures, one when it works
+    assert [level for level, _ in streak] == ["ERROR", "WARNING"], streak  # one line for the failures, one when it works
     assert "QueueError" in streak[0][1] and "after 2 failed" in streak[1][1]
 
 

@@ -652,6 +652,15 @@ class Ledger:
     def release(self, world_id: str, owner: str, session: str, writer_epoch: int) -> None:
         self._release(self.writer(world_id, writer_epoch), owner, session)
 
+    def retry_world(self, world_id: str) -> None:
+        """"Retry now": "the world must exist and be ACTIVE"."""
+        world = self.active(world_id)
+        if world.health != "STALLED" or world.failed_attempts == 0:
+            return  # "Otherwise (not stalled, or asked already) it changes nothing"
+        attempts, world.failed_attempts = world.failed_attempts, 0  # health, error and since "stay"
+        self._world_event(world, "world_retry_requested", world.tick_head + 1, attempts, world.health_error,
+                          world.stalled_since)  # fmt: skip
+
     # -- redrive --
     def redrive(self, world_id: str, scope: str, command_id: str, new_id: str) -> tuple[int, bool, int]:
         """(sequence, replayed, redriven_from) of the command redriving a dead letter."""

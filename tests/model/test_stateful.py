@@ -120,7 +120,7 @@ BULKY = {"Note", "Margin", "Appendix"}
 FLOATS = (0.0, -0.0, 2.0, 1.5)  # -0.0 and 2.0 must survive as published text
 # The ledger calls whose order is compared (the ones the page names), and what of their arguments.
 TRACKED_CALLS = ("admit", "reserve_spawn", "lease", "guard", "publish", "destroy", "acquire_writer", "reserve_entity_ids",
-                 "record_tick_failure", "redrive")  # fmt: skip
+                 "record_tick_failure", "retry_world", "redrive")  # fmt: skip
 CALL_DETAIL = {"guard": lambda a: a["sequence"], "reserve_entity_ids": lambda a: a["count"],
                "record_tick_failure": lambda a: a["release"]}  # fmt: skip
 FAULT_METHODS = ("admit", "reserve_spawn", "lease", "guard", "publish", "destroy")
@@ -805,6 +805,28 @@ class LedgerMachine(RuleBasedStateMachine):
     def redrive_dead_letter(self, data: Any) -> None:
         """An operator redrives a dead letter (perhaps one already redriven)."""
         self.redrive_one(data, self._dead_letters())
+
+    @rule(index=st.integers(0, 1))
+    def retry_world(self, index: int) -> None:
+        """An operator asks to retry a world now: mostly a healthy one, left alone."""
+        self.retry_one(self.worlds[index])
+
+    @precondition(lambda self: self._stalled())
+    @rule(data=st.data())
+    def retry_stalled_world(self, data: Any) -> None:
+        """An operator asks to retry a stalled world now: its attempts start again (or, asked
+        already, nothing more happens)."""
+        self.retry_one(data.draw(st.sampled_from(self._stalled())))
+
+    def _stalled(self) -> list[str]:
+        return [w for w in self.worlds if self.model.worlds[w].health == "STALLED"]
+
+    def retry_one(self, world_id: str) -> None:
+        self._count("retry_world")
+        world = self.model.worlds[world_id]
+        Stats.saw(f"retry_world:{world.health}:{'counted' if world.failed_attempts else 'asked already'}")
+        self.both(lambda: self.faults.call("retry_world", lambda: self.model.retry_world(world_id)),
+                  self.seam.retry_world(world_id))  # fmt: skip
 
     @precondition(lambda self: self._commands())
     @rule(data=st.data())

@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from archetype.cli import main
 from archetype.runtime import Runtime
-from archetype.world import ComponentValue, CreateWorld, Step
+from archetype.world import ComponentValue, CreateWorld, Spawn, Step
 from tests.component_modules import flaky
 from tests.component_modules.flaky import Probe
 
@@ -151,3 +151,27 @@ def test_no_token_is_one_line_and_exit_2(monkeypatch, tmp_path):
     monkeypatch.delenv("ARCHETYPE_TOKEN", raising=False)
     done = CliRunner().invoke(main, ["history", "w1"])
     assert done.exit_code == 2 and len(done.output.strip().splitlines()) == 1 and "pass --token" in done.output
+
+
+async def test_worlds_retry_asks_a_stalled_world_to_retry_now(served):
+    async with await Runtime.open_remote(served.url, token="t-admin", owner="cli-runner") as rt:
+        world_id = await rt.dispatcher.apply(CreateWorld(name="hot", world_id="hot"))
+        await rt.dispatcher.apply(Spawn(world_id=world_id, components=[Probe(label="core")]))
+
+        def overheat(world, tick, entity_id, components):
+            raise RuntimeError("the reactor overheated")
+
+        (await rt.worlds.get(world_id)).add_processor(overheat, Probe)
+        for _ in range(2):
+            with pytest.raises(RuntimeError):
+                await rt.worlds.step(world_id)
+
+    denied = run(served, "worlds", "retry", world_id)  # a player's token
+    assert denied.exit_code == 1 and "permission_denied" in denied.output
+    retried = run(served, "worlds", "retry", world_id, "--json", token="t-operator")
+    assert retried.exit_code == 0, retried.output
+    health = json.loads(retried.output)["health"]
+    assert (health["status"], health["failed_attempts"], health["last_error"]) == ("STALLED", 0, "RuntimeError: the reactor overheated")
+    assert "STALLED" in run(served, "worlds", "retry", world_id, token="t-operator").output  # the table; asked again: nothing more
+    missing = run(served, "worlds", "retry", "nowhere", token="t-operator")
+    assert missing.exit_code == 1 and "world_not_found" in missing.output

@@ -50,6 +50,7 @@ from archetype.api.openapi import (
     READ_OUTCOMES,
     READ_STATE,
     REDRIVE,
+    RETRY_WORLD,
     SUBMITTING,
     WORLD_PATH,
     error_responses,
@@ -271,6 +272,14 @@ def create_app(
     async def destroy_world(world_id: WorldIdPath, actor: ActorCtx = admin, _: None = admitting) -> DestroyedWorld:
         cancelled = await dispatcher.apply_as(actor, DestroyWorld(world_id=world_id))
         return DestroyedWorld(world_id=world_id, cancelled=cancelled)
+
+    @app.post("/worlds/{world_id}/retry", response_model=WorldView, responses=error_responses(RETRY_WORLD))
+    async def retry_world(world_id: WorldIdPath, actor: ActorCtx = operator, _: None = admitting) -> WorldView:
+        """Operator only. Retry a STALLED world now, once its cause is fixed: its failed attempts
+        start again from 0, so the runner waiting out their backoff retries at once (within a
+        second), and the audit table gets `world_retry_requested`. A world that is not stalled is
+        left as it is. Answers the world (docs/ledger.md, "World health")."""
+        return WorldView.of(await authority.retry_world(world_id))
 
     # -- commands --
     @app.post("/worlds/{world_id}/commands", status_code=202, response_model=CommandAccepted,

@@ -45,7 +45,8 @@ class WorldHealthView(BaseModel):
     """Whether the world's ticks publish (docs/ledger.md, "World health")."""
 
     status: WorldHealth
-    failed_attempts: int = Field(description="ticks failed before they were prepared since the last published one")
+    failed_attempts: int = Field(description="ticks failed before they were prepared since the last published one (or "
+                                             "since an operator's retry: POST /worlds/{world_id}/retry)")
     last_error: str | None = Field(description="the last failed tick's error (type: message)")
     since: int | None = Field(description="when the world stalled, in ms since the epoch; null while ACTIVE")
     lag_ms: int | None = Field(

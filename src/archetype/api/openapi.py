@@ -73,6 +73,7 @@ LEDGER: Errors = (*JSON_BODY, ShuttingDownError, UnregisteredOperationError, Not
                   *COMPONENTS, MigrationConflictError)  # fmt: skip
 CREATE_WORLD: Errors = (*JSON_BODY, ShuttingDownError, InvalidCommandError, WorldExistsError, WorldClosingError)
 DESTROY_WORLD: Errors = (*WORLD_PATH, ShuttingDownError, WorldClosingError)
+RETRY_WORLD: Errors = (*WORLD_PATH, *ADMITTING)
 READ_COMMAND: Errors = (*WORLD_PATH, CommandNotFoundError)
 READ_OUTCOMES: Errors = (*WORLD_PATH, *JSON_BODY)
 READ_STATE: Errors = (*WORLD_PATH, UnknownComponentError)

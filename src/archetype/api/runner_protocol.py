@@ -43,6 +43,7 @@ LEDGER_ROUTE_ROLES: dict[str, Role] = {
     "guard": Role.operator,
     "publish": Role.operator,
     "record_tick_failure": Role.operator,
+    "retry_world": Role.operator,
     "release": Role.operator,
     "redrive": Role.operator,
     "destroy": Role.admin,

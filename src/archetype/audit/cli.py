@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import datetime
 import json
 from collections.abc import Awaitable, Callable
@@ -12,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 if TYPE_CHECKING:  # the commands import the runtime only when they run
+    from archetype.commands.audit_history import AuditEvent, GetAuditHistory
     from archetype.runtime import Runtime
 
 STATUSES = ["PENDING", "LEASED", "RETRYABLE", "APPLIED", "REJECTED", "DEAD_LETTER", "CANCELLED"]
@@ -77,9 +79,13 @@ def lag(data: Path, as_json: bool) -> None:
 @click.option("--command-id", default=None, help="Only events of this command.")
 @click.option("--status", type=click.Choice(STATUSES), default=None, help="Only events leaving the command in this status.")
 @click.option("--after", "after_event_seq", type=click.IntRange(0), default=0, help="Only events after this sequence.")
-@click.option("--limit", type=click.IntRange(1, 10_000), default=100, show_default=True)
+@click.option("--limit", type=click.IntRange(1, 10_000), default=100, show_default=True,
+              help="At most this many events: the oldest, or with --newest-first the newest.")
+@click.option("--newest-first", is_flag=True, help="The newest events first (--limit of them).")
+@click.option("--tail", type=click.IntRange(1, 10_000), default=None,
+              help="The newest N events, oldest first (as tail(1) shows a file's end).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
-def query(data: Path, as_json: bool, **filters: Any) -> None:
+def query(data: Path, as_json: bool, newest_first: bool, tail: int | None, **filters: Any) -> None:
     """Print a world's audit history (GetAuditHistory over the projection), oldest first."""
     from archetype.commands import GetAuditHistory
 
@@ -89,7 +95,13 @@ def query(data: Path, as_json: bool, **filters: Any) -> None:
         raise click.BadParameter(str(exc)) from exc
 
     async def work(rt: Runtime) -> None:
-        for event in await rt.dispatcher.apply(op):
+        if tail is None and not newest_first:
+            events = await rt.dispatcher.apply(op)
+        else:
+            events = await _newest(rt, op, tail or op.limit)
+            if newest_first:
+                events.reverse()
+        for event in events:
             if as_json:
                 click.echo(event.model_dump_json())
                 continue
@@ -100,6 +112,21 @@ def query(data: Path, as_json: bool, **filters: Any) -> None:
             )
 
     asyncio.run(_with_runtime(data, work))
+
+
+async def _newest(rt: Runtime, op: GetAuditHistory, count: int) -> list[AuditEvent]:
+    """The last `count` events `op` selects, oldest first: the table is read in sequence order
+    (pages of the largest size), keeping the newest, since its reader answers oldest first."""
+    from archetype.commands.audit_history import MAX_HISTORY_LIMIT
+
+    newest: collections.deque[AuditEvent] = collections.deque(maxlen=count)
+    page = op.model_copy(update={"limit": MAX_HISTORY_LIMIT})
+    while events := await rt.dispatcher.apply(page):
+        newest.extend(events)
+        if len(events) < MAX_HISTORY_LIMIT:
+            break
+        page = page.model_copy(update={"after_event_seq": events[-1].event_seq})
+    return list(newest)
 
 
 @audit.command()

@@ -154,6 +154,9 @@ class Authority(ABC):
             "error": error, "release": release,
         })  # fmt: skip
 
+    async def retry_world(self, world_id: str) -> WorldRow:
+        return await self.rpc("retry_world", {"world_id": world_id})
+
     async def release(self, world_id: str, owner: str, session: str, writer_epoch: int) -> int:
         return await self.rpc("release", {"world_id": world_id, "owner": owner, "session": session,
                                           "writer_epoch": writer_epoch})  # fmt: skip

@@ -1,6 +1,6 @@
 """A failure that repeats (a world's ticks, a background round such as a heartbeat or the audit
 projection) is logged when it starts, then at most one line every `every_s`, and once when it
-ends: never a line, let alone a traceback, per attempt (a full disk fails every attempt).
+ends (a warning, visible at the default level): never a line, let alone a traceback, per attempt (a full disk fails every attempt).
 
 The first line carries the traceback, unless the failure is a typed `CommandError`, or was raised
 from one (a tick outcome unknown, because the storage could not write): its code and message say
@@ -40,7 +40,8 @@ class FailureStreak:
         self._logged_at = now
 
     def succeeded(self, done: str = "works again") -> None:
-        """The streak, if any, is over: one line saying so."""
+        """The streak, if any, is over: one line saying so, at WARNING like the streak's later lines,
+        so that whoever saw the failure at the default level (warning) sees its end too."""
         if self.failures:
-            self.log.info("%s: %s after %d failed attempts", self.subject, done, self.failures)
+            self.log.warning("%s: %s after %d failed attempts", self.subject, done, self.failures)
             self.failures = 0

@@ -18,7 +18,8 @@ A tick that fails otherwise (a hook or processor raised, the authority did not a
 what the tick carries), and a load that fails (a component migration missing, the state could not
 be read), are recorded in the ledger (the world is STALLED, with the error and the failed
 attempts, and holds no lease meanwhile), logged once per stall (`FailureStreak`) and retried with
-exponential backoff: `retry_due` tells a runner loop when (docs/guide/failures.md).
+exponential backoff: `retry_due` tells a runner loop when, sooner when an operator asked the ledger to
+retry the world now (`retry_world`; docs/guide/failures.md).
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ LOST_WRITER = (StaleWriterError, LeaseLostError, WorldClosingError)
 NOT_OURS = (*LOST_WRITER, WorldLeaseHeldError, WorldNotFoundError, WorldEdgeHostedError)
 OPEN_STATUSES = ("PENDING", "LEASED", "RETRYABLE")
 PAGE = 1_000
+RETRY_CHECK_S = 1.0  # how often a world waiting out its backoff asks the ledger whether an operator retried it
 log = logging.getLogger("archetype.worlds")
 
 
@@ -77,6 +79,9 @@ class Backoff:
 class _Stall:
     log: FailureStreak
     retry_at: float
+    attempts: int = 0  # the failures the backoff counts: since the stall began, or since an operator's retry
+    recorded: int | None = None  # the ledger's failed attempts as this host's last record of one left them
+    checked_at: float | None = None  # when `retry_due` last asked the ledger for an operator's retry
     unrecorded: str | None = None  # the last failure, when the ledger could not take it (a full disk)
 
 
@@ -93,6 +98,7 @@ class WorldHost:
         self.world_lease_ms = world_lease_ms
         self.scheduler = scheduler
         self.backoff = backoff or Backoff()
+        self.retry_check_s = RETRY_CHECK_S
         self.log_every_s = log_every_s
         self._clock = clock
         self._worlds: dict[str, AsyncWorld] = {}
@@ -135,12 +141,12 @@ class WorldHost:
                                    exc, None if info is None else self._recorder(world_id, info))  # fmt: skip
             raise
 
-    def _recorder(self, world_id: str, info: WorldRow) -> Callable[[str], Awaitable[object]]:
+    def _recorder(self, world_id: str, info: WorldRow) -> Callable[[str], Awaitable[WorldRow]]:
         """How a load of the world for `info`'s writer records its failure (and gives back what
         this session holds)."""
 
-        async def record(error: str) -> None:
-            await self.authority.record_tick_failure(world_id, self.scheduler.owner, self.scheduler.session(world_id),
+        async def record(error: str) -> WorldRow:
+            return await self.authority.record_tick_failure(world_id, self.scheduler.owner, self.scheduler.session(world_id),
                                                      info["writer_epoch"], info["tick_head"] + 1, error)  # fmt: skip
 
         return record
@@ -258,7 +264,7 @@ class WorldHost:
             # a stall the ledger could not take is recorded before the tick that may end it, so the
             # history has it (world_stalled, then world_recovered) even when that tick succeeds
             with contextlib.suppress(Exception):
-                await self._tick_recorder(world, refused=False)(stall.unrecorded)
+                stall.recorded = (await self._tick_recorder(world, refused=False)(stall.unrecorded))["failed_attempts"]
                 stall.unrecorded = None
         clock = self._clocks.get(world_id)  # None: dropped meanwhile (its publication is refused)
         prepared = world.coordinator.prepared
@@ -281,16 +287,16 @@ class WorldHost:
             stall.log.succeeded(f"recovered: tick {receipt.tick} published")
         return receipt
 
-    def _tick_recorder(self, world: AsyncWorld, refused: bool) -> Callable[[str], Awaitable[object]]:
+    def _tick_recorder(self, world: AsyncWorld, refused: bool) -> Callable[[str], Awaitable[WorldRow]]:
         """How a failed step of `world` records its failure. A prepared tick keeps its leases (its
         republication needs them), unless the authority `refused` its content (`invalid_command`,
         `payload_too_large`): republishing the same bytes would be refused forever, so the world is
         dropped, prepared tick and all, and its next use loads it afresh and runs the tick again."""
 
-        async def record(error: str) -> None:
+        async def record(error: str) -> WorldRow:
             async with world.lock:
                 try:
-                    await self.authority.record_tick_failure(
+                    return await self.authority.record_tick_failure(
                         world.world_id, self.scheduler.owner, self.scheduler.session(world.world_id), world.writer_epoch,
                         world.tick + 1, error, release=world.coordinator.prepared is None or refused,
                     )  # fmt: skip
@@ -305,13 +311,32 @@ class WorldHost:
         stall = self._stalls.get(world_id)
         return 0 if stall is None else stall.log.failures
 
-    def retry_due(self, world_id: str) -> bool:
-        """False while a failed world waits out its backoff."""
+    async def retry_due(self, world_id: str) -> bool:
+        """False while a failed world waits out its backoff, unless an operator asked to retry it
+        now (`retry_world`: the ledger's failed attempts fell below what this host recorded, which
+        it asks at once after a failure, then at most every `retry_check_s`). The backoff then
+        starts again from its first delay."""
         stall = self._stalls.get(world_id)
-        return stall is None or self._clock() >= stall.retry_at
+        if stall is None:
+            return True
+        now = self._clock()
+        if now >= stall.retry_at:
+            return True
+        if stall.recorded is None or (stall.checked_at is not None and now - stall.checked_at < self.retry_check_s):
+            return False
+        stall.checked_at = now
+        try:
+            attempts = (await self.authority.world_info(world_id))["failed_attempts"]
+        except Exception:  # the backoff stands; asked again later
+            return False
+        if attempts >= stall.recorded:
+            return False
+        log.warning("world %s: retrying now, as an operator asked (the backoff had %.1f s to go)", world_id, stall.retry_at - now)
+        stall.retry_at, stall.attempts, stall.recorded = now, attempts, attempts
+        return True
 
     async def _failed(self, world_id: str, what: str, exc: Exception,
-                      record: Callable[[str], Awaitable[object]] | None) -> None:  # fmt: skip
+                      record: Callable[[str], Awaitable[WorldRow]] | None) -> None:  # fmt: skip
         """Back off, log (the first failure of a stall with its traceback, then at most one line
         every `log_every_s`) and record the failure in the ledger with `record` (None: the world
         has no writer here to record it). `what` says what failed, for the log."""
@@ -319,14 +344,15 @@ class WorldHost:
         stall = self._stalls.get(world_id)
         if stall is None:
             stall = self._stalls[world_id] = _Stall(FailureStreak(log, f"world {world_id}", self.log_every_s, self._clock), now)
-        delay = self.backoff.delay(stall.log.failures + 1)
-        stall.retry_at = now + delay
+        stall.attempts += 1
+        delay = self.backoff.delay(stall.attempts)
+        stall.retry_at, stall.checked_at = now + delay, None
         stall.log.failed(exc, f"{what}; retrying in {delay:.1f} s")
         error = error_text(exc)
         if record is None:
             return
         try:
-            await record(error)
+            stall.recorded = (await record(error))["failed_attempts"]
             stall.unrecorded = None
         except LOST_WRITER:
             self.drop(world_id)

@@ -137,7 +137,7 @@ LEDGER_METHODS = (
     "create_world", "world_info", "list_worlds", "acquire_writer", "claim_world", "renew_world", "release_world",
     "register_runner", "leave_runner", "live_runners", "hosted_worlds", "pending_worlds", "load_state", "read_state",
     "reserve_entity_ids",
-    "reserve_spawn", "admit", "lease", "guard", "publish", "record_tick_failure", "release", "redrive", "destroy",
+    "reserve_spawn", "admit", "lease", "guard", "publish", "record_tick_failure", "retry_world", "release", "redrive", "destroy",
     "command", "commands_by_id", "history",
     "manifests", "read_outbox", "read_outbox_columns", "acknowledge_outbox", "watermark", "next_due_tick", "prune",
     "record_components", "components", "migrate_components",
@@ -1010,6 +1010,25 @@ class Ledger:
                 self._release(world_id, owner, session, now)
             if world["health"] == "ACTIVE":
                 self._world_event(world_id, "world_stalled", tick, world["failed_attempts"] + 1, error, now, now)
+            return self._world(world_id)
+
+        return self._port.transaction(run)
+
+    def retry_world(self, world_id: str) -> WorldRow:
+        """An operator's "retry now" for a STALLED world whose cause was fixed: its failed attempts
+        start again from 0, with a `world_retry_requested` event carrying the attempts so far. A
+        runner waiting out the backoff those attempts set sees the count fall below what it
+        recorded, and retries at once. The world stays STALLED until a tick publishes. Asking for a
+        world that is not stalled, or asking twice, changes nothing."""
+
+        def run() -> WorldRow:
+            world = self._active_world(world_id)
+            if world["health"] != "STALLED" or world["failed_attempts"] == 0:
+                return world
+            now = self._clock.now_ms()
+            self._port.execute(q.RETRY_WORLD, (now, world_id))
+            self._world_event(world_id, "world_retry_requested", world["tick_head"] + 1, world["failed_attempts"],
+                              world["health_error"], world["stalled_since"], now)  # fmt: skip
             return self._world(world_id)
 
         return self._port.transaction(run)

@@ -94,6 +94,8 @@ SET_GUARD = "UPDATE worlds SET guard_sequence = ?, guard_session = ? WHERE world
 RECORD_TICK_FAILURE = """UPDATE worlds SET failed_attempts = failed_attempts + 1, health_error = ?,
         stalled_since = coalesce(stalled_since, CAST(? AS INTEGER)), health = 'STALLED', updated_at = ?
     WHERE world_id = ?"""
+# An operator's retry: the backoff's count starts again (docs/ledger.md, "World health").
+RETRY_WORLD = "UPDATE worlds SET failed_attempts = 0, updated_at = ? WHERE world_id = ?"
 # A published tick: the world makes progress again.
 CLEAR_HEALTH = """UPDATE worlds SET health = 'ACTIVE', failed_attempts = 0, health_error = NULL, stalled_since = NULL
     WHERE world_id = ?"""

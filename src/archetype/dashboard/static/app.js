@@ -17,6 +17,25 @@ class ApiError extends Error {
 
 const token = () => sessionStorage.getItem("archetype-token");
 
+// A link may sign in: its fragment carries the token (`#token=T`, or a view's `#/worlds/w?token=T`).
+// A fragment is never sent to the server, so no request, log or Referer holds it; the page keeps it
+// as the sign-in form does and at once replaces the address (history.replaceState) with the view
+// alone, so the token is not left to be copied, bookmarked or gone back to.
+function takeTokenFromAddress() {
+  const [path, search] = location.hash.replace(/^#/, "").split("?");
+  const alone = path.startsWith("token=") ? new URLSearchParams(path) : null;
+  const params = new URLSearchParams(search ?? "");
+  const given = (alone ?? params).get("token")?.trim();
+  if (!given) return;
+  sessionStorage.setItem("archetype-token", given);
+  params.delete("token");
+  const rest = params.toString();
+  const view = alone ? "" : `#${path}${rest ? `?${rest}` : ""}`;
+  history.replaceState(null, "", `${location.pathname}${location.search}${view}`);
+  document.getElementById("login").hidden = true;
+  document.getElementById("logout").hidden = false;
+}
+
 async function api(path, method = "GET") {
   const response = await fetch(path, { method, headers: { Authorization: `Bearer ${token()}` } });
   const body = await response.json().catch(() => null);
@@ -312,9 +331,11 @@ document.getElementById("logout").addEventListener("click", () => {
   signIn();
 });
 window.addEventListener("hashchange", () => {
+  takeTokenFromAddress();
   document.getElementById("main").replaceChildren();
   render();
 });
+takeTokenFromAddress();
 if (token()) document.getElementById("logout").hidden = false;
 render();
 setInterval(() => render(true), POLL_MS);
