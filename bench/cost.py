@@ -35,6 +35,7 @@ import sqlite3
 import sys
 import tempfile
 import time
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +45,7 @@ from do_meter import Figures
 from durable_object_billing import measure as lifecycle_measure
 from edge_ticks import measure as edge_measure
 from perf_doc import publish
-from prices import HOURS_PER_MONTH, PRICES_READ_ON, Usage, usd, usd_by_item
+from prices import HOURS_PER_MONTH, PRICES, PRICES_READ_ON, Usage, usd, usd_by_item
 
 HEADING = "## What a command costs (bench/cost.py, issue 24)"
 LOADS = (1, 100)  # commands per tick
@@ -154,6 +155,9 @@ def main() -> None:
         "", "| USD | total | " + " | ".join(items) + " |", "|---|---|" + "---|" * len(items),
         *(f"| {name} | {usd(usage):,.2f} | " + " | ".join(f"{value:,.3f}" for value in usd_by_item(usage).values()) + " |"
           for name, usage in workloads.items()),
+        "", f"Prices (USD, Workers Paid, read {PRICES_READ_ON}, bench/prices.py): " + ", ".join(
+            f"{f.name.replace('_', ' ')} {getattr(PRICES, f.name):g}" if f.name == "stored_gb_month"
+            else f"{f.name.replace('_', ' ')} {getattr(PRICES, f.name) * 1e6:g} per million" for f in fields(PRICES)) + ".",
         "",
     ]  # fmt: skip
     publish(HEADING, lines, record=args.record)
