@@ -274,7 +274,7 @@ class Ledger:
 
     def _write_events(self, world_id: str, first: int, sequences_json: str, now: int) -> None:
         """Events numbered from `first`, the world's next event sequence number as read in this transaction."""
-        self._port.execute(q.APPEND_EVENTS, (first, first, now, sequences_json, world_id))
+        self._port.execute(q.APPEND_EVENTS, (first, now, sequences_json, world_id))
 
     def _world_event(self, world_id: str, event_type: str, tick: int, attempts: int, error: str | None,
                      since: int | None, now: int) -> None:  # fmt: skip
@@ -1026,11 +1026,8 @@ class Ledger:
                 self._port.execute(q.SETTLE, (tick, now, json.dumps(settled), world_id))
                 self._append_events(world_id, [s["sequence"] for s in settlements], now)
             self._port.execute(q.RELEASE_SESSION, (now, world_id, owner, session))
-            self._port.execute(q.SET_GUARD, (None, None, world_id))
-            self._port.execute(q.SET_TICK_HEAD, (tick, now, world_id))
-            if world["tick_mode"] == "lockstep":
-                due = now if due_ms is None else min(due_ms, now)  # never due after it published (clock skew)
-                self._port.execute(q.SET_LOCKSTEP_CLOCK, (tick, due, max(0, now - due), world_id))
+            due = now if due_ms is None else min(due_ms, now)  # never due after it published (clock skew)
+            self._port.execute(q.PUBLISH_HEAD, (tick, now, due, max(0, now - due), world_id))
             if world["health"] == "STALLED":
                 self._port.execute(q.CLEAR_HEALTH, (world_id,))
                 self._world_event(world_id, "world_recovered", tick, world["failed_attempts"], world["health_error"],
@@ -1298,6 +1295,7 @@ class Ledger:
     def read_outbox(self, world_id: str, after_seq: int = 0, limit: int = 100) -> list[OutboxEvent]:
         """Unacknowledged events after `after_seq`, in sequence order, one dict per event."""
         page = self._outbox_page(q.READ_OUTBOX, world_id, after_seq, limit)
+        page.sort(key=lambda row: row[2])  # by event_seq: json_each's order, checked, never assumed
         return [cast(OutboxEvent, _row(OUTBOX_FIELDS, r)) for r in page]
 
     def read_outbox_columns(self, world_id: str, after_seq: int = 0, limit: int = 100) -> dict[str, list[Any]]:
