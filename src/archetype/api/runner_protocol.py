@@ -23,6 +23,7 @@ from archetype.commands.options import Role
 # Creating, destroying and admitting let the caller name any principal and skip quotas: admin only.
 LEDGER_ROUTE_ROLES: dict[str, Role] = {
     "create_world": Role.admin,
+    "fork_world": Role.admin,
     "world_info": Role.operator,
     "list_worlds": Role.operator,
     "acquire_writer": Role.operator,

@@ -198,24 +198,29 @@ INSERT_RESERVATION = """INSERT INTO spawn_reservations (world_id, scope, command
 GET_TICK_BY_TOKEN = "SELECT tick FROM ticks WHERE world_id = ? AND commit_token = ?"
 INSERT_TICK = "INSERT INTO ticks (world_id, tick, commit_token, manifest, published_at) VALUES (?, ?, ?, ?, ?)"
 LIST_TICKS = "SELECT manifest FROM ticks WHERE world_id = ? AND tick > ? ORDER BY tick LIMIT ?"
-# World state (docs/storage.md): the last snapshot's chunks, and the delta chunks published since.
-INSERT_STATE_CHUNK = "INSERT INTO state_chunks (world_id, first_entity_id, body) VALUES (?, ?, ?)"
-INSERT_STATE_DELTA = "INSERT INTO state_deltas (world_id, tick, part, body) VALUES (?, ?, ?, ?)"
-# A snapshot replaces both: a world's chunks are few (each up to a megabyte of state).
-CLEAR_STATE_CHUNKS = "DELETE FROM state_chunks WHERE world_id = ?"
-CLEAR_STATE_DELTAS = "DELETE FROM state_deltas WHERE world_id = ?"
+# World state (docs/storage.md): each snapshot's chunks under the tick that published it, and the
+# delta chunks, each under its tick; publication only adds rows (retention deletes them).
+INSERT_STATE_CHUNK = "INSERT INTO state_snapshots (world_id, tick, first_entity_id, body) VALUES (?, ?, ?, ?)"
+INSERT_STATE_DELTA = "INSERT INTO state_deltas (world_id, tick, part, body, replaces) VALUES (?, ?, ?, ?, ?)"
+# The state at tick T ("State at a tick"): the last snapshot at or before T, and the deltas from the
+# later of that snapshot's tick (a migration's delta may follow it in its tick) and the last delta
+# up to T that replaced the deltas before it, up to T. One index seek each.
+STATE_SNAPSHOT_TICK = "SELECT max(tick) FROM state_snapshots WHERE world_id = ? AND tick <= ?"
+STATE_REPLACING_TICK = "SELECT max(tick) FROM state_deltas WHERE world_id = ? AND replaces = 1 AND tick <= ?"
+GET_STATE_FROM_TICK = "SELECT state_from_tick FROM worlds WHERE world_id = ?"
 # A read of some entities (archetype.commands.state_pages): the snapshot's chunk boundaries (chunk
 # i holds the ids from its first up to the next chunk's), a chunk by its first id, each delta's
 # opening (which names the id range it covers), and some deltas by (tick, part) in one statement.
-STATE_CHUNK_FIRSTS = "SELECT first_entity_id FROM state_chunks WHERE world_id = ? ORDER BY first_entity_id"
-GET_STATE_CHUNK = "SELECT body FROM state_chunks WHERE world_id = ? AND first_entity_id = ?"
-STATE_DELTA_HEADS = "SELECT tick, part, substr(body, 1, 64) FROM state_deltas WHERE world_id = ? ORDER BY tick, part"
+STATE_CHUNK_FIRSTS = "SELECT first_entity_id FROM state_snapshots WHERE world_id = ? AND tick = ? ORDER BY first_entity_id"
+GET_STATE_CHUNK = "SELECT body FROM state_snapshots WHERE world_id = ? AND tick = ? AND first_entity_id = ?"
+STATE_DELTA_HEADS = """SELECT tick, part, substr(body, 1, 64) FROM state_deltas WHERE world_id = ? AND tick >= ? AND tick <= ?
+    ORDER BY tick, part"""
 GET_STATE_DELTAS = """SELECT d.body FROM json_each(?) AS j
     JOIN state_deltas AS d ON d.world_id = ? AND d.tick = json_extract(j.value, '$[0]') AND d.part = json_extract(j.value, '$[1]')
     ORDER BY d.tick, d.part"""
-NEXT_STATE_CHUNK = """SELECT first_entity_id, body FROM state_chunks WHERE world_id = ? AND first_entity_id > ?
+NEXT_STATE_CHUNK = """SELECT first_entity_id, body FROM state_snapshots WHERE world_id = ? AND tick = ? AND first_entity_id > ?
     ORDER BY first_entity_id LIMIT 1"""
-LIST_STATE_DELTAS = "SELECT body FROM state_deltas WHERE world_id = ? ORDER BY tick, part"
+LIST_STATE_DELTAS = "SELECT body FROM state_deltas WHERE world_id = ? AND tick >= ? AND tick <= ? ORDER BY tick, part"
 
 # -- outbox: one row per statement that appends events (docs/storage.md, "The outbox"), keyed by
 # its last event's sequence; `events` holds them in sequence order from `first_seq`, each a JSON
@@ -342,6 +347,41 @@ GET_QUOTA_USAGE = "SELECT used FROM quota_usage WHERE world_id = ? AND principal
 ADD_QUOTA_USAGE = """INSERT INTO quota_usage (world_id, principal, scheduled_tick, used) VALUES (?, ?, ?, ?)
     ON CONFLICT (world_id, principal, scheduled_tick) DO UPDATE SET used = used + excluded.used"""
 
+# -- forks (docs/ledger.md, "Forks"): a new world made of another's state at a tick, in one
+# transaction; its sequence numbers continue the source's, so a command admitted to both after the
+# fork gets the same number in each --
+GET_FORK_ORIGIN = "SELECT forked_from, forked_at_tick FROM worlds WHERE world_id = ?"
+INSERT_FORK = """INSERT INTO worlds (world_id, name, status, tick_head, next_entity_id, writer_epoch, next_sequence,
+        next_event_seq, projected_seq, created_at, updated_at, clock_tick, clock_ms, tick_mode, tick_interval_ms,
+        state_from_tick, forked_from, forked_at_tick)
+    SELECT ?1, ?2, 'ACTIVE', CAST(?3 AS INTEGER), s.next_entity_id, 0, CAST(?4 AS INTEGER), CAST(?5 AS INTEGER),
+        CAST(?5 AS INTEGER) - 1, ?6, ?6, CAST(?3 AS INTEGER), ?6, s.tick_mode, s.tick_interval_ms, CAST(?3 AS INTEGER),
+        s.world_id, CAST(?3 AS INTEGER)
+    FROM worlds AS s WHERE s.world_id = ?7"""
+COPY_STATE_SNAPSHOT = """INSERT INTO state_snapshots (world_id, tick, first_entity_id, body)
+    SELECT ?1, tick, first_entity_id, body FROM state_snapshots WHERE world_id = ?2 AND tick = ?3"""
+COPY_STATE_DELTAS = """INSERT INTO state_deltas (world_id, tick, part, body, replaces)
+    SELECT ?1, tick, part, body, replaces FROM state_deltas WHERE world_id = ?2 AND tick >= ?3 AND tick <= ?4"""
+COPY_COMPONENTS = """INSERT INTO world_components (world_id, fingerprint, name, schema, recorded_at)
+    SELECT ?1, fingerprint, name, schema, recorded_at FROM world_components WHERE world_id = ?2"""
+COPY_MIGRATIONS = """INSERT INTO component_migrations (world_id, from_fingerprint, name, to_fingerprint, tick, entities,
+        commands, migrated_at)
+    SELECT ?1, from_fingerprint, name, to_fingerprint, tick, entities, commands, migrated_at
+    FROM component_migrations WHERE world_id = ?2 AND tick <= ?3"""
+# When the world left tick T: the publication of the first tick after it (none: it is still at T).
+LEFT_TICK_AT = "SELECT min(published_at) FROM ticks WHERE world_id = ? AND tick > ?"
+# The commands scheduled after T that were open at T: admitted before the world left T and not
+# cancelled by then (a command scheduled after T settles no earlier than the tick it runs at).
+OPEN_AT_TICK = f"""SELECT {COMMAND_COLUMNS}, scope FROM commands
+    WHERE world_id = ?1 AND scheduled_tick > ?2 AND created_at <= ?3 AND NOT (status = 'CANCELLED' AND updated_at <= ?3)
+    ORDER BY sequence"""
+# Each forked command is a JSON array [scope, sequence, <INSERTED_COMMAND_FIELDS>..., forked_from].
+INSERT_FORKED_COMMANDS = f"""INSERT INTO commands (world_id, scope, sequence, {", ".join(INSERTED_COMMAND_FIELDS)},
+        forked_from, status, is_open, created_at, updated_at)
+    SELECT ?1, {", ".join(f"json_extract(j.value, '$[{i}]')" for i in range(len(INSERTED_COMMAND_FIELDS) + 3))},
+        'PENDING', 1, ?2, ?2
+    FROM json_each(?3) AS j"""
+
 # -- retention (docs/ledger.md, "Retention"); every statement deletes at most a limit of rows,
 # oldest first, so one prune transaction stays small however far behind it is, and answers one
 # row per row deleted (RETURNING: the ports have no portable changes count) --
@@ -362,5 +402,12 @@ PRUNE_RESERVATIONS = """DELETE FROM spawn_reservations WHERE rowid IN
         AND NOT EXISTS (SELECT 1 FROM commands AS c WHERE c.world_id = spawn_reservations.world_id
             AND c.scope = spawn_reservations.scope AND c.command_id = spawn_reservations.command_id)
         ORDER BY created_at, scope, command_id LIMIT ?3) RETURNING 1"""
+# State no retained tick reads (docs/storage.md, "State at a tick"): the snapshots before the one the
+# oldest retained tick reads, and the deltas before the first it reads. The floor moves first.
+RAISE_STATE_FROM_TICK = "UPDATE worlds SET state_from_tick = max(state_from_tick, ?) WHERE world_id = ?"
+PRUNE_STATE_SNAPSHOTS = """DELETE FROM state_snapshots WHERE rowid IN
+    (SELECT rowid FROM state_snapshots WHERE world_id = ?1 AND tick < ?2 ORDER BY tick, first_entity_id LIMIT ?3) RETURNING 1"""
+PRUNE_STATE_DELTAS = """DELETE FROM state_deltas WHERE rowid IN
+    (SELECT rowid FROM state_deltas WHERE world_id = ?1 AND tick < ?2 ORDER BY tick, part LIMIT ?3) RETURNING 1"""
 PRUNE_QUOTA_USAGE = """DELETE FROM quota_usage WHERE rowid IN
     (SELECT rowid FROM quota_usage WHERE world_id = ?1 AND scheduled_tick <= ?2 ORDER BY scheduled_tick, principal LIMIT ?3) RETURNING 1"""

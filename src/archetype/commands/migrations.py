@@ -424,9 +424,37 @@ V13_FEWER_ROWS = Migration(13, "the outbox as a row per append of events; comman
     "CREATE UNIQUE INDEX ticks_by_token ON ticks (world_id, commit_token)",
 ))  # fmt: skip
 
+# Version 14: state history (docs/storage.md, "State at a tick"): a world's published state at any tick
+# of its retention window, read from the snapshots and deltas published up to it, which publication
+# no longer deletes (retention does). `state_snapshots` keys each snapshot's chunks by the tick that
+# published it; a delta that replaced the deltas since its snapshot says so (`replaces`), so a read
+# at a later tick skips the deltas it replaced and one at an earlier tick still reads them.
+# `state_from_tick` is the oldest tick whose state is retained: a world upgraded to this version has
+# only its state at its tick head (its existing snapshot is given tick -1, under its deltas).
+# A world forked from another (`fork_world`, docs/ledger.md "Forks") names its source and the tick
+# it was forked at; a command the fork copied names the source command's sequence.
+V14_STATE_HISTORY = Migration(14, "state history: snapshots by tick, replacing deltas marked, the oldest retained tick; forks", (
+    """CREATE TABLE state_snapshots (
+        world_id TEXT NOT NULL,
+        tick INTEGER NOT NULL,
+        first_entity_id INTEGER NOT NULL,
+        body TEXT NOT NULL,
+        PRIMARY KEY (world_id, tick, first_entity_id))""",
+    """INSERT INTO state_snapshots (world_id, tick, first_entity_id, body)
+        SELECT world_id, -1, first_entity_id, body FROM state_chunks""",
+    "DROP TABLE state_chunks",
+    "ALTER TABLE state_deltas ADD COLUMN replaces INTEGER NOT NULL DEFAULT 0",
+    "CREATE INDEX state_deltas_replacing ON state_deltas (world_id, tick) WHERE replaces = 1",
+    "ALTER TABLE worlds ADD COLUMN state_from_tick INTEGER NOT NULL DEFAULT -1",
+    "UPDATE worlds SET state_from_tick = tick_head",
+    "ALTER TABLE worlds ADD COLUMN forked_from TEXT",
+    "ALTER TABLE worlds ADD COLUMN forked_at_tick INTEGER",
+    "ALTER TABLE commands ADD COLUMN forked_from INTEGER",
+))  # fmt: skip
+
 MIGRATIONS = (V1_SCHEMA, V2_EXACTLY_ONCE, V3_STATE_CHUNKS, V4_HEALTH_AND_REDRIVE, V5_RETENTION, V6_COMPONENT_SCHEMAS,
               V7_TICK_CLOCK, V8_WORLD_LEASES, V9_DERIVED_SEQUENCES, V10_RUNNER_REGISTRY, V11_DURABLE_FACTS,
-              V12_TICK_MODES, V13_FEWER_ROWS)  # fmt: skip
+              V12_TICK_MODES, V13_FEWER_ROWS, V14_STATE_HISTORY)  # fmt: skip
 SCHEMA_VERSION = MIGRATIONS[-1].version
 
 HAS_META = "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'"
