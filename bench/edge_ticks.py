@@ -19,12 +19,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import sys
 import tempfile
 import types
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the stand-in and the game live in tests/
+from do_meter import ENGINES, Meter, sql_engine
 
 from archetype.commands import DeferredItem, DurableOptions
 from archetype.commands.port import ManualClock
@@ -34,32 +33,17 @@ from durable_world import DurableObjectAuthority
 from tests.component_modules.alpha import Position, Velocity
 from tests.server import game
 from tests.support.durable_object_standin import world_namespace
-from tests.support.workerd.engine import workerd_sql_engines
 
 LOADS = (0, 1, 100)
 
 
-class RowsWritten:
-    """Sums the `rowsWritten` of every cursor the object's SQL answers."""
-
-    def __init__(self, sql) -> None:
-        self.total = 0
-        exec_ = sql.exec
-
-        def metered(query, *bindings):
-            cursor = exec_(query, *bindings)
-            self.total += int(cursor.rowsWritten)
-            return cursor
-
-        sql.exec = metered
-
-
-async def measure(world_id: str, commands: int, ticks: int, engine: str) -> float:
-    """Rows written per tick, averaged over `ticks` steady-state ticks."""
+async def measure(world_id: str, commands: int, ticks: int, engine: str) -> dict[str, dict[str, float]]:
+    """Per tick, averaged over `ticks` steady-state ticks: the figures of admitting its commands
+    (`admit`: one batch) and of running it (`tick`: edge-hosted, the alarm's tick and delivery, one
+    request; runner-hosted, the runner's step and the alarm's delivery)."""
     with tempfile.TemporaryDirectory() as directory:
         clock = ManualClock()
-        sql_engine = workerd_sql_engines() if engine == "workerd" else None
-        namespace = world_namespace(Path(directory), clock, modules=(game,), sql_engine=sql_engine)
+        namespace = world_namespace(Path(directory), clock, modules=(game,), sql_engine=sql_engine(engine))
         authority = DurableObjectAuthority(namespace)
         admitter = Runtime(authority, owner="gateway", origin="gateway")
         runner = Runtime(authority, owner="bench-runner")
@@ -74,8 +58,8 @@ async def measure(world_id: str, commands: int, ticks: int, engine: str) -> floa
 
         clock.advance(1_000)  # tick 0 is due one interval after the creation
         await tick()  # load the world once: steady state from here
-        meter = RowsWritten(namespace.storage(world_id).sql)
-        written = 0
+        meter = Meter()
+        meter.wrap_storage(namespace.storage(world_id))
         for n in range(1, ticks + 1):
             if commands:
                 items = [
@@ -83,15 +67,15 @@ async def measure(world_id: str, commands: int, ticks: int, engine: str) -> floa
                                  options=DurableOptions(tick=n), command_id=f"t{n}-c{i}")
                     for i in range(commands)
                 ]  # fmt: skip
-                await admitter.dispatcher.defer_batch(items)
+                with meter.part("admit"):
+                    await admitter.dispatcher.defer_batch(items)
             clock.advance(1_000)
-            before = meter.total
-            await tick()
-            written += meter.total - before
+            with meter.part("tick"):
+                await tick()
         head = (await authority.world_info(world_id))["tick_head"]
         assert head == ticks, f"tick head {head}, expected {ticks}"
         namespace.close()
-        return written / ticks
+        return {part: figures.per(ticks) for part, figures in meter.totals.items()}
 
 
 def world_module(name: str, processor: bool) -> types.ModuleType:
@@ -108,9 +92,8 @@ async def measure_later(engine: str, every_interval: bool, later: int = 10) -> t
     due `later` ticks on to its tick (alarms fire at their times; audit delivery included)."""
     with tempfile.TemporaryDirectory() as directory:
         clock = ManualClock()
-        sql_engine = workerd_sql_engines() if engine == "workerd" else None
         module = world_module("bench_later", processor=every_interval)
-        namespace = world_namespace(Path(directory), clock, modules=(module,), sql_engine=sql_engine)
+        namespace = world_namespace(Path(directory), clock, modules=(module,), sql_engine=sql_engine(engine))
         authority = DurableObjectAuthority(namespace)
         admitter = Runtime(authority, owner="gateway", origin="gateway")
         world_id = "later-bench"
@@ -121,31 +104,33 @@ async def measure_later(engine: str, every_interval: bool, later: int = 10) -> t
         await namespace.run_alarm(world_id)  # tick 0 loads the world
         while (at := namespace.alarm_time(world_id)) is not None and at <= clock.now_ms():
             await namespace.run_alarm(world_id)  # the warm-up's delivery: steady state from here
-        meter = RowsWritten(namespace.storage(world_id).sql)
+        meter = Meter()
+        meter.wrap_storage(namespace.storage(world_id))
         ticks_before = len(await authority.manifests(world_id, limit=1000))
-        await admitter.dispatcher.defer(op, DurableOptions(tick=later), command_id="later")
         end = clock.now_ms() + later * 1_000
-        while (at := namespace.alarm_time(world_id)) is not None and at <= end:
-            clock.advance(max(0, at - clock.now_ms()))
-            await namespace.run_alarm(world_id)
+        with meter.part("later"):
+            await admitter.dispatcher.defer(op, DurableOptions(tick=later), command_id="later")
+            while (at := namespace.alarm_time(world_id)) is not None and at <= end:
+                clock.advance(max(0, at - clock.now_ms()))
+                await namespace.run_alarm(world_id)
         assert (await admitter.scheduler.command(world_id, "later")).status == "APPLIED"
         published = len(await authority.manifests(world_id, limit=1000)) - ticks_before
         namespace.close()
-        return meter.total, published
+        return meter.total().rows_written, published
 
 
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ticks", type=int, default=5)
-    parser.add_argument("--engine", choices=("standin", "workerd", "both"), default="both")
+    parser.add_argument("--engine", choices=(*ENGINES, "both"), default="both")
     args = parser.parse_args()
-    engines = ("standin", "workerd") if args.engine == "both" else (args.engine,)
+    engines = ENGINES if args.engine == "both" else (args.engine,)
     print(f"{'engine':<8} {'commands/tick':>13} {'edge-hosted rows written/tick':>30} {'runner-hosted (baseline)':>25} "
           f"{'ratio':>6}")  # fmt: skip
     for engine in engines:
         for commands in LOADS:
-            edge = await measure("edge-bench", commands, args.ticks, engine)
-            runner = await measure("w-bench", commands, args.ticks, engine)
+            edge = (await measure("edge-bench", commands, args.ticks, engine))["tick"]["rows_written"]
+            runner = (await measure("w-bench", commands, args.ticks, engine))["tick"]["rows_written"]
             print(f"{engine:<8} {commands:>13} {edge:>30.1f} {runner:>25.1f} {edge / runner:>6.2f}")
     print(f"\n{'engine':<8} {'a command due 10 ticks later, no processors':>44} {'stepped every interval (baseline)':>34} "
           f"{'ratio':>6}")  # fmt: skip

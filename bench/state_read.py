@@ -75,8 +75,16 @@ def raw_read(catalog: Path) -> Callable[[], int]:
     connection = sqlite3.connect(catalog)
 
     def read() -> int:
-        chunks = connection.execute("SELECT body FROM state_chunks WHERE world_id = ? ORDER BY first_entity_id", (WORLD,))
-        deltas = connection.execute("SELECT body FROM state_deltas WHERE world_id = ? ORDER BY tick, part", (WORLD,))
+        # the head's rows (docs/storage.md, "State at a tick"): the last snapshot, the deltas from it
+        # or from the last delta that replaced the ones before
+        (snapshot,) = connection.execute("SELECT max(tick) FROM state_snapshots WHERE world_id = ?", (WORLD,)).fetchone()
+        (replacing,) = connection.execute("SELECT max(tick) FROM state_deltas WHERE world_id = ? AND replaces = 1",
+                                          (WORLD,)).fetchone()  # fmt: skip
+        start = max(t for t in (snapshot, replacing, -1) if t is not None)
+        chunks = connection.execute("SELECT body FROM state_snapshots WHERE world_id = ? AND tick = ? ORDER BY first_entity_id",
+                                    (WORLD, snapshot))  # fmt: skip
+        deltas = connection.execute("SELECT body FROM state_deltas WHERE world_id = ? AND tick >= ? ORDER BY tick, part",
+                                    (WORLD, start))  # fmt: skip
         return sum(len(body) for (body,) in [*chunks.fetchall(), *deltas.fetchall()])
 
     return read

@@ -111,14 +111,14 @@ class RawLedger:
         self.conn.execute("COMMIT")
 
     def _events(self, ids: list[str], event_type: str, status: str, tick: int, now: int) -> None:
+        """The events of one transition of these commands: one outbox row, as the ledger writes them."""
         first, self.event_seq = self.event_seq, self.event_seq + len(ids)
         payload = json.dumps({"attempts": 0, "error": None, "max_attempts": 3})
-        self.conn.executemany(
-            "INSERT INTO outbox (world_id, event_seq, event_id, command_id, event_type, status, operation, tick, "
-            "principal, origin, occurred_at, payload) VALUES (?, ?, ?, ?, ?, ?, 'spawn', ?, NULL, 'local', ?, ?)",
-            [(RAW_WORLD, first + i, f"{RAW_WORLD}/{first + i}", cid, event_type, status, tick, now, payload)
-             for i, cid in enumerate(ids)],
-        )  # fmt: skip
+        events = json.dumps([[cid, event_type, status, "spawn", tick, None, "local", payload] for cid in ids])
+        self.conn.execute(
+            "INSERT INTO outbox (world_id, last_seq, first_seq, occurred_at, events) VALUES (?, ?, ?, ?, ?)",
+            (RAW_WORLD, self.event_seq - 1, first, now, events),
+        )
 
     def admit(self, rows: list[dict[str, Any]]) -> None:
         def run() -> None:
@@ -126,8 +126,8 @@ class RawLedger:
             first, self.sequence = self.sequence, self.sequence + len(rows)
             self.conn.executemany(
                 "INSERT INTO commands (world_id, command_id, sequence, schema_version, scheduled_tick, priority, "
-                "operation, payload, digest, principal, origin, max_attempts, reserved_entity_id, status, scope, created_at, "
-                "updated_at) VALUES (?, ?, ?, 1, ?, 0, 'spawn', ?, ?, NULL, 'local', 3, NULL, 'PENDING', '', ?, ?)",
+                "operation, payload, digest, principal, origin, max_attempts, reserved_entity_id, status, is_open, scope, "
+                "created_at, updated_at) VALUES (?, ?, ?, 1, ?, 0, 'spawn', ?, ?, NULL, 'local', 3, NULL, 'PENDING', 1, '', ?, ?)",
                 [(RAW_WORLD, r["command_id"], first + i, r["scheduled_tick"], r["payload"], r["digest"], now, now)
                  for i, r in enumerate(rows)],
             )  # fmt: skip
@@ -145,7 +145,7 @@ class RawLedger:
             due.extend(
                 r[0]
                 for r in self.conn.execute(
-                    "SELECT command_id FROM commands WHERE world_id = ? AND status IN ('PENDING', 'LEASED', "
+                    "SELECT command_id FROM commands WHERE world_id = ? AND is_open = 1 AND status IN ('PENDING', 'LEASED', "
                     "'RETRYABLE') AND scheduled_tick <= ? ORDER BY scheduled_tick, priority, sequence",
                     (RAW_WORLD, tick),
                 )
@@ -172,7 +172,7 @@ class RawLedger:
                 [(RAW_WORLD, tick, part, chunk) for part, chunk in enumerate(chunks)],
             )
             self.conn.executemany(
-                "UPDATE commands SET status = 'APPLIED', applied_tick = ?, lease_owner = NULL, lease_expires_at = NULL, "
+                "UPDATE commands SET status = 'APPLIED', is_open = NULL, applied_tick = ?, lease_owner = NULL, lease_expires_at = NULL, "
                 "updated_at = ? WHERE world_id = ? AND scope = '' AND command_id = ?",
                 [(tick, now, RAW_WORLD, cid) for cid in due],
             )

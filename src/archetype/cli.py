@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from archetype.audit.cli import audit
+from archetype.canonical import MAX_SAFE_INTEGER
 from archetype.catalog_cli import catalog
 from archetype.components_cli import components
 from archetype.settings import CONFIG_ENV, ClientSettings, ConfigurationError, RunnerSettings, ServeSettings, use_config
@@ -256,11 +257,18 @@ def worlds_create(settings: ClientSettings, name: str, world_id: str | None, tic
 @worlds.command("show")
 @client_options
 @click.argument("world_id")
+@click.option("--tick", type=click.IntRange(-1, MAX_SAFE_INTEGER), default=None,
+              help="Show the world's entities as it published them at this tick (a tick of its retention window).")
 @JSON
-def worlds_show(settings: ClientSettings, world_id: str, as_json: bool) -> None:
-    """One world: status, tick head and mode, health (a lockstep world's lag), timestamps, audit lag."""
-    from archetype.client_cli import print_record, run
+def worlds_show(settings: ClientSettings, world_id: str, tick: int | None, as_json: bool) -> None:
+    """One world: status, tick head and mode, health (a lockstep world's lag), timestamps, audit lag;
+    with --tick, its entities at that tick instead (docs/storage.md, "State at a tick")."""
+    from archetype.client_cli import print_record, print_state, run
 
+    if tick is not None:
+        run(settings, lambda client: print_state(client.state(world_id, tick=tick), as_json=as_json,
+                                                 title=f"world {world_id} at tick {tick}"))  # fmt: skip
+        return
     run(settings, lambda client: print_record(client.world(world_id).model_dump(mode="json"), as_json=as_json, title=f"world {world_id}"))
 
 
@@ -277,6 +285,28 @@ def worlds_retry(settings: ClientSettings, world_id: str, as_json: bool) -> None
         print_record(client.retry_world(world_id).model_dump(mode="json"), as_json=as_json, title=f"world {world_id}")
 
     run(settings, retry)
+
+
+@worlds.command("fork")
+@client_options
+@click.argument("world_id")
+@click.option("--tick", type=click.IntRange(-1, MAX_SAFE_INTEGER), required=True,
+              help="Fork the world as it was at this tick (a tick of its retention window).")
+@click.option("--name", required=True, help="The fork's name.")
+@click.option("--id", "fork_world_id", default=None, help="The fork's world id (default: generated).")
+@click.option("--with-open-commands", is_flag=True, help="Copy the commands scheduled after the tick that were open at it.")
+@JSON
+def worlds_fork(settings: ClientSettings, world_id: str, tick: int, name: str, fork_world_id: str | None,
+                with_open_commands: bool, as_json: bool) -> None:  # fmt: skip
+    """Fork a world at a tick (admin): a new world of its state then, run on by its own ledger
+    (docs/ledger.md, "Forks")."""
+    from archetype.client_cli import print_record, run
+
+    def fork(client: Client) -> None:
+        made = client.fork_world(world_id, tick, name, fork_world_id=fork_world_id, with_open_commands=with_open_commands)
+        print_record(made.model_dump(mode="json"), as_json=as_json, title="forked")
+
+    run(settings, fork)
 
 
 @worlds.command("destroy")

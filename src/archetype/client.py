@@ -329,6 +329,13 @@ class _Calls:
                  if value is not None}  # unsaid: the server's defaults (docs/ledger.md, "Tick modes")  # fmt: skip
         return WorldView.model_validate((yield from self.send(_Request("POST", "/worlds", json=body))))
 
+    def fork_world(self, world_id: str, at_tick: int, name: str, fork_world_id: str | None,
+                   with_open_commands: bool) -> Call[WorldView]:  # fmt: skip
+        # the fork's id is made here, once, so that a retried fork answers the same world
+        body = {"at_tick": at_tick, "name": name, "world_id": fork_world_id or uuid.uuid4().hex,
+                "with_open_commands": with_open_commands}  # fmt: skip
+        return WorldView.model_validate((yield from self.send(_Request("POST", f"/worlds/{world_id}:fork", json=body))))
+
     def destroy_world(self, world_id: str) -> Call[DestroyedWorld]:
         # re-running destroy finishes it; a retry after a lost answer reports nothing left to cancel
         return DestroyedWorld.model_validate((yield from self.send(_Request("DELETE", f"/worlds/{world_id}"))))
@@ -474,17 +481,20 @@ class Client:
         return self._run(self._calls.audit(world_id, filters))
 
     def state(self, world_id: str, *, components: Iterable[ComponentFilter] | None = None,
-              entity_ids: Iterable[int] | None = None, page_size: int = STATE_PAGE) -> WorldState:  # fmt: skip
+              entity_ids: Iterable[int] | None = None, page_size: int = STATE_PAGE, tick: int | None = None) -> WorldState:  # fmt: skip
         """The world's published entities in id order, read page by page: with `components`, those
         that have a component of every one of these types (classes, `<name>:<fingerprint>`, or a
-        name), with only those components; with `entity_ids`, those entities."""
-        return self._run(self._calls.state(world_id, StateQuery.of(components, entity_ids), _limit(page_size)))
+        name), with only those components; with `entity_ids`, those entities; with `tick`, as the
+        world published them at that tick (a tick of its retention window, else
+        `TickNotRetainedError`), every page at that tick."""
+        return self._run(self._calls.state(world_id, StateQuery.of(components, entity_ids, tick), _limit(page_size)))
 
     def iter_state(self, world_id: str, *, components: Iterable[ComponentFilter] | None = None,
-                   entity_ids: Iterable[int] | None = None, page_size: int = STATE_PAGE) -> Iterator[EntityState]:  # fmt: skip
+                   entity_ids: Iterable[int] | None = None, page_size: int = STATE_PAGE,
+                   tick: int | None = None) -> Iterator[EntityState]:  # fmt: skip
         """`state`'s entities one at a time, a page of `page_size` in memory at once: for a world
         too large to hold whole. Each page is read when the one before is used up."""
-        for query in StateQuery.of(components, entity_ids).queries():
+        for query in StateQuery.of(components, entity_ids, tick).queries():
             after: int | None = 0
             while after is not None:
                 page = self._run(self._calls.state_page(world_id, query, after, _limit(page_size)))
@@ -505,6 +515,12 @@ class Client:
                      tick_interval_ms: int | None = None) -> WorldView:  # fmt: skip
         """A new world: lockstep ticks of 100 ms unless `tick_mode` / `tick_interval_ms` say otherwise."""
         return self._run(self._calls.create_world(name, world_id, tick_mode, tick_interval_ms))
+
+    def fork_world(self, world_id: str, at_tick: int, name: str, *, fork_world_id: str | None = None,
+                   with_open_commands: bool = False) -> WorldView:  # fmt: skip
+        """A new world made of `world_id` as it was at `at_tick` (admin; docs/ledger.md, "Forks"):
+        `with_open_commands` also copies the commands it had scheduled after that tick."""
+        return self._run(self._calls.fork_world(world_id, at_tick, name, fork_world_id, with_open_commands))
 
     def destroy_world(self, world_id: str) -> DestroyedWorld:
         return self._run(self._calls.destroy_world(world_id))
@@ -621,12 +637,14 @@ class AsyncClient:
         return await self._run(self._calls.audit(world_id, filters))
 
     async def state(self, world_id: str, *, components: Iterable[ComponentFilter] | None = None,
-                    entity_ids: Iterable[int] | None = None, page_size: int = STATE_PAGE) -> WorldState:  # fmt: skip
-        return await self._run(self._calls.state(world_id, StateQuery.of(components, entity_ids), _limit(page_size)))
+                    entity_ids: Iterable[int] | None = None, page_size: int = STATE_PAGE,
+                    tick: int | None = None) -> WorldState:  # fmt: skip
+        return await self._run(self._calls.state(world_id, StateQuery.of(components, entity_ids, tick), _limit(page_size)))
 
     async def iter_state(self, world_id: str, *, components: Iterable[ComponentFilter] | None = None,
-                         entity_ids: Iterable[int] | None = None, page_size: int = STATE_PAGE) -> AsyncIterator[EntityState]:  # fmt: skip
-        for query in StateQuery.of(components, entity_ids).queries():
+                         entity_ids: Iterable[int] | None = None, page_size: int = STATE_PAGE,
+                         tick: int | None = None) -> AsyncIterator[EntityState]:  # fmt: skip
+        for query in StateQuery.of(components, entity_ids, tick).queries():
             after: int | None = 0
             while after is not None:
                 page = await self._run(self._calls.state_page(world_id, query, after, _limit(page_size)))
@@ -646,6 +664,10 @@ class AsyncClient:
     async def create_world(self, name: str, *, world_id: str | None = None, tick_mode: TickMode | None = None,
                            tick_interval_ms: int | None = None) -> WorldView:  # fmt: skip
         return await self._run(self._calls.create_world(name, world_id, tick_mode, tick_interval_ms))
+
+    async def fork_world(self, world_id: str, at_tick: int, name: str, *, fork_world_id: str | None = None,
+                         with_open_commands: bool = False) -> WorldView:  # fmt: skip
+        return await self._run(self._calls.fork_world(world_id, at_tick, name, fork_world_id, with_open_commands))
 
     async def destroy_world(self, world_id: str) -> DestroyedWorld:
         return await self._run(self._calls.destroy_world(world_id))

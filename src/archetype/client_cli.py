@@ -17,7 +17,7 @@ from pydantic import BaseModel
 from rich.console import Console
 from rich.table import Table
 
-from archetype.client import Client
+from archetype.client import Client, WorldState
 from archetype.commands.errors import AuditUnavailableError, CommandError
 from archetype.settings import ClientSettings
 
@@ -58,6 +58,8 @@ def _cell(value: Any, column: str) -> str:
         return f"STALLED since {_cell(value['since'], 'since_at')}: {value['failed_attempts']} failed attempts, {value['last_error']}"
     if column.endswith("_at") and isinstance(value, int):
         return datetime.datetime.fromtimestamp(value / 1000, datetime.UTC).isoformat(timespec="milliseconds")
+    if isinstance(value, dict):
+        return json.dumps(value)
     return str(value)
 
 
@@ -82,6 +84,13 @@ def print_record(record: dict[str, Any], *, as_json: bool, title: str) -> None:
     for key, value in record.items():
         table.add_row(key, json.dumps(value) if isinstance(value, (dict, list)) and key != "health" else _cell(value, key))
     console().print(table)
+
+
+def print_state(state: WorldState, *, as_json: bool, title: str) -> None:
+    """A state read's entities, each with its components by name (`{name: data}`); with `as_json`,
+    one JSON object per entity and line."""
+    records = [{"entity_id": e.entity_id, "components": {c.name: c.data for c in e.components}} for e in state.entities]
+    print_rows(records, ["entity_id", "components"], as_json=as_json, title=title)
 
 
 def submit(settings: ClientSettings, world_id: str, body: str, idempotency_key: str | None) -> None:

@@ -111,24 +111,28 @@ class StatePage:
 @dataclass(frozen=True)
 class StateQuery:
     """The query of a state read: component types, and entity ids in groups of at most 1,000 (one
-    paged read each, in id order); no ids: one read of every entity."""
+    paged read each, in id order); no ids: one read of every entity. `tick`: the state as the world
+    published it at that tick (None: at its tick head)."""
 
     components: list[str]
     id_groups: list[list[int]] | None
+    tick: int | None = None
 
     @classmethod
-    def of(cls, components: Iterable[ComponentFilter] | None, entity_ids: Iterable[int] | None) -> StateQuery:
+    def of(cls, components: Iterable[ComponentFilter] | None, entity_ids: Iterable[int] | None,
+           tick: int | None = None) -> StateQuery:  # fmt: skip
         types = [c if isinstance(c, str) else type_key(c) for c in components or ()]
         if entity_ids is None:
-            return cls(types, None)
+            return cls(types, None, tick)
         ids = sorted(set(entity_ids))
         if not ids:
             raise ValueError("entity_ids names no entity: leave it out (None) to read every entity")
-        return cls(types, [ids[i : i + STATE_READ_IDS] for i in range(0, len(ids), STATE_READ_IDS)])
+        return cls(types, [ids[i : i + STATE_READ_IDS] for i in range(0, len(ids), STATE_READ_IDS)], tick)
 
     def queries(self) -> list[dict[str, Any]]:
         groups: list[list[int] | None] = list(self.id_groups) if self.id_groups is not None else [None]
-        return [{"component": self.components, "entity_id": ids or []} for ids in groups]
+        at = {} if self.tick is None else {"tick": self.tick}
+        return [{"component": self.components, "entity_id": ids or [], **at} for ids in groups]
 
 
 def _entity_id(entity: EntityState) -> int:

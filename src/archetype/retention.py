@@ -19,7 +19,7 @@ from archetype.settings import ServeSettings
 
 log = logging.getLogger("archetype.retention")
 
-PRUNED_KINDS = ("ticks", "commands", "reservations", "quota_rows")
+PRUNED_KINDS = ("ticks", "commands", "reservations", "quota_rows", "state_rows")
 
 
 @dataclass(frozen=True)

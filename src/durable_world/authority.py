@@ -14,8 +14,13 @@ import asyncio
 from typing import Any
 
 from archetype.commands.authority import Authority
-from archetype.commands.errors import InvalidCommandError, UnregisteredOperationError, WorldNotFoundError
-from archetype.commands.ledger import LEDGER_METHODS
+from archetype.commands.errors import (
+    InvalidCommandError,
+    OperationUnavailableError,
+    UnregisteredOperationError,
+    WorldNotFoundError,
+)
+from archetype.commands.ledger import CATALOG_METHODS, LEDGER_METHODS
 from archetype.commands.ledger_rows import WorldRow
 from durable_world.directory import DIRECTORY
 from durable_world.envelope import unwrap
@@ -33,6 +38,8 @@ class DurableObjectAuthority(Authority):
         return self._namespace.get(self._namespace.idFromName(name))
 
     async def rpc(self, method: str, args: dict[str, Any]) -> Any:
+        if method in CATALOG_METHODS:  # a fork is another object, made by a copy from the source's: not built yet
+            raise OperationUnavailableError(f"{method} is not available on the Durable Object yet (docs/ledger.md, \"Forks\")")
         if method not in LEDGER_METHODS:
             raise UnregisteredOperationError(f"{method!r} is not a ledger method")
         if method == "list_worlds":

@@ -26,7 +26,7 @@ from typing import Any
 from archetype.commands import ledger_sql as q
 from archetype.commands.authority import InProcessAuthority
 from archetype.commands.errors import UnregisteredOperationError
-from archetype.commands.ledger import LEDGER_METHODS, Ledger
+from archetype.commands.ledger import CATALOG_METHODS, LEDGER_METHODS, Ledger
 from archetype.commands.ledger_rows import Watermark
 from local_catalog.port import SqliteSqlPort
 from local_catalog.reader import READ_METHODS, CatalogReader
@@ -100,7 +100,7 @@ class WriterThreadAuthority(InProcessAuthority):
         self._thread.start()
 
     async def rpc(self, method: str, arguments: dict[str, Any]) -> Any:
-        if method not in LEDGER_METHODS:
+        if method not in LEDGER_METHODS and method not in CATALOG_METHODS:
             raise UnregisteredOperationError(f"{method!r} is not a ledger method")
         if self._reader is not None and method in READ_METHODS:
             return await self._reader.rpc(method, arguments)

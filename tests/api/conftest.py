@@ -90,7 +90,7 @@ def persisted(directory) -> dict[str, object]:
     with sqlite3.connect(directory / CATALOG_FILE) as db:
         counts = {
             table: db.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
-            for table in ("worlds", "commands", "spawn_reservations", "outbox", "quota_usage", "ticks", "state_chunks", "state_deltas")
+            for table in ("worlds", "commands", "spawn_reservations", "outbox", "quota_usage", "ticks", "state_snapshots", "state_deltas")
         }
         worlds = db.execute("SELECT * FROM worlds ORDER BY world_id").fetchall()
         usage = db.execute("SELECT * FROM quota_usage ORDER BY 1, 2, 3").fetchall()

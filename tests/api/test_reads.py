@@ -131,6 +131,10 @@ async def test_the_answer_keeps_the_published_floats(client, world):
     ({"after": "soon"}, 422, "invalid_request"),
     ({"limit": 0}, 422, "invalid_request"),
     ({"limit": 10_001}, 422, "invalid_request"),
+    ({"tick": -2}, 422, "invalid_request"),
+    ({"tick": "then"}, 422, "invalid_request"),
+    ({"tick": 2**53}, 422, "invalid_request"),
+    ({"tick": 1}, 404, "tick_not_retained"),  # after the tick head
 ])  # fmt: skip
 async def test_a_bad_filter_is_a_typed_error_and_changes_nothing(edge, world, params, status, code):
     _, client, stored = edge
@@ -138,6 +142,25 @@ async def test_a_bad_filter_is_a_typed_error_and_changes_nothing(edge, world, pa
     answer = await client.get("/worlds/w1/state", params=params, headers=VIEWER)
     assert (answer.status_code, answer.json()["code"]) == (status, code)
     assert await stored() == before
+
+
+async def test_the_state_at_a_tick_is_what_the_world_held_then(client, world):
+    """`?tick=` on both apps: each tick's state as the runner held it after that tick, with the
+    filters and paging of the head; the head moves on and the earlier tick still reads the same."""
+    held_at = {world.tick: (held(world), held(world, (Health,)))}
+    for tick in range(3):
+        async with world.lock:
+            world.atomically(lambda t=tick: (world.update(3 * t + 1, [Position(x=-1.0 * t, y=2.0)]),
+                                             world.despawn(3 * t + 2)))  # fmt: skip
+        await world.step()
+        held_at[world.tick] = held(world), held(world, (Health,))
+    for tick, (entities, healthy) in held_at.items():
+        found, pages = await read_pages(client, {"tick": tick, "limit": 7})
+        assert found == entities and pages > 1, tick
+        found, _ = await read_pages(client, {"tick": tick, "component": "Health"})
+        assert found == healthy, tick
+        page = (await client.get("/worlds/w1/state", params={"tick": tick}, headers=VIEWER)).json()
+        assert page["tick_head"] == tick
 
 
 async def test_roles_and_worlds(client, world):

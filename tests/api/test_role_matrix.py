@@ -14,8 +14,7 @@ import httpx
 import pytest
 from starlette.routing import Mount, Route
 
-from archetype.api.runner_protocol import WORLD_SCOPED
-from archetype.commands.ledger import LEDGER_METHODS
+from archetype.api.runner_protocol import LEDGER_ROUTE_ROLES, WORLD_SCOPED
 from archetype.metrics import Metrics
 from archetype.server import serve_app
 from archetype.settings import ServeSettings
@@ -107,8 +106,8 @@ def test_the_page_has_a_row_for_every_route_and_method():
     served = app_routes(serve_like(None))
     assert served - set(ROUTES) == set(), "routes without a row in docs/http.md"
     assert set(ROUTES) - served == set(), "rows of docs/http.md naming no route"
-    assert set(LEDGER_METHODS) - set(METHODS) == set(), "runner-protocol methods without a row in docs/http.md"
-    assert set(METHODS) - set(LEDGER_METHODS) == set(), "rows of docs/http.md naming no runner-protocol method"
+    assert set(LEDGER_ROUTE_ROLES) - set(METHODS) == set(), "runner-protocol methods without a row in docs/http.md"
+    assert set(METHODS) - set(LEDGER_ROUTE_ROLES) == set(), "rows of docs/http.md naming no runner-protocol method"
     assert set(METHODS.values()) <= set(INCLUDES) and set(ROUTES.values()) <= {*INCLUDES, "none", "per method"}
 
 

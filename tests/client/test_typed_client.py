@@ -18,7 +18,7 @@ from archetype import AsyncClient, Client
 from archetype.client import EntityState, RetryPolicy, WaitTimeoutError
 from archetype.client_state import _Column
 from archetype.commands import DurableOptions
-from archetype.commands.errors import CommandNotFoundError, UnknownComponentError
+from archetype.commands.errors import CommandNotFoundError, TickNotRetainedError, UnknownComponentError
 from archetype.commands.scheduler import CommandStatus, DeferredItem
 from archetype.world import Despawn, Spawn, Update
 from tests.client.proxy import Fault, FaultyProxy
@@ -143,6 +143,44 @@ async def test_state_filtered_and_paged_while_the_world_ticks(server):
             await client.state("sim", components=[Health])  # no Health was ever recorded in this world
         with pytest.raises(ValueError):
             await client.state("sim", entity_ids=[])
+
+
+def test_state_at_a_tick_reads_the_world_as_it_was_then(server):
+    with Client(server, token="t-player") as client:
+        spawned = client.spawn("sim", [Position(x=1.0, y=1.0)], command_id="then-spawn")
+        born = client.wait("sim", spawned, timeout=30).applied_tick
+        moved = client.wait("sim", client.update("sim", spawned.entity_id, [Position(x=2.0, y=2.0)]), timeout=30).applied_tick
+        assert born is not None and moved is not None and moved > born
+        at = {tick: client.state("sim", entity_ids=[spawned.entity_id], tick=tick) for tick in (born - 1, born, moved)}
+        assert at[born - 1].entities == [] and at[born].tick_head == born
+        assert [e[Position] for tick in (born, moved) for e in at[tick].entities] == [Position(x=1.0, y=1.0), Position(x=2.0, y=2.0)]
+        paged = list(client.iter_state("sim", components=[Position], page_size=3, tick=born))
+        assert [e.entity_id for e in paged] == [e.entity_id for e in client.state("sim", components=[Position], tick=born).entities]
+        with pytest.raises(TickNotRetainedError):
+            client.state("sim", tick=10**12)
+
+
+def test_a_fork_whose_answer_was_lost_is_made_once(proxy):
+    proxy.faults.append(Fault(":fork"))
+    with Client(proxy.url, token="t-admin", retry=FAST) as admin:
+        head = admin.world("sim").tick_head
+        fork = admin.fork_world("sim", head, "what if")
+        assert (fork.tick_head, fork.name) == (head, "what if")
+        assert [w.world_id for w in admin.worlds() if w.name == "what if"] == [fork.world_id]  # the retry made no second
+        assert len(requests_to(proxy, ":fork")) == 2
+        source = [(e.entity_id, e.components) for e in admin.state("sim", tick=head).entities]
+        assert [(e.entity_id, e.components) for e in admin.state(fork.world_id, tick=head).entities] == source
+
+
+async def test_the_async_client_reads_a_tick_too(server):
+    async with AsyncClient(server, token="t-viewer") as client:
+        head = (await client.state("sim")).tick_head
+        assert (await client.state("sim", tick=head)).tick_head == head
+        assert [e.entity_id async for e in client.iter_state("sim", tick=head)] == [
+            e.entity_id for e in (await client.state("sim", tick=head)).entities
+        ]
+        with pytest.raises(TickNotRetainedError):
+            await client.state("sim", tick=10**12)
 
 
 def test_wait_all_reads_a_page_of_1000_per_request_and_only_the_unsettled():

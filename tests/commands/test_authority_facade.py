@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from archetype.commands.authority import Authority
-from archetype.commands.ledger import LEDGER_METHODS, Ledger
+from archetype.commands.ledger import CATALOG_METHODS, LEDGER_METHODS, Ledger
 
 TRANSPORT = {"rpc", "close"}  # Authority's own methods, not ledger operations
 
@@ -35,17 +35,17 @@ def signature(fn: Any) -> inspect.Signature:
 
 def test_ledger_methods_are_the_ledgers_public_methods_each_named_once():
     public = {name for name, value in vars(Ledger).items() if callable(value) and not name.startswith("_")}
-    assert sorted(LEDGER_METHODS) == sorted(set(LEDGER_METHODS)) == sorted(public)
+    assert sorted(LEDGER_METHODS + CATALOG_METHODS) == sorted({*LEDGER_METHODS, *CATALOG_METHODS}) == sorted(public)
 
 
 def test_the_facade_has_one_method_per_ledger_method_and_no_other():
     public = {name for name, value in vars(Authority).items() if callable(value) and not name.startswith("_")}
-    assert sorted(public - TRANSPORT) == sorted(LEDGER_METHODS)
-    for name in LEDGER_METHODS:
+    assert sorted(public - TRANSPORT) == sorted(LEDGER_METHODS + CATALOG_METHODS)
+    for name in LEDGER_METHODS + CATALOG_METHODS:
         assert inspect.iscoroutinefunction(getattr(Authority, name)), f"Authority.{name} is not async"
 
 
-@pytest.mark.parametrize("name", LEDGER_METHODS)
+@pytest.mark.parametrize("name", LEDGER_METHODS + CATALOG_METHODS)
 def test_each_method_has_the_ledgers_signature(name):
     facade, ledger = signature(getattr(Authority, name)), signature(getattr(Ledger, name))
     # Parameter equality is name, kind (so order and keyword-only-ness), default and annotation.
@@ -53,7 +53,7 @@ def test_each_method_has_the_ledgers_signature(name):
     assert facade.return_annotation == ledger.return_annotation
 
 
-@pytest.mark.parametrize("name", LEDGER_METHODS)
+@pytest.mark.parametrize("name", LEDGER_METHODS + CATALOG_METHODS)
 async def test_each_method_sends_its_own_name_and_every_argument(name):
     authority = Recording()
     parameters = [p for p in signature(getattr(Ledger, name)).parameters.values() if p.name != "self"]
@@ -64,7 +64,7 @@ async def test_each_method_sends_its_own_name_and_every_argument(name):
     assert result is expected
 
 
-@pytest.mark.parametrize("name", LEDGER_METHODS)
+@pytest.mark.parametrize("name", LEDGER_METHODS + CATALOG_METHODS)
 async def test_omitted_arguments_are_sent_as_the_ledgers_defaults(name):
     authority = Recording()
     parameters = [p for p in signature(getattr(Ledger, name)).parameters.values() if p.name != "self"]

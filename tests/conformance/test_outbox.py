@@ -2,7 +2,7 @@
 
 import pytest
 
-from archetype.commands import CommandConflictError, InvalidCommandError
+from archetype.commands import CommandConflictError, DeferredItem, InvalidCommandError
 from archetype.world import Despawn, DestroyWorld, Spawn
 from tests.component_modules.alpha import Health
 from tests.conformance.helpers import at, fail_next, outbox, probe, step
@@ -32,6 +32,23 @@ async def test_every_named_transition_appends_one_event(rt, world_id, authority)
     }
     assert [e["event_seq"] for e in events] == list(range(1, len(events) + 1))
     assert [e["event_id"] for e in events] == [f"{world_id}/{e['event_seq']}" for e in events]
+
+
+async def test_a_watermark_inside_a_batch_s_events_reads_the_rest_and_never_the_acknowledged(rt, world_id, authority):
+    """A batch's events (admitted together, settled in one tick) acknowledged part way: the rest are
+    read, in order, and the acknowledged never again, from any starting point."""
+    items = [DeferredItem(op=Despawn(world_id=world_id, entity_id=i + 1), options=at(0), command_id=f"b{i}") for i in range(6)]
+    await rt.dispatcher.defer_batch(items)
+    await step(rt, world_id)  # six `admitted`, then six `rejected` (no such entities)
+    await authority.acknowledge_outbox(world_id=world_id, up_to_seq=4)
+    assert [e["event_seq"] for e in await outbox(authority, world_id)] == list(range(5, 13))
+    assert [e["event_seq"] for e in await authority.read_outbox(world_id=world_id, after_seq=2, limit=3)] == [5, 6, 7]
+    assert [e["event_seq"] for e in await authority.read_outbox(world_id=world_id, after_seq=8, limit=2)] == [9, 10]
+    await authority.acknowledge_outbox(world_id=world_id, up_to_seq=9)
+    events = await outbox(authority, world_id)
+    assert [(e["event_seq"], e["command_id"], e["event_type"]) for e in events] == [
+        (10, "b3", "rejected"), (11, "b4", "rejected"), (12, "b5", "rejected")]
+    assert (await authority.watermark(world_id=world_id))["pending"] == 3
 
 
 async def test_events_carry_what_the_audit_needs(rt, world_id, authority, clock):

@@ -24,6 +24,7 @@ from archetype.commands.port import ManualClock
 from durable_world import DurableObjectSqlPort
 from local_catalog.port import SqliteSqlPort
 from tests.conformance.scenario import run_scenario
+from tests.conformance.test_component_schemas import raw_spawn
 from tests.durable_object.test_world_object import ledger_script
 from tests.support.durable_object_standin import SqlCursor, SqlError, SqliteEngine
 from tests.support.workerd.engine import WorkerdSqlEngine, shared_server
@@ -193,6 +194,19 @@ def ledger_statements() -> set[str]:
     return found | {statement for migration in migrations.MIGRATIONS for statement in migration.statements}
 
 
+async def fork_script(authority) -> None:
+    """A fork with its open commands (a catalog method: a Durable Object does not run it yet, but
+    its statements are written for the object's engine too, and checked on it here)."""
+    await authority.create_world("w-fork-source", "source")
+    epoch = (await authority.acquire_writer("w-fork-source"))["writer_epoch"]
+    manifest = {"world_id": "w-fork-source", "tick": 0, "writer_epoch": epoch, "settlements": [], "written_runs": [[1, 1]],
+                "commit_token": "t0"}  # fmt: skip
+    await authority.publish("w-fork-source", "o", "s", manifest, {"snapshot": True, "chunks": ['[[1,"[]"]]']})
+    await authority.admit("w-fork-source", [{**raw_spawn("w-fork-source", "later"), "scheduled_tick": 5}])
+    await authority.fork_world("w-fork-source", 0, "w-fork", "fork", True)
+    await authority.fork_world("w-fork-source", 0, "w-fork", "fork", True)  # the same fork again
+
+
 async def test_every_ledger_statement_answers_alike_on_the_local_port_the_real_engine_and_the_standin(
     tmp_path, real_engine, standin_engine
 ):
@@ -206,6 +220,7 @@ async def test_every_ledger_statement_answers_alike_on_the_local_port_the_real_e
     try:
         await run_scenario(authority, clock)
         await ledger_script(authority, clock)
+        await fork_script(authority)
         await authority.list_worlds()
         port.execute(ledger_sql.PENDING_WORLDS)  # the local catalog's runner read, not a ledger method
         port.execute(ledger_sql.BACKLOG_WORLDS)  # the local catalog's audit projector read, not a ledger method

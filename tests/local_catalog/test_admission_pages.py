@@ -7,9 +7,9 @@ from archetype.commands.ledger import Ledger
 from archetype.commands.port import ManualClock
 from local_catalog import SqliteSqlPort
 
-# the command row, its two keys (sequence, scoped command id), the due index, the outbox event;
-# sqlite_schema is page 1, written when the file grows
-ADMISSION_BTREES = {"commands", "sqlite_autoindex_commands_1", "commands_by_id", "commands_due", "outbox", "sqlite_schema"}
+# the command row (clustered on its key, the sequence: schema version 13), its scoped command id,
+# the due index, the outbox event; sqlite_schema is page 1, written when the file grows
+ADMISSION_BTREES = {"commands", "commands_by_id", "commands_due", "outbox", "sqlite_schema"}
 
 
 def _row(i: int) -> dict[str, object]:

@@ -280,6 +280,10 @@ class World:
     reservations: dict[tuple[str, str], tuple[int, tuple]] = field(default_factory=dict)  # -> (entity, request)
     reserved_at: dict[tuple[str, str], int] = field(default_factory=dict)  # -> when it was reserved
     entities: dict[int, dict[str, dict]] = field(default_factory=dict)  # as of the tick head
+    # docs/storage.md "State at a tick": the published entities after each published tick (a
+    # migration rewrites the head's), and the oldest tick whose state is retained
+    published: dict[int, dict[int, dict[str, dict]]] = field(default_factory=lambda: {-1: {}})
+    state_from_tick: int = -1
     manifests: list[Manifest] = field(default_factory=list)
     outbox: list[Event] = field(default_factory=list)  # not yet acknowledged
 
@@ -291,13 +295,27 @@ class World:
         """docs/ledger.md "Ordering and leasing": the lowest scheduled tick of an open command."""
         return min((c.sub.options.tick for c in self.commands.values() if c.status in OPEN), default=None)
 
-    def read_state(self, names: set[str] | None, entity_ids: set[int] | None) -> list[tuple[int, dict[str, dict]]]:
+    def record_state(self) -> None:
+        """What the world holds after its head tick published (or a migration rewrote it)."""
+        self.published[self.tick_head] = copy.deepcopy(self.entities)
+
+    def state_at(self, tick: int) -> dict[int, dict[str, dict]]:
+        """docs/storage.md "State at a tick": any tick from the oldest retained one to the head
+        (`tick_not_retained` otherwise) reads as the world published it: at the last tick it
+        published at or before it (a realtime world's coalesced ticks read as the tick before)."""
+        if not self.state_from_tick <= tick <= self.tick_head:
+            raise ModelError("tick_not_retained")
+        return self.published[max(t for t in self.published if t <= tick)]
+
+    def read_state(self, names: set[str] | None, entity_ids: set[int] | None,
+                   tick: int | None = None) -> list[tuple[int, dict[str, dict]]]:  # fmt: skip
         """docs/storage.md "Reading state", every page of it in a row: the published entities in
-        id order; with `names`, those that have a component of each named type, with only those
-        components; with `entity_ids`, those ids only."""
+        id order (at the head, or at `tick`); with `names`, those that have a component of each
+        named type, with only those components; with `entity_ids`, those ids only."""
         found = []
-        for entity_id in sorted(self.entities):
-            components = self.entities[entity_id]
+        entities = self.entities if tick is None else self.state_at(tick)
+        for entity_id in sorted(entities):
+            components = entities[entity_id]
             if entity_ids is not None and entity_id not in entity_ids:
                 continue
             if names is not None:
@@ -631,6 +649,7 @@ class Ledger:
                 command.updated_at = now
         world.guard = None
         world.tick_head = manifest.tick
+        world.record_state()
         if world.tick_mode == "lockstep":  # "its clock anchor follows its head"
             # "when it was due (the host's due_ms; none: now; never after it published)"
             due = now if manifest.due_ms is None else min(manifest.due_ms, now)
@@ -738,6 +757,7 @@ class Ledger:
             command.migrated = command.mutation.renamed(old, new)
             command.updated_at = now
         world.superseded[old] = new
+        world.record_state()
         record = {"name": old, "to": new, "tick": world.tick_head, "entities": len(entities), "commands": len(commands),
                   "migrated_at": now}  # fmt: skip
         world.outbox.append(Event(
@@ -776,7 +796,9 @@ class Ledger:
     # -- retention --
     def prune(self, world_id: str, keep_ticks: int, window_ms: int, limit: int) -> tuple[int, int, int, int]:
         """"Retention": at most `limit` of each kind, oldest first; (ticks, commands, reservations,
-        quota counters). Each kind's condition as the page's table states it."""
+        quota counters). Each kind's condition as the page's table states it. The state of the
+        kept ticks stays (docs/storage.md "State at a tick"): the oldest retained tick rises to
+        the oldest kept one, never down (the rows a prune deletes are storage's, not counted here)."""
         world = self.world(world_id)
         if keep_ticks < 1 or window_ms < 0 or not 1 <= limit <= 100_000:
             raise ModelError("invalid")
@@ -812,6 +834,9 @@ class Ledger:
         counters = sorted(((tick, scope) for scope, tick in world.quota_used if tick <= oldest_tick))[:limit]
         for tick, scope in counters:
             del world.quota_used[(scope, tick)]
+        world.state_from_tick = max(world.state_from_tick, oldest_tick + 1)
+        latest_before = max(t for t in world.published if t <= max(world.state_from_tick, -1))
+        world.published = {t: e for t, e in world.published.items() if t >= latest_before}
         return len(old_ticks), len(settled), len(lapsed), len(counters)
 
 

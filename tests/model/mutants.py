@@ -123,8 +123,8 @@ MUTANTS.update({
     ),
     "lockstep-anchor-stays": (
         LEDGER,
-        "self._port.execute(q.SET_LOCKSTEP_CLOCK, (tick, due, max(0, now - due), world_id))",
-        'self._port.execute(q.SET_LOCKSTEP_CLOCK, (tick, world["clock_ms"], max(0, now - due), world_id))',
+        "self._port.execute(q.PUBLISH_HEAD, (tick, now, due, max(0, now - due), world_id))",
+        'self._port.execute(q.PUBLISH_HEAD, (tick, now, world["clock_ms"], max(0, now - due), world_id))',
         "a lockstep world's clock anchor keeps its old due time",
     ),
     "lockstep-no-pause": (

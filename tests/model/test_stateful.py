@@ -62,6 +62,7 @@ from archetype.commands import (
     Role,
     RunnerIdHeldError,
     StaleWriterError,
+    TickNotRetainedError,
     UnknownComponentError,
     WorldClosingError,
     WorldLeaseHeldError,
@@ -1177,6 +1178,26 @@ class LedgerMachine(RuleBasedStateMachine):
                 after = page["next_after"]
             want = [(e, entity_text(c)) for e, c in world.read_state(set(names) if names else None, set(ids) if ids else None)]
             assert found == want, f"read_state {names} {ids}:\n authority {found}\n model     {want}"
+        self.compare_reads_at_ticks(world_id)
+
+    def compare_reads_at_ticks(self, world_id: str) -> None:
+        """read_state at the ends of the retention window, one tick past each, and a tick between
+        (docs/storage.md "State at a tick"), against the state the model recorded at each."""
+        authority, world = self.ctx.authority, self.model.worlds[world_id]
+        oldest, head = world.state_from_tick, world.tick_head
+        for tick in sorted({oldest - 1, oldest, (oldest + head) // 2, head, head + 1} - {-2}):
+            try:
+                want = [(e, entity_text(c)) for e, c in world.read_state(None, None, tick)]
+            except ModelError as refused:
+                with pytest.raises(TickNotRetainedError):
+                    self.run(authority.read_state(world_id, 0, 10_000, None, None, tick))
+                Stats.saw(f"read_state_at:{refused}")
+                continue
+            page = self.run(authority.read_state(world_id, 0, 10_000, None, None, tick))
+            assert page["next_after"] is None and page["tick_head"] == tick
+            found = entity_texts(page["sections"])
+            assert found == want, f"read_state at tick {tick}:\n authority {found}\n model     {want}"
+            Stats.saw("read_state_at:" + ("head" if tick == head else "past"))
 
 
 def check_invariants(world_id: str, info: dict, rows: list[dict], manifests: list[dict], outbox: list[dict]) -> None:

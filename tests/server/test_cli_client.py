@@ -159,6 +159,34 @@ def test_no_token_is_one_line_and_exit_2(monkeypatch, tmp_path):
     assert done.exit_code == 2 and len(done.output.strip().splitlines()) == 1 and "pass --token" in done.output
 
 
+async def test_worlds_show_at_a_tick_lists_the_entities_of_that_tick(served):
+    async with await Runtime.open_remote(served.url, token="t-admin", owner="cli-runner") as rt:
+        world_id = await rt.dispatcher.apply(CreateWorld(name="then", world_id="then"))
+        world = await rt.worlds.get(world_id)
+        await world.ensure_entity_ids(2)
+        for label in ("first", "second"):
+            async with world.lock:
+                world.atomically(lambda label=label: world.spawn([Probe(label=label)]))
+            await world.step()
+    at = {tick: [json.loads(line) for line in run(served, "worlds", "show", world_id, "--tick", str(tick), "--json",
+                                                  token="t-viewer").output.splitlines()] for tick in (-1, 0, 1)}  # fmt: skip
+    assert at[-1] == []
+    assert [e["components"]["Probe"]["label"] for e in at[0]] == ["first"]
+    assert [e["components"]["Probe"]["label"] for e in at[1]] == ["first", "second"]
+    table = run(served, "worlds", "show", world_id, "--tick", "0", token="t-viewer")
+    assert table.exit_code == 0 and "at tick 0" in table.output and "first" in table.output and "second" not in table.output
+    later = run(served, "worlds", "show", world_id, "--tick", "2", token="t-viewer")
+    assert later.exit_code == 1 and "tick_not_retained" in later.output
+
+    forked = run(served, "worlds", "fork", world_id, "--tick", "0", "--name", "what if", "--id", "then-0", "--json", token="t-admin")
+    assert forked.exit_code == 0, forked.output
+    assert (json.loads(forked.output)["world_id"], json.loads(forked.output)["tick_head"]) == ("then-0", 0)
+    shown = run(served, "worlds", "show", "then-0", "--tick", "0", "--json", token="t-viewer").output.splitlines()
+    assert [json.loads(line) for line in shown] == at[0]
+    denied = run(served, "worlds", "fork", world_id, "--tick", "0", "--name", "x", token="t-operator")
+    assert denied.exit_code == 1 and "permission_denied" in denied.output
+
+
 async def test_worlds_retry_asks_a_stalled_world_to_retry_now(served):
     async with await Runtime.open_remote(served.url, token="t-admin", owner="cli-runner") as rt:
         world_id = await rt.dispatcher.apply(CreateWorld(name="hot", world_id="hot"))

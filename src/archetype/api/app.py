@@ -29,6 +29,7 @@ from archetype.api.models import (
     ComponentList,
     CreateWorldRequest,
     DestroyedWorld,
+    ForkWorldRequest,
     Health,
     HistoryPage,
     OutcomesPage,
@@ -44,6 +45,7 @@ from archetype.api.models import (
 from archetype.api.openapi import (
     CREATE_WORLD,
     DESTROY_WORLD,
+    FORK_WORLD,
     LEDGER,
     READ_AUDIT,
     READ_COMMAND,
@@ -81,7 +83,7 @@ from archetype.commands.options import ActorCtx, Role
 from archetype.commands.registry import OperationRegistry
 from archetype.commands.scheduler import CommandScheduler, CommandStatus
 from archetype.world.error_text import error_text
-from archetype.world.family import create_world_row
+from archetype.world.family import create_world_row, fork_world_row
 from archetype.world.operations import WORLD_ID_PATTERN, DestroyWorld, Spawn
 
 # Commands one principal may have admitted for one target tick of one world (ledger-enforced).
@@ -104,6 +106,11 @@ EntityIdQuery = Annotated[
     list[Annotated[int, Field(ge=1, le=MAX_SAFE_INTEGER)]] | None,
     Query(max_length=STATE_READ_IDS, description="keep these entities (repeat it)"),
 ]
+TickQuery = Annotated[
+    int | None,
+    Query(ge=-1, le=MAX_SAFE_INTEGER, description="read the state as the world published it at this tick, any tick of its "
+          "retention window (`tick_not_retained` outside it); default: the tick head"),
+]  # fmt: skip
 LAYOUT = ("`entities`: each entity with its component values (name, fingerprint, data); `sections`: the same entities "
           "grouped by signature, each component type named once per section with a row of data per entity (a fraction of "
           "the bytes: what `archetype.Client` reads)")
@@ -263,10 +270,12 @@ def create_app(
         after: Annotated[int, Query(ge=0, le=MAX_SAFE_INTEGER, description="entity id to continue after (`next_after`)")] = 0,
         limit: Annotated[int, Query(ge=1, le=STATE_READ_LIMIT)] = 100,
         layout: Annotated[Literal["entities", "sections"], Query(description=LAYOUT)] = "entities",
+        tick: TickQuery = None,
     ) -> Response:
         """The world's published entities and their components, in id order (world state is shared:
-        docs/ledger.md, isolation), read from its stored chunks (docs/storage.md, "Reading state")."""
-        page = await authority.read_state(world_id, after, limit, component, entity_id)
+        docs/ledger.md, isolation), read from its stored chunks (docs/storage.md, "Reading state"):
+        at its tick head, or as it was at `tick` (docs/storage.md, "State at a tick")."""
+        page = await authority.read_state(world_id, after, limit, component, entity_id, tick)
         view = StateView if layout == "entities" else StateSectionsView
         return Response(view.body(page), media_type="application/json")
 
@@ -274,6 +283,14 @@ def create_app(
     async def world_components(world_id: WorldIdPath, actor: ActorCtx = viewer) -> ComponentList:
         """The component types the world recorded, with the schema admission validates their data against."""
         return ComponentList.model_validate(await authority.components(world_id))
+
+    @app.post("/worlds/{world_id}:fork", status_code=201, response_model=WorldView, responses=error_responses(FORK_WORLD))
+    async def fork_world(world_id: WorldIdPath, body: ForkWorldRequest, actor: ActorCtx = admin,
+                         _: None = admitting) -> WorldView:  # fmt: skip
+        """A new world made of this one as it was at `at_tick` (docs/ledger.md, "Forks"); admin."""
+        op = body.operation(world_id)
+        dispatcher.authorize_as(actor, op)  # then the handler's own ledger call, whose row is the answer
+        return WorldView.of(await fork_world_row(authority, op))
 
     @app.delete("/worlds/{world_id}", response_model=DestroyedWorld, responses=error_responses(DESTROY_WORLD))
     async def destroy_world(world_id: WorldIdPath, actor: ActorCtx = admin, _: None = admitting) -> DestroyedWorld:

@@ -18,7 +18,7 @@ from archetype.commands.scheduler import CommandIdentity, CommandSummary, WorldH
 from archetype.commands.state_pages import entity_texts
 from archetype.world.components import ComponentValue
 from archetype.world.error_text import error_text
-from archetype.world.operations import CreateWorld
+from archetype.world.operations import CreateWorld, ForkWorld
 from archetype.world.tick_mode import TickMode, check_tick_mode
 
 MAX_BATCH = 1000
@@ -39,6 +39,21 @@ class CreateWorldRequest(BaseModel):
     def _interval_fits_mode(self) -> CreateWorldRequest:
         check_tick_mode(self.tick_mode, self.tick_interval_ms)
         return self
+
+
+class ForkWorldRequest(BaseModel):
+    """`POST /worlds/{world_id}:fork`: a new world made of this one at `at_tick` (docs/ledger.md, "Forks")."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    at_tick: Annotated[int, ForkWorld.model_fields["at_tick"]]
+    world_id: Annotated[str | None, ForkWorld.model_fields["fork_world_id"]]
+    name: Annotated[str, ForkWorld.model_fields["name"]]
+    with_open_commands: Annotated[bool, ForkWorld.model_fields["with_open_commands"]]
+
+    def operation(self, source_world_id: str) -> ForkWorld:
+        return ForkWorld(world_id=source_world_id, at_tick=self.at_tick, fork_world_id=self.world_id, name=self.name,
+                         with_open_commands=self.with_open_commands)  # fmt: skip
 
 
 class WorldHealthView(BaseModel):

@@ -40,6 +40,7 @@ from archetype.commands.errors import (
     ReservationNotOwnedError,
     StaleWriterError,
     StorageUnavailableError,
+    TickNotRetainedError,
     UnknownComponentError,
     UnregisteredOperationError,
     UnsupportedComponentSchemaError,
@@ -74,11 +75,12 @@ LEDGER: Errors = (*JSON_BODY, ShuttingDownError, UnregisteredOperationError, Not
                   RedriveConflictError,
                   *COMPONENTS, MigrationConflictError)  # fmt: skip
 CREATE_WORLD: Errors = (*JSON_BODY, ShuttingDownError, InvalidCommandError, WorldExistsError, WorldClosingError)
+FORK_WORLD: Errors = (*WORLD_PATH, *CREATE_WORLD, TickNotRetainedError, UnknownComponentError, OperationUnavailableError)
 DESTROY_WORLD: Errors = (*WORLD_PATH, ShuttingDownError, WorldClosingError)
 RETRY_WORLD: Errors = (*WORLD_PATH, *ADMITTING)
 READ_COMMAND: Errors = (*WORLD_PATH, CommandNotFoundError, AmbiguousCommandError)
 READ_OUTCOMES: Errors = (*WORLD_PATH, *JSON_BODY)
-READ_STATE: Errors = (*WORLD_PATH, UnknownComponentError)
+READ_STATE: Errors = (*WORLD_PATH, UnknownComponentError, TickNotRetainedError)
 READ_AUDIT: Errors = (*WORLD_PATH, AuditUnavailableError)
 # a redrive passes admission's component check: a dead letter of a type migrated since is refused
 REDRIVE: Errors = (*WORLD_PATH, *ADMITTING, CommandNotFoundError, AmbiguousCommandError, NotDeadLetteredError,

@@ -63,6 +63,7 @@ LEDGER_ROUTE_ROLES: dict[str, Role] = {
     "acknowledge_outbox": Role.projector,
     # naming any principal, skipping quotas, removing history: an administrator's
     "create_world": Role.admin,
+    "fork_world": Role.admin,
     "destroy": Role.admin,
     "reserve_spawn": Role.admin,
     "admit": Role.admin,

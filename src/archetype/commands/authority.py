@@ -1,7 +1,8 @@
 """The one interface runners and the scheduler use to reach a control authority.
 
-`Authority` has one typed method per ledger operation (`LEDGER_METHODS`), so a wrong method or
-argument name fails the type checker, not a run. Underneath, every authority is a plain-JSON
+`Authority` has one typed method per ledger operation (`LEDGER_METHODS`, and `CATALOG_METHODS`,
+which only a store of many worlds serves), so a wrong method or argument name fails the type
+checker, not a run. Underneath, every authority is a plain-JSON
 RPC: `rpc(method, arguments)` carries the arguments to the ledger and its result back, and
 raises the typed `CommandError` the ledger raised. The local authority runs the ledger
 in-process; the Durable Object and the HTTP client reach it remotely.
@@ -15,6 +16,7 @@ from typing import Any
 
 from archetype.commands.errors import UnregisteredOperationError
 from archetype.commands.ledger import (
+    CATALOG_METHODS,
     DEFAULT_IDEMPOTENCY_WINDOW_MS,
     DEFAULT_KEEP_TICKS,
     LEDGER_METHODS,
@@ -86,6 +88,13 @@ class Authority(ABC):
             "world_id": world_id, "name": name, "tick_mode": tick_mode, "tick_interval_ms": tick_interval_ms,
         })  # fmt: skip
 
+    async def fork_world(self, source_world_id: str, at_tick: TickPosition, world_id: str, name: Name,
+                         with_open_commands: bool = False) -> WorldRow:  # fmt: skip
+        return await self.rpc("fork_world", {
+            "source_world_id": source_world_id, "at_tick": at_tick, "world_id": world_id, "name": name,
+            "with_open_commands": with_open_commands,
+        })  # fmt: skip
+
     async def world_info(self, world_id: str) -> WorldRow:
         return await self.rpc("world_info", {"world_id": world_id})
 
@@ -126,11 +135,11 @@ class Authority(ABC):
         return await self.rpc("load_state", {"world_id": world_id, "after_entity_id": after_entity_id, "limit": limit})
 
     async def read_state(self, world_id: str, after_entity_id: Position = 0, limit: PageLimit = 1_000,
-                         component_types: list[str] | None = None,
-                         entity_ids: list[EntityId] | None = None) -> StateRead:  # fmt: skip
+                         component_types: list[str] | None = None, entity_ids: list[EntityId] | None = None,
+                         tick: Tick | None = None) -> StateRead:  # fmt: skip
         return await self.rpc("read_state", {
             "world_id": world_id, "after_entity_id": after_entity_id, "limit": limit, "component_types": component_types,
-            "entity_ids": entity_ids,
+            "entity_ids": entity_ids, "tick": tick,
         })  # fmt: skip
 
     async def reserve_entity_ids(self, world_id: str, count: ReserveCount) -> int:
@@ -252,7 +261,7 @@ class InProcessAuthority(Authority):
         self._close = close
 
     async def rpc(self, method: str, arguments: dict[str, Any]) -> Any:
-        if method not in LEDGER_METHODS:
+        if method not in LEDGER_METHODS and method not in CATALOG_METHODS:
             raise UnregisteredOperationError(f"{method!r} is not a ledger method")
         return getattr(self.ledger, method)(**arguments)
 

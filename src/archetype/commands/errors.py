@@ -101,6 +101,13 @@ class RedriveConflictError(CommandError):
     code, http_status = "already_redriven", 409
 
 
+class TickNotRetainedError(CommandError):
+    """The world's state at that tick is not held: retention pruned it (the tick is older than the
+    retention window), or the world has not published it yet (the tick is after its tick head)."""
+
+    code, http_status = "tick_not_retained", 404
+
+
 class WorldNotFoundError(CommandError):
     code, http_status = "world_not_found", 404
 

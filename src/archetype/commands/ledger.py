@@ -44,6 +44,7 @@ from archetype.commands.errors import (
     ReservationNotOwnedError,
     RunnerIdHeldError,
     StaleWriterError,
+    TickNotRetainedError,
     UnknownComponentError,
     UnsupportedComponentSchemaError,
     WorldClosingError,
@@ -102,7 +103,7 @@ from archetype.commands.ledger_rows import (
     WorldRow,
 )
 from archetype.commands.port import Clock, SqlPort
-from archetype.commands.state_pages import entity_texts_of, read_page, sections
+from archetype.commands.state_pages import entity_texts_of, read_page, sections, state_at
 from archetype.world import columnar
 from archetype.world.commit import OUTCOMES, chunk_entries
 from archetype.world.component_schema import (
@@ -167,6 +168,16 @@ LEDGER_METHODS = (
     "manifests", "read_outbox", "read_outbox_columns", "acknowledge_outbox", "watermark", "next_due_tick", "prune",
     "record_components", "components", "migrate_components",
 )  # fmt: skip
+
+
+# What a snapshot of no entity stores (docs/storage.md, "State at a tick"): a chunk of no id, under
+# first id 0, which no entity has.
+EMPTY_SNAPSHOT = '{"first":0,"last":0,"removed":[],"sections":[]}'
+
+# Ledger methods over more than one world's rows of one store, in one transaction: the local
+# catalog (all its worlds in one database) runs them; a Durable Object holds one world, so there a
+# fork is a copy between two objects, which is not built yet (docs/ledger.md, "Forks").
+CATALOG_METHODS = ("fork_world",)
 
 
 def check_components(world_id: str, documents: list[tuple[str, str]],
@@ -288,7 +299,7 @@ class Ledger:
 
     def _write_events(self, world_id: str, first: int, sequences_json: str, now: int) -> None:
         """Events numbered from `first`, the world's next event sequence number as read in this transaction."""
-        self._port.execute(q.APPEND_EVENTS, (first, first, now, sequences_json, world_id))
+        self._port.execute(q.APPEND_EVENTS, (first, now, sequences_json, world_id))
 
     def _world_event(self, world_id: str, event_type: str, tick: int, attempts: int, error: str | None,
                      since: int | None, now: int) -> None:  # fmt: skip
@@ -323,6 +334,69 @@ class Ledger:
             return self._world(world_id)
 
         return self._port.transaction(run)
+
+    def fork_world(self, source_world_id: str, at_tick: TickPosition, world_id: str, name: Name,
+                   with_open_commands: bool = False) -> WorldRow:  # fmt: skip
+        """A new world `world_id` made of `source_world_id` as it was at `at_tick` (any tick of its
+        retention window), in one transaction (docs/ledger.md, "Forks"): its published state and
+        component schemas, tick head `at_tick`, the source's tick mode, a clock of its own from
+        now, and, `with_open_commands`, a PENDING copy of each command scheduled after `at_tick`
+        that was open at it (the same sequence and command id, its identity the fork's, linked to
+        its original by `forked_from`). A `world_forked` event on both worlds names the other. The
+        same fork again answers the fork as it is; another world under that id is `world_exists`."""
+        if not (type(at_tick) is int and -1 <= at_tick <= MAX_SAFE_INTEGER):
+            raise InvalidCommandError("fork_world takes a tick -1..2**53-1")
+        if world_id == source_world_id:
+            raise InvalidCommandError("a fork is another world: give it its own world id")
+
+        def run() -> WorldRow:
+            source = self._world(source_world_id)
+            rows = self._port.execute(q.GET_WORLD, (world_id,))
+            if rows:
+                existing = cast(WorldRow, _row(WORLD_FIELDS, rows[0]))
+                origin = tuple(self._port.execute(q.GET_FORK_ORIGIN, (world_id,))[0])
+                if origin == (source_world_id, at_tick) and existing["name"] == name and existing["status"] == "ACTIVE":
+                    return existing  # an identical retry of the fork
+                raise WorldExistsError(f"world {world_id!r} already exists")
+            self._check_retained(source, at_tick)
+            now = self._clock.now_ms()
+            left = self._port.execute(q.LEFT_TICK_AT, (source_world_id, at_tick))[0][0]
+            cutoff = now if left is None else left - 1
+            open_then = self._port.execute(q.OPEN_AT_TICK, (source_world_id, at_tick, cutoff)) if with_open_commands else []
+            event = source["next_event_seq"]
+            self._port.execute(q.INSERT_FORK, (world_id, name, at_tick, source["next_sequence"], event, now, source_world_id))
+            at = state_at(self._port, source_world_id, at_tick)
+            if at.snapshot_tick is not None:
+                self._port.execute(q.COPY_STATE_SNAPSHOT, (world_id, source_world_id, at.snapshot_tick))
+            self._port.execute(q.COPY_STATE_DELTAS, (world_id, source_world_id, at.deltas_from, at_tick))
+            self._port.execute(q.COPY_COMPONENTS, (world_id, source_world_id))
+            self._port.execute(q.COPY_MIGRATIONS, (world_id, source_world_id, at_tick))
+            copies = [self._forked_command(world_id, cast(CommandRow, _row(COMMAND_FIELDS, r[:-1])), r[-1]) for r in open_then]
+            self._check_components(world_id, [(f"command {c[2]!r}", c[7]) for c in copies])
+            if copies:
+                self._port.execute(q.INSERT_FORKED_COMMANDS, (world_id, now, json.dumps(copies)))
+            record = json.dumps({"source_world_id": source_world_id, "world_id": world_id, "at_tick": at_tick,
+                                 "commands": len(copies)}, sort_keys=True)  # fmt: skip
+            for world, seq in ((source_world_id, event), (world_id, event)):
+                self._port.execute(q.APPEND_SCHEMA_EVENT, (world, seq, f"world-fork/{world_id}", "world_forked",
+                                                           "fork_world", at_tick, now, record))  # fmt: skip
+            if copies:
+                self._write_events(world_id, event + 1, json.dumps([c[1] for c in copies]), now)
+            return self._world(world_id)
+
+        return self._port.transaction(run)
+
+    @staticmethod
+    def _forked_command(world_id: str, original: CommandRow, scope: str) -> list[Any]:
+        """A fork's copy of a command open at the fork's tick, as INSERT_FORKED_COMMANDS takes it:
+        its sequence, command id and content, its payload naming the fork (a payload names its
+        world), its identity (digest) the fork's."""
+        payload = json.loads(original["payload"])
+        if "world_id" in payload:
+            payload["world_id"] = world_id
+        row: dict[str, Any] = {**original, "world_id": world_id, "payload": canonical_json(payload)}
+        row["digest"] = command_digest(row)
+        return [scope, original["sequence"], *(row[field] for field in q.INSERTED_COMMAND_FIELDS), original["sequence"]]
 
     def world_info(self, world_id: str) -> WorldRow:
         return self._port.transaction(lambda: self._world(world_id))
@@ -487,7 +561,7 @@ class Ledger:
 
         def run() -> StatePage:
             world = self._world(world_id)
-            page, _ = read_page(self._port, world_id, after_entity_id, limit)
+            page, _ = read_page(self._port, world_id, state_at(self._port, world_id, world["tick_head"]), after_entity_id, limit)
             return {
                 "tick_head": world["tick_head"],
                 "writer_epoch": world["writer_epoch"],
@@ -497,8 +571,11 @@ class Ledger:
         return self._port.transaction(run)
 
     def read_state(self, world_id: str, after_entity_id: Position = 0, limit: PageLimit = 1_000,
-                   component_types: list[str] | None = None, entity_ids: list[EntityId] | None = None) -> StateRead:  # fmt: skip
-        """A page of the published state for a reader (docs/storage.md, "Reading state"): the
+                   component_types: list[str] | None = None, entity_ids: list[EntityId] | None = None,
+                   tick: Tick | None = None) -> StateRead:  # fmt: skip
+        """A page of the published state for a reader (docs/storage.md, "Reading state"), at the
+        tick head or, given `tick`, as the world published it at that tick (any tick of its
+        retention window: "State at a tick"; `TickNotRetainedError` outside it): the
         entities above `after_entity_id`, in id order, as `load_state` answers them (but in
         sections by signature, each component type's data a column: `state_pages.sections`), kept to those
         that have a component of every type of `component_types` (each a recorded type's
@@ -516,15 +593,30 @@ class Ledger:
             0 < len(entity_ids) <= STATE_READ_IDS and all(type(e) is int and 1 <= e <= MAX_SAFE_INTEGER for e in entity_ids)
         ):  # fmt: skip
             raise InvalidCommandError(f"entity_ids are 1..{STATE_READ_IDS} entity ids (1..2**53-1)")
+        if tick is not None and not (type(tick) is int and -1 <= tick <= MAX_SAFE_INTEGER):
+            raise InvalidCommandError("read_state takes a tick -1..2**53-1")
 
         def run() -> StateRead:
             world = self._world(world_id)
+            if tick is not None:
+                self._check_retained(world, tick)
             keys = None if component_types is None else self._component_keys(world_id, component_types)
-            page, next_after = read_page(self._port, world_id, after_entity_id, limit, keys=keys,
+            at = state_at(self._port, world_id, world["tick_head"] if tick is None else tick)
+            page, next_after = read_page(self._port, world_id, at, after_entity_id, limit, keys=keys,
                                          entity_ids=entity_ids, max_chunks=STATE_READ_CHUNKS)  # fmt: skip
-            return {"tick_head": world["tick_head"], "sections": sections(page), "next_after": next_after}
+            return {"tick_head": at.tick, "sections": sections(page), "next_after": next_after}
 
         return self._port.transaction(run)
+
+    def _check_retained(self, world: WorldRow, tick: int) -> None:
+        """The state at `tick` is held: from the world's oldest retained tick (which retention
+        raises) to its tick head."""
+        oldest = self._port.execute(q.GET_STATE_FROM_TICK, (world["world_id"],))[0][0]
+        if not oldest <= tick <= world["tick_head"]:
+            raise TickNotRetainedError(
+                f"world {world['world_id']!r} holds its state at ticks {oldest}..{world['tick_head']}, not at tick {tick}"
+                " (retention keeps the last keep_ticks ticks: docs/storage.md, \"State at a tick\")"
+            )
 
     def _component_keys(self, world_id: str, specs: list[str]) -> frozenset[str]:
         """The component keys `specs` name among the world's recorded types (`read_state`)."""
@@ -553,13 +645,14 @@ class Ledger:
         # entity -> whether its latest whole delta entry names it; a partial entry replaces
         # components of the same keys, so it changes no entity's set of component types
         overlay: dict[int, bool] = {}
-        for (body,) in self._port.execute(q.LIST_STATE_DELTAS, (world_id,)):
+        at = state_at(self._port, world_id, self._world(world_id)["tick_head"])
+        for (body,) in self._port.execute(q.LIST_STATE_DELTAS, (world_id, at.deltas_from, at.tick)):
             for entity_id, text in columnar.decode(body):
                 if not isinstance(text, columnar.Partial):
                     overlay[entity_id] = text is not None and fingerprint in text
         naming = [entity_id for entity_id, names in overlay.items() if names]
         cursor = -1
-        while rows := self._port.execute(q.NEXT_STATE_CHUNK, (world_id, cursor)):
+        while rows := self._port.execute(q.NEXT_STATE_CHUNK, (world_id, at.snapshot_tick, cursor)):  # no snapshot: NULL, none
             cursor, body = rows[0]
             if fingerprint in body:
                 naming += [e for e, t in columnar.decode(body)
@@ -807,7 +900,7 @@ class Ledger:
                 rewritten = sorted((w["entity_id"], w["components"]) for w in entities)
                 part = self._port.execute(q.NEXT_DELTA_PART, (world_id, world["tick_head"]))[0][0]
                 for offset, chunk in enumerate(chunk_entries(rewritten)):
-                    self._port.execute(q.INSERT_STATE_DELTA, (world_id, world["tick_head"], part + offset, chunk))
+                    self._port.execute(q.INSERT_STATE_DELTA, (world_id, world["tick_head"], part + offset, chunk, 0))
             if commands:
                 rewrites = []
                 for rewrite in commands:
@@ -963,11 +1056,8 @@ class Ledger:
                 self._port.execute(q.SETTLE, (tick, now, json.dumps(settled), world_id))
                 self._append_events(world_id, [s["sequence"] for s in settlements], now)
             self._port.execute(q.RELEASE_SESSION, (now, world_id, owner, session))
-            self._port.execute(q.SET_GUARD, (None, None, world_id))
-            self._port.execute(q.SET_TICK_HEAD, (tick, now, world_id))
-            if world["tick_mode"] == "lockstep":
-                due = now if due_ms is None else min(due_ms, now)  # never due after it published (clock skew)
-                self._port.execute(q.SET_LOCKSTEP_CLOCK, (tick, due, max(0, now - due), world_id))
+            due = now if due_ms is None else min(due_ms, now)  # never due after it published (clock skew)
+            self._port.execute(q.PUBLISH_HEAD, (tick, now, due, max(0, now - due), world_id))
             if world["health"] == "STALLED":
                 self._port.execute(q.CLEAR_HEALTH, (world_id,))
                 self._world_event(world_id, "world_recovered", tick, world["failed_attempts"], world["health_error"],
@@ -987,20 +1077,23 @@ class Ledger:
                     f"{STATE_CHUNK_LIMIT:,} characters (docs/storage.md)"
                 )
             firsts.append(int(head.group(1)))
-        if writes.get("replaces_deltas"):
-            if writes["snapshot"]:
+        # Nothing published is deleted here: the state at every tick of the retention window stays
+        # readable (docs/storage.md, "State at a tick"); retention deletes what no retained tick reads.
+        replaces = bool(writes.get("replaces_deltas"))
+        if writes["snapshot"]:
+            if replaces:
                 raise InvalidCommandError("a snapshot replaces the whole state; replaces_deltas is for a delta")
-            self._port.execute(q.CLEAR_STATE_DELTAS, (world_id,))
-        if not writes["snapshot"]:
-            for part, chunk in enumerate(chunks):
-                self._port.execute(q.INSERT_STATE_DELTA, (world_id, tick, part, chunk))
+            if firsts != sorted(set(firsts)):
+                raise InvalidCommandError("a snapshot's chunks cover ascending entity ranges")
+            if not chunks:  # no entity left: the snapshot still marks its tick, or the one before would read on
+                firsts, chunks = [0], [EMPTY_SNAPSHOT]
+            for first, chunk in zip(firsts, chunks, strict=True):
+                self._port.execute(q.INSERT_STATE_CHUNK, (world_id, tick, first, chunk))
             return
-        if firsts != sorted(set(firsts)):
-            raise InvalidCommandError("a snapshot's chunks cover ascending entity ranges")
-        self._port.execute(q.CLEAR_STATE_DELTAS, (world_id,))
-        self._port.execute(q.CLEAR_STATE_CHUNKS, (world_id,))
-        for first, chunk in zip(firsts, chunks, strict=True):
-            self._port.execute(q.INSERT_STATE_CHUNK, (world_id, first, chunk))
+        if replaces and not chunks:
+            raise InvalidCommandError("a delta that replaces the deltas carries the chunks that replace them")
+        for part, chunk in enumerate(chunks):
+            self._port.execute(q.INSERT_STATE_DELTA, (world_id, tick, part, chunk, int(replaces)))
 
     def _check_settlements(self, world_id: str, owner: str, session: str, settlements: list[Any]) -> None:
         """Every settled command is held by this session, named rightly, settled once, with a known
@@ -1244,6 +1337,7 @@ class Ledger:
     def read_outbox(self, world_id: str, after_seq: Position = 0, limit: PageLimit = 100) -> list[OutboxEvent]:
         """Unacknowledged events after `after_seq`, in sequence order, one dict per event."""
         page = self._outbox_page(q.READ_OUTBOX, world_id, after_seq, limit)
+        page.sort(key=lambda row: row[2])  # by event_seq: json_each's order, checked, never assumed
         return [cast(OutboxEvent, _row(OUTBOX_FIELDS, r)) for r in page]
 
     def read_outbox_columns(self, world_id: str, after_seq: Position = 0, limit: PageLimit = 100) -> dict[str, list[Any]]:
@@ -1302,7 +1396,9 @@ class Ledger:
         - APPLIED, REJECTED and CANCELLED commands settled at least `idempotency_window_ms` ago
           whose every outbox event is acknowledged (their trail is in the audit table); after
           that their command id may be used again. Open commands and dead letters stay;
-        - spawn reservations older than the window whose command is gone or never came.
+        - spawn reservations older than the window whose command is gone or never came;
+        - state rows no kept tick reads: the state at every kept tick stays readable (`read_state`
+          with a tick), and the world's oldest retained tick moves up to the oldest kept one.
         """
         if keep_ticks < 1:
             raise InvalidCommandError("keep_ticks must be at least 1: the tick head's manifest is always kept")
@@ -1325,11 +1421,26 @@ class Ledger:
             # after the commands, so the reservations of the commands just pruned go too
             reservations = len(self._port.execute(q.PRUNE_RESERVATIONS, (world_id, horizon, limit)))
             quota_rows = len(self._port.execute(q.PRUNE_QUOTA_USAGE, (world_id, oldest_tick, limit)))
-            done = max(ticks, commands, reservations, quota_rows) < limit
+            snapshot_rows, delta_rows = self._prune_state(world_id, oldest_tick + 1, limit)
+            state_rows = snapshot_rows + delta_rows
+            done = max(ticks, commands, reservations, quota_rows, snapshot_rows, delta_rows) < limit
             return {"world_id": world_id, "ticks": ticks, "commands": commands, "reservations": reservations,
-                    "quota_rows": quota_rows, "done": done}  # fmt: skip
+                    "quota_rows": quota_rows, "state_rows": state_rows, "done": done}  # fmt: skip
 
         return self._port.transaction(run)
+
+
+    def _prune_state(self, world_id: str, oldest_kept: int, limit: int) -> tuple[int, int]:
+        """Keep the state from `oldest_kept` on (never lowering the world's oldest retained tick):
+        delete, at most `limit` rows of each table, the snapshots before the one the oldest
+        retained tick reads and the deltas before the first it reads. Answers both counts."""
+        self._port.execute(q.RAISE_STATE_FROM_TICK, (oldest_kept, world_id))
+        at = state_at(self._port, world_id, self._port.execute(q.GET_STATE_FROM_TICK, (world_id,))[0][0])
+        snapshots = 0 if at.snapshot_tick is None else len(
+            self._port.execute(q.PRUNE_STATE_SNAPSHOTS, (world_id, at.snapshot_tick, limit))
+        )
+        deltas = len(self._port.execute(q.PRUNE_STATE_DELTAS, (world_id, at.deltas_from, limit)))
+        return snapshots, deltas
 
 
 def _manifest(text: str) -> ManifestRow:

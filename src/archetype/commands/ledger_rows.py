@@ -348,4 +348,5 @@ class Pruned(TypedDict):
     commands: int  # settled commands past the idempotency window, their events acknowledged
     reservations: int  # spawn reservations past the window whose command is gone (or never came)
     quota_rows: int  # quota counters of ticks older than the kept ticks
+    state_rows: int  # snapshot and delta chunks that no kept tick reads
     done: bool  # False: a category hit the limit; call again

@@ -11,6 +11,11 @@ only within its `scope` (the admitting principal, or '' for trusted callers).
 """
 
 OPEN_STATUSES = "('PENDING', 'LEASED', 'RETRYABLE')"
+# A command's `is_open` is 1 while its status is open, NULL once it is terminal; the index of open
+# commands (commands_due) is partial on it, not on the status, so a lease or a release (open to
+# open) leaves its entry alone instead of rewriting it (docs/storage.md, "Rows per command"). Every
+# statement that sets a status sets `is_open` with it; the reads of open commands say both.
+OPEN_EXPR = f"is_open = 1 AND status IN {OPEN_STATUSES}"
 
 # -- worlds --
 WORLD_COLUMNS = (
@@ -26,7 +31,7 @@ WORLD_COLUMNS = (
 # `projected_seq` covers the events it deleted.
 NEXT_SEQUENCE_EXPR = "max(w.next_sequence, coalesce((SELECT max(c.sequence) FROM commands AS c WHERE c.world_id = w.world_id), 0) + 1)"
 NEXT_EVENT_SEQ_EXPR = ("max(w.next_event_seq, w.projected_seq + 1, "
-                  "coalesce((SELECT max(o.event_seq) FROM outbox AS o WHERE o.world_id = w.world_id), 0) + 1)")  # fmt: skip
+                  "coalesce((SELECT max(o.last_seq) FROM outbox AS o WHERE o.world_id = w.world_id), 0) + 1)")  # fmt: skip
 WORLD_VALUE_COLUMNS = ", ".join(
     {"next_sequence": NEXT_SEQUENCE_EXPR, "next_event_seq": NEXT_EVENT_SEQ_EXPR}.get(name, f"w.{name}")
     for name in (column.strip() for column in WORLD_COLUMNS.split(","))
@@ -39,7 +44,7 @@ PENDING_WORLDS = f"""SELECT c.world_id, w.status, w.tick_head, min(c.scheduled_t
         w.tick_mode, w.tick_interval_ms, w.tick_lag_ms, w.host_owner, w.host_expires_at
     FROM commands AS c
     JOIN worlds AS w ON w.world_id = c.world_id
-    WHERE c.status IN {OPEN_STATUSES} GROUP BY c.world_id"""
+    WHERE c.is_open = 1 AND c.status IN {OPEN_STATUSES} GROUP BY c.world_id"""
 # A world's clock starts when it is created: tick -1 then (the column's default), tick 0 one interval later.
 INSERT_WORLD = """INSERT INTO worlds (world_id, name, status, created_at, updated_at, clock_ms, tick_mode, tick_interval_ms)
     VALUES (?, ?, 'ACTIVE', ?, ?, ?, ?, ?)"""
@@ -55,7 +60,7 @@ TAKE_WORLD_LEASE = """UPDATE worlds SET host_owner = ?, host_expires_at = ?, wri
 SET_WORLD_LEASE_EXPIRY = "UPDATE worlds SET host_expires_at = ? WHERE world_id = ?"
 # At a takeover, the previous hosts' command leases end at once: their epoch is fenced, so they can
 # settle nothing, and the new host's lease takes the rows over as suspects instead of waiting.
-EXPIRE_OTHER_OWNERS_LEASES = """UPDATE commands SET lease_expires_at = ?
+EXPIRE_OTHER_OWNERS_LEASES = """UPDATE commands INDEXED BY commands_leased SET lease_expires_at = ?
     WHERE world_id = ? AND status = 'LEASED' AND lease_owner != ? AND lease_expires_at > ?"""
 
 # -- the runner registry --
@@ -75,9 +80,14 @@ HOSTED_WORLDS = f"SELECT {WORLD_COLUMNS} FROM worlds WHERE host_owner = ? ORDER 
 TAKE_ENTITY_IDS = "UPDATE worlds SET next_entity_id = next_entity_id + ?, updated_at = ? WHERE world_id = ?"
 # Before commands are deleted: the next sequence stays above every sequence ever handed out.
 RAISE_SEQUENCE_FLOOR = "UPDATE worlds SET next_sequence = ?1 WHERE world_id = ?2 AND next_sequence < ?1"
-SET_TICK_HEAD = "UPDATE worlds SET tick_head = ?, updated_at = ? WHERE world_id = ?"
-# A lockstep world's clock anchor follows its head: the tick, when it was due, how late it published.
-SET_LOCKSTEP_CLOCK = "UPDATE worlds SET clock_tick = ?, clock_ms = ?, tick_lag_ms = ? WHERE world_id = ?"
+# A published tick: the new head, the crash guard cleared, and a lockstep world's clock anchor
+# following its head (the tick, when it was due, how late it published). One statement: on the
+# Durable Object each is a row written.
+PUBLISH_HEAD = """UPDATE worlds SET tick_head = ?1, updated_at = ?2, guard_sequence = NULL, guard_session = NULL,
+        clock_tick = CASE WHEN tick_mode = 'lockstep' THEN ?1 ELSE clock_tick END,
+        clock_ms = CASE WHEN tick_mode = 'lockstep' THEN ?3 ELSE clock_ms END,
+        tick_lag_ms = CASE WHEN tick_mode = 'lockstep' THEN ?4 ELSE tick_lag_ms END
+    WHERE world_id = ?5"""
 SET_PROJECTED_SEQ = "UPDATE worlds SET projected_seq = ? WHERE world_id = ? AND projected_seq < ?"
 SET_GUARD = "UPDATE worlds SET guard_sequence = ?, guard_session = ? WHERE world_id = ?"
 # A tick failed before it was prepared: one more failed attempt; the first one stalls the world.
@@ -105,9 +115,9 @@ INSERTED_COMMAND_FIELDS = (
     "origin", "max_attempts", "reserved_entity_id",
 )  # fmt: skip
 INSERT_COMMANDS = f"""INSERT INTO commands (world_id, scope, sequence, {", ".join(INSERTED_COMMAND_FIELDS)}, status,
-        created_at, updated_at)
+        is_open, created_at, updated_at)
     SELECT ?1, ?2, CAST(?3 AS INTEGER) + j.key,
-        {", ".join(f"json_extract(j.value, '$[{i}]')" for i in range(len(INSERTED_COMMAND_FIELDS)))}, 'PENDING', ?4, ?4
+        {", ".join(f"json_extract(j.value, '$[{i}]')" for i in range(len(INSERTED_COMMAND_FIELDS)))}, 'PENDING', 1, ?4, ?4
     FROM json_each(?5) AS j"""
 GET_COMMAND = f"SELECT {COMMAND_COLUMNS} FROM commands WHERE world_id = ? AND scope = ? AND command_id = ?"
 # the commands of one id in every scope, in scope order (the unique index's), at most ? of them
@@ -117,10 +127,10 @@ GET_COMMANDS = f"""SELECT {COMMAND_COLUMNS} FROM json_each(?) AS j
     JOIN commands AS c ON c.world_id = ? AND c.scope = ? AND c.command_id = j.value ORDER BY c.sequence"""
 GET_COMMAND_BY_SEQUENCE = f"SELECT {COMMAND_COLUMNS} FROM commands WHERE world_id = ? AND sequence = ?"
 DUE_COMMANDS = f"""SELECT {COMMAND_COLUMNS}, lease_session FROM commands
-    WHERE world_id = ? AND status IN {OPEN_STATUSES} AND scheduled_tick <= ?
+    WHERE world_id = ? AND {OPEN_EXPR} AND scheduled_tick <= ?
     ORDER BY scheduled_tick, priority, sequence LIMIT ?"""
 # The first entry of the commands_due index, in its own order: one row read, however many are open.
-NEXT_DUE_TICK = f"""SELECT scheduled_tick FROM commands WHERE world_id = ? AND status IN {OPEN_STATUSES}
+NEXT_DUE_TICK = f"""SELECT scheduled_tick FROM commands WHERE world_id = ? AND {OPEN_EXPR}
     ORDER BY scheduled_tick LIMIT 1"""
 LEASE_COMMANDS = """UPDATE commands SET status = 'LEASED', lease_owner = ?, lease_session = ?, lease_expires_at = ?,
         updated_at = ?
@@ -142,34 +152,39 @@ SETTLE = """WITH s AS MATERIALIZED (SELECT json_extract(value, '$[0]') AS sequen
         status = CASE s.outcome WHEN 'applied' THEN 'APPLIED' WHEN 'rejected' THEN 'REJECTED'
             WHEN 'permanent' THEN 'DEAD_LETTER'
             ELSE CASE WHEN commands.attempts + 1 >= commands.max_attempts THEN 'DEAD_LETTER' ELSE 'RETRYABLE' END END,
+        is_open = CASE WHEN s.outcome IN ('applied', 'rejected', 'permanent')
+            OR commands.attempts + 1 >= commands.max_attempts THEN NULL ELSE 1 END,  -- open: RETRYABLE, as above
         attempts = commands.attempts + 1,
         applied_tick = CASE s.outcome WHEN 'applied' THEN CAST(?1 AS INTEGER) END,
         last_error = s.error, lease_owner = NULL, lease_session = NULL, lease_expires_at = NULL, updated_at = ?2
     FROM s WHERE commands.world_id = ?4 AND commands.sequence = s.sequence"""
 # What a session still holds after its tick settled: the drain's unprocessed tail, given back free.
-RELEASE_SESSION = """UPDATE commands SET status = CASE WHEN attempts > 0 THEN 'RETRYABLE' ELSE 'PENDING' END,
+# (These go through the index of LEASED commands by name: with `commands` clustered on its key the
+# planner, without statistics, would rather walk the world's key.)
+RELEASE_SESSION = """UPDATE commands INDEXED BY commands_leased SET status = CASE WHEN attempts > 0 THEN 'RETRYABLE' ELSE 'PENDING' END,
         lease_owner = NULL, lease_session = NULL, lease_expires_at = NULL, updated_at = ?
     WHERE world_id = ? AND status = 'LEASED' AND lease_owner = ? AND lease_session = ?"""
-COUNT_HELD = """SELECT count(*) FROM commands
+COUNT_HELD = """SELECT count(*) FROM commands INDEXED BY commands_leased
     WHERE world_id = ? AND status = 'LEASED' AND lease_owner = ? AND lease_session = ?"""
 # The crash guard names a command whose runner died while materializing it: one attempt charged.
 CHARGE_CRASH = """UPDATE commands SET attempts = attempts + 1,
         status = CASE WHEN attempts + 1 >= max_attempts THEN 'DEAD_LETTER' ELSE 'RETRYABLE' END,
+        is_open = CASE WHEN attempts + 1 >= max_attempts THEN NULL ELSE 1 END,
         last_error = ?, lease_owner = NULL, lease_session = NULL, lease_expires_at = NULL, updated_at = ?
     WHERE world_id = ? AND sequence = ? AND status = 'LEASED'"""
-CANCEL_COMMANDS = """UPDATE commands SET status = 'CANCELLED', last_error = ?, lease_owner = NULL, lease_session = NULL,
+CANCEL_COMMANDS = """UPDATE commands SET status = 'CANCELLED', is_open = NULL, last_error = ?, lease_owner = NULL, lease_session = NULL,
         lease_expires_at = NULL, updated_at = ?
     WHERE world_id = ? AND sequence IN (SELECT value FROM json_each(?))"""
 # Its redrive: a fresh command in the dead letter's scope, due at `tick`, with a fresh budget.
 INSERT_REDRIVE = """INSERT INTO commands (world_id, sequence, scope, command_id, schema_version, scheduled_tick, priority,
-        operation, payload, digest, principal, origin, max_attempts, reserved_entity_id, status, redriven_from,
+        operation, payload, digest, principal, origin, max_attempts, reserved_entity_id, status, is_open, redriven_from,
         created_at, updated_at)
     SELECT world_id, ?, scope, ?, schema_version, ?, priority, operation, payload, ?, principal, origin, max_attempts,
-        reserved_entity_id, 'PENDING', sequence, ?, ?
+        reserved_entity_id, 'PENDING', 1, sequence, ?, ?
     FROM commands WHERE world_id = ? AND sequence = ?"""
 # The dead letter's own mark of its redrive: retention never prunes a dead letter, so it outlives the redrive's row.
 MARK_REDRIVEN = "UPDATE commands SET redriven_by = ? WHERE world_id = ? AND sequence = ?"
-OPEN_SEQUENCES = f"""SELECT sequence FROM commands WHERE world_id = ? AND status IN {OPEN_STATUSES}
+OPEN_SEQUENCES = f"""SELECT sequence FROM commands WHERE world_id = ? AND {OPEN_EXPR}
     ORDER BY sequence LIMIT ?"""
 HISTORY = f"""SELECT {COMMAND_COLUMNS} FROM commands
     WHERE world_id = ? AND sequence > ? AND (? IS NULL OR status = ?) AND (? IS NULL OR scope = ?)
@@ -185,55 +200,78 @@ INSERT_RESERVATION = """INSERT INTO spawn_reservations (world_id, scope, command
 GET_TICK_BY_TOKEN = "SELECT tick FROM ticks WHERE world_id = ? AND commit_token = ?"
 INSERT_TICK = "INSERT INTO ticks (world_id, tick, commit_token, manifest, published_at) VALUES (?, ?, ?, ?, ?)"
 LIST_TICKS = "SELECT manifest FROM ticks WHERE world_id = ? AND tick > ? ORDER BY tick LIMIT ?"
-# World state (docs/storage.md): the last snapshot's chunks, and the delta chunks published since.
-INSERT_STATE_CHUNK = "INSERT INTO state_chunks (world_id, first_entity_id, body) VALUES (?, ?, ?)"
-INSERT_STATE_DELTA = "INSERT INTO state_deltas (world_id, tick, part, body) VALUES (?, ?, ?, ?)"
-# A snapshot replaces both: a world's chunks are few (each up to a megabyte of state).
-CLEAR_STATE_CHUNKS = "DELETE FROM state_chunks WHERE world_id = ?"
-CLEAR_STATE_DELTAS = "DELETE FROM state_deltas WHERE world_id = ?"
+# World state (docs/storage.md): each snapshot's chunks under the tick that published it, and the
+# delta chunks, each under its tick; publication only adds rows (retention deletes them).
+INSERT_STATE_CHUNK = "INSERT INTO state_snapshots (world_id, tick, first_entity_id, body) VALUES (?, ?, ?, ?)"
+INSERT_STATE_DELTA = "INSERT INTO state_deltas (world_id, tick, part, body, replaces) VALUES (?, ?, ?, ?, ?)"
+# The state at tick T ("State at a tick"): the last snapshot at or before T, and the deltas from the
+# later of that snapshot's tick (a migration's delta may follow it in its tick) and the last delta
+# up to T that replaced the deltas before it, up to T. One index seek each.
+STATE_SNAPSHOT_TICK = "SELECT max(tick) FROM state_snapshots WHERE world_id = ? AND tick <= ?"
+STATE_REPLACING_TICK = "SELECT max(tick) FROM state_deltas WHERE world_id = ? AND replaces = 1 AND tick <= ?"
+GET_STATE_FROM_TICK = "SELECT state_from_tick FROM worlds WHERE world_id = ?"
 # A read of some entities (archetype.commands.state_pages): the snapshot's chunk boundaries (chunk
 # i holds the ids from its first up to the next chunk's), a chunk by its first id, each delta's
 # opening (which names the id range it covers), and some deltas by (tick, part) in one statement.
-STATE_CHUNK_FIRSTS = "SELECT first_entity_id FROM state_chunks WHERE world_id = ? ORDER BY first_entity_id"
-GET_STATE_CHUNK = "SELECT body FROM state_chunks WHERE world_id = ? AND first_entity_id = ?"
-STATE_DELTA_HEADS = "SELECT tick, part, substr(body, 1, 64) FROM state_deltas WHERE world_id = ? ORDER BY tick, part"
+STATE_CHUNK_FIRSTS = "SELECT first_entity_id FROM state_snapshots WHERE world_id = ? AND tick = ? ORDER BY first_entity_id"
+GET_STATE_CHUNK = "SELECT body FROM state_snapshots WHERE world_id = ? AND tick = ? AND first_entity_id = ?"
+STATE_DELTA_HEADS = """SELECT tick, part, substr(body, 1, 64) FROM state_deltas WHERE world_id = ? AND tick >= ? AND tick <= ?
+    ORDER BY tick, part"""
 GET_STATE_DELTAS = """SELECT d.body FROM json_each(?) AS j
     JOIN state_deltas AS d ON d.world_id = ? AND d.tick = json_extract(j.value, '$[0]') AND d.part = json_extract(j.value, '$[1]')
     ORDER BY d.tick, d.part"""
-NEXT_STATE_CHUNK = """SELECT first_entity_id, body FROM state_chunks WHERE world_id = ? AND first_entity_id > ?
+NEXT_STATE_CHUNK = """SELECT first_entity_id, body FROM state_snapshots WHERE world_id = ? AND tick = ? AND first_entity_id > ?
     ORDER BY first_entity_id LIMIT 1"""
-LIST_STATE_DELTAS = "SELECT body FROM state_deltas WHERE world_id = ? ORDER BY tick, part"
+LIST_STATE_DELTAS = "SELECT body FROM state_deltas WHERE world_id = ? AND tick >= ? AND tick <= ? ORDER BY tick, part"
 
-# -- outbox: one statement appends one event per command sequence in a JSON array, in array
-# order; the event type follows from the status the transition left the command in --
-APPEND_EVENTS = """INSERT INTO outbox (world_id, event_seq, event_id, command_id, event_type, status, operation, tick,
-        principal, origin, occurred_at, payload)
-    SELECT c.world_id, CAST(? AS INTEGER) + j.key, c.world_id || '/' || (CAST(? AS INTEGER) + j.key), c.command_id,
-        CASE c.status WHEN 'PENDING' THEN CASE WHEN c.redriven_from IS NULL THEN 'admitted' ELSE 'redriven' END
-            WHEN 'APPLIED' THEN 'applied' WHEN 'REJECTED' THEN 'rejected'
-            WHEN 'RETRYABLE' THEN 'retry_scheduled' WHEN 'DEAD_LETTER' THEN 'dead_lettered'
-            WHEN 'CANCELLED' THEN 'cancelled' END,
-        c.status, c.operation, coalesce(c.applied_tick, c.scheduled_tick), c.principal, c.origin, ?,
-        json_object('attempts', c.attempts, 'max_attempts', c.max_attempts, 'error', c.last_error)
-    FROM json_each(?) AS j CROSS JOIN commands AS c ON c.world_id = ? AND c.sequence = j.value"""
+# -- outbox: one row per statement that appends events (docs/storage.md, "The outbox"), keyed by
+# its last event's sequence; `events` holds them in sequence order from `first_seq`, each a JSON
+# array [command_id, event_type, status, operation, tick, principal, origin, payload text]. An
+# event's id is `<world id>/<event sequence>`. One statement appends one event per command sequence
+# in a JSON array, in array order; the event type follows from the status the transition left the
+# command in. (A payload enters as plain text, `'' || json_object(...)`, so it is read back as the
+# very text written.)
+APPEND_EVENTS = """INSERT INTO outbox (world_id, last_seq, first_seq, occurred_at, events)
+    SELECT ?4, CAST(?1 AS INTEGER) + count(*) - 1, CAST(?1 AS INTEGER), ?2, json_group_array(json(event))
+    FROM (SELECT json_array(c.command_id,
+            CASE c.status WHEN 'PENDING' THEN CASE WHEN c.redriven_from IS NULL THEN 'admitted' ELSE 'redriven' END
+                WHEN 'APPLIED' THEN 'applied' WHEN 'REJECTED' THEN 'rejected'
+                WHEN 'RETRYABLE' THEN 'retry_scheduled' WHEN 'DEAD_LETTER' THEN 'dead_lettered'
+                WHEN 'CANCELLED' THEN 'cancelled' END,
+            c.status, c.operation, coalesce(c.applied_tick, c.scheduled_tick), c.principal, c.origin,
+            '' || json_object('attempts', c.attempts, 'max_attempts', c.max_attempts, 'error', c.last_error)) AS event
+        FROM json_each(?3) AS j CROSS JOIN commands AS c ON c.world_id = ?4 AND c.sequence = j.value ORDER BY j.key)
+    HAVING count(*) > 0"""
 OUTBOX_COLUMNS = (
     "event_id, world_id, event_seq, command_id, event_type, status, operation, tick, principal, origin, "
     "occurred_at, payload"
 )
 # A world's own event (health): no command; `tick` is the tick that failed or published.
-APPEND_WORLD_EVENT = """INSERT INTO outbox (world_id, event_seq, event_id, command_id, event_type, status, operation, tick,
-        principal, origin, occurred_at, payload)
-    SELECT world_id, CAST(?1 AS INTEGER), world_id || '/' || CAST(?1 AS INTEGER), '', ?2, health, 'tick',
-        CAST(?3 AS INTEGER), NULL, 'local', ?4, json_object('attempts', CAST(?5 AS INTEGER), 'max_attempts', NULL,
-            'error', ?6, 'since', CAST(?7 AS INTEGER))
+APPEND_WORLD_EVENT = """INSERT INTO outbox (world_id, last_seq, first_seq, occurred_at, events)
+    SELECT world_id, CAST(?1 AS INTEGER), CAST(?1 AS INTEGER), ?4, json_array(json_array('', ?2, health, 'tick',
+        CAST(?3 AS INTEGER), NULL, 'local', '' || json_object('attempts', CAST(?5 AS INTEGER), 'max_attempts', NULL,
+            'error', ?6, 'since', CAST(?7 AS INTEGER))))
     FROM worlds WHERE world_id = ?8"""
-READ_OUTBOX = f"SELECT {OUTBOX_COLUMNS} FROM outbox WHERE world_id = ? AND event_seq > ? ORDER BY event_seq LIMIT ?"
+# The events after a sequence number, in order: the rows from the one holding the next event on
+# (through the key), each row's events in array order (json_each's; the ledger checks the order,
+# never assumes it: sorting on e.key too would sort the whole backlog before the LIMIT).
+READ_OUTBOX = """SELECT o.world_id || '/' || (o.first_seq + e.key) AS event_id, o.world_id AS world_id,
+        o.first_seq + e.key AS event_seq, json_extract(e.value, '$[0]') AS command_id,
+        json_extract(e.value, '$[1]') AS event_type, json_extract(e.value, '$[2]') AS status,
+        json_extract(e.value, '$[3]') AS operation, json_extract(e.value, '$[4]') AS tick,
+        json_extract(e.value, '$[5]') AS principal, json_extract(e.value, '$[6]') AS origin,
+        o.occurred_at AS occurred_at, json_extract(e.value, '$[7]') AS payload
+    FROM outbox AS o CROSS JOIN json_each(o.events) AS e
+    WHERE o.world_id = ?1 AND o.last_seq > ?2 AND o.first_seq + e.key > ?2
+    ORDER BY o.last_seq LIMIT ?3"""
 # The same page as one row of JSON arrays, one per column: no Python tuple per event.
 READ_OUTBOX_COLUMNS = (
     "SELECT " + ", ".join(f"json_group_array({column.strip()})" for column in OUTBOX_COLUMNS.split(","))
     + f" FROM ({READ_OUTBOX})"
 )
-DELETE_OUTBOX_UPTO = "DELETE FROM outbox WHERE world_id = ? AND event_seq <= ?"
+# An acknowledgement deletes the rows whose every event it covers; a row it covers in part stays,
+# and reads skip its acknowledged events (they read after the watermark).
+DELETE_OUTBOX_UPTO = "DELETE FROM outbox WHERE world_id = ? AND last_seq <= ?"
 # The catalog's worlds with events left to project (acknowledging deletes them, so the outbox holds
 # only those), with their watermarks: a skip-scan of the outbox key, one look-up per such world,
 # so the audit projector's round costs nothing for the worlds with nothing pending.
@@ -290,7 +328,7 @@ INSERT_MIGRATION = f"""INSERT INTO component_migrations (world_id, {MIGRATION_CO
 # an entity's components is a reference to it (the ledger then checks each one structurally).
 # (through the open-commands index: a world's settled commands are never visited)
 OPEN_COMMANDS_NAMING = f"""SELECT sequence FROM commands INDEXED BY commands_due
-    WHERE world_id = ? AND status IN {OPEN_STATUSES} AND instr(payload, ?) > 0 ORDER BY sequence"""
+    WHERE world_id = ? AND {OPEN_EXPR} AND instr(payload, ?) > 0 ORDER BY sequence"""
 # (the entities naming it are found in the state load_state reads: snapshot chunks under their deltas)
 # A migration's rewritten entities are a delta at the world's tick head, after that tick's own parts.
 NEXT_DELTA_PART = "SELECT coalesce(max(part) + 1, 0) FROM state_deltas WHERE world_id = ? AND tick = ?"
@@ -301,15 +339,50 @@ REWRITE_PAYLOADS = """WITH r AS MATERIALIZED (SELECT json_extract(value, '$[0]')
     UPDATE commands SET payload = r.payload, migrated_digest = r.digest, updated_at = ?2
     FROM r WHERE commands.world_id = ?1 AND commands.sequence = r.sequence"""
 # A schema event (no command behind it): the command id names what happened.
-APPEND_SCHEMA_EVENT = """INSERT INTO outbox (world_id, event_seq, event_id, command_id, event_type, status, operation, tick,
-        principal, origin, occurred_at, payload)
-    VALUES (?1, CAST(?2 AS INTEGER), ?1 || '/' || CAST(?2 AS INTEGER), ?3, ?4, 'APPLIED', ?5, ?6, NULL, 'local', ?7, ?8)"""
+APPEND_SCHEMA_EVENT = """INSERT INTO outbox (world_id, last_seq, first_seq, occurred_at, events)
+    VALUES (?1, CAST(?2 AS INTEGER), CAST(?2 AS INTEGER), ?7,
+        json_array(json_array(?3, ?4, 'APPLIED', ?5, CAST(?6 AS INTEGER), NULL, 'local', ?8)))"""
 
 # -- quotas: a principal's admitted commands per world and the tick they run at (a column named
 # scheduled_tick: the target tick, or the next tick for one already past) --
 GET_QUOTA_USAGE = "SELECT used FROM quota_usage WHERE world_id = ? AND principal = ? AND scheduled_tick = ?"
 ADD_QUOTA_USAGE = """INSERT INTO quota_usage (world_id, principal, scheduled_tick, used) VALUES (?, ?, ?, ?)
     ON CONFLICT (world_id, principal, scheduled_tick) DO UPDATE SET used = used + excluded.used"""
+
+# -- forks (docs/ledger.md, "Forks"): a new world made of another's state at a tick, in one
+# transaction; its sequence numbers continue the source's, so a command admitted to both after the
+# fork gets the same number in each --
+GET_FORK_ORIGIN = "SELECT forked_from, forked_at_tick FROM worlds WHERE world_id = ?"
+INSERT_FORK = """INSERT INTO worlds (world_id, name, status, tick_head, next_entity_id, writer_epoch, next_sequence,
+        next_event_seq, projected_seq, created_at, updated_at, clock_tick, clock_ms, tick_mode, tick_interval_ms,
+        state_from_tick, forked_from, forked_at_tick)
+    SELECT ?1, ?2, 'ACTIVE', CAST(?3 AS INTEGER), s.next_entity_id, 0, CAST(?4 AS INTEGER), CAST(?5 AS INTEGER),
+        CAST(?5 AS INTEGER) - 1, ?6, ?6, CAST(?3 AS INTEGER), ?6, s.tick_mode, s.tick_interval_ms, CAST(?3 AS INTEGER),
+        s.world_id, CAST(?3 AS INTEGER)
+    FROM worlds AS s WHERE s.world_id = ?7"""
+COPY_STATE_SNAPSHOT = """INSERT INTO state_snapshots (world_id, tick, first_entity_id, body)
+    SELECT ?1, tick, first_entity_id, body FROM state_snapshots WHERE world_id = ?2 AND tick = ?3"""
+COPY_STATE_DELTAS = """INSERT INTO state_deltas (world_id, tick, part, body, replaces)
+    SELECT ?1, tick, part, body, replaces FROM state_deltas WHERE world_id = ?2 AND tick >= ?3 AND tick <= ?4"""
+COPY_COMPONENTS = """INSERT INTO world_components (world_id, fingerprint, name, schema, recorded_at)
+    SELECT ?1, fingerprint, name, schema, recorded_at FROM world_components WHERE world_id = ?2"""
+COPY_MIGRATIONS = """INSERT INTO component_migrations (world_id, from_fingerprint, name, to_fingerprint, tick, entities,
+        commands, migrated_at)
+    SELECT ?1, from_fingerprint, name, to_fingerprint, tick, entities, commands, migrated_at
+    FROM component_migrations WHERE world_id = ?2 AND tick <= ?3"""
+# When the world left tick T: the publication of the first tick after it (none: it is still at T).
+LEFT_TICK_AT = "SELECT min(published_at) FROM ticks WHERE world_id = ? AND tick > ?"
+# The commands scheduled after T that were open at T: admitted before the world left T and not
+# cancelled by then (a command scheduled after T settles no earlier than the tick it runs at).
+OPEN_AT_TICK = f"""SELECT {COMMAND_COLUMNS}, scope FROM commands
+    WHERE world_id = ?1 AND scheduled_tick > ?2 AND created_at <= ?3 AND NOT (status = 'CANCELLED' AND updated_at <= ?3)
+    ORDER BY sequence"""
+# Each forked command is a JSON array [scope, sequence, <INSERTED_COMMAND_FIELDS>..., forked_from].
+INSERT_FORKED_COMMANDS = f"""INSERT INTO commands (world_id, scope, sequence, {", ".join(INSERTED_COMMAND_FIELDS)},
+        forked_from, status, is_open, created_at, updated_at)
+    SELECT ?1, {", ".join(f"json_extract(j.value, '$[{i}]')" for i in range(len(INSERTED_COMMAND_FIELDS) + 3))},
+        'PENDING', 1, ?2, ?2
+    FROM json_each(?3) AS j"""
 
 # -- retention (docs/ledger.md, "Retention"); every statement deletes at most a limit of rows,
 # oldest first, so one prune transaction stays small however far behind it is, and answers one
@@ -318,7 +391,8 @@ PRUNABLE_STATUSES = "('APPLIED', 'REJECTED', 'CANCELLED')"  # as in the commands
 # The first unacknowledged event's time: a command settled no earlier than this may still have an
 # event in the outbox, so it is not yet readable from the audit table. (The first by sequence, not
 # the minimum: one row through the key, where a minimum over occurred_at would read the backlog.)
-FIRST_PENDING_EVENT = "SELECT occurred_at FROM outbox WHERE world_id = ? AND event_seq > ? ORDER BY event_seq LIMIT 1"
+# (Events appended by one statement share their time, the row's.)
+FIRST_PENDING_EVENT = "SELECT occurred_at FROM outbox WHERE world_id = ? AND last_seq > ? ORDER BY last_seq LIMIT 1"
 PRUNE_TICKS = """DELETE FROM ticks WHERE world_id = ?1 AND tick IN
     (SELECT tick FROM ticks WHERE world_id = ?1 AND tick <= ?2 ORDER BY tick LIMIT ?3) RETURNING 1"""
 PRUNE_COMMANDS = f"""DELETE FROM commands WHERE world_id = ?1 AND sequence IN
@@ -330,5 +404,12 @@ PRUNE_RESERVATIONS = """DELETE FROM spawn_reservations WHERE rowid IN
         AND NOT EXISTS (SELECT 1 FROM commands AS c WHERE c.world_id = spawn_reservations.world_id
             AND c.scope = spawn_reservations.scope AND c.command_id = spawn_reservations.command_id)
         ORDER BY created_at, scope, command_id LIMIT ?3) RETURNING 1"""
+# State no retained tick reads (docs/storage.md, "State at a tick"): the snapshots before the one the
+# oldest retained tick reads, and the deltas before the first it reads. The floor moves first.
+RAISE_STATE_FROM_TICK = "UPDATE worlds SET state_from_tick = max(state_from_tick, ?) WHERE world_id = ?"
+PRUNE_STATE_SNAPSHOTS = """DELETE FROM state_snapshots WHERE rowid IN
+    (SELECT rowid FROM state_snapshots WHERE world_id = ?1 AND tick < ?2 ORDER BY tick, first_entity_id LIMIT ?3) RETURNING 1"""
+PRUNE_STATE_DELTAS = """DELETE FROM state_deltas WHERE rowid IN
+    (SELECT rowid FROM state_deltas WHERE world_id = ?1 AND tick < ?2 ORDER BY tick, part LIMIT ?3) RETURNING 1"""
 PRUNE_QUOTA_USAGE = """DELETE FROM quota_usage WHERE rowid IN
     (SELECT rowid FROM quota_usage WHERE world_id = ?1 AND scheduled_tick <= ?2 ORDER BY scheduled_tick, principal LIMIT ?3) RETURNING 1"""

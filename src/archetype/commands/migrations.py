@@ -333,18 +333,137 @@ V12_TICK_MODES = Migration(12, "tick modes: lockstep or realtime, and the interv
     "ALTER TABLE worlds ADD COLUMN tick_lag_ms INTEGER NOT NULL DEFAULT 0",
 ))  # fmt: skip
 
-# Version 13: a command id looked up in every scope (docs/ledger.md, "Isolation": an analyst or an
+_V12_COMMAND_COLUMNS = (
+    "world_id, sequence, scope, command_id, schema_version, scheduled_tick, priority, operation, payload, digest, "
+    "principal, origin, max_attempts, attempts, reserved_entity_id, status, lease_owner, lease_session, "
+    "lease_expires_at, applied_tick, last_error, created_at, updated_at, redriven_from, redriven_by, migrated_digest"
+)
+# Version 13: fewer rows written per command (docs/storage.md, "Rows per command"; on the Durable
+# Object each row written, index entries included, is billed).
+# - The outbox holds a row per statement that appended events, not a row per event: a tick settling
+#   100 commands writes one outbox row for their events, and the acknowledgement that delivers them
+#   deletes one. Events, their numbers, ids and order are unchanged: each existing event becomes a
+#   row of its own.
+# - `commands` and `ticks` are clustered on their keys (WITHOUT ROWID): a row is its key's entry, one
+#   b-tree fewer to write per admission and per published tick. The tables are rebuilt (copied aside
+#   and back), their indexes as they were, but for one:
+# - the index of open commands (commands_due) is partial on a new column, `is_open` (1 while the
+#   status is open, NULL once terminal), not on the status: a lease (PENDING -> LEASED) changed the
+#   status and so rewrote the command's entry there; now only a settlement touches it.
+V13_FEWER_ROWS = Migration(13, "the outbox as a row per append of events; commands and ticks clustered on their "
+                           "keys; the index of open commands on `is_open`", (
+    "CREATE TABLE outbox_v12 AS SELECT * FROM outbox",
+    "DROP TABLE outbox",
+    # events: [[command_id, event_type, status, operation, tick, principal, origin, payload text], ...]
+    # numbered first_seq, first_seq + 1, ..., last_seq; an event's id is `<world id>/<its number>`
+    """CREATE TABLE outbox (
+        world_id TEXT NOT NULL,
+        last_seq INTEGER NOT NULL,
+        first_seq INTEGER NOT NULL,
+        occurred_at INTEGER NOT NULL,
+        events TEXT NOT NULL,
+        PRIMARY KEY (world_id, last_seq)) WITHOUT ROWID""",
+    """INSERT INTO outbox (world_id, last_seq, first_seq, occurred_at, events)
+        SELECT world_id, event_seq, event_seq, occurred_at,
+            json_array(json_array(command_id, event_type, status, operation, tick, principal, origin, payload))
+        FROM outbox_v12""",
+    "DROP TABLE outbox_v12",
+    "CREATE TABLE commands_v12 AS SELECT * FROM commands",
+    "DROP TABLE commands",
+    """CREATE TABLE commands (
+        world_id TEXT NOT NULL,
+        sequence INTEGER NOT NULL,
+        scope TEXT NOT NULL,
+        command_id TEXT NOT NULL,
+        schema_version INTEGER NOT NULL,
+        scheduled_tick INTEGER NOT NULL,
+        priority INTEGER NOT NULL,
+        operation TEXT NOT NULL,
+        payload TEXT NOT NULL,
+        digest TEXT NOT NULL,
+        principal TEXT,
+        origin TEXT NOT NULL,
+        max_attempts INTEGER NOT NULL,
+        attempts INTEGER NOT NULL DEFAULT 0,
+        reserved_entity_id INTEGER,
+        status TEXT NOT NULL,
+        lease_owner TEXT,
+        lease_session TEXT,
+        lease_expires_at INTEGER,
+        applied_tick INTEGER,
+        last_error TEXT,
+        created_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL,
+        redriven_from INTEGER,
+        redriven_by INTEGER,
+        migrated_digest TEXT,
+        is_open INTEGER,
+        PRIMARY KEY (world_id, sequence)) WITHOUT ROWID""",
+    f"""INSERT INTO commands ({_V12_COMMAND_COLUMNS}, is_open)
+        SELECT {_V12_COMMAND_COLUMNS}, CASE WHEN status IN ('PENDING', 'LEASED', 'RETRYABLE') THEN 1 END FROM commands_v12""",
+    "DROP TABLE commands_v12",
+    "CREATE UNIQUE INDEX commands_by_id ON commands (world_id, scope, command_id)",
+    "CREATE INDEX commands_due ON commands (world_id, scheduled_tick, priority, sequence) WHERE is_open = 1",
+    """CREATE INDEX commands_leased ON commands (world_id, lease_owner, lease_session)
+        WHERE status = 'LEASED'""",
+    "CREATE UNIQUE INDEX commands_redrives ON commands (world_id, redriven_from) WHERE redriven_from IS NOT NULL",
+    """CREATE INDEX commands_settled ON commands (world_id, updated_at, sequence)
+        WHERE status IN ('APPLIED', 'REJECTED', 'CANCELLED')""",
+    "CREATE TABLE ticks_v12 AS SELECT * FROM ticks",
+    "DROP TABLE ticks",
+    """CREATE TABLE ticks (
+        world_id TEXT NOT NULL,
+        tick INTEGER NOT NULL,
+        commit_token TEXT NOT NULL,
+        manifest TEXT NOT NULL,
+        published_at INTEGER NOT NULL,
+        PRIMARY KEY (world_id, tick)) WITHOUT ROWID""",
+    """INSERT INTO ticks (world_id, tick, commit_token, manifest, published_at)
+        SELECT world_id, tick, commit_token, manifest, published_at FROM ticks_v12""",
+    "DROP TABLE ticks_v12",
+    "CREATE UNIQUE INDEX ticks_by_token ON ticks (world_id, commit_token)",
+))  # fmt: skip
+
+# Version 14: state history (docs/storage.md, "State at a tick"): a world's published state at any tick
+# of its retention window, read from the snapshots and deltas published up to it, which publication
+# no longer deletes (retention does). `state_snapshots` keys each snapshot's chunks by the tick that
+# published it; a delta that replaced the deltas since its snapshot says so (`replaces`), so a read
+# at a later tick skips the deltas it replaced and one at an earlier tick still reads them.
+# `state_from_tick` is the oldest tick whose state is retained: a world upgraded to this version has
+# only its state at its tick head (its existing snapshot is given tick -1, under its deltas).
+# A world forked from another (`fork_world`, docs/ledger.md "Forks") names its source and the tick
+# it was forked at; a command the fork copied names the source command's sequence.
+V14_STATE_HISTORY = Migration(14, "state history: snapshots by tick, replacing deltas marked, the oldest retained tick; forks", (
+    """CREATE TABLE state_snapshots (
+        world_id TEXT NOT NULL,
+        tick INTEGER NOT NULL,
+        first_entity_id INTEGER NOT NULL,
+        body TEXT NOT NULL,
+        PRIMARY KEY (world_id, tick, first_entity_id))""",
+    """INSERT INTO state_snapshots (world_id, tick, first_entity_id, body)
+        SELECT world_id, -1, first_entity_id, body FROM state_chunks""",
+    "DROP TABLE state_chunks",
+    "ALTER TABLE state_deltas ADD COLUMN replaces INTEGER NOT NULL DEFAULT 0",
+    "CREATE INDEX state_deltas_replacing ON state_deltas (world_id, tick) WHERE replaces = 1",
+    "ALTER TABLE worlds ADD COLUMN state_from_tick INTEGER NOT NULL DEFAULT -1",
+    "UPDATE worlds SET state_from_tick = tick_head",
+    "ALTER TABLE worlds ADD COLUMN forked_from TEXT",
+    "ALTER TABLE worlds ADD COLUMN forked_at_tick INTEGER",
+    "ALTER TABLE commands ADD COLUMN forked_from INTEGER",
+))  # fmt: skip
+
+# Version 15: a command id looked up in every scope (docs/ledger.md, "Isolation": an analyst or an
 # administrator reading a command without naming its principal). The unique index of command ids
 # puts the id before the scope: lookups naming a scope use all three columns as before, and one
 # naming none reads the id's few entries, with no extra index for admission to write.
-V13_COMMAND_ID_FIRST = Migration(13, "command ids indexed before their scope, for a lookup in every scope", (
+V15_COMMAND_ID_FIRST = Migration(15, "command ids indexed before their scope, for a lookup in every scope", (
     "DROP INDEX commands_by_id",
     "CREATE UNIQUE INDEX commands_by_id ON commands (world_id, command_id, scope)",
 ))  # fmt: skip
 
 MIGRATIONS = (V1_SCHEMA, V2_EXACTLY_ONCE, V3_STATE_CHUNKS, V4_HEALTH_AND_REDRIVE, V5_RETENTION, V6_COMPONENT_SCHEMAS,
               V7_TICK_CLOCK, V8_WORLD_LEASES, V9_DERIVED_SEQUENCES, V10_RUNNER_REGISTRY, V11_DURABLE_FACTS,
-              V12_TICK_MODES, V13_COMMAND_ID_FIRST)  # fmt: skip
+              V12_TICK_MODES, V13_FEWER_ROWS, V14_STATE_HISTORY, V15_COMMAND_ID_FIRST)  # fmt: skip
 SCHEMA_VERSION = MIGRATIONS[-1].version
 
 HAS_META = "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'"

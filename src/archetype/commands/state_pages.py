@@ -1,7 +1,8 @@
 """Pages of a world's published state, read from its stored chunks (docs/storage.md).
 
-The state is the last snapshot's chunks (disjoint ascending id ranges) with the deltas published
-since laid over them, later ticks winning. A page is read span by span: the span of snapshot chunk
+The state at a tick is the last snapshot published at or before it (its chunks: disjoint ascending
+id ranges) with the deltas published since, up to that tick, laid over them, later ticks winning
+(`StateAt`: which rows those are). A page is read span by span: the span of snapshot chunk
 i runs from its first id to the next chunk's first id less one (the first span from id 1, the last
 to the highest id), so each entity belongs to exactly one span, that of the one chunk that may hold
 it. For a span, only its chunk and the deltas whose id range overlaps it are parsed (each delta at
@@ -23,6 +24,7 @@ import json
 import re
 from bisect import bisect_left, bisect_right
 from collections.abc import Sequence, Set
+from dataclasses import dataclass
 from itertools import repeat
 from typing import Any, cast
 
@@ -36,13 +38,35 @@ from archetype.world import columnar
 _DELTA_HEAD = re.compile(r'\{"first":([0-9]+),"last":([0-9]+),|\[\[([0-9]+),')
 
 
-class _Deltas:
-    """The world's deltas, in publication order, each parsed once it is first needed."""
+@dataclass(frozen=True)
+class StateAt:
+    """The stored rows that make a world's state at `tick` (docs/storage.md, "State at a tick"): the
+    chunks of the snapshot published at `snapshot_tick` (None: no snapshot yet) and the deltas of
+    ticks `deltas_from`..`tick`. The deltas start at the later of the snapshot's tick (a component
+    migration's delta may follow a snapshot in its tick: a tick publishes a snapshot or a delta,
+    never both) and the last delta up to `tick` that replaced the deltas before it."""
 
-    def __init__(self, port: SqlPort, world_id: str) -> None:
+    tick: int
+    snapshot_tick: int | None
+    deltas_from: int
+
+
+def state_at(port: SqlPort, world_id: str, tick: int) -> StateAt:
+    """Which rows make the state at `tick` (the caller checks that it is retained). Inside the
+    caller's transaction."""
+    snapshot_tick = port.execute(q.STATE_SNAPSHOT_TICK, (world_id, tick))[0][0]
+    replacing_tick = port.execute(q.STATE_REPLACING_TICK, (world_id, tick))[0][0]
+    starts = [t for t in (snapshot_tick, replacing_tick) if t is not None]
+    return StateAt(tick, snapshot_tick, max(starts) if starts else -MAX_SAFE_INTEGER)
+
+
+class _Deltas:
+    """The deltas of the state at a tick, in publication order, each parsed once it is first needed."""
+
+    def __init__(self, port: SqlPort, world_id: str, at: StateAt) -> None:
         self._port, self._world_id = port, world_id
         self._ranges: list[tuple[int, int, int, int]] = []  # (tick, part, first id, last id)
-        for tick, part, head in port.execute(q.STATE_DELTA_HEADS, (world_id,)):
+        for tick, part, head in port.execute(q.STATE_DELTA_HEADS, (world_id, at.deltas_from, at.tick)):
             found = _DELTA_HEAD.match(head)
             assert found is not None, "publish stores only chunks that open so"
             first, last = (int(found[1]), int(found[2])) if found[1] else (int(found[3]), MAX_SAFE_INTEGER)
@@ -77,9 +101,9 @@ class Group:
 Page = tuple[list[Group], int | None]
 
 
-def read_page(port: SqlPort, world_id: str, after: int, limit: int, *, keys: Set[str] | None = None,
+def read_page(port: SqlPort, world_id: str, at: StateAt, after: int, limit: int, *, keys: Set[str] | None = None,
               entity_ids: Sequence[int] | None = None, max_chunks: int | None = None) -> Page:  # fmt: skip
-    """Up to `limit` published entities with ids above `after` (the lowest), in `Group`s by
+    """Up to `limit` entities of the state `at` a tick with ids above `after` (the lowest), in `Group`s by
     signature, and the id to continue after (None: nothing is left above the page).
 
     `keys` keeps the entities that have a component of every one of these component keys
@@ -87,8 +111,10 @@ def read_page(port: SqlPort, world_id: str, after: int, limit: int, *, keys: Set
     `max_chunks` bounds the snapshot chunks one page reads: a page that reaches it answers what
     it found (maybe nothing) and the end of the span it read as where to continue. Inside the
     caller's transaction."""
-    firsts = [first for (first,) in port.execute(q.STATE_CHUNK_FIRSTS, (world_id,))]
-    deltas = _Deltas(port, world_id)
+    firsts = [] if at.snapshot_tick is None else [
+        first for (first,) in port.execute(q.STATE_CHUNK_FIRSTS, (world_id, at.snapshot_tick))
+    ]  # fmt: skip
+    deltas = _Deltas(port, world_id, at)
     wanted = None if entity_ids is None else sorted({e for e in entity_ids if e > after})
     if wanted == []:
         return [], None
@@ -102,7 +128,7 @@ def read_page(port: SqlPort, world_id: str, after: int, limit: int, *, keys: Set
         high = MAX_SAFE_INTEGER if last_span else firsts[index + 1] - 1
         ids = None if wanted is None else set(wanted[bisect_left(wanted, low) : bisect_right(wanted, high)])
         if ids is None or ids:
-            body = port.execute(q.GET_STATE_CHUNK, (world_id, firsts[index]))[0][0] if firsts else None
+            body = port.execute(q.GET_STATE_CHUNK, (world_id, at.snapshot_tick, firsts[index]))[0][0] if firsts else None
             read += 1
             found, cut = _span(body, deltas, low, high, keys, ids, room)
             groups += found

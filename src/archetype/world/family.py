@@ -21,6 +21,7 @@ from archetype.world.operations import (
     CreateWorld,
     Despawn,
     DestroyWorld,
+    ForkWorld,
     Operation,
     QueryComponents,
     RemoveComponents,
@@ -90,6 +91,16 @@ async def _create_world(ctx: HandlerContext, op: CreateWorld) -> str:
     return (await create_world_row(ctx.scheduler.authority, op))["world_id"]
 
 
+async def fork_world_row(authority: Authority, op: ForkWorld) -> WorldRow:
+    """ForkWorld's ledger call, answering the fork's row."""
+    return await authority.fork_world(op.world_id, op.at_tick, op.fork_world_id or uuid.uuid4().hex, op.name,
+                                      op.with_open_commands)  # fmt: skip
+
+
+async def _fork_world(ctx: HandlerContext, op: ForkWorld) -> str:
+    return (await fork_world_row(ctx.scheduler.authority, op))["world_id"]
+
+
 async def _destroy_world(ctx: HandlerContext, op: DestroyWorld) -> int:
     result = await ctx.scheduler.authority.destroy(op.world_id)
     ctx.worlds.drop(op.world_id)
@@ -152,6 +163,7 @@ def world_family_specs() -> list[OperationSpec]:
             RemoveComponents, _direct(_remove_components), durable=_durable(RemoveComponents, _remove_components), **mutation
         ),
         OperationSpec(CreateWorld, _create_world, permission=Role.admin, untrusted=True, summarize=_summary),
+        OperationSpec(ForkWorld, _fork_world, permission=Role.admin, untrusted=True, world_key=_world_id, summarize=_summary),
         OperationSpec(DestroyWorld, _destroy_world, permission=Role.admin, untrusted=True, world_key=_world_id, summarize=_summary),
         OperationSpec(Step, _step, permission=Role.operator, untrusted=True, world_key=_world_id, summarize=_summary),
         OperationSpec(

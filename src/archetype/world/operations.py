@@ -317,6 +317,19 @@ class CreateWorld(Operation):
         return self
 
 
+class ForkWorld(Operation):
+    """A new world made of `world_id` as it was at `at_tick` (docs/ledger.md, "Forks"): its state
+    and component schemas, tick head `at_tick`, its tick mode, a ledger and clock of its own;
+    `with_open_commands` copies the commands scheduled after `at_tick` that were open at it."""
+
+    operation: Literal["fork_world"] = "fork_world"
+    world_id: WorldId = _world_id()
+    at_tick: int = Field(ge=-1, le=MAX_SAFE_INTEGER, strict=True)
+    fork_world_id: WorldId | None = Field(default=None, pattern=WORLD_ID_PATTERN)
+    name: str = Field(min_length=1, max_length=200)
+    with_open_commands: bool = False
+
+
 class DestroyWorld(Operation):
     operation: Literal["destroy_world"] = "destroy_world"
     world_id: WorldId = _world_id()

@@ -1,0 +1,86 @@
+"""CPU instructions per single admission, counted by callgrind: stable to a fraction of a percent
+run to run, where wall-clock figures on this machine move by tens of percent.
+
+    .venv/bin/python bench/admission_instructions.py [--counts 100 600] [--baseline-src /work/main/src]
+
+Each count runs in a process of its own under `valgrind --tool=callgrind` (one file per thread):
+a local authority at synchronous=NORMAL whose world already holds 1,000 commands, warmed by 50
+admissions, then `count` single `defer`s of a Spawn of one Position (bench/admission_bench.py's
+`Ours`). Instructions per admission are the difference of the two runs over the difference of
+their counts, so start-up and warm-up cancel: the event loop's thread (the caller's validation,
+the scheduler, the hand-over) and the catalog's writer thread (the ledger's transaction, SQLite).
+With `--baseline-src`, the same with that tree's `src` first on PYTHONPATH (this script and the
+bench helpers stay this tree's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+WARM_UP = 50
+
+
+async def admit(count: int, directory: Path) -> None:
+    from admission_bench import Ours
+
+    ours = await Ours.open(directory, "NORMAL", WARM_UP + count)
+    try:
+        for i in range(WARM_UP + count):
+            await ours.put(i)
+    finally:
+        await ours.rt.close()
+
+
+def instructions(count: int, src: Path | None) -> dict[str, int]:
+    """Instructions of a run of `count` admissions under callgrind, by thread (1: the event loop's)."""
+    with tempfile.TemporaryDirectory(prefix="archetype-callgrind-") as tmp:
+        out = Path(tmp) / "callgrind.out"
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(src) if src else "", str(BENCH)])))
+        subprocess.run(["valgrind", "--tool=callgrind", "--separate-threads=yes", f"--callgrind-out-file={out}",
+                        sys.executable, __file__, "--run", str(count), "--directory", tmp],
+                       check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        totals = {}
+        for path in Path(tmp).glob("callgrind.out-*"):
+            thread = path.name.rsplit("-", 1)[1]
+            match = re.search(r"^(?:summary|totals): (\d+)", path.read_text(errors="replace"), re.MULTILINE)
+            totals[thread] = int(match.group(1)) if match else 0
+        return totals
+
+
+def per_admission(counts: tuple[int, int], src: Path | None) -> tuple[float, float]:
+    """(event loop thread, every other thread) instructions per admission."""
+    small, large = (instructions(count, src) for count in counts)
+    span = counts[1] - counts[0]
+    loop = (large.get("01", 0) - small.get("01", 0)) / span
+    others = (sum(large.values()) - large.get("01", 0) - sum(small.values()) + small.get("01", 0)) / span
+    return loop, others
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--counts", type=int, nargs=2, default=(100, 600))
+    parser.add_argument("--baseline-src", type=Path)
+    parser.add_argument("--run", type=int, help=argparse.SUPPRESS)  # the child under callgrind
+    parser.add_argument("--directory", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.run is not None:
+        asyncio.run(admit(args.run, args.directory / "catalog"))
+        return
+    trees = [("this tree", None)] + ([(f"baseline ({args.baseline_src})", args.baseline_src)] if args.baseline_src else [])
+    print(f"instructions per single admission (defer, NORMAL), callgrind, runs of {args.counts[0]} and {args.counts[1]}")
+    print(f"  {'tree':<40} {'event loop':>12} {'writer (ledger)':>16} {'total':>10}")
+    for name, src in trees:
+        loop, others = per_admission(tuple(args.counts), src)
+        print(f"  {name:<40} {loop:12,.0f} {others:16,.0f} {loop + others:10,.0f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,53 @@
+"""`POST /worlds/{id}:fork` on `archetype serve`'s app (a local catalog) and the Worker's (Durable
+Objects on the stand-in, which refuse a fork until it is built there): admin only, the fork's row
+as the answer, an identical retry answered the same, bad input a typed 4xx that changes nothing."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.api import test_reads
+from tests.api.conftest import ADMIN, OPERATOR, VIEWER
+
+edge, world = test_reads.edge, test_reads.world  # the fixtures: both apps, a world of 30 entities
+
+
+def fork_body(tick, **fields):
+    return {"at_tick": tick, "world_id": "w1-fork", "name": "what if", **fields}
+
+
+async def test_a_fork_answers_the_new_world(edge, world):
+    authority, client, stored = edge
+    worker = "DurableObject" in type(authority).__name__
+    answer = await client.post("/worlds/w1:fork", json=fork_body(world.tick), headers=ADMIN)
+    if worker:
+        assert (answer.status_code, answer.json()["code"]) == (403, "operation_unavailable")
+        return
+    assert answer.status_code == 201, answer.text
+    assert (answer.json()["world_id"], answer.json()["name"], answer.json()["tick_head"]) == ("w1-fork", "what if", world.tick)
+    again = await client.post("/worlds/w1:fork", json=fork_body(world.tick), headers=ADMIN)
+    assert (again.status_code, again.json()) == (201, answer.json())
+    source = (await client.get("/worlds/w1/state", headers=VIEWER)).json()["entities"]
+    forked = (await client.get("/worlds/w1-fork/state", headers=VIEWER)).json()["entities"]
+    assert forked == source and forked
+
+
+@pytest.mark.parametrize("body, headers, status, code", [
+    (fork_body(0), OPERATOR, 403, "permission_denied"),
+    (fork_body(5), ADMIN, 404, "tick_not_retained"),
+    (fork_body(-2), ADMIN, 422, "invalid_request"),
+    (fork_body(0, world_id="bad id"), ADMIN, 422, "invalid_request"),
+    (fork_body(0, name=""), ADMIN, 422, "invalid_request"),
+    (fork_body(0, color="red"), ADMIN, 422, "invalid_request"),
+    ({"world_id": "w1-fork", "name": "x"}, ADMIN, 422, "invalid_request"),
+])  # fmt: skip
+async def test_a_bad_fork_is_a_typed_error_and_changes_nothing(edge, world, body, headers, status, code):
+    authority, client, stored = edge
+    if "DurableObject" in type(authority).__name__ and status == 404:
+        status, code = 403, "operation_unavailable"
+    before = await stored()
+    answer = await client.post("/worlds/w1:fork", json=body, headers=headers)
+    assert (answer.status_code, answer.json()["code"]) == (status, code)
+    assert await stored() == before
+    assert (await client.post("/worlds/ghost:fork", json=fork_body(0), headers=ADMIN)).json()["code"] in (
+        "world_not_found", "operation_unavailable")

@@ -1,0 +1,142 @@
+"""Forks (docs/ledger.md, "Forks") on every authority that has them: a fork of a world at tick T,
+then the same commands as the source, publishes the same manifests, outbox events and state as
+the source from T on (the same bytes, but for what names the world: its id, in error texts too, the
+commit token that digests it, its writer epoch, and the events' numbers, which in the fork follow
+its copies' admissions); the source is untouched; a `world_forked` event on both names the
+other. The Durable Object refuses a fork, typed, until its copy between objects exists."""
+
+import json
+
+import pytest
+
+from archetype.commands import OperationUnavailableError, TickNotRetainedError
+from archetype.commands.errors import WorldExistsError
+from archetype.world import Despawn, ForkWorld, Spawn, Update
+from tests.component_modules.alpha import Health, Position
+from tests.conformance.helpers import at, outbox
+
+EDGE = ("durable_object", "durable_object_workerd", "worker_http", "worker_workerd")
+
+
+@pytest.fixture
+def forking(request, authority):
+    """Whether the authority forks; on the Durable Object ones a fork must be refused with its code."""
+    return request.node.callspec.params["authority"] not in EDGE
+
+
+def commands(world_id: str, first_tick: int, ids: list[int]) -> list[tuple]:
+    """The same round for any world: spawns, updates, a despawn and a rejection, over four ticks."""
+    return [
+        (Spawn(world_id=world_id, components=[Health(hp=70), Position(x=0.5, y=-0.0)]), at(first_tick), "s1"),
+        (Update(world_id=world_id, entity_id=ids[0], components=[Health(hp=-1)]), at(first_tick + 1), "u1"),
+        (Despawn(world_id=world_id, entity_id=ids[1]), at(first_tick + 1, priority=-1), "d1"),
+        (Despawn(world_id=world_id, entity_id=10**9), at(first_tick + 2), "missing"),
+        (Spawn(world_id=world_id, components=[Health(hp=71)]), at(first_tick + 3), "s2"),
+    ]
+
+
+async def source_world(rt, world_id):
+    world = await rt.worlds.get(world_id)
+    await world.ensure_entity_ids(8)
+    async with world.lock:
+        ids = world.atomically(lambda: [world.spawn([Health(hp=i), Position(x=float(i), y=1.0)]) for i in range(6)])
+    for tick in range(3):
+        await rt.dispatcher.defer(Update(world_id=world_id, entity_id=ids[tick], components=[Health(hp=100 + tick)]),
+                                  at(tick), command_id=f"before-{tick}")  # fmt: skip
+        await world.step()
+    # scheduled after the fork's tick, open at it: copied by a fork with its open commands
+    await rt.dispatcher.defer(Update(world_id=world_id, entity_id=ids[5], components=[Health(hp=55)]), at(4), command_id="later")
+    return world, ids
+
+
+def comparable_manifest(manifest):
+    """A manifest as text, the world's id (in error texts too) written `<world>`; without the commit
+    token (which digests the world's id) and the writer epoch (the runners that wrote each)."""
+    kept = {k: v for k, v in manifest.items() if k not in ("commit_token", "writer_epoch")}
+    return json.dumps(kept, sort_keys=True).replace(manifest["world_id"], "<world>")
+
+
+def comparable_event(event):
+    """An event as text, the world's id written `<world>`, without its number (a fork's events
+    number after its copies' admissions)."""
+    kept = {k: v for k, v in event.items() if k not in ("event_seq", "event_id")}
+    return json.dumps(kept, sort_keys=True).replace(event["world_id"], "<world>")
+
+
+async def read_at(authority, world_id, tick):
+    page = await authority.read_state(world_id=world_id, tick=tick, limit=10_000)
+    assert page["next_after"] is None
+    return page["sections"]
+
+
+async def test_a_fork_then_the_same_commands_publishes_what_the_source_does(rt, make_runtime, world_id, authority,
+                                                                            forking):  # fmt: skip
+    world, ids = await source_world(rt, world_id)
+    fork_at = world.tick
+    fork = ForkWorld(world_id=world_id, at_tick=fork_at, fork_world_id="w-fork", name="fork", with_open_commands=True)
+    if not forking:
+        with pytest.raises(OperationUnavailableError):
+            await rt.dispatcher.apply(fork)
+        return
+    before = await authority.world_info(world_id=world_id), await outbox(authority, world_id)
+    assert await rt.dispatcher.apply(fork) == "w-fork"
+    assert await rt.dispatcher.apply(fork) == "w-fork"  # the same fork again
+    info = await authority.world_info(world_id="w-fork")
+    assert (info["tick_head"], info["tick_mode"], info["writer_epoch"]) == (fork_at, "lockstep", 0)
+    assert info["next_sequence"] == before[0]["next_sequence"] and info["next_entity_id"] == before[0]["next_entity_id"]
+    # the source is untouched but for its world_forked event
+    events = await outbox(authority, world_id)
+    assert events[:-1] == before[1] and await authority.world_info(world_id=world_id) == {
+        **before[0], "next_event_seq": before[0]["next_event_seq"] + 1}
+    forked, = [e for e in await outbox(authority, "w-fork") if e["event_type"] == "world_forked"]
+    assert forked["command_id"] == events[-1]["command_id"] == "world-fork/w-fork"
+    assert {k: v for k, v in forked.items() if k not in ("world_id", "event_id")} == {
+        k: v for k, v in events[-1].items() if k not in ("world_id", "event_id")}
+    assert await read_at(authority, "w-fork", fork_at) == await read_at(authority, world_id, fork_at)
+    copy = await authority.command(world_id="w-fork", command_id="later")
+    original = await authority.command(world_id=world_id, command_id="later")
+    assert (copy["sequence"], copy["status"]) == (original["sequence"], "PENDING")
+    assert copy["payload"] == original["payload"].replace(f'"world_id":"{world_id}"', '"world_id":"w-fork"')
+    assert copy["digest"] != original["digest"]  # its identity is the fork's
+    assert await authority.command(world_id="w-fork", command_id="before-2") is None  # settled by the fork's tick
+
+    # both worlds, each loaded afresh, run the same commands
+    fresh = make_runtime("runner-b")
+    for each in (world_id, "w-fork"):
+        for op, options, command_id in commands(each, fork_at + 1, ids):
+            await fresh.dispatcher.defer(op, options, command_id=command_id)
+        runner = await fresh.worlds.get(each)
+        for _ in range(5):
+            await runner.step()
+    head = (await authority.world_info(world_id=world_id))["tick_head"]
+    assert head == fork_at + 5 == (await authority.world_info(world_id="w-fork"))["tick_head"]
+    source_manifests = [m for m in await authority.manifests(world_id=world_id, limit=100) if m["tick"] > fork_at]
+    fork_manifests = await authority.manifests(world_id="w-fork", limit=100)
+    assert [comparable_manifest(m) for m in fork_manifests] == [comparable_manifest(m) for m in source_manifests]
+    assert sum(len(m["settlements"]) for m in fork_manifests) == 6  # the copied command and the round
+    after_fork = [comparable_event(e) for e in await outbox(authority, world_id) if e["event_seq"] > forked["event_seq"]]
+    fork_events = [comparable_event(e) for e in await outbox(authority, "w-fork") if e["event_seq"] > forked["event_seq"]]
+    assert fork_events[:1] and '"command_id": "later"' in fork_events[0]  # the copy's admission
+    assert fork_events[1:] == after_fork
+    for tick in range(fork_at, head + 1):
+        assert await read_at(authority, "w-fork", tick) == await read_at(authority, world_id, tick), tick
+    assert (await authority.load_state(world_id="w-fork"))["entities"] == (await authority.load_state(world_id=world_id))["entities"]
+
+
+async def test_a_fork_at_a_past_tick_holds_the_state_of_that_tick(rt, world_id, authority, forking):
+    world, _ = await source_world(rt, world_id)
+    if not forking:
+        return
+    past = world.tick - 1
+    await rt.dispatcher.apply(ForkWorld(world_id=world_id, at_tick=past, fork_world_id="w-past", name="past"))
+    assert await read_at(authority, "w-past", past) == await read_at(authority, world_id, past)
+    assert await read_at(authority, "w-past", past) != await read_at(authority, world_id, world.tick)
+    with pytest.raises(TickNotRetainedError):  # the fork's own history starts at its tick
+        await authority.read_state(world_id="w-past", tick=past - 1)
+    assert [c["name"] for c in (await authority.components(world_id="w-past"))["components"]] == [
+        c["name"] for c in (await authority.components(world_id=world_id))["components"]]
+    assert await authority.history(world_id="w-past") == []  # without its open commands: none
+    with pytest.raises(WorldExistsError):  # another fork under that id
+        await rt.dispatcher.apply(ForkWorld(world_id=world_id, at_tick=past - 1, fork_world_id="w-past", name="past"))
+    with pytest.raises(TickNotRetainedError):
+        await rt.dispatcher.apply(ForkWorld(world_id=world_id, at_tick=world.tick + 1, fork_world_id="w-late", name="late"))
