@@ -136,7 +136,7 @@ class Authority(ABC):
 
     async def read_state(self, world_id: str, after_entity_id: Position = 0, limit: PageLimit = 1_000,
                          component_types: list[str] | None = None, entity_ids: list[EntityId] | None = None,
-                         tick: Tick | None = None) -> StateRead:  # fmt: skip
+                         tick: TickPosition | None = None) -> StateRead:  # fmt: skip
         return await self.rpc("read_state", {
             "world_id": world_id, "after_entity_id": after_entity_id, "limit": limit, "component_types": component_types,
             "entity_ids": entity_ids, "tick": tick,

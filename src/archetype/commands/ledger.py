@@ -572,7 +572,7 @@ class Ledger:
 
     def read_state(self, world_id: str, after_entity_id: Position = 0, limit: PageLimit = 1_000,
                    component_types: list[str] | None = None, entity_ids: list[EntityId] | None = None,
-                   tick: Tick | None = None) -> StateRead:  # fmt: skip
+                   tick: TickPosition | None = None) -> StateRead:  # fmt: skip
         """A page of the published state for a reader (docs/storage.md, "Reading state"), at the
         tick head or, given `tick`, as the world published it at that tick (any tick of its
         retention window: "State at a tick"; `TickNotRetainedError` outside it): the
