@@ -25,6 +25,7 @@ import math
 import re
 import sys
 import threading
+import unicodedata
 from itertools import accumulate
 from typing import Any
 
@@ -72,6 +73,30 @@ def path_step(step: str | int) -> str:
     if step.isascii() and step.isidentifier():
         return f".{step}"
     return f"[{json.dumps(step, ensure_ascii=True)}]"
+
+
+# Unicode categories a name may not hold (docs/errors.md, "Printable text"): controls (Cc),
+# format characters (Cf: the byte order mark, bidirectional controls, zero-width characters),
+# surrogates (Cs), private use (Co), line and paragraph separators (Zl, Zp). Unassigned code points
+# are not refused: which ones are unassigned depends on the interpreter's Unicode version, and
+# every authority (CPython, Pyodide) must give the same answer.
+_UNPRINTABLE = frozenset({"Cc", "Cf", "Cs", "Co", "Zl", "Zp"})
+
+
+def printable_text(text: str) -> str:
+    """`text` when it is printable text: no character of `_UNPRINTABLE`'s categories, and no
+    whitespace at either end. Otherwise a ValueError naming the first offending character by its
+    code point (never the character itself: a bidi control would reorder the message)."""
+    if text.isascii() and all(" " <= c <= "~" for c in text) and text == text.strip():
+        return text
+    for index, char in enumerate(text):
+        category = unicodedata.category(char)
+        if category in _UNPRINTABLE:
+            name = unicodedata.name(char, "no name")
+            raise ValueError(f"U+{ord(char):04X} ({name}, category {category}) at index {index} is not printable text")
+    if text != text.strip():
+        raise ValueError("printable text neither starts nor ends with whitespace")
+    return text
 
 
 def _check_string(value: str) -> None:

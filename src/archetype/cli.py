@@ -170,7 +170,7 @@ def submit(settings: ClientSettings, world_id: str, command: str, idempotency_ke
 @click.option("--status", type=click.Choice(STATUSES), default=None, help="Only commands in this status.")
 @JSON
 def history(settings: ClientSettings, world_id: str, status: str | None, as_json: bool) -> None:
-    """Print a world's command ledger in admission order (your own commands; an operator's: everyone's)."""
+    """Print a world's command ledger in admission order (your own commands; an analyst's: everyone's)."""
     from archetype.client_cli import history as run
 
     run(settings, world_id, status, as_json)
@@ -332,7 +332,8 @@ def command() -> None:
 @client_options
 @click.argument("world_id")
 @click.argument("command_id")
-@click.option("--principal", default=None, help="Another principal's command (operators).")
+@click.option("--principal", default=None,
+              help="Another principal's command (analysts, operators, admins; without it: yours, else the one principal's that has it).")
 @JSON
 def command_show(settings: ClientSettings, world_id: str, command_id: str, principal: str | None, as_json: bool) -> None:
     """A command's record and its outbox trail (the audit projection's events for it)."""

@@ -462,7 +462,7 @@ class Client:
 
     def history(self, world_id: str, *, status: CommandStatus | str | None = None,
                 principal: str | None = None) -> list[CommandView]:  # fmt: skip
-        """The commands you may read in admission order (yours; an operator's: everyone's)."""
+        """The commands you may read in admission order (yours; an analyst's, operator's or admin's: everyone's)."""
         return self._run(self._calls.history(world_id, status, principal))
 
     def dead_letters(self, world_id: str) -> list[CommandView]:

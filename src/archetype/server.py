@@ -38,8 +38,10 @@ import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from archetype.api import create_app
+from archetype.api.app import HttpApp
 from archetype.api.auth import TOKENS_ENV, TokenTable, TokenTableError
 from archetype.audit import AuditLog
+from archetype.commands.authority import Authority
 from archetype.commands.clock import TickClock
 from archetype.commands.errors import (
     LeaseLostError,
@@ -383,7 +385,11 @@ def listen(host: str, port: int) -> socket.socket:
     except OSError as exc:
         sock.close()
         raise ConfigurationError(f"cannot listen on {host}:{port}: {exc.strerror}; stop what uses it, or pick another --port") from None
-    sock.set_inheritable(True)
+    # Never inheritable (close-on-exec, Python's default for sockets): a child process holding it
+    # (the stepping process, its audit writer) would keep the port bound after serve alone died.
+    # uvloop's subprocess_exec ignores close_fds (every inheritable descriptor goes to the child), so
+    # close-on-exec is the one guard.
+    sock.set_inheritable(False)
     return sock
 
 
@@ -769,6 +775,16 @@ async def singleton_duties(runners: Runners, stop: asyncio.Event, every_s: float
             await asyncio.wait_for(stop.wait(), timeout=every_s)
 
 
+def serve_app(config: ServeSettings, authority: Authority, tokens: TokenTable, metrics: Metrics, audit: Any) -> HttpApp:
+    """The HTTP app `archetype serve` answers with: the shared app, with /docs, the dashboard and /metrics."""
+    app = create_app(authority, tokens=tokens, quota=config.quota, audit=audit, body_timeout_s=config.body_timeout,
+                     telemetry=config.telemetry)  # fmt: skip
+    mount_docs(app)
+    mount_dashboard(app)
+    mount_metrics(app, metrics, log_requests=config.log_format == "json")
+    return app
+
+
 async def _serve(config: ServeSettings, runners: Runners, tokens: TokenTable, sock: socket.socket) -> None:
     """The HTTP process: the API over the catalog, with no world in memory; a stepping process
     (archetype.stepper) steps the worlds, so that a busy tick never delays an answer."""
@@ -776,11 +792,7 @@ async def _serve(config: ServeSettings, runners: Runners, tokens: TokenTable, so
     catalog = open_local_authority(config.data, synchronous=config.synchronous)
     authority = ObservedAuthority(catalog, metrics)
     audit = AuditLog.open_local(config.data, authority)  # GetAuditHistory reads it; the stepping process projects
-    app = create_app(authority, tokens=tokens, quota=config.quota, audit=audit, body_timeout_s=config.body_timeout,
-                     telemetry=config.telemetry)  # fmt: skip
-    mount_docs(app)
-    mount_dashboard(app)
-    mount_metrics(app, metrics, log_requests=config.log_format == "json")
+    app = serve_app(config, authority, tokens, metrics, audit)
     stepper = Stepper(config, runners.handle)
     metrics.relay(stepper.latest_metrics)
     # JSON logs: uvicorn's loggers propagate to our formatter, and our access line replaces its own

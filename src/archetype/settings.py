@@ -27,6 +27,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from archetype.api import DEFAULT_QUOTA
 from archetype.api.limits import DEFAULT_BODY_TIMEOUT_S
+from archetype.canonical import MAX_SAFE_INTEGER
 from archetype.commands.ledger import DEFAULT_IDEMPOTENCY_WINDOW_MS, DEFAULT_KEEP_TICKS
 
 CONFIG_ENV = "ARCHETYPE_CONFIG"
@@ -100,11 +101,11 @@ class ServeSettings(_Settings):
     port: int = Field(default=8787, ge=0, le=65535)
     tokens_file: Path | None = None
     tick_rate: float = Field(default=10.0, ge=0.1, le=1000)
-    quota: int = Field(default=DEFAULT_QUOTA, ge=1)
+    quota: int = Field(default=DEFAULT_QUOTA, ge=1, le=MAX_SAFE_INTEGER)
     modules: tuple[str, ...] = ()
     synchronous: Literal["FULL", "NORMAL"] = "FULL"
     runner_id: str | None = None
-    world_lease: float = Field(default=10.0, ge=0.5, le=3600)  # seconds a runner's world lease lasts unrenewed
+    world_lease: float = Field(default=10.0, ge=0.5, le=60)  # seconds a runner's world lease lasts unrenewed (the ledger's bound)
     hang_timeout: float = Field(default=10.0, ge=2, le=3600)  # seconds of silence after which the stepping process is hung
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "warning"
     log_format: Literal["text", "json"] = "text"
@@ -112,8 +113,8 @@ class ServeSettings(_Settings):
     metrics_worlds: int = Field(default=50, ge=0, le=10_000)
     telemetry: bool = False  # FastAPI's OpenTelemetry hooks on every request (archetype.api.create_app)
     # retention (docs/ledger.md, "Retention")
-    keep_ticks: int = Field(default=DEFAULT_KEEP_TICKS, ge=1)
-    idempotency_window: float = Field(default=DEFAULT_IDEMPOTENCY_WINDOW_MS / 1000, ge=0)  # seconds
+    keep_ticks: int = Field(default=DEFAULT_KEEP_TICKS, ge=1, le=MAX_SAFE_INTEGER)
+    idempotency_window: float = Field(default=DEFAULT_IDEMPOTENCY_WINDOW_MS / 1000, ge=0, le=MAX_SAFE_INTEGER // 1000)  # seconds
     prune_interval: float = Field(default=60.0, gt=0, le=86_400)  # seconds
 
 
@@ -127,6 +128,6 @@ class RunnerSettings(_Settings):
     runner_id: str | None = None
     modules: tuple[str, ...] = ()
     tick_rate: float = Field(default=10.0, ge=0.1, le=1000)
-    world_lease: float = Field(default=10.0, ge=0.5, le=3600)  # seconds its world leases and registration last unrenewed
+    world_lease: float = Field(default=10.0, ge=0.5, le=60)  # seconds its world leases and registration last unrenewed
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "warning"
     log_format: Literal["text", "json"] = "text"

@@ -1,12 +1,22 @@
 from __future__ import annotations
 
+import json
 import sqlite3
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
 from archetype.api import create_app
+from archetype.commands.authority import Authority
+from archetype.commands.port import ManualClock
+from durable_world import DurableObjectAuthority
 from local_catalog import CATALOG_FILE, open_local_authority
+from tests.support.durable_object_standin import world_namespace
+from worker.entry import build_app
 
 TOKENS = {
     "t-admin": {"principal": "root", "roles": ["admin"]},
@@ -15,6 +25,8 @@ TOKENS = {
     "t-player2": {"principal": "quinn", "roles": ["player"]},
     "t-viewer": {"principal": "vic", "roles": ["viewer"]},
     "t-nobody": {"principal": "nobody", "roles": []},
+    "t-analyst": {"principal": "ana", "roles": ["analyst"]},
+    "t-projector": {"principal": "iceberg", "roles": ["projector"]},
 }
 QUOTA = 5
 MAX_BODY = 64 * 1024
@@ -24,7 +36,28 @@ def auth(token: str, **headers: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}", **headers}
 
 
-ADMIN, OPERATOR, PLAYER, PLAYER2, VIEWER, NOBODY = (auth(t) for t in TOKENS)
+ADMIN, OPERATOR, PLAYER, PLAYER2, VIEWER, NOBODY, ANALYST, PROJECTOR = (auth(t) for t in TOKENS)
+
+
+@asynccontextmanager
+async def edge_app(kind: str, directory: Path, clock: ManualClock, local_app: Callable[[Authority], Any] | None = None,
+                   tokens: dict[str, Any] = TOKENS) -> AsyncIterator[tuple[Authority, Any]]:  # fmt: skip
+    """(authority, app) of one edge over a fresh store: the Worker's app with `tokens` over Durable
+    Objects on the stand-in (`kind` "worker", in `directory/objects`), else `local_app` (default:
+    the shared app with `tokens`) over a local catalog in `directory/data`. Closed on exit."""
+    if kind == "worker":
+        namespace = world_namespace(directory / "objects", clock)
+        namespace.env.ARCHETYPE_TOKENS = json.dumps(tokens)
+        try:
+            yield DurableObjectAuthority(namespace), build_app(namespace.env)
+        finally:
+            namespace.close()
+        return
+    authority = open_local_authority(directory / "data", clock=clock)
+    try:
+        yield authority, (local_app or (lambda local: create_app(local, tokens=tokens)))(authority)
+    finally:
+        await authority.close()
 
 
 @pytest.fixture

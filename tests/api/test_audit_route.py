@@ -5,7 +5,7 @@ import pytest
 
 from archetype.api import create_app
 from archetype.audit import AuditLog
-from tests.api.conftest import ADMIN, NOBODY, OPERATOR, PLAYER, TOKENS, VIEWER
+from tests.api.conftest import ADMIN, ANALYST, NOBODY, OPERATOR, PLAYER, TOKENS, VIEWER
 
 
 @pytest.fixture
@@ -35,6 +35,7 @@ async def test_the_audit_route_reads_the_projection_with_its_filters(audited):
     assert (denied.status_code, denied.json()["code"]) == (403, "permission_denied")
     page = (await client.get("/worlds/w1/audit", headers=PLAYER)).json()
     assert page == (await client.get("/worlds/w1/audit", params={"principal": "pat"}, headers=OPERATOR)).json()
+    assert page == (await client.get("/worlds/w1/audit", headers=ANALYST)).json()  # every principal's: pat's
     assert [(e["command_id"], e["event_type"], e["principal"]) for e in page["events"]] == [
         ("c0", "admitted", "pat"), ("c1", "admitted", "pat"), ("c2", "admitted", "pat"),
     ]  # fmt: skip

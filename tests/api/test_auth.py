@@ -19,7 +19,8 @@ GUARDED = [
     ("POST", "/worlds/{w}/commands:batch", {"commands": [DESPAWN]}, VIEWER),
     ("GET", "/worlds/{w}/commands/c1", None, NOBODY),
     ("GET", "/worlds/{w}/commands", None, NOBODY),
-    ("POST", "/worlds/{w}/ledger/world_info", {}, PLAYER),
+    ("POST", "/worlds/{w}/ledger/history", {}, PLAYER),
+    ("POST", "/worlds/{w}/ledger/acknowledge_outbox", {"up_to_seq": 0}, ADMIN),
     ("POST", "/worlds/{w}/ledger/admit", {"commands": []}, auth("t-operator")),
 ]
 
@@ -66,8 +67,9 @@ def test_token_table_from_json():
     [
         ('{"t": {"roles": ["admin"]}}', "entry 1 principal: Field required"),
         ('{"t": {"principal": "a", "roles": "admin"}}', "entry 1 roles: Input should be a valid list"),
-        ('{"t": {"principal": "a", "roles": ["god"]}}', "entry 1 roles[0]: Input should be 'viewer', 'player', 'operator' or 'admin'"),
+        ('{"t": {"principal": "a", "roles": ["god"]}}', "entry 1 roles[0]: Input should be 'viewer', 'player', 'analyst'"),
         ('{"t": {"principal": "a", "role": ["admin"]}}', "entry 1 role: Extra inputs are not permitted"),
+        ('{"t": {"principal": "a\\u202eb", "roles": []}}', "entry 1 principal: Value error, U+202E (RIGHT-TO-LEFT OVERRIDE"),
         ('{"ok": {"principal": "a"}, "s3cret": 5}', "entry 2: Input should be a valid dictionary"),
         ('{"two words": {"principal": "a"}}', "entry 1's token: String should match pattern"),
         ('["t"]', "a JSON object"),

@@ -100,7 +100,7 @@ async def test_oversized_bodies_are_refused_before_parsing(client, world, snapsh
         ("/worlds/{w}/ledger/lease", {}, 422, "invalid_request"),
         ("/worlds/{w}/ledger/lease", {"owner": "o", "writer_epoch": "1", "tick": 0, "limit": 1, "lease_ms": 1}, 422, "invalid_request"),
         ("/worlds/{w}/ledger/reserve_entity_ids", {"count": 2**62}, 422, "invalid_request"),
-        ("/worlds/{w}/ledger/reserve_entity_ids", {"count": 0}, 422, "invalid_command"),
+        ("/worlds/{w}/ledger/reserve_entity_ids", {"count": 0}, 422, "invalid_request"),
         ("/worlds/{w}/ledger/world_info", {"world_id": "other"}, 422, "invalid_request"),
         ("/worlds/{w}/ledger/list_worlds", {}, 422, "invalid_request"),
         ("/ledger/world_info", {}, 422, "invalid_request"),
@@ -132,12 +132,16 @@ async def test_bad_tick_settings_are_refused_and_create_nothing(client, snapshot
     assert (await client.get("/worlds/bad", headers=ADMIN)).json()["code"] == "world_not_found"
 
 
-@pytest.mark.parametrize("settings", [{"tick_mode": "sometimes"}, {"tick_mode": "realtime", "tick_interval_ms": 0},
-                                      {"tick_interval_ms": -1}])  # fmt: skip
-async def test_the_runner_protocol_refuses_bad_tick_settings_too(client, snapshot, settings):
+@pytest.mark.parametrize("settings,code", [
+    ({"tick_mode": "sometimes"}, "invalid_command"),
+    ({"tick_mode": "realtime", "tick_interval_ms": 0}, "invalid_command"),
+    ({"tick_interval_ms": -1}, "invalid_request"),  # out of the argument's bounds: refused before the ledger
+    ({"tick_interval_ms": 86_400_001}, "invalid_request"),
+])  # fmt: skip
+async def test_the_runner_protocol_refuses_bad_tick_settings_too(client, snapshot, settings, code):
     before = snapshot()
     response = await client.post("/worlds/bad/ledger/create_world", json={"name": "bad", **settings}, headers=ADMIN)
-    assert (response.status_code, response.json()["code"]) == (422, "invalid_command"), response.text
+    assert (response.status_code, response.json()["code"]) == (422, code), response.text
     assert snapshot() == before
 
 

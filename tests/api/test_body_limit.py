@@ -32,7 +32,7 @@ async def late_request(also_cancelled: bool) -> tuple[asyncio.Task[None], list[d
         sent.append(message)
 
     task = asyncio.create_task(BodyLimit(route, body_timeout_s=TIMEOUT_S)(dict(SCOPE), receive, send))
-    await asyncio.wait([task], timeout=5)
+    await asyncio.wait([task], timeout=60)  # returns once the task is done: generous for a busy machine
     return task, sent
 
 

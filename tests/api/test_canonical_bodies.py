@@ -15,11 +15,9 @@ from hypothesis import strategies as st
 from archetype.api import create_app
 from archetype.canonical import canonical_json
 from local_catalog import open_local_authority
-from tests.api.conftest import ADMIN, PLAYER, TOKENS, VIEWER
+from tests.api.conftest import ADMIN, PLAYER, PROJECTOR, TOKENS, VIEWER, edge_app
 from tests.component_modules.alpha import Position
 from tests.component_modules.coercing import Counter, Label, Loose
-from tests.support.durable_object_standin import world_namespace
-from worker.entry import build_app
 
 WORLD = "w1"
 POSITION = Position.component_fingerprint()
@@ -27,29 +25,17 @@ POSITION = Position.component_fingerprint()
 
 @pytest.fixture(params=["local", "worker"])
 async def edge(request, tmp_path, clock):
-    if request.param == "local":
-        authority = open_local_authority(tmp_path / "data", clock=clock)
-        app = create_app(authority, tokens=TOKENS)
-        close = authority.close
-    else:
-        namespace = world_namespace(tmp_path / "objects", clock)
-        namespace.env.ARCHETYPE_TOKENS = json.dumps(TOKENS)
-        app = build_app(namespace.env)
-
-        async def close():
-            namespace.close()
-
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://edge") as client:
-        created = await client.post("/worlds", json={"name": "arena", "world_id": WORLD}, headers=ADMIN)
-        assert created.status_code == 201, created.text
-        yield client
-    await close()
+    async with edge_app(request.param, tmp_path, clock) as (_, app):
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://edge") as client:
+            created = await client.post("/worlds", json={"name": "arena", "world_id": WORLD}, headers=ADMIN)
+            assert created.status_code == 201, created.text
+            yield client
 
 
 async def persisted(client) -> dict:
     """What the edge holds for the world: its commands, its outbox, its state."""
     history = await client.get(f"/worlds/{WORLD}/commands", headers=ADMIN)
-    outbox = await client.post(f"/worlds/{WORLD}/ledger/read_outbox", json={"limit": 1000}, headers=ADMIN)
+    outbox = await client.post(f"/worlds/{WORLD}/ledger/read_outbox", json={"limit": 1000}, headers=PROJECTOR)
     world = await client.get(f"/worlds/{WORLD}", headers=VIEWER)
     assert (history.status_code, outbox.status_code, world.status_code) == (200, 200, 200)
     return {"commands": history.json()["commands"], "outbox": outbox.json(), "world": world.json()}

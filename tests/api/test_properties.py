@@ -5,8 +5,12 @@ from the published OpenAPI schema; hypothesis fuzzes SubmitCommandRequest bodies
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
+import operator
 import os
+import types
+import typing
 
 import httpx
 import pytest
@@ -19,6 +23,7 @@ from starlette.testclient import TestClient
 from archetype.api import create_app
 from archetype.api.runner_protocol import ARGUMENTS, LEDGER_ROUTE_ROLES, WORLD_SCOPED
 from archetype.audit import AuditLog
+from archetype.commands import Role
 from archetype.commands.ledger_rows import (
     AdmissionRow,
     ComponentMigrationRow,
@@ -29,7 +34,7 @@ from archetype.commands.ledger_rows import (
 )
 from archetype.commands.scheduler import schema_row
 from local_catalog import open_local_authority
-from tests.api.conftest import ADMIN, PLAYER, TOKENS, persisted
+from tests.api.conftest import ADMIN, PLAYER, PROJECTOR, TOKENS, persisted
 from tests.component_modules.alpha import Position
 
 FIELDS = ["type", "tick", "priority", "max_attempts", "command_id", "entity_id", "components", "component_types", "extra"]
@@ -140,7 +145,20 @@ BY_ANNOTATION = {
 }  # fmt: skip
 
 
+def _unbounded(annotation):
+    """The annotation without its `Annotated[...]` bounds (`Quota | None` -> `int | None`), in lists too: the
+    fuzzing draws values beyond them on purpose."""
+    if typing.get_origin(annotation) is typing.Annotated:
+        return _unbounded(typing.get_args(annotation)[0])
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return functools.reduce(operator.or_, map(_unbounded, typing.get_args(annotation)))
+    if typing.get_origin(annotation) is list:  # `list[EntityId]` -> `list[int]`
+        return list[_unbounded(typing.get_args(annotation)[0])]  # type: ignore[misc]
+    return annotation
+
+
 def _argument(annotation) -> st.SearchStrategy:
+    annotation = _unbounded(annotation)
     spelled = annotation.__name__ if isinstance(annotation, type) and not hasattr(annotation, "__origin__") else str(annotation)
     spelled = spelled.replace("typing.", "").replace("archetype.commands.ledger_rows.", "")
     typed = BY_ANNOTATION[spelled]
@@ -164,5 +182,6 @@ def test_fuzzed_runner_protocol_calls(edge, call):
     _, client, snapshot = edge
     path, arguments = call
     before = snapshot()
-    response = client.post(path, json=arguments, headers=ADMIN)
+    outbox = LEDGER_ROUTE_ROLES[path.rsplit("/", 1)[1]] is Role.projector
+    response = client.post(path, json=arguments, headers=PROJECTOR if outbox else ADMIN)
     assert_refusal_is_clean(response.status_code, response.content, before, snapshot())

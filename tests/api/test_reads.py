@@ -6,47 +6,30 @@ answers each."""
 
 from __future__ import annotations
 
-import json
-
 import httpx
 import pytest
 
-from archetype.api import create_app
 from archetype.runtime import Runtime
 from archetype.world import ComponentValue, CreateWorld
 from archetype.world.columnar import column_values
 from archetype.world.components import type_key
-from durable_world import DurableObjectAuthority
-from local_catalog import open_local_authority
-from tests.api.conftest import NOBODY, PLAYER, TOKENS, VIEWER, auth, persisted
+from tests.api.conftest import NOBODY, PLAYER, VIEWER, auth, edge_app, persisted
 from tests.component_modules.alpha import Health, Position
-from tests.support.durable_object_standin import world_namespace
-from worker.entry import build_app
 
 
 @pytest.fixture(params=["local", "worker"])
 async def edge(request, tmp_path, clock):
     """(authority, the app's client, what the authority persisted) of `archetype serve`'s app over a
     local catalog, or of the Worker's over Durable Objects."""
-    if request.param == "local":
-        authority = open_local_authority(tmp_path / "data", clock=clock)
-        app, close = create_app(authority, tokens=TOKENS), authority.close
+    async with edge_app(request.param, tmp_path, clock) as (authority, app):
 
         async def stored():
-            return persisted(tmp_path / "data")
-    else:
-        namespace = world_namespace(tmp_path / "objects", clock)
-        namespace.env.ARCHETYPE_TOKENS = json.dumps(TOKENS)
-        authority, app = DurableObjectAuthority(namespace), build_app(namespace.env)
-
-        async def close():
-            namespace.close()
-
-        async def stored():
+            if request.param == "local":
+                return persisted(tmp_path / "data")
             return await authority.world_info("w1"), await authority.load_state("w1"), await authority.components("w1")
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://edge") as client:
-        yield authority, client, stored
-    await close()
+
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://edge") as client:
+            yield authority, client, stored
 
 
 @pytest.fixture

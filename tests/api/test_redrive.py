@@ -36,7 +36,9 @@ async def test_an_operator_redrives_a_players_dead_letter_once(client, world, au
     refused = [
         (await client.post(url, params={"principal": "pat"}, headers=PLAYER), 403, "permission_denied"),
         (await client.post(url, params={"principal": "pat"}, headers=VIEWER), 403, "permission_denied"),
-        (await client.post(url, headers=keyed), 404, "command_not_found"),  # the operator's own scope has none
+        # the operator's own scope has none; no principal's has `nobodys`
+        (await client.post(url, params={"principal": "runner"}, headers=keyed), 404, "command_not_found"),
+        (await client.post(f"/worlds/{world}/dead-letters/nobodys/redrive", headers=keyed), 404, "command_not_found"),
         (await client.post(f"/worlds/{world}/dead-letters/open/redrive", params={"principal": "pat"}, headers=OPERATOR),
          409, "not_dead_lettered"),  # fmt: skip
         (await client.post("/worlds/ghost/dead-letters/doomed/redrive", headers=OPERATOR), 404, "world_not_found"),

@@ -67,6 +67,7 @@ class LoopbackQueue:
         self.messages: dict[str, Stored] = {}
         self.dead_letters: list[Stored] = []
         self.acked: list[str] = []
+        self.skipped_s = 0.0  # time moved on by `advance`, on top of the monotonic clock
         self.pushes: list[Push] = []
         self.received: list[Any] = []  # every message body stored, in arrival order, kept after its ack
         self.push_delay_s = 0.0
@@ -155,9 +156,18 @@ class LoopbackQueue:
         with self._lock:
             return len(self.messages)
 
+    def advance(self, seconds: float) -> None:
+        """Move the queue's clock on (leases expire) without waiting: a test's timing then does not
+        depend on how fast a busy machine runs it."""
+        with self._lock:
+            self.skipped_s += seconds
+
+    def _now(self) -> float:
+        return time.monotonic() + self.skipped_s
+
     # -- the contract --
     def pull(self, batch_size: int, visibility_timeout_ms: int) -> dict[str, Any]:
-        now = time.monotonic()
+        now = self._now()
         out = []
         with self._lock:
             for message in list(self.messages.values()):
@@ -179,7 +189,7 @@ class LoopbackQueue:
             return {"messages": out, "message_backlog_count": len(self.messages)}
 
     def ack(self, acks: list[dict[str, Any]], retries: list[dict[str, Any]]) -> dict[str, Any]:
-        now = time.monotonic()
+        now = self._now()
         counts, warnings = {"ackCount": 0, "retryCount": 0}, []
         with self._lock:
             leased = {m.lease_id: m for m in self.messages.values() if m.lease_id and m.visible_at > now}

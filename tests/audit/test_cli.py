@@ -12,11 +12,11 @@ from archetype.commands.port import ManualClock
 from archetype.runtime import Runtime
 from tests.audit.conftest import populate
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = pytest.mark.timeout(600)  # ten CLI processes, each importing pyiceberg: minutes on a busy machine
 
 
 def archetype(*args: str) -> str:
-    done = subprocess.run([sys.executable, "-m", "archetype.cli", "audit", *args], capture_output=True, text=True, timeout=60)
+    done = subprocess.run([sys.executable, "-m", "archetype.cli", "audit", *args], capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr
     return done.stdout
 
@@ -50,7 +50,7 @@ async def test_project_then_query_from_the_command_line(tmp_path):
 def test_query_refuses_a_bad_range(tmp_path):
     (tmp_path / "data").mkdir()
     done = subprocess.run([sys.executable, "-m", "archetype.cli", "audit", "query", "--data", str(tmp_path / "data"), "w1",
-                           "--tick-from", "5", "--tick-to", "2"], capture_output=True, text=True, timeout=60)  # fmt: skip
+                           "--tick-from", "5", "--tick-to", "2"], capture_output=True, text=True, timeout=180)  # fmt: skip
     assert done.returncode == 2 and "tick_from 5 is after tick_to 2" in done.stderr
 
 

@@ -15,6 +15,9 @@ from tests.audit.queue_server import LoopbackQueue, consume_once
 from tests.audit.seaweed import BUCKET
 
 pytestmark = pytest.mark.timeout(180)
+# Longer than a consume takes on a busy machine (an Iceberg commit under load: seconds): leases
+# expire when the test moves the queue's clock on, never while it runs.
+VISIBILITY_MS = 60_000
 
 
 def event(world_id: str, seq: int, command_id: str = "c", tick: int = 0) -> dict:
@@ -63,7 +66,7 @@ async def test_an_unacknowledged_batch_is_redelivered_after_the_visibility_timeo
     for seq in range(1, 6):
         queue.send(event("w1", seq))
 
-    crashing = QueueProjector(client(queue), rest_table, visibility_timeout_ms=400)
+    crashing = QueueProjector(client(queue), rest_table, visibility_timeout_ms=VISIBILITY_MS)
 
     async def crash(*args, **kwargs):
         raise ConnectionError("consumer died after the commit, before acknowledging")
@@ -71,9 +74,9 @@ async def test_an_unacknowledged_batch_is_redelivered_after_the_visibility_timeo
     crashing.queue.ack = crash
     with pytest.raises(ConnectionError):
         await crashing.consume_once()
-    survivor = QueueProjector(client(queue), rest_table, visibility_timeout_ms=400)
+    survivor = QueueProjector(client(queue), rest_table, visibility_timeout_ms=VISIBILITY_MS)
     assert await survivor.consume_once() == 0  # still leased: nothing visible
-    await asyncio.sleep(0.6)
+    queue.advance(VISIBILITY_MS / 1000)  # the crashed consumer's leases expire
     assert await survivor.consume_once() == 5  # redelivered with new leases, appended again, acknowledged
     assert {m.attempts for m in queue.messages.values()} == set() and queue.pending() == 0
     assert rest_table.scan().num_rows == 10  # the table holds the redelivered copies ...
@@ -131,12 +134,11 @@ async def test_run_forever_drains_the_queue_until_stopped(queue, tmp_path):
     task = asyncio.create_task(projector.run_forever(stop, interval=0.05))
     for seq in range(1, 4):
         queue.send(event("w1", seq))
-    for _ in range(100):
-        if not queue.pending():
-            break
+    deadline = asyncio.get_running_loop().time() + 60  # generous: commits are slow on a busy machine
+    while queue.pending() and asyncio.get_running_loop().time() < deadline:
         await asyncio.sleep(0.05)
     stop.set()
-    await asyncio.wait_for(task, timeout=10)
+    await asyncio.wait_for(task, timeout=60)
     assert seqs(table, "w1") == [1, 2, 3]
     await projector.queue.close()
 

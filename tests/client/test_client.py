@@ -106,9 +106,10 @@ def test_a_retry_after_is_waited_instead_of_the_backoff(proxy):
     limited = canned(429, json.dumps({"code": "rate_limited", "message": "slow down"}), Retry_After="0")
     proxy.faults += [Fault("/worlds", shutting), Fault("/worlds", limited)]
     started = time.monotonic()
-    with Client(proxy.url, token="t-viewer", retry=RetryPolicy(backoff_s=30, max_backoff_s=30)) as client:
+    with Client(proxy.url, token="t-viewer", retry=RetryPolicy(backoff_s=300, max_backoff_s=300)) as client:
         assert "arena" in [w.world_id for w in client.worlds()]  # and those other tests of the module made
-    assert time.monotonic() - started < 10 and len(proxy.seen) == 3
+    # two backoffs would be ten minutes; a busy machine adds seconds, not minutes
+    assert time.monotonic() - started < 60 and len(proxy.seen) == 3
 
 
 def test_retries_stop_at_the_budget_with_the_typed_error(proxy):

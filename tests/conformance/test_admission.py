@@ -8,6 +8,7 @@ from pydantic import ValidationError
 from archetype.canonical import NonCanonicalValueError
 from archetype.commands import (
     ActorCtx,
+    AmbiguousCommandError,
     CommandConflictError,
     DeferredItem,
     DurableOperation,
@@ -360,6 +361,24 @@ async def test_each_principal_has_its_own_command_ids(rt, world_id, authority):
     assert [r["principal"] for r in await authority.history(world_id, scope="quinn")] == ["quinn"]
     assert [r["principal"] for r in await authority.history(world_id, scope="")] == [None]
     assert len(await authority.history(world_id)) == 3
+
+
+async def test_without_a_scope_a_command_id_names_the_one_command_of_any_scope(rt, world_id, authority):
+    """docs/ledger.md, "Isolation": `command(scope=None)` is the one command of that id in any
+    scope, None when there is none, `AmbiguousCommandError` (naming the principals) when several."""
+    quinn = ActorCtx(principal="quinn", roles={Role.player})
+    await rt.dispatcher.defer_as(PLAYER, Despawn(world_id=world_id, entity_id=1), at(0), command_id="pats")
+    await rt.dispatcher.defer(Despawn(world_id=world_id, entity_id=3), at(2), command_id="trusted")
+    assert (await authority.command(world_id, "pats", scope=None))["principal"] == "pat"
+    assert (await authority.command(world_id, "trusted", scope=None))["principal"] is None
+    assert await authority.command(world_id, "nobodys", scope=None) is None
+    await rt.dispatcher.defer_as(quinn, Despawn(world_id=world_id, entity_id=2), at(1), command_id="pats")
+    await rt.dispatcher.defer(Despawn(world_id=world_id, entity_id=4), at(1), command_id="pats")
+    with pytest.raises(AmbiguousCommandError) as ambiguous:
+        await authority.command(world_id, "pats", scope=None)
+    assert all(name in ambiguous.value.message for name in ("'pat'", "'quinn'", "trusted callers"))
+    with pytest.raises(WorldNotFoundError):
+        await authority.command("no-such-world", "pats", scope=None)
 
 
 async def test_the_quota_counts_each_command_at_the_tick_it_runs_at(make_runtime, world_id, authority):

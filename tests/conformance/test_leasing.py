@@ -1,5 +1,8 @@
 """Ordering and leasing (spec: "Ordering and leasing"; docs/ledger.md: runners, ordering and leasing)."""
 
+import pytest
+
+from archetype.commands import InvalidCommandError
 from archetype.world import Despawn, Spawn
 from tests.component_modules.alpha import Health
 from tests.conformance.helpers import applied, at, manifests, records, step
@@ -108,3 +111,15 @@ async def test_next_due_tick_is_the_lowest_tick_of_an_open_command(rt, world_id,
         assert getattr(exc, "code", None) == "world_not_found"
     else:
         raise AssertionError("a missing world must be refused")
+
+
+@pytest.mark.parametrize("lease_ms", [0, 600_001])
+async def test_a_command_lease_lasts_ten_minutes_at_most(rt, world_id, authority, lease_ms):
+    """A row another owner holds unexpired stops every lease, so a command lease is bounded
+    (docs/ledger.md, *Ordering and leasing*): refused, nothing leased."""
+    await rt.dispatcher.defer(Despawn(world_id=world_id, entity_id=1), at(0), command_id="c")
+    with pytest.raises(InvalidCommandError):
+        await lease(authority, world_id, "owner-a", lease_ms=lease_ms)
+    assert (await authority.command(world_id, "c"))["status"] == "PENDING"
+    _, rows = await lease(authority, world_id, "owner-a", lease_ms=600_000)
+    assert [r["command_id"] for r in rows] == ["c"]

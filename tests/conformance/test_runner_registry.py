@@ -74,6 +74,8 @@ async def test_leaving_ends_the_registration_at_once(authority, clock):
 @pytest.mark.parametrize(("runner_id", "instance", "lease_ms"), [
     ("", "host-1", LEASE), ("-leading-dash", "host-1", LEASE), ("a" * 129, "host-1", LEASE), ("has space", "h", LEASE),
     ("runner-a", "", LEASE), ("runner-a", "h" * 257, LEASE), ("runner-a", "host-1", 0), ("runner-a", "host-1", 86_400_001),
+    ("runner-a", "host-1", 60_001),  # a minute at most: a runner proves it lives by renewing, not by a long registration
+    ("runner-a", "host\u202e1", LEASE), ("runner-a", "host\n1", LEASE),  # an instance is printable text
 ])  # fmt: skip
 async def test_bad_registrations_are_refused_and_change_nothing(authority, runner_id, instance, lease_ms):
     with pytest.raises(InvalidCommandError):

@@ -119,3 +119,17 @@ async def test_a_closed_world_cannot_be_claimed(rt, world_id, authority):
     await rt.dispatcher.apply(DestroyWorld(world_id=world_id))
     with pytest.raises(WorldClosingError):
         await authority.claim_world(world_id, "runner-a", LEASE)
+
+
+@pytest.mark.parametrize("lease_ms", [0, 60_001, 86_400_000])
+async def test_a_world_lease_lasts_a_minute_at_most(world_id, authority, lease_ms):
+    """A host proves it lives by renewing its lease, so a claim or renewal beyond a minute is
+    refused and changes nothing (docs/ledger.md, *World leases*)."""
+    before = await authority.world_info(world_id)
+    with pytest.raises(InvalidCommandError):
+        await authority.claim_world(world_id, "runner-a", lease_ms)
+    assert await authority.world_info(world_id) == before
+    claimed = await authority.claim_world(world_id, "runner-a", 60_000)
+    with pytest.raises(InvalidCommandError):
+        await authority.renew_world(world_id, "runner-a", claimed["writer_epoch"], lease_ms)
+    assert await authority.world_info(world_id) == claimed

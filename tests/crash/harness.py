@@ -192,12 +192,12 @@ class Cli:
 
 
 class Serve(Cli):
-    """`archetype serve` (the real CLI) on 127.0.0.1, any free port, with a tokens file."""
+    """`archetype serve` (the real CLI) on 127.0.0.1, any free port (or `port`), with a tokens file."""
 
-    def __init__(self, tmp: Path, data: Path, tokens: dict[str, Any], *extra: str) -> None:
+    def __init__(self, tmp: Path, data: Path, tokens: dict[str, Any], *extra: str, port: int = 0) -> None:
         tokens_file = tmp / "tokens.json"
         tokens_file.write_text(json.dumps(tokens))
-        super().__init__(tmp, "serve", "serve", "--data", str(data), "--host", "127.0.0.1", "--port", "0",
+        super().__init__(tmp, "serve", "serve", "--data", str(data), "--host", "127.0.0.1", "--port", str(port),
                          "--tokens", str(tokens_file), "--tick-rate", "20", *extra)  # fmt: skip
         self.url: str | None = None
 

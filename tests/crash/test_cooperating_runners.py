@@ -24,11 +24,11 @@ from tests.api.conftest import TOKENS
 from tests.component_modules.alpha import Position, Velocity
 from tests.crash.harness import Serve
 
-pytestmark = [pytest.mark.crash, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.crash, pytest.mark.timeout(400)]
 
 WORLDS = [f"coop-{i}" for i in range(8)]
 LEASE_S = 1.5
-WAIT_S = 30.0
+WAIT_S = 60.0
 ADMIN = {"Authorization": "Bearer t-admin"}
 SHIP = [ComponentValue.from_component(c).model_dump() for c in (Position(x=0, y=0), Velocity(dx=1, dy=0))]
 

@@ -107,8 +107,8 @@ def test_a_writer_killed_while_holding_the_lock_does_not_block_the_next(catalog)
         assert not wrote.wait(0.3)
         holder.kill()  # SIGKILL: no ROLLBACK, no unlock of its own
         killed = time.perf_counter()
-        assert wrote.wait(5)
-        assert time.perf_counter() - killed < 0.5
+        assert wrote.wait(60)
+        assert time.perf_counter() - killed < 10  # the kernel dropped its lock: not the 30 s busy timeout
         waiting.join()
     assert rows(port, "next") == 1
 
@@ -120,7 +120,7 @@ def test_a_writer_that_cannot_get_the_lock_in_time_fails_as_sqlite_would_and_wri
         started = time.perf_counter()
         with pytest.raises(sqlite3.OperationalError, match="database is locked"):
             port.transaction(lambda: port.execute("INSERT INTO t (who) VALUES ('late')"))
-        assert 0.3 <= time.perf_counter() - started < 2
+        assert 0.3 <= time.perf_counter() - started < 10  # waited its busy timeout, then gave up (no wait forever)
         holder.kill()
         holder.wait()
     assert rows(port, "late") == 0

@@ -32,6 +32,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 OPEN = ("PENDING", "LEASED", "RETRYABLE")
+# "lease_ms from 1 ms to a minute (60,000 ms)": world leases and runner registrations;
+# "1 ms to ten minutes (600,000 ms)": command leases. Else invalid, and nothing changes.
+HOST_LEASE_LONGEST_MS = 60_000
+COMMAND_LEASE_LONGEST_MS = 600_000
+AMBIGUITY_NAMED = 10  # "naming up to ten of their principals"
 TERMINAL = ("APPLIED", "REJECTED", "DEAD_LETTER", "CANCELLED")
 # Outbox: the event type follows from the status a transition leaves the command in.
 EVENT_TYPE = {
@@ -350,6 +355,15 @@ class Ledger:
             raise ModelError("not_found")
         return self.worlds[world_id]
 
+    def command_in_any_scope(self, world_id: str, command_id: str) -> Command | None:
+        """docs/ledger.md "A command id in every scope": the one command of that id, None when no
+        scope has one; several scopes having one is ambiguous (naming up to ten principals)."""
+        world = self.world(world_id)
+        found = [world.commands[sequence] for (_, named), sequence in world.keys.items() if named == command_id]
+        if len(found) > 1:
+            raise ModelError("ambiguous")
+        return copy.copy(found[0]) if found else None
+
     def active(self, world_id: str) -> World:
         world = self.world(world_id)
         if world.status != "ACTIVE":
@@ -373,7 +387,13 @@ class Ledger:
         return world.writer_epoch
 
     # -- world leases --
+    @staticmethod
+    def _lease_length(lease_ms: int, longest: int) -> None:
+        if not 1 <= lease_ms <= longest:
+            raise ModelError("invalid")
+
     def claim_world(self, world_id: str, owner: str, lease_ms: int) -> int:
+        self._lease_length(lease_ms, HOST_LEASE_LONGEST_MS)
         world = self.active(world_id)
         now = self.now()
         if world.host_owner == owner:  # "its own lease: resumed, the epoch stays"
@@ -395,6 +415,7 @@ class Ledger:
         return world
 
     def renew_world(self, world_id: str, owner: str, writer_epoch: int, lease_ms: int) -> int:
+        self._lease_length(lease_ms, HOST_LEASE_LONGEST_MS)
         world = self._host(world_id, owner, writer_epoch)
         world.host_expires_at = self.now() + lease_ms
         return world.writer_epoch
@@ -406,6 +427,7 @@ class Ledger:
 
     # -- the runner registry --
     def register_runner(self, runner_id: str, instance: str, lease_ms: int) -> dict[str, Any]:
+        self._lease_length(lease_ms, HOST_LEASE_LONGEST_MS)
         now = self.now()
         held = self.runners.get(runner_id)
         if held is not None and held["instance"] != instance and held["expires_at"] > now:
@@ -533,6 +555,7 @@ class Ledger:
     def lease(self, world_id: str, owner: str, session: str, writer_epoch: int, tick: int,
               lease_ms: int) -> list[tuple[Command, bool]]:  # fmt: skip
         """(a snapshot of each leased row, suspect) in lease order."""
+        self._lease_length(lease_ms, COMMAND_LEASE_LONGEST_MS)
         world = self.writer(world_id, writer_epoch)
         now = self.now()
         charged = None

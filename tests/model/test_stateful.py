@@ -46,6 +46,7 @@ from hypothesis.stateful import (
 from archetype.canonical import canonical_json
 from archetype.commands import (
     ActorCtx,
+    AmbiguousCommandError,
     CommandConflictError,
     CommandNotFoundError,
     DeferredItem,
@@ -220,6 +221,7 @@ def kind_of(exc: BaseException) -> str:
         (CommandNotFoundError, "command_not_found"), (NotDeadLetteredError, "not_dead_lettered"),
         (RedriveConflictError, "already_redriven"), (UnknownComponentError, "unknown_component"),
         (InvalidCommandError, "invalid"), (WorldLeaseHeldError, "lease_held"), (RunnerIdHeldError, "runner_id_held"),
+        (AmbiguousCommandError, "ambiguous"),
         (QuotaExceededError, "quota"),
     ):  # fmt: skip
         if isinstance(exc, cls):
@@ -750,7 +752,7 @@ class LedgerMachine(RuleBasedStateMachine):
     def renew_world(self, owner: str, index: int, stale: bool) -> None:
         self._count("renew_world")
         world_id = self.worlds[index]
-        epoch = self.model.worlds[world_id].writer_epoch - stale
+        epoch = abs(self.model.worlds[world_id].writer_epoch - stale)  # stale: an older epoch (a newer one before the first)
         self._world_lease(lambda: self.model.renew_world(world_id, owner, epoch, LEASE_MS),
                           self.seam.renew_world(world_id, owner, epoch, LEASE_MS))  # fmt: skip
 
@@ -784,6 +786,35 @@ class LedgerMachine(RuleBasedStateMachine):
                             self.seam.leave_runner(runner_id, instance))  # fmt: skip
         if answers is not None:
             assert answers[0] == answers[1], f"leaving: model {answers[0]}, authority {answers[1]}"
+
+    @rule(index=st.integers(0, 1), which=st.sampled_from(("claim", "renew", "register")),
+          lease_ms=st.sampled_from((0, 60_000 + 1, 86_400_000)))  # fmt: skip
+    def overlong_lease(self, index: int, which: str, lease_ms: int) -> None:
+        """A host or runner asking for a lease outside its bound is refused and changes nothing."""
+        self._count("overlong_lease")
+        world_id, owner = self.worlds[index], OWNERS[index]
+        epoch = self.model.worlds[world_id].writer_epoch
+        model_call, real_call = {
+            "claim": (lambda: self.model.claim_world(world_id, owner, lease_ms), lambda: self.seam.claim_world(world_id, owner, lease_ms)),
+            "renew": (lambda: self.model.renew_world(world_id, owner, epoch, lease_ms),
+                      lambda: self.seam.renew_world(world_id, owner, epoch, lease_ms)),
+            "register": (lambda: self.model.register_runner(self._runner_id(index), "host-1", lease_ms),
+                         lambda: self.seam.register_runner(self._runner_id(index), "host-1", lease_ms)),
+        }[which]  # fmt: skip
+        self.both(model_call, real_call())
+
+    @rule(index=st.integers(0, 1), command_id=st.sampled_from((*COMMAND_IDS, "never-used")))
+    def find_in_any_scope(self, index: int, command_id: str) -> None:
+        """A command looked up by its id alone: the one of any scope, none, or ambiguous."""
+        self._count("find_in_any_scope")
+        world_id = self.worlds[index]
+        answers = self.both(lambda: self.model.command_in_any_scope(world_id, command_id),
+                            self.seam.command(world_id, command_id, scope=None))  # fmt: skip
+        if answers is not None:
+            expected, real = answers
+            assert (expected is None) == (real is None), f"command {command_id!r}: model {expected}, authority {real}"
+            if expected is not None:
+                assert real["principal"] == expected.sub.principal, f"command {command_id!r}: model {expected}, authority {real}"
 
     @invariant()
     def live_runners_match_the_model(self) -> None:

@@ -14,6 +14,7 @@ from archetype.commands.port import ManualClock
 from archetype.remote import HttpAuthority
 from tests.pyodide.host import shared_host
 from tests.support.clock_header import ClockHeader
+from tests.support.roles import EVERY_METHOD
 
 TOKEN = "pyodide-conformance"
 
@@ -21,7 +22,7 @@ TOKEN = "pyodide-conformance"
 @asynccontextmanager
 async def pyodide_worker_over_http(directory: Path, clock: ManualClock):
     host = shared_host()
-    host.call("tests.pyodide.harness:deploy", tokens={TOKEN: {"principal": "root", "roles": ["admin"]}})
+    host.call("tests.pyodide.harness:deploy", tokens={TOKEN: {"principal": "root", "roles": EVERY_METHOD}})
     authority = HttpAuthority(host.url, token=TOKEN, transport=ClockHeader(clock))
     try:
         yield authority

@@ -11,6 +11,7 @@ from tests.conformance.scenario import run_scenario, snapshot
 from tests.durable_object.edge_scenario import PARITY_WORLD, hosted_snapshot, scripted, serve_hosted_snapshot
 from tests.pyodide.authority import TOKEN, pyodide_worker_over_http
 from tests.support.clock_header import ClockHeader
+from tests.support.roles import EVERY_METHOD
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -34,7 +35,7 @@ async def test_an_edge_hosted_world_on_pyodide_matches_a_serve_hosted_one_byte_f
 
     served = await serve_hosted_snapshot(tmp_path / "serve")
     clock = ManualClock()
-    pyodide.call("tests.pyodide.harness:deploy", tokens={TOKEN: {"principal": "root", "roles": ["admin"]}},
+    pyodide.call("tests.pyodide.harness:deploy", tokens={TOKEN: {"principal": "root", "roles": EVERY_METHOD}},
                  modules=["tests.server.game"])  # fmt: skip
     authority = HttpAuthority(pyodide.url, token=TOKEN, transport=ClockHeader(clock))
     try:

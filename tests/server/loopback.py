@@ -14,6 +14,7 @@ from archetype.api import create_app
 from archetype.commands.port import ManualClock
 from archetype.remote import HttpAuthority
 from local_catalog import open_local_authority
+from tests.support.roles import EVERY_METHOD
 
 START_TIMEOUT_S = 10
 
@@ -45,7 +46,7 @@ class LoopbackServer:
 async def local_over_http(directory: Path, clock: ManualClock):
     """The local catalog behind `archetype.api` on loopback, reached through HttpAuthority (admin token)."""
     local = open_local_authority(directory, clock=clock)
-    with LoopbackServer(create_app(local, tokens={"conformance": {"principal": "root", "roles": ["admin"]}})) as server:
+    with LoopbackServer(create_app(local, tokens={"conformance": {"principal": "root", "roles": EVERY_METHOD}})) as server:
         authority = HttpAuthority(server.url, token="conformance")
         try:
             yield authority

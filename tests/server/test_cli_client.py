@@ -66,6 +66,9 @@ async def test_submit_history_and_dead_letters(served):
     assert other.exit_code == 1 and "already_redriven" in other.output
     table = run(served, "dead-letters", "redrive", world_id, "nope", "--principal", "pat", token="t-operator")
     assert table.exit_code == 1 and "command_not_found" in table.output
+    # an admin needs no --principal: the dead letter of the one principal that has the id
+    unnamed = run(served, "dead-letters", "redrive", world_id, "probe", "--idempotency-key", "probe-2", "--json", token="t-admin")
+    assert unnamed.exit_code == 0 and json.loads(unnamed.output) == {**first, "replayed": True}, unnamed.output
 
 
 async def test_worlds_and_command_show(served):
@@ -95,6 +98,9 @@ async def test_worlds_and_command_show(served):
     assert hidden.exit_code == 1 and "command_not_found" in hidden.output
     seen = run(served, "command", "show", "a1", long_id, "--principal", "pat", "--json", token="t-operator")
     assert json.loads(seen.output)["principal"] == "pat"
+    for reader in ("t-admin", "t-analyst"):  # a reader of everyone needs no --principal for the one principal's id
+        found = run(served, "command", "show", "a1", long_id, "--json", token=reader)
+        assert found.exit_code == 0 and json.loads(found.output)["principal"] == "pat", found.output
 
     world = json.loads(run(served, "worlds", "show", "a1", "--json", token="t-viewer").output)
     assert (world["status"], world["tick_head"]) == ("ACTIVE", -1)

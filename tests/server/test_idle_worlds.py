@@ -53,8 +53,10 @@ async def running(tmp_path, setup=None):
         await rt.close()
 
 
-async def wait_until(predicate, seconds: float = 10.0) -> None:
-    for _ in range(int(seconds * 100)):
+async def wait_until(predicate, seconds: float = 60.0) -> None:
+    """Generous: on a busy machine the runner's passes come late and few."""
+    deadline = asyncio.get_running_loop().time() + seconds
+    while asyncio.get_running_loop().time() < deadline:
         if await predicate():
             return
         await asyncio.sleep(0.01)
@@ -67,8 +69,11 @@ async def test_an_idle_world_writes_nothing_and_a_due_command_wakes_it(tmp_path)
             await rt.dispatcher.apply(CreateWorld(name=f"w{i}", world_id=f"w{i}"))
         before = catalog_rows(tmp_path / CATALOG_FILE)
         passes = runner.passes
-        await asyncio.sleep(1.0)
-        assert runner.passes - passes >= 10
+
+        async def ten_passes() -> bool:
+            return runner.passes - passes >= 10
+
+        await wait_until(ten_passes)
         assert catalog_rows(tmp_path / CATALOG_FILE) == before == {"ticks": 0, "commands": 0, "outbox": 0}
         assert calls["list_worlds"] <= 1 and calls["lease"] == calls["publish"] == 0  # no walk, no tick
 
@@ -86,18 +91,18 @@ async def test_an_idle_world_writes_nothing_and_a_due_command_wakes_it(tmp_path)
 
 
 async def test_a_sleeping_realtime_world_keeps_its_clock_and_coalesces_the_empty_ticks(tmp_path):
-    async with running(tmp_path) as (rt, runner, _):
+    async with running(tmp_path) as (rt, _, _):
         await rt.dispatcher.apply(CreateWorld(name="late", world_id="late", tick_mode="realtime", tick_interval_ms=INTERVAL_MS))
         await rt.dispatcher.defer(Spawn(world_id="late", components=[Health(hp=1)]), DurableOptions(tick=25))
-        first = runner.passes
 
         async def applied() -> bool:
             return (await rt.scheduler.history("late"))[0].status == "APPLIED"
 
         await wait_until(applied)
-        ticks = [m["tick"] for m in await rt.authority.manifests("late")]
-        # it slept until its clock reached tick 25 (about 25 passes), then ran one tick: no empty manifests
-        assert ticks == [25] and runner.passes - first >= 20
+        (tick,) = [m["tick"] for m in await rt.authority.manifests("late")]
+        # it slept until its clock reached tick 25 (about 25 passes), then ran one tick: no empty
+        # manifests. Tick 25 itself, or a later one where the pass that saw the clock there came late
+        assert tick >= 25
 
 
 async def test_a_lockstep_world_runs_every_tick_up_to_its_command_then_idles(tmp_path):
@@ -126,8 +131,11 @@ async def test_a_world_with_processors_ticks_every_pass(tmp_path):
     async with running(tmp_path, setup) as (rt, runner, _):
         await rt.dispatcher.apply(CreateWorld(name="busy", world_id="busy", tick_interval_ms=INTERVAL_MS))
         await runner.sweep(asyncio.Event())  # a new world is seen at the next sweep; here at once
-        await asyncio.sleep(0.5)
-        assert len(await rt.authority.manifests("busy")) >= 5
+
+        async def five_ticks() -> bool:  # with no command: its processor is its work
+            return len(await rt.authority.manifests("busy")) >= 5
+
+        await wait_until(five_ticks)
 
 
 def test_a_pass_reads_the_worlds_clocks_on_its_grid_so_wake_up_jitter_moves_no_step():

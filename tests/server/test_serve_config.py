@@ -14,7 +14,7 @@ import pytest
 
 from tests.server.test_serve import WAIT_S
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = pytest.mark.timeout(240)
 ARCHETYPE = str(Path(sys.executable).parent / "archetype")  # the console script, not `python -m`
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -45,7 +45,7 @@ def tokens(tmp_path: Path, table: object) -> str:
     [
         ({"t": {"roles": ["admin"]}}, "entry 1 principal: Field required"),
         ({"t": {"principal": "root", "roles": "admin"}}, "entry 1 roles: Input should be a valid list"),
-        ({"t": {"principal": "root", "roles": ["root"]}}, "entry 1 roles[0]: Input should be 'viewer', 'player', 'operator' or 'admin'"),
+        ({"t": {"principal": "root", "roles": ["root"]}}, "entry 1 roles[0]: Input should be 'viewer', 'player', 'analyst', 'operator'"),
         (["t"], "a JSON object"),
     ],
     ids=["no-principal", "roles-a-string", "unknown-role", "not-an-object"],

@@ -13,6 +13,7 @@ from archetype.commands.port import ManualClock
 from archetype.remote import HttpAuthority
 from tests.server.loopback import LoopbackServer
 from tests.support.durable_object_standin import world_namespace
+from tests.support.roles import EVERY_METHOD
 from worker.entry import build_app
 
 TOKEN = "worker-conformance"
@@ -21,7 +22,7 @@ TOKEN = "worker-conformance"
 @asynccontextmanager
 async def worker_over_http(directory: Path, clock: ManualClock):
     namespace = world_namespace(directory, clock)
-    namespace.env.ARCHETYPE_TOKENS = json.dumps({TOKEN: {"principal": "root", "roles": ["admin"]}})
+    namespace.env.ARCHETYPE_TOKENS = json.dumps({TOKEN: {"principal": "root", "roles": EVERY_METHOD}})
     with LoopbackServer(build_app(namespace.env)) as server:
         authority = HttpAuthority(server.url, token=TOKEN)
         try:

@@ -71,7 +71,14 @@ from archetype.commands.errors import (
 from archetype.commands.families import default_registry
 from archetype.commands.http_translator import translate
 from archetype.commands.identity import COMMAND_ID_PATTERN
-from archetype.commands.ledger import COMPONENT_SPEC_PATTERN, STATE_READ_IDS, STATE_READ_LIMIT, STATE_READ_TYPES
+from archetype.commands.ledger import (
+    COMPONENT_SPEC_PATTERN,
+    STATE_READ_IDS,
+    STATE_READ_LIMIT,
+    STATE_READ_TYPES,
+    scope_of,
+)
+from archetype.commands.ledger_rows import CommandRow
 from archetype.commands.options import ActorCtx, Role
 from archetype.commands.registry import OperationRegistry
 from archetype.commands.scheduler import CommandScheduler, CommandStatus
@@ -86,9 +93,9 @@ WorldIdPath = Annotated[str, Path(pattern=WORLD_ID_PATTERN)]
 CommandIdPath = Annotated[str, Path(pattern=COMMAND_ID_PATTERN.pattern)]
 IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key", pattern=COMMAND_ID_PATTERN.pattern)]
 PrincipalQuery = Annotated[
-    str | None, Query(min_length=1, max_length=200, description="an operator's view of this principal's commands")
+    str | None, Query(min_length=1, max_length=200, description="an analyst's view of this principal's commands")
 ]
-TrustedQuery = Annotated[bool, Query(description="an operator's view of the commands trusted callers admitted in-process")]
+TrustedQuery = Annotated[bool, Query(description="an analyst's view of the commands trusted callers admitted in-process")]
 ComponentQuery = Annotated[
     list[Annotated[str, StringConstraints(pattern=COMPONENT_SPEC_PATTERN)]] | None,
     Query(max_length=STATE_READ_TYPES, description="keep the entities that have a component of each of these types (repeat "
@@ -149,16 +156,16 @@ class EdgeWorlds:
 
 
 def readable_scope(actor: ActorCtx, principal: str | None, trusted: bool) -> str | None:
-    """Whose commands `actor` may read: its own; an operator anyone's, the trusted callers' too
-    (None: every principal's).
+    """Whose commands `actor` reads: its own; an analyst (an operator, an admin) the principal it
+    names, the trusted callers' with `trusted`, or every principal's when it names none (None).
 
-    A principal's commands (payloads included) are private to it: without the operator role,
+    A principal's commands (payloads included) are private to it: without the analyst role,
     naming another principal is refused, and another's command id reads as absent.
     """
-    if actor.has(Role.operator):
+    if actor.has(Role.analyst):
         return "" if trusted else principal
     if trusted or (principal is not None and principal != actor.principal):
-        raise PermissionDeniedError("reading another principal's commands needs the operator role")
+        raise PermissionDeniedError("reading another principal's commands needs the analyst role")
     return actor.principal
 
 
@@ -299,6 +306,19 @@ def create_app(
         return WorldView.of(await authority.retry_world(world_id))
 
     # -- commands --
+    async def find_command(world_id: str, command_id: str, actor: ActorCtx, principal: str | None,
+                           trusted: bool) -> CommandRow:  # fmt: skip
+        """The command `command_id` the actor means: of the scope it names, else its own; an
+        analyst naming no scope and having none of that id means the one principal's that has one
+        (`ambiguous_command` when several do). CommandNotFoundError when there is none."""
+        scope = readable_scope(actor, principal, trusted)
+        row = await authority.command(world_id, command_id, scope=actor.principal if scope is None else scope)
+        if row is None and scope is None:
+            row = await authority.command(world_id, command_id, scope=None)
+        if row is None:
+            raise CommandNotFoundError(f"world {world_id!r} has no command {command_id!r} of this principal")
+        return row
+
     @app.post("/worlds/{world_id}/commands", status_code=202, response_model=CommandAccepted,
               responses=error_responses(WORLD_PATH, SUBMITTING))
     async def submit(world_id: WorldIdPath, body: SubmitCommand, actor: ActorCtx = player, _: None = admitting,
@@ -322,18 +342,15 @@ def create_app(
     @app.get("/worlds/{world_id}/commands/{command_id}", response_model=CommandView, responses=error_responses(READ_COMMAND))
     async def command_status(world_id: WorldIdPath, command_id: CommandIdPath, actor: ActorCtx = viewer,
                              principal: PrincipalQuery = None, trusted: TrustedQuery = False) -> CommandView:  # fmt: skip
-        """The caller's own command with this id; an operator may name another principal's (or the trusted scope)."""
-        scope = readable_scope(actor, principal or actor.principal, trusted)
-        row = await authority.command(world_id, command_id, scope=scope or "")
-        if row is None:
-            raise CommandNotFoundError(f"world {world_id!r} has no command {command_id!r} of this principal")
-        return CommandView.of(row)
+        """The caller's own command with this id; an analyst may name another principal's (or the
+        trusted scope), and naming none reads the one principal's that has it (`find_command`)."""
+        return CommandView.of(await find_command(world_id, command_id, actor, principal, trusted))
 
     @app.post("/worlds/{world_id}/commands:outcomes", response_model=OutcomesPage, responses=error_responses(READ_OUTCOMES))
     async def command_outcomes(world_id: WorldIdPath, body: OutcomesRequest, actor: ActorCtx = viewer,
                                principal: PrincipalQuery = None, trusted: TrustedQuery = False) -> OutcomesPage:  # fmt: skip
         """Where many commands stand, in one read: the caller's own commands among these ids (an
-        operator may name another principal's, or the trusted scope), exactly as
+        analyst may name another principal's, or the trusted scope), exactly as
         `GET .../commands/{command_id}` reads each. A read: safe to repeat, changes nothing."""
         scope = readable_scope(actor, principal or actor.principal, trusted)
         rows = await authority.commands_by_id(world_id, body.command_ids, scope=scope or "")
@@ -351,7 +368,7 @@ def create_app(
         after: Annotated[int, Query(ge=0, le=MAX_SAFE_INTEGER, description="sequence to continue after")] = 0,
         limit: Annotated[int, Query(ge=1, le=MAX_BATCH)] = 100,
     ) -> HistoryPage:
-        """The caller's own commands; an operator sees every principal's (or one, with `principal`)."""
+        """The caller's own commands; an analyst sees every principal's (or one, with `principal`)."""
         rows = await authority.history(
             world_id, status.value if status else None, after, limit, scope=readable_scope(actor, principal, trusted)
         )
@@ -363,12 +380,12 @@ def create_app(
     async def redrive(world_id: WorldIdPath, command_id: CommandIdPath, actor: ActorCtx = operator,
                       _: None = admitting, principal: PrincipalQuery = None, trusted: TrustedQuery = False,
                       idempotency_key: IdempotencyKey = None) -> RedriveAccepted:  # fmt: skip
-        """Operator only. A new command redriving the dead letter `command_id` (of `principal`, or the
-        trusted scope, else the caller's own): same operation and payload, a fresh attempt budget,
-        due at the next tick; the dead record stays terminal. The `Idempotency-Key` names the new
-        command (default `<command_id>.redrive`); the same key again answers the same command."""
-        scope = readable_scope(actor, principal or actor.principal, trusted)
-        redriven = await authority.redrive(world_id, command_id, scope or "", idempotency_key)
+        """Operators (and admins). A new command redriving the dead letter `command_id` (the one
+        `find_command` finds): same operation and payload, a fresh attempt budget, due at the next
+        tick; the dead record stays terminal. The `Idempotency-Key` names the new command (default
+        `<command_id>.redrive`); the same key again answers the same command."""
+        dead = await find_command(world_id, command_id, actor, principal, trusted)
+        redriven = await authority.redrive(world_id, command_id, scope_of(dead["principal"]), idempotency_key)
         return RedriveAccepted(world_id=world_id, **redriven)
 
     @app.get("/worlds/{world_id}/audit", response_model=AuditPage, responses=error_responses(READ_AUDIT))

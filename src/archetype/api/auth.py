@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from archetype.api.errors import UnauthenticatedError
 from archetype.commands.errors import PermissionDeniedError
 from archetype.commands.options import ActorCtx, Role
+from archetype.world.operations import Name
 
 TOKENS_ENV = "ARCHETYPE_TOKENS"
 RoleName = Literal[tuple(Role.__members__)]  # type: ignore[valid-type]
@@ -38,7 +39,7 @@ class TokenEntry(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    principal: str = Field(min_length=1, max_length=200)
+    principal: Name
     roles: list[RoleName] = Field(default_factory=list, description="role names, e.g. [\"player\"]")  # type: ignore[valid-type]
 
     def actor(self) -> ActorCtx:

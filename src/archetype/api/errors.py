@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from archetype.commands.errors import CommandError, CommandNotFoundError  # noqa: F401  (re-exported: an HTTP code too)
+from archetype.commands.errors import CommandError, CommandNotFoundError, InvalidCommandError  # noqa: F401  (re-exported: an HTTP code too)
 from archetype.commands.http_translator import UNSUPPORTED_TYPE_ERROR
 from archetype.commands.registry import NonCanonicalCommandError
 from archetype.world.components import non_canonical_refusal
@@ -35,7 +35,11 @@ class InvalidJsonError(CommandError):
     code, http_status = "invalid_json", 400
 
 
-class InvalidRequestError(CommandError):
+class InvalidRequestError(InvalidCommandError):
+    """Bad input refused by the HTTP edge before the domain saw it (wrong types, missing or unknown
+    fields, out-of-range numbers): an InvalidCommandError, so a remote runner catches it as the
+    same refusal the ledger makes in-process."""
+
     code, http_status = "invalid_request", 422
 
 

@@ -1,5 +1,9 @@
-"""Request limits in front of the application: single-valued headers, then the body's size and
-read time, then strict JSON.
+"""Request limits in front of the application: single-valued headers, the path's encoded slashes,
+then the body's size and read time, then strict JSON.
+
+A path holding an encoded slash (`%2F`) is refused with 422 `invalid_request`: the framework
+routes on the decoded path, so `/worlds/w1%2Fcommands` would reach the route of
+`/worlds/w1/commands`, and no identifier (world, command, method) may hold a slash anyway.
 
 A header that names one thing (`Authorization`, `Idempotency-Key`, `Content-Type`) sent twice is
 ambiguous: frameworks silently take one of them (the first, here), so a proxy and the app could
@@ -51,6 +55,7 @@ DEFAULT_MAX_STATE_BYTES = 32 << 20
 STATE_ROUTE = re.compile(r"/worlds/[^/]+/ledger/(?:publish|migrate_components)")
 DEFAULT_BODY_TIMEOUT_S = 20.0
 SINGLE_VALUED_HEADERS = (b"authorization", b"idempotency-key", b"content-type")
+ENCODED_SLASH = b"%2f"
 # The scope keys under which a JSON body that passed the strict parser is handed on, parsed, and
 # the request's headers as a dict (each single-valued one sent once): the hot routes use them
 # instead of parsing the body and the headers again (archetype.api.hot).
@@ -106,6 +111,11 @@ class BodyLimit:
                 await error_response(error)(scope, receive, send)
                 return
         scope[HEADERS] = headers
+        if ENCODED_SLASH in (scope.get("raw_path") or b"").split(b"?", 1)[0].lower():
+            # the framework routes on the decoded path, where `w1%2Fcommands` would be two segments
+            slash = InvalidRequestError("an encoded slash (%2F) in a path is never a path separator, and no id holds one")
+            await error_response(slash)(scope, receive, send)
+            return
         limit = self._limit(scope, headers)
         declared = headers.get(b"content-length")
         if declared is not None:

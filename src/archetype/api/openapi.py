@@ -22,6 +22,7 @@ from archetype.api.errors import (
     UnsupportedCommandTypeError,
 )
 from archetype.commands.errors import (
+    AmbiguousCommandError,
     AuditUnavailableError,
     CommandConflictError,
     CommandError,
@@ -70,19 +71,20 @@ SUBMITTING: Errors = (*JSON_BODY, *ADMITTING, UnsupportedCommandTypeError, Idemp
 LEDGER: Errors = (*JSON_BODY, ShuttingDownError, UnregisteredOperationError, NotDurableError, InvalidCommandError,
                   OperationUnavailableError, CommandConflictError, ReservationNotOwnedError, WorldNotFoundError,
                   WorldExistsError, WorldClosingError, StaleWriterError, LeaseLostError, QuotaExceededError,
-                  WorldEdgeHostedError, RouteNotFoundError, CommandNotFoundError, NotDeadLetteredError, RedriveConflictError,
+                  WorldEdgeHostedError, RouteNotFoundError, CommandNotFoundError, AmbiguousCommandError, NotDeadLetteredError,
+                  RedriveConflictError,
                   *COMPONENTS, MigrationConflictError)  # fmt: skip
 CREATE_WORLD: Errors = (*JSON_BODY, ShuttingDownError, InvalidCommandError, WorldExistsError, WorldClosingError)
 FORK_WORLD: Errors = (*WORLD_PATH, *CREATE_WORLD, TickNotRetainedError, UnknownComponentError, OperationUnavailableError)
 DESTROY_WORLD: Errors = (*WORLD_PATH, ShuttingDownError, WorldClosingError)
 RETRY_WORLD: Errors = (*WORLD_PATH, *ADMITTING)
-READ_COMMAND: Errors = (*WORLD_PATH, CommandNotFoundError)
+READ_COMMAND: Errors = (*WORLD_PATH, CommandNotFoundError, AmbiguousCommandError)
 READ_OUTCOMES: Errors = (*WORLD_PATH, *JSON_BODY)
 READ_STATE: Errors = (*WORLD_PATH, UnknownComponentError, TickNotRetainedError)
 READ_AUDIT: Errors = (*WORLD_PATH, AuditUnavailableError)
 # a redrive passes admission's component check: a dead letter of a type migrated since is refused
-REDRIVE: Errors = (*WORLD_PATH, *ADMITTING, CommandNotFoundError, NotDeadLetteredError, RedriveConflictError,
-                   CommandConflictError, UnknownComponentError, InvalidComponentDataError)  # fmt: skip
+REDRIVE: Errors = (*WORLD_PATH, *ADMITTING, CommandNotFoundError, AmbiguousCommandError, NotDeadLetteredError,
+                   RedriveConflictError, CommandConflictError, UnknownComponentError, InvalidComponentDataError)  # fmt: skip
 
 
 def error_responses(*groups: Errors, authenticated: bool = True) -> dict[int | str, dict[str, Any]]:

@@ -20,47 +20,54 @@ from archetype.commands.errors import InvalidCommandError
 from archetype.commands.ledger import Ledger
 from archetype.commands.options import Role
 
-# Creating, destroying and admitting let the caller name any principal and skip quotas: admin only.
+# The least role of every method (docs/http.md, "The runner protocol" has this table with the
+# reasons; tests/api/test_role_matrix.py checks every method against the doc for every role).
 LEDGER_ROUTE_ROLES: dict[str, Role] = {
-    "create_world": Role.admin,
-    "fork_world": Role.admin,
-    "world_info": Role.operator,
-    "list_worlds": Role.operator,
-    "acquire_writer": Role.operator,
-    "claim_world": Role.operator,
-    "renew_world": Role.operator,
-    "release_world": Role.operator,
+    # what a viewer reads through the routes already: the worlds, their state and components, the projection's lag
+    "world_info": Role.viewer,
+    "list_worlds": Role.viewer,
+    "load_state": Role.viewer,
+    "read_state": Role.viewer,
+    "components": Role.viewer,
+    "watermark": Role.viewer,
+    # every principal's commands and when they are due: an analyst's reads
+    "command": Role.analyst,
+    "commands_by_id": Role.analyst,
+    "history": Role.analyst,
+    "manifests": Role.analyst,
+    "next_due_tick": Role.analyst,
+    "pending_worlds": Role.analyst,
+    # hosting worlds: a runner's
     "register_runner": Role.operator,
     "leave_runner": Role.operator,
     "live_runners": Role.operator,
     "hosted_worlds": Role.operator,
-    "pending_worlds": Role.operator,
-    "load_state": Role.operator,
-    "read_state": Role.operator,
+    "acquire_writer": Role.operator,
+    "claim_world": Role.operator,
+    "renew_world": Role.operator,
+    "release_world": Role.operator,
     "reserve_entity_ids": Role.operator,
-    "reserve_spawn": Role.admin,
-    "admit": Role.admin,
     "lease": Role.operator,
     "guard": Role.operator,
     "publish": Role.operator,
     "record_tick_failure": Role.operator,
     "retry_world": Role.operator,
     "release": Role.operator,
-    "redrive": Role.operator,
-    "destroy": Role.admin,
-    "command": Role.operator,
-    "commands_by_id": Role.operator,
-    "history": Role.operator,
-    "manifests": Role.operator,
-    "read_outbox": Role.operator,
-    "read_outbox_columns": Role.operator,
-    "acknowledge_outbox": Role.operator,
-    "watermark": Role.operator,
     "record_components": Role.operator,
-    "components": Role.operator,
     "migrate_components": Role.operator,
-    "next_due_tick": Role.operator,
-    "prune": Role.operator,
+    "redrive": Role.operator,
+    # the outbox: read and acknowledged by the audit projector alone (an acknowledgement deletes
+    # the events, which only the writer of the audit table knows to be projected)
+    "read_outbox": Role.projector,
+    "read_outbox_columns": Role.projector,
+    "acknowledge_outbox": Role.projector,
+    # naming any principal, skipping quotas, removing history: an administrator's
+    "create_world": Role.admin,
+    "fork_world": Role.admin,
+    "destroy": Role.admin,
+    "reserve_spawn": Role.admin,
+    "admit": Role.admin,
+    "prune": Role.admin,
 }
 ADMISSION_METHODS = frozenset({"create_world", "reserve_spawn", "admit"})
 
@@ -71,7 +78,7 @@ class _Wire(BaseModel):
 
 def _arguments_model(method: str) -> type[BaseModel]:
     fn = getattr(Ledger, method)
-    hints = typing.get_type_hints(fn)
+    hints = typing.get_type_hints(fn, include_extras=True)  # with the bounds of Annotated[int, Field(...)]
     fields: dict[str, Any] = {}
     for name, parameter in inspect.signature(fn).parameters.items():
         if name in ("self", "world_id"):

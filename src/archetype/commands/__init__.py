@@ -3,6 +3,7 @@
 from archetype.commands.audit_history import AuditEvent, GetAuditHistory
 from archetype.commands.dispatcher import CommandDispatcher, HandlerContext
 from archetype.commands.errors import (
+    AmbiguousCommandError,
     AuditUnavailableError,
     CommandConflictError,
     CommandError,
@@ -52,6 +53,7 @@ __all__ = [
     "CommandConflictError",
     "CommandDispatcher",
     "CommandError",
+    "AmbiguousCommandError",
     "CommandNotFoundError",
     "CommandIdentity",
     "CommandRecord",

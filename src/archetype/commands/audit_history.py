@@ -76,10 +76,10 @@ async def _get_audit_history(ctx: HandlerContext, op: GetAuditHistory) -> list[A
     if ctx.audit is None:
         raise AuditUnavailableError("this runtime has no audit log; GetAuditHistory reads only the audit projection")
     actor = ctx.actor
-    if actor is not None and not actor.has(Role.operator):
+    if actor is not None and not actor.has(Role.analyst):
         # a principal's events are private to it, like its commands (docs/ledger.md, isolation)
         if op.principal not in (None, actor.principal):
-            raise PermissionDeniedError("reading another principal's audit events needs the operator role")
+            raise PermissionDeniedError("reading another principal's audit events needs the analyst role")
         op = op.model_copy(update={"principal": actor.principal})
     return await ctx.audit.history(op)
 

@@ -83,6 +83,12 @@ class CommandNotFoundError(CommandError):
     code, http_status = "command_not_found", 404
 
 
+class AmbiguousCommandError(CommandError):
+    """A command id looked up in every scope names commands of several principals: name one."""
+
+    code, http_status = "ambiguous_command", 409
+
+
 class NotDeadLetteredError(CommandError):
     """Only a DEAD_LETTER command is redriven."""
 

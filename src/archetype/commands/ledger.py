@@ -26,10 +26,11 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
-from archetype.canonical import MAX_SAFE_INTEGER, canonical_json
+from archetype.canonical import MAX_SAFE_INTEGER, canonical_json, printable_text
 from archetype.commands import ledger_sql as q
 from archetype.commands import migrations
 from archetype.commands.errors import (
+    AmbiguousCommandError,
     CommandConflictError,
     CommandNotFoundError,
     InvalidCommandError,
@@ -53,29 +54,51 @@ from archetype.commands.errors import (
 )
 from archetype.commands.identity import COMMAND_ID_PATTERN, command_digest
 from archetype.commands.ledger_rows import (
+    COMMAND_LEASE_MAX_MS,
+    HOST_LEASE_MAX_MS,
+    MAX_PAGE,
+    MAX_PRUNE,
+    MAX_RESERVE,
     AdmissionRow,
     Admitted,
+    CommandId,
+    CommandLeaseMs,
     CommandRow,
+    CommandSequence,
     ComponentMigrationRow,
     ComponentRow,
     ComponentSchemaRow,
     Destroyed,
+    EntityId,
     EntityRewrite,
+    Epoch,
+    HostLeaseMs,
+    KeepTicks,
     LeasedRow,
     ManifestRow,
     Migrated,
     MigrationRow,
     OutboxEvent,
+    PageLimit,
     PayloadRewrite,
     PendingWorld,
+    Position,
     Pruned,
+    PruneLimit,
     Published,
+    Quota,
     Redriven,
+    ReserveCount,
     RunnerRow,
     StatePage,
     StateRead,
     StateWrite,
+    Tick,
+    TickIntervalMs,
+    TickPosition,
+    WallMs,
     Watermark,
+    WindowMs,
     WorldComponents,
     WorldRow,
 )
@@ -93,6 +116,7 @@ from archetype.world.component_schema import (
 )
 from archetype.world.error_text import ERROR_TEXT_LIMIT
 from archetype.world.limits import STATE_CHUNK_LIMIT
+from archetype.world.operations import Label, Name
 from archetype.world.tick_mode import DEFAULT_TICK_INTERVAL_MS, DEFAULT_TICK_MODE, check_tick_mode
 
 COMMAND_FIELDS = tuple(name.strip() for name in q.COMMAND_COLUMNS.split(","))
@@ -131,6 +155,7 @@ _COMPONENT_SPEC = re.compile(COMPONENT_SPEC_PATTERN)
 DEFAULT_KEEP_TICKS = 1_000
 DEFAULT_IDEMPOTENCY_WINDOW_MS = 86_400_000  # 24 hours
 PRUNE_LIMIT = 1_000
+AMBIGUITY_NAMED = 10  # the principals an AmbiguousCommandError names, at most
 
 # Public operations, in the order docs/ledger.md describes them. The Durable Object exposes
 # exactly these, and `Authority` (authority.py) has one typed method for each.
@@ -205,9 +230,9 @@ def _row(fields: Sequence[str], values: Sequence[Any]) -> dict[str, Any]:
     return dict(zip(fields, values, strict=True))
 
 
-def _check_lease_ms(lease_ms: int) -> None:
-    if not 0 < lease_ms <= 86_400_000:
-        raise InvalidCommandError(f"a world lease lasts 1 ms to a day, not {lease_ms} ms")
+def _check_lease_ms(lease_ms: int, longest: int = HOST_LEASE_MAX_MS) -> None:
+    if not 0 < lease_ms <= longest:
+        raise InvalidCommandError(f"this lease lasts 1 to {longest:,} ms, not {lease_ms} ms")
 
 
 def runs_at(scheduled_tick: int, tick_head: int) -> int:
@@ -287,8 +312,8 @@ class Ledger:
         return cast(CommandRow, _row(COMMAND_FIELDS, rows[0])) if rows else None
 
     # -- worlds --
-    def create_world(self, world_id: str, name: str, tick_mode: str = DEFAULT_TICK_MODE,
-                     tick_interval_ms: int = DEFAULT_TICK_INTERVAL_MS) -> WorldRow:  # fmt: skip
+    def create_world(self, world_id: str, name: Name, tick_mode: str = DEFAULT_TICK_MODE,
+                     tick_interval_ms: TickIntervalMs = DEFAULT_TICK_INTERVAL_MS) -> WorldRow:  # fmt: skip
         """Create a world, stepped by `tick_mode` every `tick_interval_ms` (docs/ledger.md, "Tick
         modes"); the same creation again answers the world as it is."""
         try:
@@ -310,7 +335,7 @@ class Ledger:
 
         return self._port.transaction(run)
 
-    def fork_world(self, source_world_id: str, at_tick: int, world_id: str, name: str,
+    def fork_world(self, source_world_id: str, at_tick: TickPosition, world_id: str, name: Name,
                    with_open_commands: bool = False) -> WorldRow:  # fmt: skip
         """A new world `world_id` made of `source_world_id` as it was at `at_tick` (any tick of its
         retention window), in one transaction (docs/ledger.md, "Forks"): its published state and
@@ -392,7 +417,7 @@ class Ledger:
         return self._port.transaction(run)
 
     # -- world leases --
-    def claim_world(self, world_id: str, owner: str, lease_ms: int) -> WorldRow:
+    def claim_world(self, world_id: str, owner: Label, lease_ms: HostLeaseMs) -> WorldRow:
         """Become the world's host until `now + lease_ms`, fenced by the writer epoch.
 
         The lease's own owner resumes it (unexpired after a restart, or expired or released with no
@@ -419,7 +444,7 @@ class Ledger:
 
         return self._port.transaction(run)
 
-    def renew_world(self, world_id: str, owner: str, writer_epoch: int, lease_ms: int) -> WorldRow:
+    def renew_world(self, world_id: str, owner: Label, writer_epoch: Epoch, lease_ms: HostLeaseMs) -> WorldRow:
         """The host's heartbeat: its world lease now runs until `now + lease_ms`. Fenced like every
         write of a host: a taken-over (or forced) writer gets `StaleWriterError` and changes nothing.
         A lease that expired with no other host since is renewed: nobody else held the epoch."""
@@ -432,7 +457,7 @@ class Ledger:
 
         return self._port.transaction(run)
 
-    def release_world(self, world_id: str, owner: str, writer_epoch: int) -> WorldRow:
+    def release_world(self, world_id: str, owner: Label, writer_epoch: Epoch) -> WorldRow:
         """Give the world lease back (a host stopping cleanly, or handing a world to another runner):
         it expires now, so any runner may claim it at once; its owner is kept, so claiming it back
         does not move the epoch. Fenced by the writer epoch. Command leases are `release`'s."""
@@ -452,7 +477,7 @@ class Ledger:
         return world
 
     # -- the runner registry --
-    def register_runner(self, runner_id: str, instance: str, lease_ms: int) -> RunnerRow:
+    def register_runner(self, runner_id: str, instance: Label, lease_ms: HostLeaseMs) -> RunnerRow:
         """Register `runner_id` as live until `now + lease_ms`, or renew it (the heartbeat): the
         runners that split the worlds are the live registrations (`live_runners`).
 
@@ -466,6 +491,10 @@ class Ledger:
             raise InvalidCommandError(f"runner id {runner_id!r} must match {RUNNER_ID_PATTERN.pattern}")
         if not 0 < len(instance) <= INSTANCE_LIMIT:
             raise InvalidCommandError(f"a runner instance is 1 to {INSTANCE_LIMIT} characters")
+        try:
+            printable_text(instance)
+        except ValueError as exc:
+            raise InvalidCommandError(f"a runner instance is printable text: {exc}") from None
 
         def run() -> RunnerRow:
             now = self._clock.now_ms()
@@ -479,7 +508,7 @@ class Ledger:
 
         return self._port.transaction(run)
 
-    def leave_runner(self, runner_id: str, instance: str) -> RunnerRow | None:
+    def leave_runner(self, runner_id: str, instance: Label) -> RunnerRow | None:
         """A runner stopping cleanly: its registration expires now, so the others take its share at
         once. Another instance's live registration is `RunnerIdHeldError`; an expired or unknown one
         is left as it is (None: no runner ever had this id)."""
@@ -504,7 +533,7 @@ class Ledger:
             cast(RunnerRow, _row(RUNNER_FIELDS, r)) for r in self._port.execute(q.LIVE_RUNNERS, (self._clock.now_ms(),))
         ])  # fmt: skip
 
-    def hosted_worlds(self, owner: str) -> list[WorldRow]:
+    def hosted_worlds(self, owner: Label) -> list[WorldRow]:
         """The worlds whose world lease names `owner` (held, expired or released), in world id order:
         what the other runners move when that runner dies, read through an index of the lease's owner."""
         return self._port.transaction(
@@ -523,7 +552,7 @@ class Ledger:
             lambda: [cast(PendingWorld, _row(PENDING_FIELDS, r)) for r in self._port.execute(q.PENDING_WORLDS)]
         )
 
-    def load_state(self, world_id: str, after_entity_id: int = 0, limit: int = 10_000) -> StatePage:
+    def load_state(self, world_id: str, after_entity_id: Position = 0, limit: PageLimit = MAX_PAGE) -> StatePage:
         """The world's published state at its tick head, one page of entities at a time: the
         `limit` lowest entity ids above `after_entity_id`. Each entity's components are the
         canonical JSON text it was published as: chunks are parsed and each entity's part written
@@ -541,9 +570,9 @@ class Ledger:
 
         return self._port.transaction(run)
 
-    def read_state(self, world_id: str, after_entity_id: int = 0, limit: int = 1_000,
-                   component_types: list[str] | None = None, entity_ids: list[int] | None = None,
-                   tick: int | None = None) -> StateRead:  # fmt: skip
+    def read_state(self, world_id: str, after_entity_id: Position = 0, limit: PageLimit = 1_000,
+                   component_types: list[str] | None = None, entity_ids: list[EntityId] | None = None,
+                   tick: TickPosition | None = None) -> StateRead:  # fmt: skip
         """A page of the published state for a reader (docs/storage.md, "Reading state"), at the
         tick head or, given `tick`, as the world published it at that tick (any tick of its
         retention window: "State at a tick"; `TickNotRetainedError` outside it): the
@@ -630,10 +659,10 @@ class Ledger:
                            if e not in overlay and isinstance(t, str) and fingerprint in t]  # fmt: skip
         return sorted(naming)
 
-    def reserve_entity_ids(self, world_id: str, count: int) -> int:
+    def reserve_entity_ids(self, world_id: str, count: ReserveCount) -> int:
         """Take `count` never-used entity ids; return the first. Ids are never handed out twice."""
-        if not 1 <= count <= 1_000_000:
-            raise InvalidCommandError(f"cannot reserve {count} entity ids (1..1000000)")
+        if not 1 <= count <= MAX_RESERVE:
+            raise InvalidCommandError(f"cannot reserve {count} entity ids (1..{MAX_RESERVE})")
 
         def run() -> int:
             first = self._active_world(world_id)["next_entity_id"]
@@ -642,8 +671,8 @@ class Ledger:
 
         return self._port.transaction(run)
 
-    def reserve_spawn(self, world_id: str, command_id: str, principal: str | None, request_digest: str,
-                      scheduled_tick: int, quota: int | None = None) -> int:  # fmt: skip
+    def reserve_spawn(self, world_id: str, command_id: CommandId, principal: Name | None, request_digest: str,
+                      scheduled_tick: Tick, quota: Quota | None = None) -> int:  # fmt: skip
         """Bind exactly one entity id to a principal's spawn command; the same request gets it back.
 
         A different request under that command id conflicts and allocates nothing. With a `quota`,
@@ -673,7 +702,7 @@ class Ledger:
         return self._port.transaction(run)
 
     # -- admission --
-    def admit(self, world_id: str, commands: list[AdmissionRow], quota: int | None = None) -> list[Admitted]:
+    def admit(self, world_id: str, commands: list[AdmissionRow], quota: Quota | None = None) -> list[Admitted]:
         """Admit a non-empty batch of one principal all-or-nothing; identical replays return their
         existing identity.
 
@@ -846,7 +875,7 @@ class Ledger:
 
         return self._port.transaction(run)
 
-    def migrate_components(self, world_id: str, writer_epoch: int, migration: ComponentMigrationRow,
+    def migrate_components(self, world_id: str, writer_epoch: Epoch, migration: ComponentMigrationRow,
                            entities: list[EntityRewrite], commands: list[PayloadRewrite]) -> Migrated:  # fmt: skip
         """Apply a declared component migration in one transaction: rewrite every published entity
         and every open command that names the old fingerprint (the caller computed the new forms;
@@ -919,8 +948,8 @@ class Ledger:
         self._check_components(world_id, documents)
 
     # -- leasing --
-    def lease(self, world_id: str, owner: str, session: str, writer_epoch: int, tick: int, limit: int,
-              lease_ms: int) -> list[LeasedRow]:  # fmt: skip
+    def lease(self, world_id: str, owner: Label, session: Label, writer_epoch: Epoch, tick: Tick, limit: PageLimit,
+              lease_ms: CommandLeaseMs) -> list[LeasedRow]:  # fmt: skip
         """Lease due commands in (scheduled_tick, priority, sequence) order; never deletes a row,
         never charges an attempt.
 
@@ -930,6 +959,7 @@ class Ledger:
         skipped). First, a crash guard left by another session charges its command one attempt
         (and that command stays suspect).
         """
+        _check_lease_ms(lease_ms, COMMAND_LEASE_MAX_MS)
 
         def run() -> list[LeasedRow]:
             world = self._writer(world_id, writer_epoch)
@@ -968,7 +998,7 @@ class Ledger:
         self._append_events(world_id, [row["sequence"]], now)
         return row["sequence"]
 
-    def guard(self, world_id: str, owner: str, session: str, writer_epoch: int, sequence: int | None) -> None:
+    def guard(self, world_id: str, owner: Label, session: Label, writer_epoch: Epoch, sequence: CommandSequence | None) -> None:
         """Name the command this session is about to materialize in guarded mode (None: no command).
 
         If the session dies before it moves the guard on, the next lease by another session
@@ -985,8 +1015,8 @@ class Ledger:
         self._port.transaction(run)
 
     # -- publication --
-    def publish(self, world_id: str, owner: str, session: str, manifest: ManifestRow,
-                writes: StateWrite, due_ms: int | None = None) -> Published:  # fmt: skip
+    def publish(self, world_id: str, owner: Label, session: Label, manifest: ManifestRow,
+                writes: StateWrite, due_ms: WallMs | None = None) -> Published:  # fmt: skip
         """Publish one tick: manifest, state write (a snapshot replacing the world's state, or a
         delta overlaying it: one row per chunk), every settlement of the tick with its outbox
         event (in the manifest's order), the release of what the session still holds, and the
@@ -1084,7 +1114,7 @@ class Ledger:
             raise InvalidCommandError("the manifest lists its commands out of (scheduled_tick, priority, sequence) order")
 
     # -- health --
-    def record_tick_failure(self, world_id: str, owner: str, session: str, writer_epoch: int, tick: int, error: str,
+    def record_tick_failure(self, world_id: str, owner: Label, session: Label, writer_epoch: Epoch, tick: Tick, error: str,
                             release: bool = True) -> WorldRow:  # fmt: skip
         """Record that the writer's tick `tick` failed before it was prepared (a hook or processor
         raised, the authority did not answer): one more failed attempt, the error, and the first
@@ -1129,7 +1159,7 @@ class Ledger:
 
         return self._port.transaction(run)
 
-    def release(self, world_id: str, owner: str, session: str, writer_epoch: int) -> int:
+    def release(self, world_id: str, owner: Label, session: Label, writer_epoch: Epoch) -> int:
         """Give back everything this session holds, uncharged (a runner shutting down cleanly):
         PENDING, or RETRYABLE if it was ever attempted. Bookkeeping: no event. Answers how many."""
 
@@ -1148,7 +1178,7 @@ class Ledger:
         return cast(int, held)
 
     # -- redrive --
-    def redrive(self, world_id: str, command_id: str, scope: str = "", new_command_id: str | None = None) -> Redriven:
+    def redrive(self, world_id: str, command_id: CommandId, scope: str = "", new_command_id: CommandId | None = None) -> Redriven:
         """A new command redriving the dead letter `command_id` of `scope`: the same operation,
         payload, principal, priority and attempt budget, none of it spent, due at the next tick,
         linked by `redriven_from`, with its own `redriven` event. The dead record stays as it is but
@@ -1239,17 +1269,29 @@ class Ledger:
         return {"cancelled": cancelled}
 
     # -- reads --
-    def command(self, world_id: str, command_id: str, scope: str = "") -> CommandRow | None:
-        """The command `command_id` of `scope` (a principal's name; '' for trusted callers)."""
+    def command(self, world_id: str, command_id: CommandId, scope: str | None = "") -> CommandRow | None:
+        """The command `command_id` of `scope` (a principal's name; '' for trusted callers). With
+        scope None, the one command of that id in any scope; `AmbiguousCommandError`, naming their
+        principals, when several scopes hold one."""
 
         def run() -> CommandRow | None:
             self._world(world_id)
-            rows = self._port.execute(q.GET_COMMAND, (world_id, scope, command_id))
+            if scope is not None:
+                rows = self._port.execute(q.GET_COMMAND, (world_id, scope, command_id))
+            else:
+                rows = self._port.execute(q.COMMANDS_NAMED, (world_id, command_id, AMBIGUITY_NAMED + 1))
+            if len(rows) > 1:
+                found = [cast(CommandRow, _row(COMMAND_FIELDS, r))["principal"] for r in rows[:AMBIGUITY_NAMED]]
+                named = ", ".join("trusted callers" if p is None else repr(p) for p in found)
+                more = " and more" if len(rows) > AMBIGUITY_NAMED else ""
+                raise AmbiguousCommandError(
+                    f"world {world_id!r} has commands {command_id!r} of {named}{more}; name the principal (or the trusted callers)"
+                )
             return cast(CommandRow, _row(COMMAND_FIELDS, rows[0])) if rows else None
 
         return self._port.transaction(run)
 
-    def commands_by_id(self, world_id: str, command_ids: list[str], scope: str = "") -> list[CommandRow]:
+    def commands_by_id(self, world_id: str, command_ids: list[CommandId], scope: str = "") -> list[CommandRow]:
         """The commands of `scope` among `command_ids` (1..COMMANDS_BY_ID_LIMIT ids), in sequence
         order: `command` for many ids in one read; an id the scope has not admitted is left out."""
         if not 0 < len(command_ids) <= COMMANDS_BY_ID_LIMIT or not all(
@@ -1264,7 +1306,7 @@ class Ledger:
 
         return self._port.transaction(run)
 
-    def history(self, world_id: str, status: str | None = None, after_sequence: int = 0, limit: int = 100,
+    def history(self, world_id: str, status: str | None = None, after_sequence: Position = 0, limit: PageLimit = 100,
                 scope: str | None = None) -> list[CommandRow]:  # fmt: skip
         """Commands in sequence order; `scope` keeps one principal's ('' trusted callers'), None all."""
 
@@ -1286,19 +1328,19 @@ class Ledger:
 
         return self._port.transaction(run)
 
-    def manifests(self, world_id: str, after_tick: int = -1, limit: int = 100) -> list[ManifestRow]:
+    def manifests(self, world_id: str, after_tick: TickPosition = -1, limit: PageLimit = 100) -> list[ManifestRow]:
         return self._port.transaction(
             lambda: [_manifest(r[0]) for r in self._port.execute(q.LIST_TICKS, (world_id, after_tick, limit))]
         )
 
     # -- outbox --
-    def read_outbox(self, world_id: str, after_seq: int = 0, limit: int = 100) -> list[OutboxEvent]:
+    def read_outbox(self, world_id: str, after_seq: Position = 0, limit: PageLimit = 100) -> list[OutboxEvent]:
         """Unacknowledged events after `after_seq`, in sequence order, one dict per event."""
         page = self._outbox_page(q.READ_OUTBOX, world_id, after_seq, limit)
         page.sort(key=lambda row: row[2])  # by event_seq: json_each's order, checked, never assumed
         return [cast(OutboxEvent, _row(OUTBOX_FIELDS, r)) for r in page]
 
-    def read_outbox_columns(self, world_id: str, after_seq: int = 0, limit: int = 100) -> dict[str, list[Any]]:
+    def read_outbox_columns(self, world_id: str, after_seq: Position = 0, limit: PageLimit = 100) -> dict[str, list[Any]]:
         """The same page as `read_outbox`, column by column (field name -> values): what a columnar
         projector wants, without building a Python object per event."""
         (arrays,) = self._outbox_page(q.READ_OUTBOX_COLUMNS, world_id, after_seq, limit)
@@ -1316,7 +1358,7 @@ class Ledger:
 
         return self._port.transaction(run)
 
-    def acknowledge_outbox(self, world_id: str, up_to_seq: int) -> Watermark:
+    def acknowledge_outbox(self, world_id: str, up_to_seq: Position) -> Watermark:
         """Record that events up to `up_to_seq` are projected; they leave the outbox."""
 
         def run() -> Watermark:
@@ -1343,8 +1385,8 @@ class Ledger:
         }
 
     # -- retention --
-    def prune(self, world_id: str, keep_ticks: int = DEFAULT_KEEP_TICKS,
-              idempotency_window_ms: int = DEFAULT_IDEMPOTENCY_WINDOW_MS, limit: int = PRUNE_LIMIT) -> Pruned:  # fmt: skip
+    def prune(self, world_id: str, keep_ticks: KeepTicks = DEFAULT_KEEP_TICKS,
+              idempotency_window_ms: WindowMs = DEFAULT_IDEMPOTENCY_WINDOW_MS, limit: PruneLimit = PRUNE_LIMIT) -> Pruned:  # fmt: skip
         """Remove what no guarantee needs any more (docs/ledger.md, "Retention"), at most `limit`
         rows of each kind, oldest first; `done` is False while more is left.
 
@@ -1362,8 +1404,8 @@ class Ledger:
             raise InvalidCommandError("keep_ticks must be at least 1: the tick head's manifest is always kept")
         if idempotency_window_ms < 0:
             raise InvalidCommandError("idempotency_window_ms cannot be negative")
-        if not 1 <= limit <= 100_000:
-            raise InvalidCommandError(f"cannot prune {limit} rows at a time (1..100000)")
+        if not 1 <= limit <= MAX_PRUNE:
+            raise InvalidCommandError(f"cannot prune {limit} rows at a time (1..{MAX_PRUNE})")
 
         def run() -> Pruned:
             world = self._world(world_id)

@@ -8,14 +8,55 @@ against (strictly, unknown fields refused), so they are declared for pydantic to
 
 from __future__ import annotations
 
-from typing import Any, NotRequired
+from typing import Annotated, Any, NotRequired
 
-from pydantic import ConfigDict, with_config
+from pydantic import ConfigDict, Field, with_config
 from typing_extensions import TypedDict  # pydantic validates only this TypedDict before Python 3.12
 
+from archetype.canonical import MAX_SAFE_INTEGER
+from archetype.commands.identity import COMMAND_ID_PATTERN
+from archetype.commands.options import MAX_ATTEMPTS, MAX_PRIORITY
 from archetype.world.commit import Outcome
+from archetype.world.operations import Name
+from archetype.world.tick_mode import MAX_TICK_INTERVAL_MS
 
 WIRE = ConfigDict(extra="forbid", strict=True)
+
+# The bounds of every number the ledger takes. The runner protocol validates its requests against
+# these annotations (archetype.api.runner_protocol), so a remote caller never sends an unbounded
+# number (tests/api/test_least_privilege.py checks that every integer argument has both bounds);
+# the lease lengths and admission rows the ledger also checks itself, on every authority.
+MAX_PAGE = 10_000
+"""The most rows one read answers, and the most commands one `lease` takes."""
+HOST_LEASE_MAX_MS = 60_000
+"""The longest world lease or runner registration: a runner proves it lives by renewing them."""
+COMMAND_LEASE_MAX_MS = 600_000
+"""The longest command lease: a tick's commands are leased again at every tick."""
+MAX_RESERVE = 1_000_000
+"""The most entity ids one `reserve_entity_ids` takes."""
+MAX_PRUNE = 100_000
+"""The most rows of each kind one `prune` removes."""
+
+CommandId = Annotated[str, Field(pattern=COMMAND_ID_PATTERN.pattern)]
+Tick = Annotated[int, Field(ge=0, le=MAX_SAFE_INTEGER)]
+Epoch = Annotated[int, Field(ge=0, le=MAX_SAFE_INTEGER)]
+Position = Annotated[int, Field(ge=0, le=MAX_SAFE_INTEGER)]
+"""A sequence, event sequence or entity id to continue after (0: from the start)."""
+CommandSequence = Annotated[int, Field(ge=1, le=MAX_SAFE_INTEGER)]
+EntityId = Annotated[int, Field(ge=1, le=MAX_SAFE_INTEGER)]
+PageLimit = Annotated[int, Field(ge=1, le=MAX_PAGE)]
+HostLeaseMs = Annotated[int, Field(ge=1, le=HOST_LEASE_MAX_MS)]
+CommandLeaseMs = Annotated[int, Field(ge=1, le=COMMAND_LEASE_MAX_MS)]
+Quota = Annotated[int, Field(ge=1, le=MAX_SAFE_INTEGER)]
+TickPosition = Annotated[int, Field(ge=-1, le=MAX_SAFE_INTEGER)]
+"""A tick to continue after (-1: from the start)."""
+ReserveCount = Annotated[int, Field(ge=1, le=MAX_RESERVE)]
+KeepTicks = Annotated[int, Field(ge=1, le=MAX_SAFE_INTEGER)]
+WindowMs = Annotated[int, Field(ge=0, le=MAX_SAFE_INTEGER)]
+PruneLimit = Annotated[int, Field(ge=1, le=MAX_PRUNE)]
+TickIntervalMs = Annotated[int, Field(ge=0, le=MAX_TICK_INTERVAL_MS)]
+WallMs = Annotated[int, Field(ge=-MAX_SAFE_INTEGER, le=MAX_SAFE_INTEGER)]
+"""A wall-clock time in ms since the epoch (when a tick was due)."""
 
 
 class WorldRow(TypedDict):
@@ -74,16 +115,16 @@ class RunnerRow(TypedDict):
 class AdmissionRow(TypedDict):
     """What a caller submits for one command; the ledger adds world, scope, sequence and digest."""
 
-    command_id: str
-    schema_version: int
-    scheduled_tick: int
-    priority: int
+    command_id: CommandId
+    schema_version: Annotated[int, Field(ge=1, le=MAX_SAFE_INTEGER)]
+    scheduled_tick: Tick
+    priority: Annotated[int, Field(ge=-MAX_PRIORITY, le=MAX_PRIORITY)]
     operation: str
     payload: str
-    principal: str | None
+    principal: Name | None
     origin: str
-    max_attempts: int
-    reserved_entity_id: int | None
+    max_attempts: Annotated[int, Field(ge=1, le=MAX_ATTEMPTS)]
+    reserved_entity_id: EntityId | None
     # digest of the spawn request a SpawnReserved fulfils (see CommandScheduler.spawn_request_digest)
     request_digest: str | None
 
@@ -184,7 +225,7 @@ class StateWrite(TypedDict):
 
 @with_config(WIRE)
 class SettlementRow(TypedDict):
-    sequence: int
+    sequence: CommandSequence
     command_id: str
     outcome: Outcome
     error: str | None
@@ -193,10 +234,10 @@ class SettlementRow(TypedDict):
 @with_config(WIRE)
 class ManifestRow(TypedDict):
     world_id: str
-    tick: int
-    writer_epoch: int
+    tick: Tick
+    writer_epoch: Epoch
     settlements: list[SettlementRow]
-    written_runs: list[list[int]]  # the ids the tick changed, as ascending runs [first, last]
+    written_runs: list[list[EntityId]]  # the ids the tick changed, as ascending runs [first, last]
     commit_token: str
 
 
@@ -284,13 +325,13 @@ class ComponentMigrationRow(TypedDict):
 class EntityRewrite(TypedDict):
     """An entity's components text rewritten by a component migration (docs/storage.md, "One entity")."""
 
-    entity_id: int
+    entity_id: EntityId
     components: str
 
 
 @with_config(WIRE)
 class PayloadRewrite(TypedDict):
-    sequence: int
+    sequence: CommandSequence
     payload: str
 
 

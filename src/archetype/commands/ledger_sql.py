@@ -120,6 +120,8 @@ INSERT_COMMANDS = f"""INSERT INTO commands (world_id, scope, sequence, {", ".joi
         {", ".join(f"json_extract(j.value, '$[{i}]')" for i in range(len(INSERTED_COMMAND_FIELDS)))}, 'PENDING', 1, ?4, ?4
     FROM json_each(?5) AS j"""
 GET_COMMAND = f"SELECT {COMMAND_COLUMNS} FROM commands WHERE world_id = ? AND scope = ? AND command_id = ?"
+# the commands of one id in every scope, in scope order (the unique index's), at most ? of them
+COMMANDS_NAMED = f"SELECT {COMMAND_COLUMNS} FROM commands WHERE world_id = ? AND command_id = ? ORDER BY scope LIMIT ?"
 # Some commands of one scope by id (a JSON array of distinct ids), in sequence order.
 GET_COMMANDS = f"""SELECT {COMMAND_COLUMNS} FROM json_each(?) AS j
     JOIN commands AS c ON c.world_id = ? AND c.scope = ? AND c.command_id = j.value ORDER BY c.sequence"""

@@ -452,9 +452,18 @@ V14_STATE_HISTORY = Migration(14, "state history: snapshots by tick, replacing d
     "ALTER TABLE commands ADD COLUMN forked_from INTEGER",
 ))  # fmt: skip
 
+# Version 15: a command id looked up in every scope (docs/ledger.md, "Isolation": an analyst or an
+# administrator reading a command without naming its principal). The unique index of command ids
+# puts the id before the scope: lookups naming a scope use all three columns as before, and one
+# naming none reads the id's few entries, with no extra index for admission to write.
+V15_COMMAND_ID_FIRST = Migration(15, "command ids indexed before their scope, for a lookup in every scope", (
+    "DROP INDEX commands_by_id",
+    "CREATE UNIQUE INDEX commands_by_id ON commands (world_id, command_id, scope)",
+))  # fmt: skip
+
 MIGRATIONS = (V1_SCHEMA, V2_EXACTLY_ONCE, V3_STATE_CHUNKS, V4_HEALTH_AND_REDRIVE, V5_RETENTION, V6_COMPONENT_SCHEMAS,
               V7_TICK_CLOCK, V8_WORLD_LEASES, V9_DERIVED_SEQUENCES, V10_RUNNER_REGISTRY, V11_DURABLE_FACTS,
-              V12_TICK_MODES, V13_FEWER_ROWS, V14_STATE_HISTORY)  # fmt: skip
+              V12_TICK_MODES, V13_FEWER_ROWS, V14_STATE_HISTORY, V15_COMMAND_ID_FIRST)  # fmt: skip
 SCHEMA_VERSION = MIGRATIONS[-1].version
 
 HAS_META = "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'"

@@ -29,7 +29,7 @@ from archetype.commands.failures import Permanent, Retryable
 from archetype.commands.identity import COMMAND_ID_PATTERN, command_digest
 from archetype.commands.ledger import check_components
 from archetype.commands.ledger_rows import AdmissionRow, CommandRow, ComponentSchemaRow, LeasedRow
-from archetype.commands.options import ActorCtx, DurableOptions
+from archetype.commands.options import ActorCtx, DurableOptions, Role
 from archetype.commands.registry import LiveValue, OperationRegistry, OperationSpec, check_live_together
 from archetype.world.commit import Outcome, PreparedTick, TickManifest, TickOutcomeUnknownError
 from archetype.world.component_schema import UnsupportedSchemaError, check_record
@@ -170,6 +170,11 @@ class CommandScheduler:
             self._sessions[world_id] = self._new_session()
         return self._sessions[world_id]
 
+    def quota_for(self, actor: ActorCtx | None) -> int | None:
+        """The per-tick quota `actor`'s admissions are charged against: none for trusted callers
+        (no actor) and administrators (docs/http.md, "Quotas")."""
+        return None if actor is None or actor.has(Role.admin) else self.quota
+
     def end_session(self, world_id: str) -> None:
         """After a process-fatal exception escaped a materializer, the next attempt at this world
         is treated as a restart: what this session holds is recovered like a crashed runner's."""
@@ -299,7 +304,7 @@ class CommandScheduler:
             raise InvalidCommandError("a batch names the same command id twice")
         (world_id,) = worlds
         await self.record_named(world_id, [row["payload"] for _, row in prepared])
-        results = await self.authority.admit(world_id, [row for _, row in prepared], self.quota if actor else None)
+        results = await self.authority.admit(world_id, [row for _, row in prepared], self.quota_for(actor))
         return [CommandIdentity(world_id=world_id, **r) for r in results]
 
     async def admit_spawn(
@@ -323,7 +328,7 @@ class CommandScheduler:
         await self._check_components(op.world_id, row)
         request_digest = self.spawn_request_digest(op, options, principal)
         entity_id = await self.authority.reserve_spawn(
-            op.world_id, command_id, principal, request_digest, options.tick, self.quota if actor else None,
+            op.world_id, command_id, principal, request_digest, options.tick, self.quota_for(actor),
         )  # fmt: skip
         reserved = SpawnReserved(world_id=op.world_id, entity_id=entity_id, components=op.components)
         item = DeferredItem(op=reserved, options=options, command_id=command_id)

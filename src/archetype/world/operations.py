@@ -11,7 +11,7 @@ import re
 from collections.abc import Callable, Iterable
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from archetype.canonical import (
     MAX_SAFE_INTEGER,
@@ -20,6 +20,7 @@ from archetype.canonical import (
     canonical_text,
     check_canonical,
     plain_json,
+    printable_text,
 )
 from archetype.world.components import (
     COMPONENT_NAME_PATTERN,
@@ -43,6 +44,10 @@ from archetype.world.tick_mode import (
 
 WorldId = str
 WORLD_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+Name = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(printable_text)]
+"""A name people read (a world's, a principal's): 1 to 200 characters of printable text (docs/errors.md)."""
+Label = Annotated[str, Field(min_length=1, max_length=256), AfterValidator(printable_text)]
+"""What a runner calls itself to the ledger (its instance, lease owner, session): printable text too."""
 EntityId = int
 MAX_COMPONENTS = 256
 """The most component values (or types) one mutation carries."""
@@ -298,7 +303,7 @@ class CreateWorld(Operation):
     nothing to run or the host is late)."""
 
     operation: Literal["create_world"] = "create_world"
-    name: str = Field(min_length=1, max_length=200)
+    name: Name
     world_id: WorldId | None = Field(default=None, pattern=WORLD_ID_PATTERN)
     tick_mode: TickMode = Field(default=DEFAULT_TICK_MODE, description="lockstep: every tick runs; realtime: wall-clock ticks, coalesced")
     tick_interval_ms: int = Field(

@@ -31,6 +31,7 @@ from archetype.commands.port import ManualClock
 from archetype.remote import HttpAuthority
 from tests.audit.queue_server import LoopbackQueue
 from tests.support.clock_header import ClockHeader
+from tests.support.roles import EVERY_METHOD
 from tests.support.workerd.process import WorkerdError, WorkerdProcess
 from tests.workerd.harness_entry import NAMESPACE_HEADER, NOW_HEADER
 from worker.local_workerd import LocalWorker, MissingRuntimeError, check_runtime
@@ -39,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[3]
 HARNESS_ENTRY = ROOT / "tests" / "workerd" / "harness_entry.py"
 MODULES = ("tests.server.game",)
 TOKENS = {
-    "workerd-admin": {"principal": "root", "roles": ["admin"]},
+    "workerd-admin": {"principal": "root", "roles": EVERY_METHOD},
     "workerd-operator": {"principal": "ops", "roles": ["operator"]},
     "workerd-player": {"principal": "pat", "roles": ["player"]},
 }

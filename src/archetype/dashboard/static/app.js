@@ -155,7 +155,7 @@ function commandFilters() {
   const status = h("select", { "data-testid": "status-filter", onchange: (e) => { filters.status = e.target.value; render(); } },
     h("option", { value: "" }, "every status"), STATUSES.map((s) => h("option", { value: s }, s)));
   status.value = filters.status;
-  const principal = h("input", { "data-testid": "principal-filter", placeholder: "principal (operators)",
+  const principal = h("input", { "data-testid": "principal-filter", placeholder: "principal (analysts)",
     onchange: (e) => { filters.principal = e.target.value.trim(); render(); } });
   principal.value = filters.principal;
   return h("div", { class: "filters" }, "status ", status, "principal ", principal);
