@@ -15,6 +15,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from moving import Position, Velocity
+
 from archetype.runtime import Runtime
 from archetype.vector import add_vector_processor
 from archetype.world import Component, CreateWorld
@@ -23,16 +25,6 @@ ROOT = Path(__file__).resolve().parents[1]
 WORLD = "sir"
 TOKENS = {"admin": {"principal": "root", "roles": ["admin"]}, "player": {"principal": "policy", "roles": ["player"]},
           "player2": {"principal": "policy2", "roles": ["player"]}, "viewer": {"principal": "analyst", "roles": ["viewer"]}}  # fmt: skip
-
-
-class Position(Component):
-    x: float
-    y: float
-
-
-class Velocity(Component):
-    dx: float
-    dy: float
 
 
 class Infection(Component):
