@@ -4,10 +4,12 @@
 from __future__ import annotations
 
 import pytest
+from pydantic import ValidationError
 
 from archetype import Permanent
 from archetype.api import create_app
 from archetype.api.runner_protocol import ARGUMENTS
+from archetype.commands.audit_history import GetAuditHistory
 from archetype.runtime import Runtime
 from archetype.world import Step
 from tests.api.conftest import ADMIN, ANALYST, OPERATOR, PLAYER, PLAYER2, PROJECTOR, QUOTA, VIEWER, auth
@@ -160,6 +162,53 @@ async def test_world_names_are_printable_text(client, snapshot, name):
     refused(await client.post("/worlds", json={"name": name}, headers=ADMIN), 422, "invalid_request")
     refused(await client.post("/worlds/w9/ledger/create_world", json={"name": name}, headers=ADMIN), 422, "invalid_request")
     assert snapshot() == before
+
+
+def takes_text(schema: dict) -> bool:
+    """Whether a query parameter's schema takes a string (alone, in a union, or as an array's items)."""
+    inner = [*schema.get("anyOf", []), *([schema["items"]] if "items" in schema else [])]
+    return schema.get("type") == "string" and "enum" not in schema or any(takes_text(s) for s in inner)
+
+
+TEXT_QUERIES = [(path, verb, parameter["name"]) for path, verb, operation in OPERATIONS
+                for parameter in operation.get("parameters", [])
+                if parameter["in"] == "query" and takes_text(parameter["schema"])]  # fmt: skip
+
+
+def test_the_query_filters_are_all_found():
+    """The table below is read from the routes: a new text filter is checked without being listed."""
+    assert {(path, name) for path, _, name in TEXT_QUERIES} >= {
+        ("/worlds/{world_id}/commands", "principal"), ("/worlds/{world_id}/commands/{command_id}", "principal"),
+        ("/worlds/{world_id}/commands:outcomes", "principal"), ("/worlds/{world_id}/dead-letters/{command_id}/redrive", "principal"),
+        ("/worlds/{world_id}/audit", "principal"), ("/worlds/{world_id}/audit", "command_id"), ("/worlds/{world_id}/state", "component"),
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("value", ["a\x00b", "\ufeffpat", "pat\u202e", "tab\there", "\u200bpat", " pat", "pat "])
+@pytest.mark.parametrize("path,verb,name", TEXT_QUERIES)
+async def test_every_text_filter_in_a_query_is_printable_text(client, world, snapshot, path, verb, name, value):
+    """A principal (or command id, or component) to filter by is held to the rule its names are
+    made by: an unprintable one is refused with 422 `invalid_request`, changing nothing, and a
+    printable one is not."""
+    url = path.format(world_id=world, command_id="c1")
+    body = {"command_ids": ["c1"]} if path.endswith(":outcomes") else None
+    headers = ADMIN if "redrive" in path else ANALYST
+    before = snapshot()
+    answer = await client.request(verb, url, params={name: value}, json=body, headers=headers)
+    refused(answer, 422, "invalid_request")
+    assert name in answer.json()["message"]
+    assert snapshot() == before
+    printable = "Ab" if name == "component" else "pat"
+    answer = await client.request(verb, url, params={name: printable}, json=body, headers=headers)
+    assert answer.status_code != 422 or answer.json()["code"] != "invalid_request", answer.text
+
+
+@pytest.mark.parametrize("field,value", [("principal", "pat\u202e"), ("principal", " pat"), ("principal", "a\x00b"),
+                                         ("command_id", "has space"), ("command_id", "c\u200b1")])  # fmt: skip
+def test_the_direct_audit_read_takes_the_same_filters(field, value):
+    with pytest.raises(ValidationError):
+        GetAuditHistory(world_id="w1", **{field: value})
+    GetAuditHistory(world_id="w1", **{field: "pat"})
 
 
 async def test_printable_names_in_any_script_are_welcome(client):

@@ -84,7 +84,7 @@ from archetype.commands.registry import OperationRegistry
 from archetype.commands.scheduler import CommandScheduler, CommandStatus
 from archetype.world.error_text import error_text
 from archetype.world.family import create_world_row, fork_world_row
-from archetype.world.operations import WORLD_ID_PATTERN, DestroyWorld, Spawn
+from archetype.world.operations import WORLD_ID_PATTERN, DestroyWorld, Name, Spawn
 
 # Commands one principal may have admitted for one target tick of one world (ledger-enforced).
 DEFAULT_QUOTA = 1000
@@ -92,9 +92,7 @@ DEFAULT_QUOTA = 1000
 WorldIdPath = Annotated[str, Path(pattern=WORLD_ID_PATTERN)]
 CommandIdPath = Annotated[str, Path(pattern=COMMAND_ID_PATTERN.pattern)]
 IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key", pattern=COMMAND_ID_PATTERN.pattern)]
-PrincipalQuery = Annotated[
-    str | None, Query(min_length=1, max_length=200, description="an analyst's view of this principal's commands")
-]
+PrincipalQuery = Annotated[Name | None, Query(description="an analyst's view of this principal's commands")]
 TrustedQuery = Annotated[bool, Query(description="an analyst's view of the commands trusted callers admitted in-process")]
 ComponentQuery = Annotated[
     list[Annotated[str, StringConstraints(pattern=COMPONENT_SPEC_PATTERN)]] | None,
@@ -394,8 +392,8 @@ def create_app(
         actor: ActorCtx = viewer,
         tick_from: Annotated[int | None, Query(ge=0, le=MAX_SAFE_INTEGER)] = None,
         tick_to: Annotated[int | None, Query(ge=0, le=MAX_SAFE_INTEGER)] = None,
-        principal: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
-        command_id: Annotated[str | None, Query(min_length=1, max_length=128)] = None,
+        principal: Annotated[Name | None, Query()] = None,
+        command_id: Annotated[str | None, Query(pattern=COMMAND_ID_PATTERN.pattern)] = None,
         status: CommandStatus | None = None,
         after: Annotated[int, Query(ge=0, le=MAX_SAFE_INTEGER, description="event sequence to continue after")] = 0,
         limit: Annotated[int, Query(ge=1, le=MAX_BATCH)] = 100,

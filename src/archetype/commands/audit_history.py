@@ -15,10 +15,11 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
 from archetype.canonical import MAX_SAFE_INTEGER
 from archetype.commands.dispatcher import HandlerContext
 from archetype.commands.errors import AuditUnavailableError, PermissionDeniedError
+from archetype.commands.identity import COMMAND_ID_PATTERN
 from archetype.commands.options import Role
 from archetype.commands.registry import OperationRegistry, OperationSpec
 from archetype.commands.scheduler import CommandStatus, WorldHealth
-from archetype.world.operations import WORLD_ID_PATTERN, Operation
+from archetype.world.operations import WORLD_ID_PATTERN, Name, Operation
 
 MAX_HISTORY_LIMIT = 10_000
 
@@ -34,8 +35,8 @@ class GetAuditHistory(Operation):
     world_id: str = Field(pattern=WORLD_ID_PATTERN)
     tick_from: StrictInt | None = Field(default=None, ge=0, le=MAX_SAFE_INTEGER)
     tick_to: StrictInt | None = Field(default=None, ge=0, le=MAX_SAFE_INTEGER)
-    principal: str | None = Field(default=None, min_length=1, max_length=200)
-    command_id: str | None = Field(default=None, min_length=1, max_length=128)
+    principal: Name | None = None
+    command_id: str | None = Field(default=None, pattern=COMMAND_ID_PATTERN.pattern)
     status: CommandStatus | None = None
     after_event_seq: StrictInt = Field(default=0, ge=0, le=MAX_SAFE_INTEGER)
     limit: StrictInt = Field(default=100, ge=1, le=MAX_HISTORY_LIMIT)
