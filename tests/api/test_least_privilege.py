@@ -258,6 +258,48 @@ async def test_a_reader_of_everyone_finds_a_command_without_naming_its_principal
     assert (own.status_code, own.json()["principal"]) == (200, "root"), own.text
 
 
+async def read_by_id(route: str, client, world: str, command_id: str, headers: dict, **params: str) -> str | None:
+    """Whose command of this id `route` answers: its principal, None for none, or the refusal's code."""
+    if route == "command":
+        answer = await client.get(f"/worlds/{world}/commands/{command_id}", params=params, headers=headers)
+        if answer.status_code == 200:
+            return answer.json()["principal"]
+    else:
+        answer = await client.post(f"/worlds/{world}/commands:outcomes", params=params, json={"command_ids": [command_id]},
+                                   headers=headers)  # fmt: skip
+        if answer.status_code == 200:
+            page = answer.json()
+            assert page["missing"] == ([] if page["commands"] else [command_id])
+            return page["commands"][0]["principal"] if page["commands"] else None
+    return None if answer.json()["code"] == "command_not_found" else answer.json()["code"]
+
+
+@pytest.mark.parametrize("route", ["command", "outcomes"])
+@pytest.mark.parametrize("reader", [ADMIN, OPERATOR, ANALYST], ids=["admin", "operator", "analyst"])
+async def test_every_read_by_id_finds_another_principals_command_for_a_reader_of_everyone(client, world, route, reader):
+    """The read routes that take command ids read them alike (docs/http.md's role matrix): a reader of
+    every principal's commands naming none finds its own, else the one principal's that has one."""
+    await client.post(f"/worlds/{world}/commands", json=DESPAWN, headers={**PLAYER, "Idempotency-Key": "theirs"})
+    assert await read_by_id(route, client, world, "theirs", reader) == "pat"
+    assert await read_by_id(route, client, world, "theirs", PLAYER2) is None  # a player's scope stays its own
+    assert await read_by_id(route, client, world, "theirs", reader, principal="quinn") is None
+    await client.post(f"/worlds/{world}/commands", json=DESPAWN, headers={**PLAYER2, "Idempotency-Key": "theirs"})
+    assert await read_by_id(route, client, world, "theirs", reader) == "ambiguous_command"
+    assert await read_by_id(route, client, world, "theirs", reader, principal="quinn") == "quinn"
+    if reader is not ANALYST:  # who may submit: its own command of the id is the one it means
+        await client.post(f"/worlds/{world}/commands", json=DESPAWN, headers={**reader, "Idempotency-Key": "theirs"})
+        assert await read_by_id(route, client, world, "theirs", reader) in ("root", "runner")
+
+
+async def test_outcomes_of_a_reader_of_everyone_keep_admission_order(client, world):
+    for headers, command_id in ((PLAYER, "a"), (ADMIN, "b"), (PLAYER2, "c"), (PLAYER, "d")):
+        await client.post(f"/worlds/{world}/commands", json=DESPAWN, headers={**headers, "Idempotency-Key": command_id})
+    page = (await client.post(f"/worlds/{world}/commands:outcomes", json={"command_ids": ["d", "nope", "c", "b", "a", "d"]},
+                              headers=ADMIN)).json()  # fmt: skip
+    assert [(c["command_id"], c["principal"]) for c in page["commands"]] == [("a", "pat"), ("b", "root"), ("c", "quinn"), ("d", "pat")]
+    assert page["missing"] == ["nope"]
+
+
 async def test_an_admin_redrives_a_dead_letter_without_naming_its_principal(client, world, authority):
     fail_next("doomed", Permanent("the account is closed"))
     submitted = await client.post(f"/worlds/{world}/commands", json=probe_spawn("doomed"),

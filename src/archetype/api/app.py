@@ -8,6 +8,7 @@ the role gets the same answer whether or not the world exists.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Mapping
 from typing import Annotated, Any, Literal
 
@@ -317,6 +318,19 @@ def create_app(
             raise CommandNotFoundError(f"world {world_id!r} has no command {command_id!r} of this principal")
         return row
 
+    async def find_commands(world_id: str, command_ids: list[str], actor: ActorCtx, principal: str | None,
+                            trusted: bool) -> list[CommandRow]:  # fmt: skip
+        """`find_command` for many ids, in admission order: one read of the scope the actor means;
+        an analyst naming no scope reads each id it has none of its own as `find_command` does."""
+        scope = readable_scope(actor, principal, trusted)
+        rows = await authority.commands_by_id(world_id, command_ids, scope=actor.principal if scope is None else scope)
+        if scope is None:
+            own = {row["command_id"] for row in rows}
+            others = await asyncio.gather(*(authority.command(world_id, command_id, scope=None)
+                                            for command_id in dict.fromkeys(command_ids) if command_id not in own))  # fmt: skip
+            rows = sorted([*rows, *(row for row in others if row is not None)], key=lambda row: row["sequence"])
+        return rows
+
     @app.post("/worlds/{world_id}/commands", status_code=202, response_model=CommandAccepted,
               responses=error_responses(WORLD_PATH, SUBMITTING))
     async def submit(world_id: WorldIdPath, body: SubmitCommand, actor: ActorCtx = player, _: None = admitting,
@@ -348,10 +362,11 @@ def create_app(
     async def command_outcomes(world_id: WorldIdPath, body: OutcomesRequest, actor: ActorCtx = viewer,
                                principal: PrincipalQuery = None, trusted: TrustedQuery = False) -> OutcomesPage:  # fmt: skip
         """Where many commands stand, in one read: the caller's own commands among these ids (an
-        analyst may name another principal's, or the trusted scope), exactly as
-        `GET .../commands/{command_id}` reads each. A read: safe to repeat, changes nothing."""
-        scope = readable_scope(actor, principal or actor.principal, trusted)
-        rows = await authority.commands_by_id(world_id, body.command_ids, scope=scope or "")
+        analyst may name another principal's, or the trusted scope, and naming none reads each id
+        it has none of as the one principal's that has one), exactly as
+        `GET .../commands/{command_id}` reads each (`find_commands`). A read: safe to repeat,
+        changes nothing."""
+        rows = await find_commands(world_id, body.command_ids, actor, principal, trusted)
         found = {row["command_id"] for row in rows}
         missing = [command_id for command_id in dict.fromkeys(body.command_ids) if command_id not in found]
         return OutcomesPage(commands=[CommandOutcome.of(row) for row in rows], missing=missing)

@@ -274,7 +274,7 @@ class OutcomesRequest(BaseModel):
 
 class OutcomesPage(BaseModel):
     """The outcomes of the command ids asked for, in admission order, and the ids of those asked
-    for that the caller has no command of (never admitted, another principal's, or pruned)."""
+    for that name no command the caller may read (never admitted, another principal's, or pruned)."""
 
     commands: list[CommandOutcome]
     missing: list[str]

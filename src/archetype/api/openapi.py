@@ -79,7 +79,7 @@ FORK_WORLD: Errors = (*WORLD_PATH, *CREATE_WORLD, TickNotRetainedError, UnknownC
 DESTROY_WORLD: Errors = (*WORLD_PATH, ShuttingDownError, WorldClosingError)
 RETRY_WORLD: Errors = (*WORLD_PATH, *ADMITTING)
 READ_COMMAND: Errors = (*WORLD_PATH, CommandNotFoundError, AmbiguousCommandError)
-READ_OUTCOMES: Errors = (*WORLD_PATH, *JSON_BODY)
+READ_OUTCOMES: Errors = (*WORLD_PATH, *JSON_BODY, AmbiguousCommandError)
 READ_STATE: Errors = (*WORLD_PATH, UnknownComponentError, TickNotRetainedError)
 READ_AUDIT: Errors = (*WORLD_PATH, AuditUnavailableError)
 # a redrive passes admission's component check: a dead letter of a type migrated since is refused
