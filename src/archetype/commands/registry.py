@@ -39,7 +39,7 @@ from archetype.world.components import (
     loaded_class,
     non_canonical_refusal,
 )
-from archetype.world.error_text import error_text, type_name
+from archetype.world.error_text import error_text, safe_text, type_name
 from archetype.world.operations import PORTABLE_MUTATIONS
 
 SUMMARY_LIMIT = 200
@@ -225,7 +225,11 @@ class OperationSpec:
             refusal = non_canonical_refusal(exc.errors())
             if refusal is not None:
                 raise NonCanonicalCommandError.at("$", refusal) from None
-            raise InvalidCommandError(f"payload does not decode as {self.name}: {_errors(exc)}") from None
+            raise InvalidCommandError(safe_text(f"payload does not decode as {self.name}: {_errors(exc)}")) from None
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:  # the registration's decoder (a model's validators) raised: whatever it is, a refusal
+            raise InvalidCommandError(safe_text(f"payload does not decode as {self.name}: {error_text(exc)}")) from None
         if type(op) is not self.model:
             raise InvalidCommandError(f"decoder for {self.name!r} returned {type(op).__qualname__}, not {self.model.__qualname__}")
         return op
@@ -267,9 +271,11 @@ class OperationSpec:
                     raise NonCanonicalCommandError.at(where, refusal) from None
                 first = exc.errors(include_url=False, include_input=False)[0]
                 at = where + "".join(path_step(step) for step in first["loc"])
-                raise InvalidComponentDataError(f"{at}: does not validate as {name}: {_errors(exc)}") from None
-            except (LookupError, TypeError, ValueError) as exc:
-                raise InvalidCommandError(f"{where}: {name} cannot be built from it: {error_text(exc)}") from None
+                raise InvalidComponentDataError(safe_text(f"{at}: does not validate as {name}: {_errors(exc)}")) from None
+            except (SystemExit, KeyboardInterrupt):
+                raise
+            except BaseException as exc:  # the class's own code (a validator) raised: it refuses this command, whatever it is
+                raise InvalidCommandError(safe_text(f"{where}: {name} cannot be built from it: {error_text(exc)}")) from None
 
 
 _LIST_ADAPTERS: dict[type[Component], TypeAdapter[list[Component]]] = {}

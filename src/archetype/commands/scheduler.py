@@ -292,8 +292,10 @@ class CommandScheduler:
                 prepared = [self._admission_row(item, actor, origin, live=live) for item in items]
                 check_live_together(live)
                 return prepared
-            except Exception:
-                pass  # said again below, by the path that says which item and why
+            except (SystemExit, KeyboardInterrupt):
+                raise
+            except BaseException:  # a class's validator may raise anything: said again below, by the path that says which item and why
+                pass
         return [self._admission_row(item, actor, origin) for item in items]
 
     async def _admit(self, prepared: list[tuple[str, AdmissionRow]], actor: ActorCtx | None) -> list[CommandIdentity]:
