@@ -4,6 +4,8 @@ published OpenAPI allows; and the typed client's `retry_world` speaks it."""
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import pytest
 
@@ -53,8 +55,9 @@ async def test_an_operator_retries_a_stalled_world_now(client, world, authority)
     health = first.json()["health"]
     assert (health["status"], health["failed_attempts"], health["last_error"]) == ("STALLED", 0, "RuntimeError: the reactor overheated")
     assert again.json() == first.json() == (await client.get(f"/worlds/{world}", headers=VIEWER)).json()
-    events = [e["event_type"] for e in await authority.read_outbox(world, limit=100) if e["command_id"] == ""]
-    assert events == ["world_stalled", "world_retry_requested"]  # once, though asked twice
+    events = [e for e in await authority.read_outbox(world, limit=100) if e["command_id"] == ""]
+    assert [e["event_type"] for e in events] == ["world_stalled", "world_retry_requested"]  # once, though asked twice
+    assert [json.loads(e["payload"])["actor"] for e in events] == [None, "runner"]  # the operator token's principal
 
     assert (await client.delete(f"/worlds/{world}", headers=ADMIN)).status_code == 200
     closed = await client.post(url, headers=OPERATOR)

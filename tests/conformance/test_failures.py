@@ -71,7 +71,7 @@ async def test_a_failing_processor_stalls_the_world_durably_and_a_published_tick
     last = (await outbox(authority, world_id))[-1]
     assert (last["event_type"], last["status"], last["tick"]) == ("world_recovered", "ACTIVE", 0)
     assert json.loads(last["payload"]) == {"attempts": 3, "max_attempts": None, "error": "RuntimeError: processor bug #2",
-                                           "since": before + 10}  # fmt: skip
+                                           "since": before + 10, "actor": None}  # fmt: skip
 
 
 async def test_retry_now_starts_a_stalled_worlds_attempts_again_and_records_the_request(rt, world_id, authority, clock):
@@ -83,7 +83,7 @@ async def test_retry_now_starts_a_stalled_worlds_attempts_again_and_records_the_
             await step(rt, world_id)
     stalled = await authority.world_info(world_id)
     clock.advance(5)
-    retried = await authority.retry_world(world_id)
+    retried = await authority.retry_world(world_id, actor="ops Café")
     # still STALLED (nothing published yet), with its error and since; only the count starts again
     assert health(retried) == ("STALLED", 0, "RuntimeError: processor bug #2")
     assert (retried["stalled_since"], retried["tick_head"]) == (stalled["stalled_since"], -1)
@@ -91,7 +91,7 @@ async def test_retry_now_starts_a_stalled_worlds_attempts_again_and_records_the_
     event = (await outbox(authority, world_id))[-1]
     assert (event["command_id"], event["event_type"], event["status"], event["tick"]) == ("", "world_retry_requested", "STALLED", 0)
     assert json.loads(event["payload"]) == {"attempts": 3, "max_attempts": None, "error": "RuntimeError: processor bug #2",
-                                            "since": stalled["stalled_since"]}  # fmt: skip
+                                            "since": stalled["stalled_since"], "actor": "ops Café"}  # fmt: skip
     # asked twice: nothing more (no event, no change)
     events = await outbox(authority, world_id)
     assert await authority.retry_world(world_id) == retried and await outbox(authority, world_id) == events

@@ -202,6 +202,7 @@ class Event:
     max_attempts: int | None  # None: a world's own (health) event
     error: str | None
     since: int | None = None  # a health event: when the world stalled
+    actor: str | None = None  # a world's event an operator asked for: who ("payload ... actor")
     record: dict | None = None  # a schema_migrated event: the migration record, its payload
 
 
@@ -662,11 +663,11 @@ class Ledger:
 
     # -- world health --
     def _world_event(self, world: World, event_type: str, tick: int, attempts: int, error: str | None,
-                     since: int | None) -> None:  # fmt: skip
+                     since: int | None, actor: str | None = None) -> None:  # fmt: skip
         world.outbox.append(Event(
             event_seq=world.next_event_seq, command_id="", event_type=event_type, status=world.health,
             operation="tick", tick=tick, principal=None, occurred_at=self.now(), attempts=attempts,
-            max_attempts=None, error=error, since=since,
+            max_attempts=None, error=error, since=since, actor=actor,
         ))  # fmt: skip
         world.next_event_seq += 1
 
@@ -694,14 +695,15 @@ class Ledger:
     def release(self, world_id: str, owner: str, session: str, writer_epoch: int) -> None:
         self._release(self.writer(world_id, writer_epoch), owner, session)
 
-    def retry_world(self, world_id: str) -> None:
-        """"Retry now": "the world must exist and be ACTIVE"."""
+    def retry_world(self, world_id: str, actor: str | None = None) -> None:
+        """"Retry now": "the world must exist and be ACTIVE"; its event names "the principal that
+        asked" (`actor`), the runner's own health events no one."""
         world = self.active(world_id)
         if world.health != "STALLED" or world.failed_attempts == 0:
             return  # "Otherwise (not stalled, or asked already) it changes nothing"
         attempts, world.failed_attempts = world.failed_attempts, 0  # health, error and since "stay"
         self._world_event(world, "world_retry_requested", world.tick_head + 1, attempts, world.health_error,
-                          world.stalled_since)  # fmt: skip
+                          world.stalled_since, actor)  # fmt: skip
 
     # -- redrive --
     def redrive(self, world_id: str, scope: str, command_id: str, new_id: str) -> tuple[int, bool, int]:

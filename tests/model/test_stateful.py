@@ -841,24 +841,24 @@ class LedgerMachine(RuleBasedStateMachine):
     @rule(index=st.integers(0, 1))
     def retry_world(self, index: int) -> None:
         """An operator asks to retry a world now: mostly a healthy one, left alone."""
-        self.retry_one(self.worlds[index])
+        self.retry_one(self.worlds[index], None)
 
     @precondition(lambda self: self._stalled())
     @rule(data=st.data())
     def retry_stalled_world(self, data: Any) -> None:
         """An operator asks to retry a stalled world now: its attempts start again (or, asked
         already, nothing more happens)."""
-        self.retry_one(data.draw(st.sampled_from(self._stalled())))
+        self.retry_one(data.draw(st.sampled_from(self._stalled())), data.draw(st.sampled_from([None, "ops", "Café ops"])))
 
     def _stalled(self) -> list[str]:
         return [w for w in self.worlds if self.model.worlds[w].health == "STALLED"]
 
-    def retry_one(self, world_id: str) -> None:
+    def retry_one(self, world_id: str, actor: str | None) -> None:
         self._count("retry_world")
         world = self.model.worlds[world_id]
         Stats.saw(f"retry_world:{world.health}:{'counted' if world.failed_attempts else 'asked already'}")
-        self.both(lambda: self.faults.call("retry_world", lambda: self.model.retry_world(world_id)),
-                  self.seam.retry_world(world_id))  # fmt: skip
+        self.both(lambda: self.faults.call("retry_world", lambda: self.model.retry_world(world_id, actor)),
+                  self.seam.retry_world(world_id, actor))  # fmt: skip
 
     @precondition(lambda self: self._commands())
     @rule(data=st.data())
@@ -1043,6 +1043,7 @@ class LedgerMachine(RuleBasedStateMachine):
                 continue
             assert (payload["attempts"], payload["max_attempts"]) == (e.attempts, e.max_attempts), (r, e)
             assert payload.get("since") == e.since, (r, e)
+            assert payload.get("actor") == e.actor, (r, e)
             assert error_matches(payload["error"], e.error), (r, e)
 
     def _map(self, table: dict, mine: Any, theirs: Any, what: str) -> None:

@@ -302,7 +302,7 @@ def create_app(
         start again from 0, so the runner waiting out their backoff retries at once (within a
         second), and the audit table gets `world_retry_requested`. A world that is not stalled is
         left as it is. Answers the world (docs/ledger.md, "World health")."""
-        return WorldView.of(await authority.retry_world(world_id))
+        return WorldView.of(await authority.retry_world(world_id, actor=actor.principal))
 
     # -- commands --
     async def find_command(world_id: str, command_id: str, actor: ActorCtx, principal: str | None,

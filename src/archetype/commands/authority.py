@@ -184,8 +184,8 @@ class Authority(ABC):
             "error": error, "release": release,
         })  # fmt: skip
 
-    async def retry_world(self, world_id: str) -> WorldRow:
-        return await self.rpc("retry_world", {"world_id": world_id})
+    async def retry_world(self, world_id: str, actor: str | None = None) -> WorldRow:
+        return await self.rpc("retry_world", {"world_id": world_id, "actor": actor})
 
     async def release(self, world_id: str, owner: Label, session: Label, writer_epoch: Epoch) -> int:
         return await self.rpc("release", {"world_id": world_id, "owner": owner, "session": session,

@@ -302,10 +302,11 @@ class Ledger:
         self._port.execute(q.APPEND_EVENTS, (first, now, sequences_json, world_id))
 
     def _world_event(self, world_id: str, event_type: str, tick: int, attempts: int, error: str | None,
-                     since: int | None, now: int) -> None:  # fmt: skip
-        """A world's own outbox event, typed by its health now (a health transition, never a command's)."""
+                     since: int | None, now: int, actor: str | None = None) -> None:  # fmt: skip
+        """A world's own outbox event, typed by its health now (a health transition, never a command's),
+        naming the `actor` who asked for it (None: the runner's own doing)."""
         event = self._world(world_id)["next_event_seq"]
-        self._port.execute(q.APPEND_WORLD_EVENT, (event, event_type, tick, now, attempts, error, since, world_id))
+        self._port.execute(q.APPEND_WORLD_EVENT, (event, event_type, tick, now, attempts, error, since, world_id, actor))
 
     def _command_at(self, world_id: str, sequence: int) -> CommandRow | None:
         rows = self._port.execute(q.GET_COMMAND_BY_SEQUENCE, (world_id, sequence))
@@ -1140,9 +1141,10 @@ class Ledger:
 
         return self._port.transaction(run)
 
-    def retry_world(self, world_id: str) -> WorldRow:
+    def retry_world(self, world_id: str, actor: Name | None = None) -> WorldRow:
         """An operator's "retry now" for a STALLED world whose cause was fixed: its failed attempts
-        start again from 0, with a `world_retry_requested` event carrying the attempts so far. A
+        start again from 0, with a `world_retry_requested` event carrying the attempts so far and
+        naming the operator (`actor`, the principal that asked; None in-process). A
         runner waiting out the backoff those attempts set sees the count fall below what it
         recorded, and retries at once. The world stays STALLED until a tick publishes. Asking for a
         world that is not stalled, or asking twice, changes nothing."""
@@ -1154,7 +1156,7 @@ class Ledger:
             now = self._clock.now_ms()
             self._port.execute(q.RETRY_WORLD, (now, world_id))
             self._world_event(world_id, "world_retry_requested", world["tick_head"] + 1, world["failed_attempts"],
-                              world["health_error"], world["stalled_since"], now)  # fmt: skip
+                              world["health_error"], world["stalled_since"], now, actor)  # fmt: skip
             return self._world(world_id)
 
         return self._port.transaction(run)

@@ -250,7 +250,7 @@ OUTBOX_COLUMNS = (
 APPEND_WORLD_EVENT = """INSERT INTO outbox (world_id, last_seq, first_seq, occurred_at, events)
     SELECT world_id, CAST(?1 AS INTEGER), CAST(?1 AS INTEGER), ?4, json_array(json_array('', ?2, health, 'tick',
         CAST(?3 AS INTEGER), NULL, 'local', '' || json_object('attempts', CAST(?5 AS INTEGER), 'max_attempts', NULL,
-            'error', ?6, 'since', CAST(?7 AS INTEGER))))
+            'error', ?6, 'since', CAST(?7 AS INTEGER), 'actor', ?9)))
     FROM worlds WHERE world_id = ?8"""
 # The events after a sequence number, in order: the rows from the one holding the next event on
 # (through the key), each row's events in array order (json_each's; the ledger checks the order,
