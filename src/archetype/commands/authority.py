@@ -89,7 +89,7 @@ class Authority(ABC):
         })  # fmt: skip
 
     async def fork_world(self, source_world_id: str, at_tick: TickPosition, world_id: str, name: Name,
-                         with_open_commands: bool = False, actor: str | None = None) -> WorldRow:  # fmt: skip
+                         with_open_commands: bool = False, actor: Name | None = None) -> WorldRow:  # fmt: skip
         return await self.rpc("fork_world", {
             "source_world_id": source_world_id, "at_tick": at_tick, "world_id": world_id, "name": name,
             "with_open_commands": with_open_commands, "actor": actor,
@@ -184,7 +184,7 @@ class Authority(ABC):
             "error": error, "release": release,
         })  # fmt: skip
 
-    async def retry_world(self, world_id: str, actor: str | None = None) -> WorldRow:
+    async def retry_world(self, world_id: str, actor: Name | None = None) -> WorldRow:
         return await self.rpc("retry_world", {"world_id": world_id, "actor": actor})
 
     async def release(self, world_id: str, owner: Label, session: Label, writer_epoch: Epoch) -> int:
