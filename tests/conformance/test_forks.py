@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from archetype.commands import ActorCtx, OperationUnavailableError, Role, TickNotRetainedError
+from archetype.commands import OperationUnavailableError, TickNotRetainedError
 from archetype.commands.errors import WorldExistsError
 from archetype.world import Despawn, ForkWorld, Spawn, Update
 from tests.component_modules.alpha import Health, Position
@@ -140,16 +140,3 @@ async def test_a_fork_at_a_past_tick_holds_the_state_of_that_tick(rt, world_id, 
         await rt.dispatcher.apply(ForkWorld(world_id=world_id, at_tick=past - 1, fork_world_id="w-past", name="past"))
     with pytest.raises(TickNotRetainedError):
         await rt.dispatcher.apply(ForkWorld(world_id=world_id, at_tick=world.tick + 1, fork_world_id="w-late", name="late"))
-
-
-@pytest.mark.parametrize("actor", [ActorCtx(principal="Café admin", roles=frozenset({Role.admin})), None], ids=["admin", "in-process"])
-async def test_a_forks_event_names_who_asked(rt, world_id, authority, forking, actor):
-    """docs/ledger.md, "Forks": the `world_forked` event on both worlds names the `actor`."""
-    if not forking:
-        pytest.skip("the Durable Object refuses a fork (the test above)")
-    fork = ForkWorld(world_id=world_id, at_tick=-1, fork_world_id="w-asked", name="asked")
-    await (rt.dispatcher.apply(fork) if actor is None else rt.dispatcher.apply_as(actor, fork))
-    for each in (world_id, "w-asked"):
-        (event,) = [e for e in await outbox(authority, each) if e["event_type"] == "world_forked"]
-        assert json.loads(event["payload"]) == {"source_world_id": world_id, "world_id": "w-asked", "at_tick": -1,
-                                                "commands": 0, "actor": actor and actor.principal}  # fmt: skip

@@ -289,7 +289,7 @@ def create_app(
         """A new world made of this one as it was at `at_tick` (docs/ledger.md, "Forks"); admin."""
         op = body.operation(world_id)
         dispatcher.authorize_as(actor, op)  # then the handler's own ledger call, whose row is the answer
-        return WorldView.of(await fork_world_row(authority, op, actor))
+        return WorldView.of(await fork_world_row(authority, op))
 
     @app.delete("/worlds/{world_id}", response_model=DestroyedWorld, responses=error_responses(DESTROY_WORLD))
     async def destroy_world(world_id: WorldIdPath, actor: ActorCtx = admin, _: None = admitting) -> DestroyedWorld:

@@ -89,10 +89,10 @@ class Authority(ABC):
         })  # fmt: skip
 
     async def fork_world(self, source_world_id: str, at_tick: TickPosition, world_id: str, name: Name,
-                         with_open_commands: bool = False, actor: Name | None = None) -> WorldRow:  # fmt: skip
+                         with_open_commands: bool = False) -> WorldRow:  # fmt: skip
         return await self.rpc("fork_world", {
             "source_world_id": source_world_id, "at_tick": at_tick, "world_id": world_id, "name": name,
-            "with_open_commands": with_open_commands, "actor": actor,
+            "with_open_commands": with_open_commands,
         })  # fmt: skip
 
     async def world_info(self, world_id: str) -> WorldRow:

@@ -337,14 +337,13 @@ class Ledger:
         return self._port.transaction(run)
 
     def fork_world(self, source_world_id: str, at_tick: TickPosition, world_id: str, name: Name,
-                   with_open_commands: bool = False, actor: Name | None = None) -> WorldRow:  # fmt: skip
+                   with_open_commands: bool = False) -> WorldRow:  # fmt: skip
         """A new world `world_id` made of `source_world_id` as it was at `at_tick` (any tick of its
         retention window), in one transaction (docs/ledger.md, "Forks"): its published state and
         component schemas, tick head `at_tick`, the source's tick mode, a clock of its own from
         now, and, `with_open_commands`, a PENDING copy of each command scheduled after `at_tick`
         that was open at it (the same sequence and command id, its identity the fork's, linked to
-        its original by `forked_from`). A `world_forked` event on both worlds names the other, and
-        the `actor` who asked (the admin's principal; None in-process). The
+        its original by `forked_from`). A `world_forked` event on both worlds names the other. The
         same fork again answers the fork as it is; another world under that id is `world_exists`."""
         if not (type(at_tick) is int and -1 <= at_tick <= MAX_SAFE_INTEGER):
             raise InvalidCommandError("fork_world takes a tick -1..2**53-1")
@@ -378,7 +377,7 @@ class Ledger:
             if copies:
                 self._port.execute(q.INSERT_FORKED_COMMANDS, (world_id, now, json.dumps(copies)))
             record = json.dumps({"source_world_id": source_world_id, "world_id": world_id, "at_tick": at_tick,
-                                 "commands": len(copies), "actor": actor}, sort_keys=True)  # fmt: skip
+                                 "commands": len(copies)}, sort_keys=True)  # fmt: skip
             for world, seq in ((source_world_id, event), (world_id, event)):
                 self._port.execute(q.APPEND_SCHEMA_EVENT, (world, seq, f"world-fork/{world_id}", "world_forked",
                                                            "fork_world", at_tick, now, record))  # fmt: skip

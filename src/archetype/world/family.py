@@ -14,7 +14,7 @@ from archetype.commands.authority import Authority
 from archetype.commands.dispatcher import HandlerContext
 from archetype.commands.errors import OperationUnavailableError
 from archetype.commands.ledger_rows import WorldRow
-from archetype.commands.options import ActorCtx, Role
+from archetype.commands.options import Role
 from archetype.commands.registry import DurableOperation, OperationRegistry, OperationSpec
 from archetype.world.operations import (
     AddComponents,
@@ -91,14 +91,14 @@ async def _create_world(ctx: HandlerContext, op: CreateWorld) -> str:
     return (await create_world_row(ctx.scheduler.authority, op))["world_id"]
 
 
-async def fork_world_row(authority: Authority, op: ForkWorld, actor: ActorCtx | None) -> WorldRow:
-    """ForkWorld's ledger call, answering the fork's row; its event names `actor`."""
+async def fork_world_row(authority: Authority, op: ForkWorld) -> WorldRow:
+    """ForkWorld's ledger call, answering the fork's row."""
     return await authority.fork_world(op.world_id, op.at_tick, op.fork_world_id or uuid.uuid4().hex, op.name,
-                                      op.with_open_commands, actor.principal if actor else None)  # fmt: skip
+                                      op.with_open_commands)  # fmt: skip
 
 
 async def _fork_world(ctx: HandlerContext, op: ForkWorld) -> str:
-    return (await fork_world_row(ctx.scheduler.authority, op, ctx.actor))["world_id"]
+    return (await fork_world_row(ctx.scheduler.authority, op))["world_id"]
 
 
 async def _destroy_world(ctx: HandlerContext, op: DestroyWorld) -> int:
