@@ -44,7 +44,7 @@ import json
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from archetype.commands.ledger import LEDGER_METHODS
+from archetype.commands.ledger import FORK_COPY_METHODS, LEDGER_METHODS
 from archetype.commands.port import SystemClock
 from durable_world.ffi import number_or_none, to_py
 from worker import entry
@@ -142,7 +142,7 @@ class WorldObject(entry.WorldObject):
 
     async def clocked(self, now_ms: Any, method: Any, args: Any = None) -> Any:
         """Run the RPC method `method` at `now_ms` (None: on the system clock)."""
-        if method not in LEDGER_METHODS and method not in DIRECTORY_METHODS and method not in TEST_METHODS:
+        if method not in (*LEDGER_METHODS, *FORK_COPY_METHODS) and method not in DIRECTORY_METHODS | TEST_METHODS:
             raise ValueError(f"clocked: {method!r} is not an RPC method of the object")
         now = number_or_none(now_ms)
         self.rpc_calls += 1
