@@ -15,7 +15,7 @@ import asyncio
 from typing import Any
 
 from archetype.commands.authority import Authority
-from archetype.commands.errors import InvalidCommandError, UnregisteredOperationError, WorldNotFoundError
+from archetype.commands.errors import InvalidCommandError, UnregisteredOperationError, WorldForkingError, WorldNotFoundError
 from archetype.commands.ledger import CATALOG_METHODS, LEDGER_METHODS
 from archetype.commands.ledger_rows import WorldRow
 from durable_world.directory import DIRECTORY
@@ -102,6 +102,6 @@ class DurableObjectAuthority(Authority):
     async def _world_row(self, world_id: str) -> WorldRow | None:
         try:
             row: WorldRow = unwrap(to_py(await self._stub(world_id).world_info({"world_id": world_id})))
-        except WorldNotFoundError:  # registered, but its creation failed
+        except (WorldNotFoundError, WorldForkingError):  # registered, but its creation failed or its copy is unfinished
             return None
         return row
