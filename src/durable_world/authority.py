@@ -15,7 +15,12 @@ import asyncio
 from typing import Any
 
 from archetype.commands.authority import Authority
-from archetype.commands.errors import InvalidCommandError, UnregisteredOperationError, WorldForkingError, WorldNotFoundError
+from archetype.commands.errors import (
+    InvalidCommandError,
+    UnregisteredOperationError,
+    WorldForkingError,
+    WorldNotFoundError,
+)
 from archetype.commands.ledger import CATALOG_METHODS, LEDGER_METHODS
 from archetype.commands.ledger_rows import WorldRow
 from durable_world.directory import DIRECTORY

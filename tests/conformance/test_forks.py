@@ -16,6 +16,7 @@ from archetype.world import Despawn, ForkWorld, Spawn, Update
 from tests.component_modules.alpha import Health, Position
 from tests.conformance.helpers import at, outbox
 
+
 def commands(world_id: str, first_tick: int, ids: list[int]) -> list[tuple]:
     """The same round for any world: spawns, updates, a despawn and a rejection, over four ticks."""
     return [

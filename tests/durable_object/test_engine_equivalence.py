@@ -21,9 +21,9 @@ from archetype.commands import ledger_sql, migrations
 from archetype.commands.authority import InProcessAuthority
 from archetype.commands.ledger import Ledger
 from archetype.commands.port import ManualClock
+from archetype.commands.scheduler import schema_row
 from durable_world import DurableObjectSqlPort
 from local_catalog.port import SqliteSqlPort
-from archetype.commands.scheduler import schema_row
 from tests.component_modules.alpha import Health, Position
 from tests.conformance.scenario import run_scenario
 from tests.conformance.test_component_schemas import raw_spawn

@@ -26,9 +26,9 @@ from archetype.commands.errors import (
     UnregisteredOperationError,
     UnsupportedComponentSchemaError,
     WorldClosingError,
-    WorldForkingError,
     WorldEdgeHostedError,
     WorldExistsError,
+    WorldForkingError,
     WorldLeaseHeldError,
     WorldNotFoundError,
 )

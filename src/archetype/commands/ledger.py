@@ -495,10 +495,10 @@ class Ledger:
             source = self._world(world_id)
             rows = self._port.execute(q.GET_FORK_PLAN, (world_id, fork_world_id))
             if rows:
-                plan = cast(ForkPlan, json.loads(rows[0][0]))
-                if (plan["at_tick"], plan["name"]) != (at_tick, name):
+                fixed = cast(ForkPlan, json.loads(rows[0][0]))
+                if (fixed["at_tick"], fixed["name"]) != (at_tick, name):
                     raise WorldExistsError(f"world {fork_world_id!r} already exists")
-                return plan
+                return fixed
             self._check_retained(source, at_tick)
             now = self._clock.now_ms()
             copies = self._fork_copies(world_id, fork_world_id, at_tick, with_open_commands, now)
@@ -521,7 +521,7 @@ class Ledger:
 
         return self._port.transaction(run)
 
-    def fork_page(self, world_id: str, fork_world_id: str, cursor: ForkCursor) -> ForkPage:
+    def fork_page(self, world_id: str, fork_world_id: str, cursor: list[Any]) -> ForkPage:
         """On the source's object: the page of the fork's copy at `cursor` (at most FORK_PAGE_ROWS
         rows and about FORK_PAGE_BYTES, one row at least): the snapshot's chunks, then the deltas
         over it up to the fork's tick, then the frozen rows; `next` is the cursor after it (None:
@@ -532,6 +532,9 @@ class Ledger:
             if not rows or rows[0][1]:
                 raise InvalidCommandError(f"world {world_id!r} has no fork {fork_world_id!r} being copied")
             plan = cast(ForkPlan, json.loads(rows[0][0]))
+            if not (isinstance(cursor, list) and cursor and cursor[0] in FORK_PAGE_KEYS
+                    and len(cursor) == FORK_PAGE_KEYS[cursor[0]] + 1):  # fmt: skip
+                raise InvalidCommandError(f"no page of a fork's copy starts at {cursor!r}")
             part, *after = cursor
             if part == "snapshot":
                 found = [] if plan["snapshot_tick"] is None else self._port.execute(
@@ -541,11 +544,9 @@ class Ledger:
                 found = self._port.execute(q.FORK_DELTAS_PAGE, (world_id, after[0], after[1], plan["at_tick"],
                                                                 plan["last_part"], FORK_PAGE_ROWS))  # fmt: skip
                 start = ["rows", "", 0]
-            elif part == "rows":
+            else:  # the frozen rows
                 found = self._port.execute(q.FORK_ROWS_PAGE, (world_id, fork_world_id, after[0], after[1], FORK_PAGE_ROWS))
                 start = None
-            else:
-                raise InvalidCommandError(f"no part {part!r} in a fork's copy")
             page = _within_bytes([list(row) for row in found])
             if len(page) == len(found) < FORK_PAGE_ROWS:  # the part is copied: the next page starts the next part
                 return {"cursor": cursor, "rows": page, "next": start}
