@@ -14,9 +14,13 @@ from archetype.commands.port import ManualClock
 from archetype.runtime import Runtime
 from archetype.world import CreateWorld, Spawn
 from durable_world import DurableObjectAuthority, WorldObject
+from durable_world.edge import TICK_INTERVAL_MS
+from durable_world.world_object import DELIVERY_DELAY_MS
 from tests.component_modules.alpha import Health
 from tests.conformance.helpers import at, outbox
 from tests.conformance.test_forks import comparable_event, read_at, source_world
+from tests.server import game
+from tests.server.game import IDLE_PREFIX
 from tests.support.durable_object_standin import world_namespace
 
 pytestmark = pytest.mark.timeout(120)
@@ -116,3 +120,23 @@ async def test_retention_keeps_the_state_a_fork_being_copied_reads(edge, monkeyp
     await authority.prune(world_id=SOURCE, keep_ticks=1, idempotency_window_ms=0)  # released: the floor moves
     with pytest.raises(ledger.TickNotRetainedError):
         await authority.read_state(world_id=SOURCE, tick=world.tick - 5)
+
+
+async def test_the_fork_arms_its_own_alarm_for_its_events_and_its_copied_commands(tmp_path):
+    """Activation appends the fork's events and opens its copies: the fork's object arms its alarm
+    (delivery; an edge-hosted fork's step), and the alarm applies the copied command."""
+    clock = ManualClock()
+    namespace = world_namespace(tmp_path / "objects", clock, modules=(game,))
+    authority = DurableObjectAuthority(namespace)
+    source, fork = f"{IDLE_PREFIX}source", f"{IDLE_PREFIX}fork"
+    rt = Runtime(authority, owner="runner-a", lease_ms=60_000)
+    await rt.dispatcher.apply(CreateWorld(name="source", world_id=source))
+    await rt.dispatcher.defer(Spawn(world_id=source, components=[Health(hp=1)]), at(1), command_id="later")
+    await authority.fork_world(source, -1, fork, "fork", with_open_commands=True)
+    assert namespace.alarm_time(fork) is not None and namespace.alarm_time(fork) <= clock.now_ms() + DELIVERY_DELAY_MS
+    for _ in range(8):
+        clock.advance(TICK_INTERVAL_MS)
+        await namespace.run_alarm(fork)
+    settled = await authority.command(world_id=fork, command_id="later")
+    assert settled["status"] == "APPLIED", settled["last_error"]
+    namespace.close()
