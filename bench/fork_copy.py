@@ -9,8 +9,9 @@ the Durable Object stand-in (its SQL the stand-in's SQLite or workerd's engine: 
 counted, as billed): a vectorised processor moves every Position each tick (a column delta
 replacing the one before) and every 10th tick 1% of the agents change their Infection (a delta
 that replaces nothing). Then it is forked at its head, at the tick before its last snapshot (the
-most deltas) and at tick 0 (its first 5,000 agents), each fork metered per step: the source's object (`fork_plan`, `fork_page`, `fork_release`) and the fork's (`fork_begin`,
-`fork_write`, `fork_activate`). The figures are printed and recorded in docs/performance.md.
+most deltas) and at tick 0 (its first 5,000 agents), each fork metered per step: the source's
+object (`fork_plan`, `fork_page`, `fork_release`) and the fork's (`fork_begin`, `fork_write`,
+`fork_activate`). The figures are printed and recorded in docs/performance.md.
 """
 
 from __future__ import annotations
