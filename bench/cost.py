@@ -11,6 +11,9 @@ rows a command's lifecycle reads and writes on the real engine, and dollars at t
   wal_pages_per_admission: WAL frames per single admission commit (the same run).
 - cpu_us_per_admission: process CPU (the caller's thread and the catalog's writer thread) per
   single `defer` at synchronous=NORMAL, best block (CPU, not wall time: a busy machine slows it less).
+- instructions_per_admission: {"event_loop", "writer"}, the same admission's CPU instructions
+  counted by callgrind (bench/admission_instructions.py: stable to a fraction of a percent where
+  the CPU time above moves by tens), when valgrind is installed and not `--no-instructions`; else null.
 - do_rows_written_per_command, do_rows_read_per_command: objects {"1_per_tick", "100_per_tick"}:
   the lifecycle admit -> lease -> publish -> audit delivery (the alarm) of spawns, summed from the
   cursors of the real Durable Object SQL engine (workerd: index rows included, as Cloudflare bills)
@@ -31,6 +34,7 @@ import gc
 import json
 import os
 import platform
+import shutil
 import sqlite3
 import sys
 import tempfile
@@ -41,6 +45,7 @@ from typing import Any
 
 from admission_bench import Ours
 from admission_bench import run as admission_run
+from admission_instructions import per_admission as instructions_per_admission
 from do_meter import Figures
 from durable_object_billing import measure as lifecycle_measure
 from edge_ticks import measure as edge_measure
@@ -53,6 +58,7 @@ EVENTS_PER_COMMAND = 2  # admitted, applied
 QUEUE_OPERATIONS_PER_EVENT = 3  # a write, a read, a delete
 TICKS_PER_MONTH = HOURS_PER_MONTH * 3600  # an edge-hosted world ticking at 1 Hz
 CPU_BLOCK = 100  # single admissions per timed block
+INSTRUCTION_COUNTS = (50, 250)  # the two runs under callgrind whose difference is counted
 
 
 def key(load: int) -> str:
@@ -107,6 +113,7 @@ def main() -> None:
     parser.add_argument("--wal-commits", type=int, default=50)
     parser.add_argument("--cpu-blocks", type=int, default=20, help=f"blocks of {CPU_BLOCK} single admissions timed for CPU")
     parser.add_argument("--ticks", type=int, default=5, help="ticks per Durable Object measurement")
+    parser.add_argument("--no-instructions", action="store_true", help="skip the callgrind count (a few minutes)")
     parser.add_argument("--record", action="store_true", help="put the figures in docs/performance.md")
     args = parser.parse_args()
     started = time.time()
@@ -115,6 +122,8 @@ def main() -> None:
         admission = asyncio.run(admission_run("FULL", args.single, args.batches, args.rounds, args.wal_commits, Path(tmp)))
     with tempfile.TemporaryDirectory(prefix="archetype-cost-") as tmp:
         cpu_s = asyncio.run(cpu_per_admission(Path(tmp), args.cpu_blocks))
+    instructions = (None if args.no_instructions or shutil.which("valgrind") is None
+                    else instructions_per_admission(INSTRUCTION_COUNTS, None))  # fmt: skip
     lifecycles = {load: command_usage(asyncio.run(lifecycle_measure(load, args.ticks, "workerd", prune=True)), load * args.ticks)
                   for load in LOADS}  # fmt: skip
     edge = {commands: asyncio.run(edge_measure("edge-cost", commands, args.ticks, "workerd")) for commands in (0, 100)}
@@ -133,7 +142,9 @@ def main() -> None:
         f"| ours / raw sqlite3 | {best[raw, 'single'] / best[ours, 'single']:.2f}x | | "
         f"{best[raw, 'batch'] / best[ours, 'batch']:.2f}x |", "",
         f"CPU per single admission (`defer`, both threads, synchronous=NORMAL, best block of {CPU_BLOCK}): "
-        f"{cpu_s * 1e6:.0f} us.", "",
+        f"{cpu_s * 1e6:.0f} us" + ("." if instructions is None else
+        f"; CPU instructions (callgrind, bench/admission_instructions.py): {instructions[0]:,.0f} on the event loop, "
+        f"{instructions[1]:,.0f} in the writer thread, {sum(instructions):,.0f} in all."), "",
         "| per command, real DO engine | object requests | statements | rows read | rows written | setAlarm | "
         "pruning later: rows read / written | USD per million commands |", "|---|---|---|---|---|---|---|---|",
     ]  # fmt: skip
@@ -172,6 +183,8 @@ def main() -> None:
         "do_rows_read_per_command": {key(load): round(lifecycle.per(load * args.ticks)["rows_read"], 2)
                                      for load, (lifecycle, _, _) in lifecycles.items()},
         "cpu_us_per_admission": round(cpu_s * 1e6, 1),
+        "instructions_per_admission": None if instructions is None else
+            {"event_loop": round(instructions[0]), "writer": round(instructions[1])},
         "usd_per_million_commands": {key(load): round(usd(usage) * 1e6, 2) for load, (_, _, usage) in lifecycles.items()},
     }  # fmt: skip
     print(json.dumps(figures))

@@ -131,11 +131,9 @@ class WriterThreadAuthority(InProcessAuthority):
             if first is None:
                 return
             group = [first]
-            while not first.solo and len(group) < self._max_group:
-                try:
-                    following = self._queue.get_nowait()
-                except queue.Empty:
-                    break
+            # (asked, not tried: a queue.Empty raised per group, the usual end of one, costs more)
+            while not first.solo and len(group) < self._max_group and not self._queue.empty():
+                following = self._queue.get_nowait()  # this thread alone takes from the queue
                 if following is None or following.solo:
                     carried.append(following)
                     break

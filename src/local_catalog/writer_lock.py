@@ -33,13 +33,11 @@ sqlite3 shell, an archetype from before) still meets ours in the busy handler.
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import os
 import sqlite3
 import threading
 import weakref
-from collections.abc import Iterator
 from pathlib import Path
 
 
@@ -56,17 +54,12 @@ class WriterLock:
         # a port dropped unclosed (tests open many) gives its descriptors back with it
         self._close_files = weakref.finalize(self, _close_all, self._writer, self._next)
 
-    @contextlib.contextmanager
-    def held(self) -> Iterator[None]:
-        self._acquire()
-        try:
-            yield
-        finally:
-            with self._state:
-                fcntl.flock(self._writer, fcntl.LOCK_UN)
-                self._held = False
+    def release(self) -> None:
+        with self._state:
+            fcntl.flock(self._writer, fcntl.LOCK_UN)
+            self._held = False
 
-    def _acquire(self) -> None:
+    def acquire(self) -> None:
         with self._state:
             if self._closed:
                 raise sqlite3.ProgrammingError("Cannot operate on a closed database.")

@@ -26,7 +26,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
-from archetype.canonical import MAX_SAFE_INTEGER, canonical_json, printable_text
+from archetype.canonical import MAX_SAFE_INTEGER, canonical_json, canonical_text, printable_text
 from archetype.commands import ledger_sql as q
 from archetype.commands import migrations
 from archetype.commands.errors import (
@@ -352,7 +352,7 @@ class Ledger:
         if not sequences:
             return
         first = self._world(world_id)["next_event_seq"]
-        self._write_events(world_id, first, json.dumps(sequences), now)
+        self._write_events(world_id, first, canonical_text(sequences), now)
 
     def _write_events(self, world_id: str, first: int, sequences_json: str, now: int) -> None:
         """Events numbered from `first`, the world's next event sequence number as read in this transaction."""
@@ -977,7 +977,8 @@ class Ledger:
         parsed = [_payload_occurrences(r["payload"]) for r in rows]
         fingerprints = sorted({o[2] for found in parsed if isinstance(found, list) for o in found})
         ticks = sorted({r["scheduled_tick"] for r in rows}) if quota is not None else []
-        read_params = (world_id, scope, json.dumps(ids), json.dumps(fingerprints), json.dumps(ticks))
+        # (JSON parameters through the one prebuilt encoder: json.dumps builds an encoder per call)
+        read_params = (world_id, scope, canonical_text(ids), canonical_text(fingerprints), canonical_text(ticks))
 
         def run() -> list[Admitted]:
             world: tuple[Any, ...] | None = None
@@ -1035,9 +1036,9 @@ class Ledger:
                 # the sequence numbers read above are current (this transaction has written no
                 # command or event yet), and the rows written here take them: no world row to update
                 now = self._clock.now_ms()
-                inserted = json.dumps([_INSERTED(r) for r in fresh])
+                inserted = canonical_text([_INSERTED(r) for r in fresh])
                 self._port.execute(q.INSERT_COMMANDS, (world_id, scope, next_sequence, now, inserted))
-                self._write_events(world_id, next_event_seq, json.dumps([r["sequence"] for r in fresh]), now)
+                self._write_events(world_id, next_event_seq, canonical_text([r["sequence"] for r in fresh]), now)
             return [
                 {
                     "command_id": r["command_id"],
