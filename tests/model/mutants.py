@@ -62,7 +62,7 @@ MUTANTS: dict[str, tuple[str, tuple[Change, ...]]] = {
          "status = 'PENDING',"),
     )),
     "no-token-dedup": ("a republished manifest is not recognised by its commit token", (
-        (LEDGER, "if self._port.execute(q.GET_TICK_BY_TOKEN, (world_id, token)):",
+        (LEDGER, "if self._port.execute(q.GET_TICK_BY_TOKEN, (world_id, tick, token)):",
          "if False:"),
     )),
     "recovery-keeps-failures": ("a published tick recovers the world but keeps its failed-attempt count", (

@@ -1032,7 +1032,7 @@ class Ledger:
 
         def run() -> Published:
             token, tick = manifest["commit_token"], manifest["tick"]
-            if self._port.execute(q.GET_TICK_BY_TOKEN, (world_id, token)):
+            if self._port.execute(q.GET_TICK_BY_TOKEN, (world_id, tick, token)):
                 return {"tick": tick, "published": False}
             world = self._writer(world_id, manifest["writer_epoch"])
             if tick <= world["tick_head"]:  # a later tick than head + 1 coalesces the empty ticks between

@@ -197,7 +197,9 @@ INSERT_RESERVATION = """INSERT INTO spawn_reservations (world_id, scope, command
     VALUES (?, ?, ?, ?, ?, ?)"""
 
 # -- ticks and entity state --
-GET_TICK_BY_TOKEN = "SELECT tick FROM ticks WHERE world_id = ? AND commit_token = ?"
+# A republished tick is its own tick's manifest again (the token digests the tick): found through the
+# key, so no index of tokens is written per tick (docs/storage.md, "Rows per command").
+GET_TICK_BY_TOKEN = "SELECT tick FROM ticks WHERE world_id = ? AND tick = ? AND commit_token = ?"
 INSERT_TICK = "INSERT INTO ticks (world_id, tick, commit_token, manifest, published_at) VALUES (?, ?, ?, ?, ?)"
 LIST_TICKS = "SELECT manifest FROM ticks WHERE world_id = ? AND tick > ? ORDER BY tick LIMIT ?"
 # World state (docs/storage.md): each snapshot's chunks under the tick that published it, and the
