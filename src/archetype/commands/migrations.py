@@ -462,10 +462,24 @@ V15_COMMAND_ID_FIRST = Migration(15, "command ids indexed before their scope, fo
 ))  # fmt: skip
 
 # Version 16: fewer rows written per tick and per command (docs/storage.md, "Rows per command").
+# - Command leases move to the world row: `leases`, a JSON object of each leased command's sequence to
+#   [owner, session, expires_at, leased_at]. A lease writes that one row instead of every leased
+#   command's row and its `commands_leased` entry (which goes), and the publication that settles them
+#   writes the world row anyway. Each LEASED row becomes an entry, its row the open status a release
+#   would give it back (readers derive LEASED from the entry).
 # - `ticks_by_token` goes: a republished tick is recognised by its own tick's manifest (the commit
 #   token digests the tick, so a token names one tick), read through the key; an index entry fewer
 #   per published tick.
-V16_FEWER_ROWS = Migration(16, "fewer rows per tick and per command: no index of commit tokens", (
+V16_FEWER_ROWS = Migration(16, "command leases as a map on the world row; no index of commit tokens", (
+    "ALTER TABLE worlds ADD COLUMN leases TEXT",
+    """UPDATE worlds SET leases = (SELECT json_group_object(CAST(c.sequence AS TEXT),
+            json_array(c.lease_owner, c.lease_session, c.lease_expires_at, c.updated_at))
+        FROM commands AS c WHERE c.world_id = worlds.world_id AND c.status = 'LEASED')
+    WHERE world_id IN (SELECT world_id FROM commands WHERE status = 'LEASED')""",
+    """UPDATE commands SET status = CASE WHEN attempts > 0 THEN 'RETRYABLE' ELSE 'PENDING' END,
+        lease_owner = NULL, lease_session = NULL, lease_expires_at = NULL
+    WHERE status = 'LEASED'""",
+    "DROP INDEX commands_leased",
     "DROP INDEX ticks_by_token",
 ))  # fmt: skip
 
