@@ -307,6 +307,18 @@ class Ledger:
         event = self._world(world_id)["next_event_seq"]
         self._port.execute(q.APPEND_WORLD_EVENT, (event, event_type, tick, now, attempts, error, since, world_id))
 
+    def _change_leases(self, world_id: str, entries: dict[str, list[Any] | None]) -> None:
+        """Set these entries of the world's lease map ([owner, session, expires_at, leased_at] by
+        sequence; None removes one): docs/storage.md, "Rows per command"."""
+        (text,) = self._port.execute(q.GET_LEASES, (world_id,))[0]
+        leases = {} if text is None else json.loads(text)
+        for key, entry in entries.items():
+            if entry is None:
+                leases.pop(key, None)
+            else:
+                leases[key] = entry
+        self._port.execute(q.SET_LEASES, (json.dumps(leases) if leases else None, world_id))
+
     def _command_at(self, world_id: str, sequence: int) -> CommandRow | None:
         rows = self._port.execute(q.GET_COMMAND_BY_SEQUENCE, (world_id, sequence))
         return cast(CommandRow, _row(COMMAND_FIELDS, rows[0])) if rows else None
@@ -980,8 +992,7 @@ class Ledger:
                 taken.append(cast(LeasedRow, {**row, "suspect": suspect}))
             expires = now + lease_ms
             if taken:  # one write of the world's lease map, none of the commands' rows
-                entries = {str(r["sequence"]): [owner, session, expires, now] for r in taken}
-                self._port.execute(q.PATCH_LEASES, (json.dumps(entries), world_id))
+                self._change_leases(world_id, {str(r["sequence"]): [owner, session, expires, now] for r in taken})
             for leased in taken:
                 leased.update({"status": "LEASED", "lease_owner": owner, "lease_expires_at": expires, "updated_at": now})
             return taken
@@ -995,7 +1006,7 @@ class Ledger:
         if row is None or row["status"] != "LEASED":
             return None
         self._port.execute(q.CHARGE_CRASH, (CRASH_ERROR, now, world_id, sequence))
-        self._port.execute(q.PATCH_LEASES, (json.dumps({str(sequence): None}), world_id))
+        self._change_leases(world_id, {str(sequence): None})
         self._append_events(world_id, [row["sequence"]], now)
         return row["sequence"]
 
@@ -1267,7 +1278,7 @@ class Ledger:
             now = self._clock.now_ms()
             if sequences:
                 self._port.execute(q.CANCEL_COMMANDS, ("world destroyed", now, world_id, json.dumps(sequences)))
-                self._port.execute(q.PATCH_LEASES, (json.dumps(dict.fromkeys(map(str, sequences))), world_id))
+                self._change_leases(world_id, dict.fromkeys(map(str, sequences)))
                 self._append_events(world_id, sequences, now)
             if len(sequences) < CANCEL_BATCH:
                 self._port.execute(q.SET_WORLD_STATUS, ("DESTROYED", now, world_id))

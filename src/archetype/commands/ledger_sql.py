@@ -19,7 +19,7 @@ OPEN_EXPR = f"is_open = 1 AND status IN {OPEN_STATUSES}"
 
 # The world's lease map (below, "command leases") without one (owner, session)'s entries (NULL once
 # empty); {owner} and {session} name its parameters.
-LEASES_WITHOUT_SESSION = """(SELECT nullif(json_group_object(l.key, json(l.value)), '{{}}') FROM json_each(worlds.leases) AS l
+LEASES_WITHOUT_SESSION_EXPR = """(SELECT nullif(json_group_object(l.key, json(l.value)), '{{}}') FROM json_each(worlds.leases) AS l
         WHERE json_extract(l.value, '$[0]') != {owner} OR json_extract(l.value, '$[1]') != {session})"""
 
 # -- worlds --
@@ -94,7 +94,7 @@ RAISE_SEQUENCE_FLOOR = "UPDATE worlds SET next_sequence = ?1 WHERE world_id = ?2
 # following its head (the tick, when it was due, how late it published). One statement: on the
 # Durable Object each is a row written.
 PUBLISH_HEAD = f"""UPDATE worlds SET tick_head = ?1, updated_at = ?2, guard_sequence = NULL, guard_session = NULL,
-        leases = {LEASES_WITHOUT_SESSION.format(owner='?6', session='?7')},
+        leases = {LEASES_WITHOUT_SESSION_EXPR.format(owner='?6', session='?7')},
         clock_tick = CASE WHEN tick_mode = 'lockstep' THEN ?1 ELSE clock_tick END,
         clock_ms = CASE WHEN tick_mode = 'lockstep' THEN ?3 ELSE clock_ms END,
         tick_lag_ms = CASE WHEN tick_mode = 'lockstep' THEN ?4 ELSE tick_lag_ms END
@@ -125,27 +125,33 @@ COMMAND_COLUMNS = (
 # answers is derived: an open command with an entry is LEASED by its owner and session until its
 # expiry, updated when it was leased (or later, if its row was written since). An entry of a command
 # that is no longer open means nothing (a settled command's is dropped with its session's).
-# `c` is a commands row, `lw` its world's row.
-LEASE_ENTRY = "CASE WHEN c.is_open = 1 THEN json_extract(lw.leases, '$.\"' || c.sequence || '\"') END"
-LEASE_SESSION_EXPR = f"json_extract({LEASE_ENTRY}, '$[1]')"
-COMMAND_STATUS_EXPR = f"CASE WHEN {LEASE_ENTRY} IS NULL THEN c.status ELSE 'LEASED' END"
+# A statement reading commands this way starts WITH {HELD_CTE} (the world's entries, read once, as a
+# table the join looks up: a path into the JSON object per command would read the object's keys one
+# by one, quadratic in a tick of thousands) and reads FROM {COMMANDS_NOW_JOIN}; `c` is a commands row.
+HELD_CTE = """held AS MATERIALIZED (SELECT CAST(l.key AS INTEGER) AS sequence, l.value AS lease
+        FROM worlds AS lw CROSS JOIN json_each(lw.leases) AS l WHERE lw.world_id = {world})"""
+LEASE_ENTRY_EXPR = "CASE WHEN c.is_open = 1 THEN h.lease END"
+LEASE_SESSION_EXPR = f"json_extract({LEASE_ENTRY_EXPR}, '$[1]')"
+COMMAND_STATUS_EXPR = f"CASE WHEN {LEASE_ENTRY_EXPR} IS NULL THEN c.status ELSE 'LEASED' END"
 COMMAND_VALUE_COLUMNS = ", ".join(
     {
         "status": COMMAND_STATUS_EXPR,
-        "lease_owner": f"json_extract({LEASE_ENTRY}, '$[0]')",
-        "lease_expires_at": f"json_extract({LEASE_ENTRY}, '$[2]')",
-        "updated_at": f"max(c.updated_at, coalesce(json_extract({LEASE_ENTRY}, '$[3]'), c.updated_at))",
+        "lease_owner": f"json_extract({LEASE_ENTRY_EXPR}, '$[0]')",
+        "lease_expires_at": f"json_extract({LEASE_ENTRY_EXPR}, '$[2]')",
+        "updated_at": f"max(c.updated_at, coalesce(json_extract({LEASE_ENTRY_EXPR}, '$[3]'), c.updated_at))",
     }.get(name, f"c.{name}")
     for name in (column.strip() for column in COMMAND_COLUMNS.split(","))
 )
-COMMANDS_NOW = "commands AS c JOIN worlds AS lw ON lw.world_id = c.world_id"
-# Entries added or replaced ({"<sequence>": [owner, session, expires_at, leased_at]}), or removed ({"<sequence>": null}).
-PATCH_LEASES = "UPDATE worlds SET leases = json_patch(coalesce(leases, '{}'), ?) WHERE world_id = ?"
+COMMANDS_NOW_JOIN = "commands AS c LEFT JOIN held AS h ON h.sequence = c.sequence"
+# The map is read, changed and written whole by the ledger (json_patch would look each key up in the
+# object one by one: quadratic in a lease of thousands).
+GET_LEASES = "SELECT leases FROM worlds WHERE world_id = ?"
+SET_LEASES = "UPDATE worlds SET leases = ? WHERE world_id = ?"
 # The sequences this (owner, session) holds (their commands open).
 SESSION_LEASES = """SELECT CAST(l.key AS INTEGER) FROM worlds AS w CROSS JOIN json_each(w.leases) AS l
     JOIN commands AS c ON c.world_id = w.world_id AND c.sequence = CAST(l.key AS INTEGER)
     WHERE w.world_id = ?1 AND json_extract(l.value, '$[0]') = ?2 AND json_extract(l.value, '$[1]') = ?3 AND c.is_open = 1"""
-DROP_SESSION_LEASES = f"UPDATE worlds SET leases = {LEASES_WITHOUT_SESSION.format(owner='?2', session='?3')} WHERE world_id = ?1"
+DROP_SESSION_LEASES = f"UPDATE worlds SET leases = {LEASES_WITHOUT_SESSION_EXPR.format(owner='?2', session='?3')} WHERE world_id = ?1"
 # Each inserted command is a JSON array of these fields, in this order: reading an array element
 # by position is markedly cheaper for SQLite than looking a key up in an object, and each element
 # read parses the whole array again, so what a batch shares is bound once instead: its scope (one
@@ -159,28 +165,30 @@ INSERT_COMMANDS = f"""INSERT INTO commands (world_id, scope, sequence, {", ".joi
     SELECT ?1, ?2, CAST(?3 AS INTEGER) + j.key,
         {", ".join(f"json_extract(j.value, '$[{i}]')" for i in range(len(INSERTED_COMMAND_FIELDS)))}, 'PENDING', 1, ?4, ?4
     FROM json_each(?5) AS j"""
-GET_COMMAND = f"SELECT {COMMAND_VALUE_COLUMNS} FROM {COMMANDS_NOW} WHERE c.world_id = ? AND c.scope = ? AND c.command_id = ?"
+GET_COMMAND = f"""WITH {HELD_CTE.format(world="?1")} SELECT {COMMAND_VALUE_COLUMNS} FROM {COMMANDS_NOW_JOIN}
+    WHERE c.world_id = ?1 AND c.scope = ?2 AND c.command_id = ?3"""
 # the commands of one id in every scope, in scope order (the unique index's), at most ? of them
-COMMANDS_NAMED = f"""SELECT {COMMAND_VALUE_COLUMNS} FROM {COMMANDS_NOW} WHERE c.world_id = ? AND c.command_id = ?
-    ORDER BY c.scope LIMIT ?"""
+COMMANDS_NAMED = f"""WITH {HELD_CTE.format(world="?1")} SELECT {COMMAND_VALUE_COLUMNS} FROM {COMMANDS_NOW_JOIN}
+    WHERE c.world_id = ?1 AND c.command_id = ?2 ORDER BY c.scope LIMIT ?3"""
 # Some commands of one scope by id (a JSON array of distinct ids), in sequence order.
-GET_COMMANDS = f"""SELECT {COMMAND_VALUE_COLUMNS} FROM json_each(?) AS j
-    JOIN commands AS c ON c.world_id = ? AND c.scope = ? AND c.command_id = j.value
-    JOIN worlds AS lw ON lw.world_id = c.world_id ORDER BY c.sequence"""
-GET_COMMAND_BY_SEQUENCE = f"SELECT {COMMAND_VALUE_COLUMNS} FROM {COMMANDS_NOW} WHERE c.world_id = ? AND c.sequence = ?"
-DUE_COMMANDS = f"""SELECT {COMMAND_VALUE_COLUMNS}, {LEASE_SESSION_EXPR} FROM {COMMANDS_NOW}
-    WHERE c.world_id = ? AND c.is_open = 1 AND c.status IN {OPEN_STATUSES} AND c.scheduled_tick <= ?
-    ORDER BY c.scheduled_tick, c.priority, c.sequence LIMIT ?"""
+GET_COMMANDS = f"""WITH {HELD_CTE.format(world="?2")} SELECT {COMMAND_VALUE_COLUMNS} FROM json_each(?1) AS j
+    JOIN commands AS c ON c.world_id = ?2 AND c.scope = ?3 AND c.command_id = j.value
+    LEFT JOIN held AS h ON h.sequence = c.sequence ORDER BY c.sequence"""
+GET_COMMAND_BY_SEQUENCE = f"""WITH {HELD_CTE.format(world="?1")} SELECT {COMMAND_VALUE_COLUMNS} FROM {COMMANDS_NOW_JOIN}
+    WHERE c.world_id = ?1 AND c.sequence = ?2"""
+DUE_COMMANDS = f"""WITH {HELD_CTE.format(world="?1")} SELECT {COMMAND_VALUE_COLUMNS}, {LEASE_SESSION_EXPR} FROM {COMMANDS_NOW_JOIN}
+    WHERE c.world_id = ?1 AND c.is_open = 1 AND c.status IN {OPEN_STATUSES} AND c.scheduled_tick <= ?2
+    ORDER BY c.scheduled_tick, c.priority, c.sequence LIMIT ?3"""
 # The first entry of the commands_due index, in its own order: one row read, however many are open.
 NEXT_DUE_TICK = f"""SELECT scheduled_tick FROM commands WHERE world_id = ? AND {OPEN_EXPR}
     ORDER BY scheduled_tick LIMIT 1"""
 # The sequences among these (?4) that this runner session holds, in ledger order.
-HELD_IN_ORDER = f"""SELECT c.sequence, c.command_id FROM {COMMANDS_NOW}
-    WHERE c.world_id = ?1 AND json_extract({LEASE_ENTRY}, '$[0]') = ?2 AND {LEASE_SESSION_EXPR} = ?3
+HELD_IN_ORDER = f"""WITH {HELD_CTE.format(world="?1")} SELECT c.sequence, c.command_id FROM {COMMANDS_NOW_JOIN}
+    WHERE c.world_id = ?1 AND json_extract({LEASE_ENTRY_EXPR}, '$[0]') = ?2 AND {LEASE_SESSION_EXPR} = ?3
         AND c.sequence IN (SELECT value FROM json_each(?4))
     ORDER BY c.scheduled_tick, c.priority, c.sequence"""
-IS_HELD = f"""SELECT count(*) FROM {COMMANDS_NOW}
-    WHERE c.world_id = ?1 AND c.sequence = ?2 AND json_extract({LEASE_ENTRY}, '$[0]') = ?3 AND {LEASE_SESSION_EXPR} = ?4"""
+IS_HELD = f"""WITH {HELD_CTE.format(world="?1")} SELECT count(*) FROM {COMMANDS_NOW_JOIN}
+    WHERE c.world_id = ?1 AND c.sequence = ?2 AND json_extract({LEASE_ENTRY_EXPR}, '$[0]') = ?3 AND {LEASE_SESSION_EXPR} = ?4"""
 # A tick's settlements: one JSON array [sequence, outcome, error] per command. Every settlement is
 # an attempt; a failure that spends the budget dead-letters, and a permanent failure at once. The
 # settlements are MATERIALIZED so the join is driven from them into the primary key: left to itself SQLite scans the world's
@@ -224,9 +232,9 @@ INSERT_REDRIVE = """INSERT INTO commands (world_id, sequence, scope, command_id,
 MARK_REDRIVEN = "UPDATE commands SET redriven_by = ? WHERE world_id = ? AND sequence = ?"
 OPEN_SEQUENCES = f"""SELECT sequence FROM commands WHERE world_id = ? AND {OPEN_EXPR}
     ORDER BY sequence LIMIT ?"""
-HISTORY = f"""SELECT {COMMAND_VALUE_COLUMNS} FROM {COMMANDS_NOW}
-    WHERE c.world_id = ? AND c.sequence > ? AND (? IS NULL OR {COMMAND_STATUS_EXPR} = ?) AND (? IS NULL OR c.scope = ?)
-    ORDER BY c.sequence LIMIT ?"""
+HISTORY = f"""WITH {HELD_CTE.format(world="?1")} SELECT {COMMAND_VALUE_COLUMNS} FROM {COMMANDS_NOW_JOIN}
+    WHERE c.world_id = ?1 AND c.sequence > ?2 AND (?3 IS NULL OR {COMMAND_STATUS_EXPR} = ?4) AND (?5 IS NULL OR c.scope = ?6)
+    ORDER BY c.sequence LIMIT ?7"""
 
 # -- spawn reservations --
 GET_RESERVATION = """SELECT entity_id, request_digest FROM spawn_reservations
