@@ -150,7 +150,8 @@ SET_LEASES = "UPDATE worlds SET leases = ? WHERE world_id = ?"
 # The sequences this (owner, session) holds (their commands open).
 SESSION_LEASES = """SELECT CAST(l.key AS INTEGER) FROM worlds AS w CROSS JOIN json_each(w.leases) AS l
     JOIN commands AS c ON c.world_id = w.world_id AND c.sequence = CAST(l.key AS INTEGER)
-    WHERE w.world_id = ?1 AND json_extract(l.value, '$[0]') = ?2 AND json_extract(l.value, '$[1]') = ?3 AND c.is_open = 1"""
+    WHERE w.world_id = ?1 AND json_extract(l.value, '$[0]') = ?2 AND json_extract(l.value, '$[1]') = ?3 AND c.is_open = 1
+    ORDER BY 1"""
 DROP_SESSION_LEASES = f"UPDATE worlds SET leases = {LEASES_WITHOUT_SESSION_EXPR.format(owner='?2', session='?3')} WHERE world_id = ?1"
 # Each inserted command is a JSON array of these fields, in this order: reading an array element
 # by position is markedly cheaper for SQLite than looking a key up in an object, and each element
