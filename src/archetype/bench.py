@@ -150,7 +150,7 @@ class RawLedger:
                     (RAW_WORLD, tick),
                 )
             )
-            # a lease is an entry of the world row's lease map, as the ledger's (schema 16)
+            # a lease is an entry of the world row's lease map, as the ledger's (schema 17)
             leases = json.dumps({cid: ["raw", "raw", now + 30_000, now] for cid in due})
             self.conn.execute("UPDATE worlds SET leases = ? WHERE world_id = ?", (leases, RAW_WORLD))
 

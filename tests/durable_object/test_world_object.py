@@ -476,7 +476,7 @@ async def test_admission_costs_the_same_statements_whatever_the_batch_size(names
 
 
 async def test_a_lease_writes_one_row_whatever_it_leases(namespace, authority):
-    """Schema 16 (docs/storage.md, "Rows per command"): a lease is an entry of the world row's lease
+    """Schema 17 (docs/storage.md, "Rows per command"): a lease is an entry of the world row's lease
     map, not a write of each leased command's row, so leasing 60 commands writes what leasing one does."""
     await authority.create_world(world_id=WORLD, name="durable")
     epoch = (await authority.acquire_writer(world_id=WORLD))["writer_epoch"]

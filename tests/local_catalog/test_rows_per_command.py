@@ -65,7 +65,7 @@ def test_the_outbox_holds_a_row_per_append_and_reads_its_events_one_by_one(tmp_p
     port.close()
 
 
-# Schema 16: a command's lease is an entry of its world row's lease map, never a write of its own row.
+# Schema 17: a command's lease is an entry of its world row's lease map, never a write of its own row.
 
 
 async def test_no_statement_writes_a_lease_on_a_command_row(tmp_path):
