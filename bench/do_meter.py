@@ -52,6 +52,8 @@ class Meter:
 
     def __init__(self) -> None:
         self.totals: dict[str, Figures] = defaultdict(Figures)
+        # the same figures per (part, statement): which statement writes which rows
+        self.statements: dict[tuple[str, str], Figures] = defaultdict(Figures)
         self.current: str | None = None
 
     def wrap_sql(self, sql: Any) -> None:
@@ -60,10 +62,10 @@ class Meter:
         def metered(query: str, *bindings: Any) -> Any:
             cursor = exec_(query, *bindings)
             if self.current is not None:
-                figures = self.totals[self.current]
-                figures.statements += 1
-                figures.rows_read += int(cursor.rowsRead)
-                figures.rows_written += int(cursor.rowsWritten)
+                for figures in (self.totals[self.current], self.statements[self.current, query]):
+                    figures.statements += 1
+                    figures.rows_read += int(cursor.rowsRead)
+                    figures.rows_written += int(cursor.rowsWritten)
             return cursor
 
         sql.exec = metered
@@ -105,3 +107,4 @@ class Meter:
 
     def reset(self) -> None:
         self.totals.clear()
+        self.statements.clear()

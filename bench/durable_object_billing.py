@@ -23,7 +23,7 @@ from pathlib import Path
 
 from do_meter import ENGINES, Figures, Meter, sql_engine
 
-from archetype.commands import DeferredItem, DurableOptions
+from archetype.commands import DeferredItem, DurableOptions, ledger_sql, migrations
 from archetype.commands.port import ManualClock
 from archetype.runtime import Runtime
 from archetype.world import Component, CreateWorld, Spawn, Step
@@ -38,9 +38,11 @@ class Position(Component):
     y: float
 
 
-async def measure(batch: int, ticks: int, engine: str = "standin", prune: bool = False) -> dict[str, dict[str, Figures]]:
+async def measure(batch: int, ticks: int, engine: str = "standin", prune: bool = False,
+                  statements: dict[tuple[str, str, str], Figures] | None = None) -> dict[str, dict[str, Figures]]:
     """Per phase (admit, step, deliver, and with `prune` the pruning of the settled commands
-    afterwards) and RPC method, the figures of `ticks` ticks of `batch` commands each."""
+    afterwards) and RPC method, the figures of `ticks` ticks of `batch` commands each; and, into
+    `statements` if given, the same per (phase, method, statement text)."""
     with tempfile.TemporaryDirectory() as directory:
         clock = ManualClock()
         namespace = world_namespace(Path(directory), clock, sql_engine=sql_engine(engine))
@@ -62,6 +64,9 @@ async def measure(batch: int, ticks: int, engine: str = "standin", prune: bool =
             await run()
             for method, figures in meter.totals.items():
                 phases[phase][method] += figures
+            if statements is not None:
+                for (method, query), figures in meter.statements.items():
+                    statements[phase, method, query] = statements.get((phase, method, query), Figures()) + figures
 
         for tick in range(1, ticks + 1):
             items = [
@@ -108,16 +113,41 @@ def report(label: str, phases: dict[str, dict[str, Figures]], commands: int) -> 
     return per["statements"], per["rows_read"], per["rows_written"]
 
 
+def statement_name(query: str) -> str:
+    """The ledger_sql (or migrations) constant a statement's text is, else its opening."""
+    for module in (ledger_sql, migrations):
+        for name, value in vars(module).items():
+            if value == query and name.isupper():
+                return name
+    return " ".join(query.split())[:60]
+
+
+def report_statements(label: str, statements: dict[tuple[str, str, str], Figures], commands: int) -> None:
+    """Which statement writes which rows: per command, those that write or read any."""
+    print(f"\n{label}: per command, by statement")
+    print(f"  {'phase':<8} {'method':<20} {'statement':<28} {'runs':>6} {'rows read':>10} {'rows written':>13}")
+    for (phase, method, query), f in sorted(statements.items(), key=lambda item: -item[1].rows_written):
+        per = f.per(commands)
+        print(f"  {phase:<8} {method:<20} {statement_name(query):<28} {per['statements']:>6.2f} {per['rows_read']:>10.2f} "
+              f"{per['rows_written']:>13.2f}")  # fmt: skip
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=100, help="commands per tick in the batched run")
     parser.add_argument("--ticks", type=int, default=5)
     parser.add_argument("--engine", choices=ENGINES, default="standin",
                         help="the object's SQL: the stand-in's SQLite or the real Durable Object engine (workerd)")
+    parser.add_argument("--statements", action="store_true", help="also print the figures of each statement")
     args = parser.parse_args()
-    baseline = report("baseline (1 command per tick)", await measure(1, args.ticks, args.engine), args.ticks)
-    batched_phases = await measure(args.batch, args.ticks, args.engine)
+    one: dict[tuple[str, str, str], Figures] = {}
+    many: dict[tuple[str, str, str], Figures] = {}
+    baseline = report("baseline (1 command per tick)", await measure(1, args.ticks, args.engine, statements=one), args.ticks)
+    batched_phases = await measure(args.batch, args.ticks, args.engine, statements=many)
     batched = report(f"batched ({args.batch} commands per tick)", batched_phases, args.batch * args.ticks)
+    if args.statements:
+        report_statements("baseline (1 command per tick)", one, args.ticks)
+        report_statements(f"batched ({args.batch} commands per tick)", many, args.batch * args.ticks)
     ratios = zip(("statements", "rows read", "rows written"), baseline, batched, strict=True)
     print("\nbatched / baseline per command: " + ", ".join(f"{name} x{b / a:.3f}" for name, a, b in ratios))
 

@@ -150,11 +150,9 @@ class RawLedger:
                     (RAW_WORLD, tick),
                 )
             )
-            self.conn.executemany(
-                "UPDATE commands SET status = 'LEASED', lease_owner = 'raw', lease_expires_at = ?, "
-                "attempts = attempts + 1, updated_at = ? WHERE world_id = ? AND scope = '' AND command_id = ?",
-                [(now + 30_000, now, RAW_WORLD, cid) for cid in due],
-            )
+            # a lease is an entry of the world row's lease map, as the ledger's (schema 17)
+            leases = json.dumps({cid: ["raw", "raw", now + 30_000, now] for cid in due})
+            self.conn.execute("UPDATE worlds SET leases = ? WHERE world_id = ?", (leases, RAW_WORLD))
 
         def publish() -> None:
             first = self.conn.execute(
@@ -172,12 +170,12 @@ class RawLedger:
                 [(RAW_WORLD, tick, part, chunk) for part, chunk in enumerate(chunks)],
             )
             self.conn.executemany(
-                "UPDATE commands SET status = 'APPLIED', is_open = NULL, applied_tick = ?, lease_owner = NULL, lease_expires_at = NULL, "
+                "UPDATE commands SET status = 'APPLIED', is_open = NULL, attempts = attempts + 1, applied_tick = ?, "
                 "updated_at = ? WHERE world_id = ? AND scope = '' AND command_id = ?",
                 [(tick, now, RAW_WORLD, cid) for cid in due],
             )
             self._events(due, "applied", "APPLIED", tick, now)
-            self.conn.execute("UPDATE worlds SET tick_head = ? WHERE world_id = ?", (tick, RAW_WORLD))
+            self.conn.execute("UPDATE worlds SET tick_head = ?, leases = NULL WHERE world_id = ?", (tick, RAW_WORLD))
 
         self._tx(lease)
         self._tx(publish)

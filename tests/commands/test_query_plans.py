@@ -34,7 +34,7 @@ def statements() -> dict[str, str]:
     return {
         name: value
         for name, value in vars(ledger_sql).items()
-        if name.isupper() and isinstance(value, str) and not name.endswith(("_COLUMNS", "_STATUSES", "_JOIN", "_EXPR"))
+        if name.isupper() and isinstance(value, str) and not name.endswith(("_COLUMNS", "_STATUSES", "_JOIN", "_EXPR", "_CTE"))
     }
 
 

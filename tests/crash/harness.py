@@ -24,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from archetype.commands import ledger_sql as q
 from local_catalog import CATALOG_FILE
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -112,12 +113,17 @@ class CatalogView:
     def _rows(self, sql: str, *params: object) -> list[tuple]:
         return self._conn.execute(sql, params).fetchall()
 
+    # A command's status and lease as the ledger answers them: a lease is an entry of the world row's
+    # lease map (docs/storage.md, "Rows per command"), read with the ledger's own SQL fragments.
+    _NOW = f"WITH {q.HELD_CTE.format(world='?1')} SELECT {{}} FROM {q.COMMANDS_NOW_JOIN} WHERE c.world_id = ?1"
+
     def statuses(self, world_id: str) -> Counter[str]:
-        return Counter(dict(self._rows("SELECT status, count(*) FROM commands WHERE world_id = ? GROUP BY status", world_id)))
+        sql = self._NOW.format(f"{q.COMMAND_STATUS_EXPR}, count(*)") + " GROUP BY 1"
+        return Counter(dict(self._rows(sql, world_id)))
 
     def leased_by(self, world_id: str) -> dict[str, int]:
         """LEASED commands per lease session."""
-        sql = "SELECT lease_session, count(*) FROM commands WHERE world_id = ? AND status = 'LEASED' GROUP BY lease_session"
+        sql = self._NOW.format(f"{q.LEASE_SESSION_EXPR}, count(*)") + f" AND {q.LEASE_ENTRY_EXPR} IS NOT NULL GROUP BY 1"
         return dict(self._rows(sql, world_id))
 
     def world(self, world_id: str) -> dict[str, Any]:
@@ -131,17 +137,16 @@ class CatalogView:
         return None if world.get("guard_session") is None else (world["guard_sequence"], world["guard_session"])
 
     def lease_expiry_ms(self, world_id: str, session: str) -> int | None:
-        sql = "SELECT min(lease_expires_at) FROM commands WHERE world_id = ? AND status = 'LEASED' AND lease_session = ?"
+        sql = self._NOW.format(f"min(json_extract({q.LEASE_ENTRY_EXPR}, '$[2]'))") + f" AND {q.LEASE_SESSION_EXPR} = ?2"
         return self._rows(sql, world_id, session)[0][0]
 
     def command(self, world_id: str, sequence: int | None = None, *, command_id: str | None = None) -> dict[str, Any]:
         """One command, by sequence or by command id (in the trusted callers' scope)."""
         if command_id is None:
-            cursor = self._conn.execute("SELECT * FROM commands WHERE world_id = ? AND sequence = ?", (world_id, sequence))
+            cursor = self._conn.execute(q.GET_COMMAND_BY_SEQUENCE, (world_id, sequence))
         else:
-            sql = "SELECT * FROM commands WHERE world_id = ? AND scope = '' AND command_id = ?"
-            cursor = self._conn.execute(sql, (world_id, command_id))
-        names = [d[0] for d in cursor.description]
+            cursor = self._conn.execute(q.GET_COMMAND, (world_id, "", command_id))
+        names = [name.strip() for name in q.COMMAND_COLUMNS.split(",")]
         return dict(zip(names, cursor.fetchone(), strict=True))
 
 

@@ -192,7 +192,7 @@ def ledger_statements() -> set[str]:
     found = set()
     for module in (ledger_sql, migrations):
         names = [name for name, value in vars(module).items() if name.isupper() and isinstance(value, str)]
-        found |= {getattr(module, name) for name in names if not name.endswith(("_COLUMNS", "_STATUSES", "_JOIN", "_EXPR"))}
+        found |= {getattr(module, name) for name in names if not name.endswith(("_COLUMNS", "_STATUSES", "_JOIN", "_EXPR", "_CTE"))}
     return found | {statement for migration in migrations.MIGRATIONS for statement in migration.statements}
 
 

@@ -474,6 +474,25 @@ async def test_admission_costs_the_same_statements_whatever_the_batch_size(names
     assert many_rows - one_rows == 89
 
 
+
+async def test_a_lease_writes_one_row_whatever_it_leases(namespace, authority):
+    """Schema 17 (docs/storage.md, "Rows per command"): a lease is an entry of the world row's lease
+    map, not a write of each leased command's row, so leasing 60 commands writes what leasing one does."""
+    await authority.create_world(world_id=WORLD, name="durable")
+    epoch = (await authority.acquire_writer(world_id=WORLD))["writer_epoch"]
+    sql = namespace.storage(WORLD).sql
+
+    async def lease(count, prefix, tick):
+        await authority.admit(world_id=WORLD, commands=[command(f"{prefix}-{i}", tick=tick) for i in range(count)])
+        before = sql.rows_written
+        leased = await authority.lease(world_id=WORLD, owner="o", session="s", writer_epoch=epoch, tick=tick,
+                                       limit=1_000, lease_ms=30_000)  # fmt: skip
+        assert len(leased) == count + (tick == 1)  # the second lease renews the first's command
+        return sql.rows_written - before
+
+    assert await lease(1, "one", 0) == 1
+    assert await lease(60, "many", 1) == 1
+
 # -- destroy survives the object dying between its transactions --
 
 

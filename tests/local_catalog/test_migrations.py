@@ -203,3 +203,40 @@ def test_version_11_marks_each_retained_redrive_on_its_dead_letter(tmp_path):
     with pytest.raises(RedriveConflictError):
         ledgers[0].redrive("w", "d", new_command_id="another")
     engines[0].close()
+
+
+def version_16_with_leases(execute) -> None:
+    """A catalog as version 16 left it: `held` LEASED (never attempted), `again` LEASED after a failed
+    attempt, `free` PENDING."""
+    for migration in MIGRATIONS[:16]:
+        for statement in migration.statements:
+            execute(statement)
+    execute("INSERT INTO meta (key, value) VALUES ('schema_version', '16')")
+    execute("INSERT INTO worlds (world_id, name, status, created_at, updated_at) VALUES ('w', 'w', 'ACTIVE', 1, 1)")
+    for sequence, command_id, status, attempts, lease in ((1, "held", "LEASED", 0, "'o', 's', 9000"),
+                                                         (2, "again", "LEASED", 1, "'o', 's', 9000"),
+                                                         (3, "free", "PENDING", 0, "NULL, NULL, NULL")):  # fmt: skip
+        execute(f"""INSERT INTO commands (world_id, sequence, scope, command_id, schema_version, scheduled_tick, priority,
+                operation, payload, digest, origin, max_attempts, attempts, status, is_open, lease_owner, lease_session,
+                lease_expires_at, created_at, updated_at)
+            VALUES ('w', {sequence}, '', '{command_id}', 1, 0, 0, 'despawn', '{{}}', 'x', 'local', 3, {attempts},
+                '{status}', 1, {lease}, 1, {sequence * 10})""")  # fmt: skip
+
+
+def test_version_17_moves_each_lease_to_the_world_row(tmp_path):
+    """A LEASED command keeps its holder, expiry and time through the upgrade (docs/storage.md, "Rows
+    per command"), alike on every SQLite host; released, it goes back as it would have before."""
+    local = SqliteSqlPort(tmp_path / CATALOG_FILE)
+    version_16_with_leases(local.execute)
+    engines = [SqliteEngine(tmp_path / "standin.sqlite3"), WorkerdSqlEngine(shared_server(), f"v16-{uuid.uuid4().hex}")]
+    for engine in engines:
+        version_16_with_leases(engine.sql.exec)
+    ledgers = [Ledger(local, ManualClock())] + [Ledger(DurableObjectSqlPort(_Storage(e)), ManualClock()) for e in engines]
+    for ledger in ledgers:
+        held = {r["command_id"]: (r["status"], r["lease_owner"], r["lease_expires_at"], r["updated_at"])
+                for r in ledger.history("w")}  # fmt: skip
+        assert held == {"held": ("LEASED", "o", 9000, 10), "again": ("LEASED", "o", 9000, 20),
+                        "free": ("PENDING", None, None, 30)}  # fmt: skip
+        assert ledger.release("w", "o", "s", 0) == 2
+        assert [r["status"] for r in ledger.history("w")] == ["PENDING", "RETRYABLE", "PENDING"]
+    engines[0].close()

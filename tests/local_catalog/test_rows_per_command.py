@@ -3,6 +3,7 @@ command"), held where the behaviour alone would not show a drift: the reads of o
 both `is_open` and the status, so a statement that set a terminal status and forgot `is_open`
 would change no answer, only leave the command in the open-commands index for good."""
 
+import json
 import sqlite3
 
 from archetype.commands import ledger_sql
@@ -61,4 +62,67 @@ def test_the_outbox_holds_a_row_per_append_and_reads_its_events_one_by_one(tmp_p
     ledger.acknowledge_outbox("w", 50)
     assert rows() == [(51, 51)]
     assert ledger.world_info("w")["next_event_seq"] == 52
+    port.close()
+
+
+# Schema 17: a command's lease is an entry of its world row's lease map, never a write of its own row.
+
+
+async def test_no_statement_writes_a_lease_on_a_command_row(tmp_path):
+    """Every ledger path of the scenario (leases, renewals, takeovers, crashes charged, releases,
+    settlements, destroy) leaves a command row's stored status open or terminal and its lease
+    columns empty: who holds a command is only in the world's lease map."""
+    clock = ManualClock()
+    authority = open_local_authority(tmp_path, clock=clock)
+    with sqlite3.connect(tmp_path / CATALOG_FILE) as db:
+        for event in ("INSERT", "UPDATE"):
+            db.execute(f"""CREATE TRIGGER no_lease_on_rows_{event.lower()} AFTER {event} ON commands
+                WHEN NEW.status = 'LEASED' OR coalesce(NEW.lease_owner, NEW.lease_session, NEW.lease_expires_at) IS NOT NULL
+                BEGIN SELECT RAISE(ABORT, 'a lease was written on a command row'); END""")  # fmt: skip
+    try:
+        await run_scenario(authority, clock)
+    finally:
+        await authority.close()
+
+
+def test_a_lease_is_an_entry_of_the_world_row_until_its_tick_publishes(tmp_path):
+    clock = ManualClock()
+    port = SqliteSqlPort(tmp_path / CATALOG_FILE)
+    ledger = Ledger(port, clock)
+    ledger.create_world("w", "w")
+    epoch = ledger.acquire_writer("w")["writer_epoch"]
+    ledger.admit("w", [_row(i, 0) for i in range(3)])
+    admitted_at = clock.now_ms()
+    clock.advance(10)
+    leased = ledger.lease("w", "o", "s", epoch, 0, 10, 5_000)
+    assert [r["sequence"] for r in leased] == [1, 2, 3]
+
+    def stored() -> list[tuple]:
+        return port.execute("SELECT status, lease_owner, lease_expires_at, updated_at FROM commands ORDER BY sequence")
+
+    def lease_map() -> dict | None:
+        (text,), = port.execute("SELECT leases FROM worlds WHERE world_id = 'w'")
+        return None if text is None else json.loads(text)
+
+    leased_at = clock.now_ms()
+    assert stored() == [("PENDING", None, None, admitted_at)] * 3  # the rows are as admitted
+    assert lease_map() == {str(s): ["o", "s", leased_at + 5_000, leased_at] for s in (1, 2, 3)}
+    answered = ledger.command("w", "c-1")
+    assert answered is not None
+    assert (answered["status"], answered["lease_owner"], answered["lease_expires_at"], answered["updated_at"]) == (
+        "LEASED", "o", leased_at + 5_000, leased_at)
+    assert [r["command_id"] for r in ledger.history("w", status="LEASED")] == ["c-0", "c-1", "c-2"]
+    assert ledger.history("w", status="PENDING") == []
+
+    clock.advance(10)
+    settlements = [{"sequence": r["sequence"], "command_id": r["command_id"], "outcome": "applied", "error": None}
+                   for r in leased[:2]]  # fmt: skip
+    manifest = {"world_id": "w", "tick": 0, "writer_epoch": epoch, "settlements": settlements, "written_runs": [],
+                "commit_token": "t0"}  # fmt: skip
+    ledger.publish("w", "o", "s", manifest, {"snapshot": False, "chunks": []})
+    published_at = clock.now_ms()
+    # the settled rows and the released tail are written; the map keeps nothing of the session
+    assert lease_map() is None
+    assert stored() == [("APPLIED", None, None, published_at)] * 2 + [("PENDING", None, None, published_at)]
+    assert [r["status"] for r in ledger.history("w")] == ["APPLIED", "APPLIED", "PENDING"]
     port.close()

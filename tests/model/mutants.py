@@ -41,8 +41,8 @@ MUTANTS: dict[str, tuple[str, tuple[Change, ...]]] = {
          'settled = [[s["sequence"], s["outcome"], s["error"]] for s in settlements if s["outcome"] != "rejected"]'),
     )),
     "lease-order-swapped": ("DUE_COMMANDS orders by priority before scheduled tick", (
-        (SQL, "ORDER BY scheduled_tick, priority, sequence LIMIT ?",
-         "ORDER BY priority, scheduled_tick, sequence LIMIT ?"),
+        (SQL, "ORDER BY c.scheduled_tick, c.priority, c.sequence LIMIT ?3",
+         "ORDER BY c.priority, c.scheduled_tick, c.sequence LIMIT ?3"),
     )),
     "settle-no-charge": ("a settlement is not charged an attempt", (
         (SQL, "attempts = commands.attempts + 1,",
@@ -62,7 +62,7 @@ MUTANTS: dict[str, tuple[str, tuple[Change, ...]]] = {
          "status = 'PENDING',"),
     )),
     "no-token-dedup": ("a republished manifest is not recognised by its commit token", (
-        (LEDGER, "if self._port.execute(q.GET_TICK_BY_TOKEN, (world_id, token)):",
+        (LEDGER, "if self._port.execute(q.GET_TICK_BY_TOKEN, (world_id, tick, token)):",
          "if False:"),
     )),
     "recovery-keeps-failures": ("a published tick recovers the world but keeps its failed-attempt count", (
@@ -119,8 +119,8 @@ MUTANTS.update({
         (LEDGER, 'if world["tick_mode"] == "lockstep" and tick != world["tick_head"] + 1:', "if False:"),
     )),
     "lockstep-anchor-stays": ("a lockstep world's clock anchor keeps its old due time", (
-        (LEDGER, "self._port.execute(q.PUBLISH_HEAD, (tick, now, due, max(0, now - due), world_id))",
-         'self._port.execute(q.PUBLISH_HEAD, (tick, now, world["clock_ms"], max(0, now - due), world_id))'),
+        (LEDGER, "self._port.execute(q.PUBLISH_HEAD, (tick, now, due, max(0, now - due), world_id, owner, session))",
+         'self._port.execute(q.PUBLISH_HEAD, (tick, now, world["clock_ms"], max(0, now - due), world_id, owner, session))'),
     )),
     "lockstep-no-pause": ("a host runs a pause's missed lockstep ticks back to back", (
         (CLOCK, "now_ms - ready > max(self.interval_ms, PAUSE_MS)", "now_ms - ready > 10**12"),

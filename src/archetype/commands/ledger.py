@@ -365,6 +365,18 @@ class Ledger:
         event = self._world(world_id)["next_event_seq"]
         self._port.execute(q.APPEND_WORLD_EVENT, (event, event_type, tick, now, attempts, error, since, world_id, actor))
 
+    def _change_leases(self, world_id: str, entries: dict[str, list[Any] | None]) -> None:
+        """Set these entries of the world's lease map ([owner, session, expires_at, leased_at] by
+        sequence; None removes one): docs/storage.md, "Rows per command"."""
+        (text,) = self._port.execute(q.GET_LEASES, (world_id,))[0]
+        leases = {} if text is None else json.loads(text)
+        for key, entry in entries.items():
+            if entry is None:
+                leases.pop(key, None)
+            else:
+                leases[key] = entry
+        self._port.execute(q.SET_LEASES, (json.dumps(leases) if leases else None, world_id))
+
     def _command_at(self, world_id: str, sequence: int) -> CommandRow | None:
         rows = self._port.execute(q.GET_COMMAND_BY_SEQUENCE, (world_id, sequence))
         return cast(CommandRow, _row(COMMAND_FIELDS, rows[0])) if rows else None
@@ -690,7 +702,7 @@ class Ledger:
                 )
             else:
                 self._port.execute(q.TAKE_WORLD_LEASE, (owner, now + lease_ms, now, world_id))
-                self._port.execute(q.EXPIRE_OTHER_OWNERS_LEASES, (now, world_id, owner, now))
+                self._port.execute(q.EXPIRE_OTHER_OWNERS_LEASES, (now, world_id, owner))
             return self._world(world_id)
 
         return self._port.transaction(run)
@@ -1231,9 +1243,8 @@ class Ledger:
                     suspect = True
                 taken.append(cast(LeasedRow, {**row, "suspect": suspect}))
             expires = now + lease_ms
-            if taken:
-                sequences = json.dumps([r["sequence"] for r in taken])
-                self._port.execute(q.LEASE_COMMANDS, (owner, session, expires, now, world_id, sequences))
+            if taken:  # one write of the world's lease map, none of the commands' rows
+                self._change_leases(world_id, {str(r["sequence"]): [owner, session, expires, now] for r in taken})
             for leased in taken:
                 leased.update({"status": "LEASED", "lease_owner": owner, "lease_expires_at": expires, "updated_at": now})
             return taken
@@ -1247,6 +1258,7 @@ class Ledger:
         if row is None or row["status"] != "LEASED":
             return None
         self._port.execute(q.CHARGE_CRASH, (CRASH_ERROR, now, world_id, sequence))
+        self._change_leases(world_id, {str(sequence): None})
         self._append_events(world_id, [row["sequence"]], now)
         return row["sequence"]
 
@@ -1284,7 +1296,7 @@ class Ledger:
 
         def run() -> Published:
             token, tick = manifest["commit_token"], manifest["tick"]
-            if self._port.execute(q.GET_TICK_BY_TOKEN, (world_id, token)):
+            if self._port.execute(q.GET_TICK_BY_TOKEN, (world_id, tick, token)):
                 return {"tick": tick, "published": False}
             world = self._writer(world_id, manifest["writer_epoch"])
             if tick <= world["tick_head"]:  # a later tick than head + 1 coalesces the empty ticks between
@@ -1307,9 +1319,11 @@ class Ledger:
                 settled = [[s["sequence"], s["outcome"], s["error"]] for s in settlements]
                 self._port.execute(q.SETTLE, (tick, now, json.dumps(settled), world_id))
                 self._append_events(world_id, [s["sequence"] for s in settlements], now)
-            self._port.execute(q.RELEASE_SESSION, (now, world_id, owner, session))
+            settled_sequences = {s["sequence"] for s in settlements}
+            self._release_rows(world_id, owner, session, now, settled_sequences)
             due = now if due_ms is None else min(due_ms, now)  # never due after it published (clock skew)
-            self._port.execute(q.PUBLISH_HEAD, (tick, now, due, max(0, now - due), world_id))
+            # (the session's lease entries go with the head's write)
+            self._port.execute(q.PUBLISH_HEAD, (tick, now, due, max(0, now - due), world_id, owner, session))
             if world["health"] == "STALLED":
                 self._port.execute(q.CLEAR_HEALTH, (world_id,))
                 self._world_event(world_id, "world_recovered", tick, world["failed_attempts"], world["health_error"],
@@ -1423,12 +1437,21 @@ class Ledger:
         return self._port.transaction(run)
 
     def _release(self, world_id: str, owner: str, session: str, now: int) -> int:
-        held = self._port.execute(q.COUNT_HELD, (world_id, owner, session))[0][0]
-        self._port.execute(q.RELEASE_SESSION, (now, world_id, owner, session))
+        held = self._release_rows(world_id, owner, session, now, set())
+        self._port.execute(q.DROP_SESSION_LEASES, (world_id, owner, session))
         world = self._world(world_id)
         if world["guard_session"] == session:
             self._port.execute(q.SET_GUARD, (None, None, world_id))
-        return cast(int, held)
+        return held
+
+    def _release_rows(self, world_id: str, owner: str, session: str, now: int, settled: set[int]) -> int:
+        """Write the commands this session holds, but those just `settled`, as released (their lease
+        entries are the caller's to drop); answer how many it held."""
+        held = [r[0] for r in self._port.execute(q.SESSION_LEASES, (world_id, owner, session))]
+        tail = [sequence for sequence in held if sequence not in settled]
+        if tail:
+            self._port.execute(q.RELEASE_ROWS, (now, world_id, json.dumps(tail)))
+        return len(held)
 
     # -- redrive --
     def redrive(self, world_id: str, command_id: CommandId, scope: str = "", new_command_id: CommandId | None = None) -> Redriven:
@@ -1508,6 +1531,7 @@ class Ledger:
             now = self._clock.now_ms()
             if sequences:
                 self._port.execute(q.CANCEL_COMMANDS, ("world destroyed", now, world_id, json.dumps(sequences)))
+                self._change_leases(world_id, dict.fromkeys(map(str, sequences)))
                 self._append_events(world_id, sequences, now)
             if len(sequences) < CANCEL_BATCH:
                 self._port.execute(q.SET_WORLD_STATUS, ("DESTROYED", now, world_id))

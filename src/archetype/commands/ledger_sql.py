@@ -17,6 +17,11 @@ OPEN_STATUSES = "('PENDING', 'LEASED', 'RETRYABLE')"
 # statement that sets a status sets `is_open` with it; the reads of open commands say both.
 OPEN_EXPR = f"is_open = 1 AND status IN {OPEN_STATUSES}"
 
+# The world's lease map (below, "command leases") without one (owner, session)'s entries (NULL once
+# empty); {owner} and {session} name its parameters.
+LEASES_WITHOUT_SESSION_EXPR = """(SELECT nullif(json_group_object(l.key, json(l.value)), '{{}}') FROM json_each(worlds.leases) AS l
+        WHERE json_extract(l.value, '$[0]') != {owner} OR json_extract(l.value, '$[1]') != {session})"""
+
 # -- worlds --
 WORLD_COLUMNS = (
     "world_id, name, status, tick_head, next_entity_id, writer_epoch, next_sequence, "
@@ -60,8 +65,12 @@ TAKE_WORLD_LEASE = """UPDATE worlds SET host_owner = ?, host_expires_at = ?, wri
 SET_WORLD_LEASE_EXPIRY = "UPDATE worlds SET host_expires_at = ? WHERE world_id = ?"
 # At a takeover, the previous hosts' command leases end at once: their epoch is fenced, so they can
 # settle nothing, and the new host's lease takes the rows over as suspects instead of waiting.
-EXPIRE_OTHER_OWNERS_LEASES = """UPDATE commands INDEXED BY commands_leased SET lease_expires_at = ?
-    WHERE world_id = ? AND status = 'LEASED' AND lease_owner != ? AND lease_expires_at > ?"""
+# (A lease is an entry of the world's lease map, `worlds.leases`: below, "Command leases".)
+EXPIRE_OTHER_OWNERS_LEASES = """UPDATE worlds SET leases = (SELECT json_group_object(l.key,
+            CASE WHEN json_extract(l.value, '$[0]') != ?3 AND json_extract(l.value, '$[2]') > ?1
+                THEN json_set(l.value, '$[2]', CAST(?1 AS INTEGER)) ELSE json(l.value) END)
+        FROM json_each(worlds.leases) AS l)
+    WHERE world_id = ?2 AND leases IS NOT NULL"""
 
 # -- the runner registry --
 RUNNER_COLUMNS = "runner_id, instance, registered_at, expires_at"
@@ -80,10 +89,12 @@ HOSTED_WORLDS = f"SELECT {WORLD_COLUMNS} FROM worlds WHERE host_owner = ? ORDER 
 TAKE_ENTITY_IDS = "UPDATE worlds SET next_entity_id = next_entity_id + ?, updated_at = ? WHERE world_id = ?"
 # Before commands are deleted: the next sequence stays above every sequence ever handed out.
 RAISE_SEQUENCE_FLOOR = "UPDATE worlds SET next_sequence = ?1 WHERE world_id = ?2 AND next_sequence < ?1"
-# A published tick: the new head, the crash guard cleared, and a lockstep world's clock anchor
+# A published tick: the new head, the crash guard cleared, the publishing session's leases given back
+# (its settled commands' and its released tail's), and a lockstep world's clock anchor
 # following its head (the tick, when it was due, how late it published). One statement: on the
 # Durable Object each is a row written.
-PUBLISH_HEAD = """UPDATE worlds SET tick_head = ?1, updated_at = ?2, guard_sequence = NULL, guard_session = NULL,
+PUBLISH_HEAD = f"""UPDATE worlds SET tick_head = ?1, updated_at = ?2, guard_sequence = NULL, guard_session = NULL,
+        leases = {LEASES_WITHOUT_SESSION_EXPR.format(owner='?6', session='?7')},
         clock_tick = CASE WHEN tick_mode = 'lockstep' THEN ?1 ELSE clock_tick END,
         clock_ms = CASE WHEN tick_mode = 'lockstep' THEN ?3 ELSE clock_ms END,
         tick_lag_ms = CASE WHEN tick_mode = 'lockstep' THEN ?4 ELSE tick_lag_ms END
@@ -106,6 +117,42 @@ COMMAND_COLUMNS = (
     "principal, origin, max_attempts, attempts, reserved_entity_id, status, lease_owner, lease_expires_at, "
     "applied_tick, last_error, redriven_from, redriven_by, migrated_digest, created_at, updated_at"
 )
+# -- command leases (docs/storage.md, "Rows per command") --
+# A lease is not written on the command's row: the world row's `leases` is a JSON object mapping each
+# leased command's sequence to [owner, session, expires_at, leased_at], so leasing 100 commands writes
+# one row, not 100 rows and their index entries, and publishing (which writes the world row anyway)
+# gives them back. A command row keeps the open status it had (PENDING or RETRYABLE); what a reader
+# answers is derived: an open command with an entry is LEASED by its owner and session until its
+# expiry, updated when it was leased (or later, if its row was written since). An entry of a command
+# that is no longer open means nothing (a settled command's is dropped with its session's).
+# A statement reading commands this way starts WITH {HELD_CTE} (the world's entries, read once, as a
+# table the join looks up: a path into the JSON object per command would read the object's keys one
+# by one, quadratic in a tick of thousands) and reads FROM {COMMANDS_NOW_JOIN}; `c` is a commands row.
+HELD_CTE = """held AS MATERIALIZED (SELECT CAST(l.key AS INTEGER) AS sequence, l.value AS lease
+        FROM worlds AS lw CROSS JOIN json_each(lw.leases) AS l WHERE lw.world_id = {world})"""
+LEASE_ENTRY_EXPR = "CASE WHEN c.is_open = 1 THEN h.lease END"
+LEASE_SESSION_EXPR = f"json_extract({LEASE_ENTRY_EXPR}, '$[1]')"
+COMMAND_STATUS_EXPR = f"CASE WHEN {LEASE_ENTRY_EXPR} IS NULL THEN c.status ELSE 'LEASED' END"
+COMMAND_VALUE_COLUMNS = ", ".join(
+    {
+        "status": COMMAND_STATUS_EXPR,
+        "lease_owner": f"json_extract({LEASE_ENTRY_EXPR}, '$[0]')",
+        "lease_expires_at": f"json_extract({LEASE_ENTRY_EXPR}, '$[2]')",
+        "updated_at": f"max(c.updated_at, coalesce(json_extract({LEASE_ENTRY_EXPR}, '$[3]'), c.updated_at))",
+    }.get(name, f"c.{name}")
+    for name in (column.strip() for column in COMMAND_COLUMNS.split(","))
+)
+COMMANDS_NOW_JOIN = "commands AS c LEFT JOIN held AS h ON h.sequence = c.sequence"
+# The map is read, changed and written whole by the ledger (json_patch would look each key up in the
+# object one by one: quadratic in a lease of thousands).
+GET_LEASES = "SELECT leases FROM worlds WHERE world_id = ?"
+SET_LEASES = "UPDATE worlds SET leases = ? WHERE world_id = ?"
+# The sequences this (owner, session) holds (their commands open).
+SESSION_LEASES = """SELECT CAST(l.key AS INTEGER) FROM worlds AS w CROSS JOIN json_each(w.leases) AS l
+    JOIN commands AS c ON c.world_id = w.world_id AND c.sequence = CAST(l.key AS INTEGER)
+    WHERE w.world_id = ?1 AND json_extract(l.value, '$[0]') = ?2 AND json_extract(l.value, '$[1]') = ?3 AND c.is_open = 1
+    ORDER BY 1"""
+DROP_SESSION_LEASES = f"UPDATE worlds SET leases = {LEASES_WITHOUT_SESSION_EXPR.format(owner='?2', session='?3')} WHERE world_id = ?1"
 # Each inserted command is a JSON array of these fields, in this order: reading an array element
 # by position is markedly cheaper for SQLite than looking a key up in an object, and each element
 # read parses the whole array again, so what a batch shares is bound once instead: its scope (one
@@ -119,29 +166,30 @@ INSERT_COMMANDS = f"""INSERT INTO commands (world_id, scope, sequence, {", ".joi
     SELECT ?1, ?2, CAST(?3 AS INTEGER) + j.key,
         {", ".join(f"json_extract(j.value, '$[{i}]')" for i in range(len(INSERTED_COMMAND_FIELDS)))}, 'PENDING', 1, ?4, ?4
     FROM json_each(?5) AS j"""
-GET_COMMAND = f"SELECT {COMMAND_COLUMNS} FROM commands WHERE world_id = ? AND scope = ? AND command_id = ?"
+GET_COMMAND = f"""WITH {HELD_CTE.format(world="?1")} SELECT {COMMAND_VALUE_COLUMNS} FROM {COMMANDS_NOW_JOIN}
+    WHERE c.world_id = ?1 AND c.scope = ?2 AND c.command_id = ?3"""
 # the commands of one id in every scope, in scope order (the unique index's), at most ? of them
-COMMANDS_NAMED = f"SELECT {COMMAND_COLUMNS} FROM commands WHERE world_id = ? AND command_id = ? ORDER BY scope LIMIT ?"
+COMMANDS_NAMED = f"""WITH {HELD_CTE.format(world="?1")} SELECT {COMMAND_VALUE_COLUMNS} FROM {COMMANDS_NOW_JOIN}
+    WHERE c.world_id = ?1 AND c.command_id = ?2 ORDER BY c.scope LIMIT ?3"""
 # Some commands of one scope by id (a JSON array of distinct ids), in sequence order.
-GET_COMMANDS = f"""SELECT {COMMAND_COLUMNS} FROM json_each(?) AS j
-    JOIN commands AS c ON c.world_id = ? AND c.scope = ? AND c.command_id = j.value ORDER BY c.sequence"""
-GET_COMMAND_BY_SEQUENCE = f"SELECT {COMMAND_COLUMNS} FROM commands WHERE world_id = ? AND sequence = ?"
-DUE_COMMANDS = f"""SELECT {COMMAND_COLUMNS}, lease_session FROM commands
-    WHERE world_id = ? AND {OPEN_EXPR} AND scheduled_tick <= ?
-    ORDER BY scheduled_tick, priority, sequence LIMIT ?"""
+GET_COMMANDS = f"""WITH {HELD_CTE.format(world="?2")} SELECT {COMMAND_VALUE_COLUMNS} FROM json_each(?1) AS j
+    JOIN commands AS c ON c.world_id = ?2 AND c.scope = ?3 AND c.command_id = j.value
+    LEFT JOIN held AS h ON h.sequence = c.sequence ORDER BY c.sequence"""
+GET_COMMAND_BY_SEQUENCE = f"""WITH {HELD_CTE.format(world="?1")} SELECT {COMMAND_VALUE_COLUMNS} FROM {COMMANDS_NOW_JOIN}
+    WHERE c.world_id = ?1 AND c.sequence = ?2"""
+DUE_COMMANDS = f"""WITH {HELD_CTE.format(world="?1")} SELECT {COMMAND_VALUE_COLUMNS}, {LEASE_SESSION_EXPR} FROM {COMMANDS_NOW_JOIN}
+    WHERE c.world_id = ?1 AND c.is_open = 1 AND c.status IN {OPEN_STATUSES} AND c.scheduled_tick <= ?2
+    ORDER BY c.scheduled_tick, c.priority, c.sequence LIMIT ?3"""
 # The first entry of the commands_due index, in its own order: one row read, however many are open.
 NEXT_DUE_TICK = f"""SELECT scheduled_tick FROM commands WHERE world_id = ? AND {OPEN_EXPR}
     ORDER BY scheduled_tick LIMIT 1"""
-LEASE_COMMANDS = """UPDATE commands SET status = 'LEASED', lease_owner = ?, lease_session = ?, lease_expires_at = ?,
-        updated_at = ?
-    WHERE world_id = ? AND sequence IN (SELECT value FROM json_each(?))"""
-# The sequences among these that this runner session holds, in ledger order.
-HELD_IN_ORDER = """SELECT sequence, command_id FROM commands
-    WHERE world_id = ? AND status = 'LEASED' AND lease_owner = ? AND lease_session = ?
-        AND sequence IN (SELECT value FROM json_each(?))
-    ORDER BY scheduled_tick, priority, sequence"""
-IS_HELD = """SELECT count(*) FROM commands
-    WHERE world_id = ? AND sequence = ? AND status = 'LEASED' AND lease_owner = ? AND lease_session = ?"""
+# The sequences among these (?4) that this runner session holds, in ledger order.
+HELD_IN_ORDER = f"""WITH {HELD_CTE.format(world="?1")} SELECT c.sequence, c.command_id FROM {COMMANDS_NOW_JOIN}
+    WHERE c.world_id = ?1 AND json_extract({LEASE_ENTRY_EXPR}, '$[0]') = ?2 AND {LEASE_SESSION_EXPR} = ?3
+        AND c.sequence IN (SELECT value FROM json_each(?4))
+    ORDER BY c.scheduled_tick, c.priority, c.sequence"""
+IS_HELD = f"""WITH {HELD_CTE.format(world="?1")} SELECT count(*) FROM {COMMANDS_NOW_JOIN}
+    WHERE c.world_id = ?1 AND c.sequence = ?2 AND json_extract({LEASE_ENTRY_EXPR}, '$[0]') = ?3 AND {LEASE_SESSION_EXPR} = ?4"""
 # A tick's settlements: one JSON array [sequence, outcome, error] per command. Every settlement is
 # an attempt; a failure that spends the budget dead-letters, and a permanent failure at once. The
 # settlements are MATERIALIZED so the join is driven from them into the primary key: left to itself SQLite scans the world's
@@ -158,20 +206,19 @@ SETTLE = """WITH s AS MATERIALIZED (SELECT json_extract(value, '$[0]') AS sequen
         applied_tick = CASE s.outcome WHEN 'applied' THEN CAST(?1 AS INTEGER) END,
         last_error = s.error, lease_owner = NULL, lease_session = NULL, lease_expires_at = NULL, updated_at = ?2
     FROM s WHERE commands.world_id = ?4 AND commands.sequence = s.sequence"""
-# What a session still holds after its tick settled: the drain's unprocessed tail, given back free.
-# (These go through the index of LEASED commands by name: with `commands` clustered on its key the
-# planner, without statistics, would rather walk the world's key.)
-RELEASE_SESSION = """UPDATE commands INDEXED BY commands_leased SET status = CASE WHEN attempts > 0 THEN 'RETRYABLE' ELSE 'PENDING' END,
+# What a session still holds after its tick settled (the drain's unprocessed tail), given back free:
+# its rows (a JSON array of sequences) written as released; the entries go with DROP_SESSION_LEASES
+# or PUBLISH_HEAD.
+RELEASE_ROWS = """UPDATE commands SET status = CASE WHEN attempts > 0 THEN 'RETRYABLE' ELSE 'PENDING' END,
         lease_owner = NULL, lease_session = NULL, lease_expires_at = NULL, updated_at = ?
-    WHERE world_id = ? AND status = 'LEASED' AND lease_owner = ? AND lease_session = ?"""
-COUNT_HELD = """SELECT count(*) FROM commands INDEXED BY commands_leased
-    WHERE world_id = ? AND status = 'LEASED' AND lease_owner = ? AND lease_session = ?"""
+    WHERE world_id = ? AND is_open = 1 AND sequence IN (SELECT value FROM json_each(?))"""
 # The crash guard names a command whose runner died while materializing it: one attempt charged.
+# (The ledger checked it is LEASED; its lease entry is removed with it.)
 CHARGE_CRASH = """UPDATE commands SET attempts = attempts + 1,
         status = CASE WHEN attempts + 1 >= max_attempts THEN 'DEAD_LETTER' ELSE 'RETRYABLE' END,
         is_open = CASE WHEN attempts + 1 >= max_attempts THEN NULL ELSE 1 END,
         last_error = ?, lease_owner = NULL, lease_session = NULL, lease_expires_at = NULL, updated_at = ?
-    WHERE world_id = ? AND sequence = ? AND status = 'LEASED'"""
+    WHERE world_id = ? AND sequence = ? AND is_open = 1"""
 CANCEL_COMMANDS = """UPDATE commands SET status = 'CANCELLED', is_open = NULL, last_error = ?, lease_owner = NULL, lease_session = NULL,
         lease_expires_at = NULL, updated_at = ?
     WHERE world_id = ? AND sequence IN (SELECT value FROM json_each(?))"""
@@ -186,9 +233,9 @@ INSERT_REDRIVE = """INSERT INTO commands (world_id, sequence, scope, command_id,
 MARK_REDRIVEN = "UPDATE commands SET redriven_by = ? WHERE world_id = ? AND sequence = ?"
 OPEN_SEQUENCES = f"""SELECT sequence FROM commands WHERE world_id = ? AND {OPEN_EXPR}
     ORDER BY sequence LIMIT ?"""
-HISTORY = f"""SELECT {COMMAND_COLUMNS} FROM commands
-    WHERE world_id = ? AND sequence > ? AND (? IS NULL OR status = ?) AND (? IS NULL OR scope = ?)
-    ORDER BY sequence LIMIT ?"""
+HISTORY = f"""WITH {HELD_CTE.format(world="?1")} SELECT {COMMAND_VALUE_COLUMNS} FROM {COMMANDS_NOW_JOIN}
+    WHERE c.world_id = ?1 AND c.sequence > ?2 AND (?3 IS NULL OR {COMMAND_STATUS_EXPR} = ?4) AND (?5 IS NULL OR c.scope = ?6)
+    ORDER BY c.sequence LIMIT ?7"""
 
 # -- spawn reservations --
 GET_RESERVATION = """SELECT entity_id, request_digest FROM spawn_reservations
@@ -197,7 +244,9 @@ INSERT_RESERVATION = """INSERT INTO spawn_reservations (world_id, scope, command
     VALUES (?, ?, ?, ?, ?, ?)"""
 
 # -- ticks and entity state --
-GET_TICK_BY_TOKEN = "SELECT tick FROM ticks WHERE world_id = ? AND commit_token = ?"
+# A republished tick is its own tick's manifest again (the token digests the tick): found through the
+# key, so no index of tokens is written per tick (docs/storage.md, "Rows per command").
+GET_TICK_BY_TOKEN = "SELECT tick FROM ticks WHERE world_id = ? AND tick = ? AND commit_token = ?"
 INSERT_TICK = "INSERT INTO ticks (world_id, tick, commit_token, manifest, published_at) VALUES (?, ?, ?, ?, ?)"
 LIST_TICKS = "SELECT manifest FROM ticks WHERE world_id = ? AND tick > ? ORDER BY tick LIMIT ?"
 # World state (docs/storage.md): each snapshot's chunks under the tick that published it, and the

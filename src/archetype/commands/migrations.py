@@ -487,9 +487,32 @@ V16_FORK_COPIES = Migration(16, "forks copied between Durable Objects: the sourc
         cursor TEXT)""",
 ))  # fmt: skip
 
+# Version 17: fewer rows written per tick and per command (docs/storage.md, "Rows per command").
+# - Command leases move to the world row: `leases`, a JSON object of each leased command's sequence to
+#   [owner, session, expires_at, leased_at]. A lease writes that one row instead of every leased
+#   command's row and its `commands_leased` entry (which goes), and the publication that settles them
+#   writes the world row anyway. Each LEASED row becomes an entry, its row the open status a release
+#   would give it back (readers derive LEASED from the entry).
+# - `ticks_by_token` goes: a republished tick is recognised by its own tick's manifest (the commit
+#   token digests the tick, so a token names one tick), read through the key; an index entry fewer
+#   per published tick.
+V17_FEWER_ROWS = Migration(17, "command leases as a map on the world row; no index of commit tokens", (
+    "ALTER TABLE worlds ADD COLUMN leases TEXT",
+    """UPDATE worlds SET leases = (SELECT json_group_object(CAST(c.sequence AS TEXT),
+            json_array(c.lease_owner, c.lease_session, c.lease_expires_at, c.updated_at))
+        FROM commands AS c WHERE c.world_id = worlds.world_id AND c.status = 'LEASED')
+    WHERE world_id IN (SELECT world_id FROM commands WHERE status = 'LEASED')""",
+    """UPDATE commands SET status = CASE WHEN attempts > 0 THEN 'RETRYABLE' ELSE 'PENDING' END,
+        lease_owner = NULL, lease_session = NULL, lease_expires_at = NULL
+    WHERE status = 'LEASED'""",
+    "DROP INDEX commands_leased",
+    "DROP INDEX ticks_by_token",
+))  # fmt: skip
+
 MIGRATIONS = (V1_SCHEMA, V2_EXACTLY_ONCE, V3_STATE_CHUNKS, V4_HEALTH_AND_REDRIVE, V5_RETENTION, V6_COMPONENT_SCHEMAS,
               V7_TICK_CLOCK, V8_WORLD_LEASES, V9_DERIVED_SEQUENCES, V10_RUNNER_REGISTRY, V11_DURABLE_FACTS,
-              V12_TICK_MODES, V13_FEWER_ROWS, V14_STATE_HISTORY, V15_COMMAND_ID_FIRST, V16_FORK_COPIES)  # fmt: skip
+              V12_TICK_MODES, V13_FEWER_ROWS, V14_STATE_HISTORY, V15_COMMAND_ID_FIRST, V16_FORK_COPIES,
+              V17_FEWER_ROWS)  # fmt: skip
 SCHEMA_VERSION = MIGRATIONS[-1].version
 
 HAS_META = "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'"
