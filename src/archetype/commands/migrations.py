@@ -496,7 +496,7 @@ V16_FORK_COPIES = Migration(16, "forks copied between Durable Objects: the sourc
 # - `ticks_by_token` goes: a republished tick is recognised by its own tick's manifest (the commit
 #   token digests the tick, so a token names one tick), read through the key; an index entry fewer
 #   per published tick.
-V17_FEWER_ROWS = Migration(17, "command leases as a map on the world row; no index of commit tokens", (
+V17_LEASE_MAP = Migration(17, "command leases as a map on the world row; no index of commit tokens", (
     "ALTER TABLE worlds ADD COLUMN leases TEXT",
     """UPDATE worlds SET leases = (SELECT json_group_object(CAST(c.sequence AS TEXT),
             json_array(c.lease_owner, c.lease_session, c.lease_expires_at, c.updated_at))
@@ -512,7 +512,7 @@ V17_FEWER_ROWS = Migration(17, "command leases as a map on the world row; no ind
 MIGRATIONS = (V1_SCHEMA, V2_EXACTLY_ONCE, V3_STATE_CHUNKS, V4_HEALTH_AND_REDRIVE, V5_RETENTION, V6_COMPONENT_SCHEMAS,
               V7_TICK_CLOCK, V8_WORLD_LEASES, V9_DERIVED_SEQUENCES, V10_RUNNER_REGISTRY, V11_DURABLE_FACTS,
               V12_TICK_MODES, V13_FEWER_ROWS, V14_STATE_HISTORY, V15_COMMAND_ID_FIRST, V16_FORK_COPIES,
-              V17_FEWER_ROWS)  # fmt: skip
+              V17_LEASE_MAP)  # fmt: skip
 SCHEMA_VERSION = MIGRATIONS[-1].version
 
 HAS_META = "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'"
