@@ -18,7 +18,7 @@ pass. For each runner count, a freshly seeded catalog and that many `serve` proc
 (distinct `--runner-id`s, started one after the other), run for `seconds`:
 
 - the split: how long after every runner serves and the commands fall due each world is hosted
-  by the runner that `archetype.server.host_of` names among the live ones, and the writer-epoch
+  by the runner that `archetype.runner_registry.host_of` names among the live ones, and the writer-epoch
   bumps after that (must be 0);
 - throughput: commands settled per second in the `seconds` after the split (the 1-runner run is
   the baseline), and tick manifests published per second;
@@ -62,8 +62,8 @@ from perf_doc import replace_section  # noqa: E402
 
 from archetype.commands import DeferredItem, DurableOptions  # noqa: E402 - after the path set-up
 from archetype.commands.clock import TickClock  # noqa: E402
+from archetype.runner_registry import host_of  # noqa: E402
 from archetype.runtime import Runtime  # noqa: E402
-from archetype.server import host_of  # noqa: E402
 from archetype.world import CreateWorld, Despawn  # noqa: E402
 
 HEADING = "## Cooperating runners (bench/many_runners.py)"

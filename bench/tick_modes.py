@@ -25,8 +25,8 @@ from typing import Any
 from archetype.commands import DurableOptions
 from archetype.metrics import Metrics
 from archetype.runtime import Runtime
-from archetype.server import WorldRunner
 from archetype.world import AsyncWorld, Component, CreateWorld, Spawn, Step
+from archetype.world_runner import WorldRunner
 
 
 class Counter(Component):

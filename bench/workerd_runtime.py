@@ -48,9 +48,9 @@ sys.path.insert(0, str(ROOT))  # the deployment (tests/support) and the staged m
 
 from archetype.api.app import DEFAULT_QUOTA  # noqa: E402
 from archetype.commands import DeferredItem, DurableOptions  # noqa: E402
+from archetype.modules import set_up_modules  # noqa: E402
 from archetype.remote import HttpAuthority  # noqa: E402
 from archetype.runtime import Runtime  # noqa: E402
-from archetype.server import set_up_modules  # noqa: E402
 from archetype.world import ComponentValue, CreateWorld, Spawn, Step  # noqa: E402
 from bench import edge_worlds  # noqa: E402
 from bench.moving import Position, Velocity  # noqa: E402

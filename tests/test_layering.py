@@ -1,6 +1,7 @@
 """The layering contract: code that runs in a Cloudflare Worker (Pyodide) imports only the
 standard library, pydantic, the HTTP framework and the Workers runtime, and never the CPython-only
-parts of the project (runtime, CLI, local catalog, audit projector, HTTP client, local server)."""
+parts of the project (runtime, CLI, local catalog, audit projector, HTTP client, local server); and
+no project module imports, at its top or inside a function, one that imports it back."""
 
 from __future__ import annotations
 
@@ -26,9 +27,10 @@ PYODIDE_PACKAGES = {
 PROJECT_TOP_LEVEL = {"archetype", "local_catalog", "durable_world", "worker"}
 
 
-def imported_modules(path: Path) -> list[tuple[int, str]]:
+def imported_modules(path: Path, src: Path = SRC) -> list[tuple[int, str]]:
+    """What `path` imports anywhere in it (inside a function too), as (line, module)."""
     tree = ast.parse(path.read_text(), filename=str(path))
-    package = ".".join(path.relative_to(SRC).with_suffix("").parts[:-1])
+    package = ".".join(path.relative_to(src).with_suffix("").parts[:-1])
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -88,3 +90,84 @@ def test_importing_archetype_does_not_load_cpython_only_modules():
         "assert not bad, bad\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def project_modules(src: Path) -> dict[str, Path]:
+    """Every module of the project's packages under `src`, by dotted name (a package by its own)."""
+    modules = {}
+    for top in sorted(PROJECT_TOP_LEVEL):
+        for path in sorted((src / top).rglob("*.py")):
+            parts = path.relative_to(src).with_suffix("").parts
+            modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return modules
+
+
+def import_graph(src: Path) -> dict[str, set[str]]:
+    """Project module -> the project modules it imports, at its top or inside a function. `from
+    package import name` is an import of the submodule when `name` is one, else of the package.
+    (Importing a submodule runs its package's __init__ first; that is no edge here, or every
+    package re-exporting its submodules would be a circle.)"""
+    modules = project_modules(src)
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        tree = ast.parse(path.read_text(), filename=str(path))
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        found = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                found |= {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+                found |= {f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names}
+        graph[name] = {module for module in found if module in modules and module != name}
+    return graph
+
+
+def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The circles of the graph: its strongly connected components of more than one module (Tarjan's)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for imported in sorted(graph[module]):
+            if imported not in index:
+                visit(imported)
+                low[module] = min(low[module], low[imported])
+            elif imported in stack:
+                low[module] = min(low[module], index[imported])
+        if low[module] == index[module]:
+            component = stack[stack.index(module) :]
+            del stack[stack.index(module) :]
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return circles
+
+
+def test_no_module_imports_one_that_imports_it_back():
+    """A circle of imports means the modules own one thing between them (split it: the owner of
+    what both need gets a module of its own), and an import moved into a function to dodge it
+    still is one."""
+    assert import_circles(import_graph(SRC)) == []
+
+
+def test_a_circle_through_a_function_level_import_is_found(tmp_path):
+    package = tmp_path / "archetype" / "probe"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("from archetype.probe.a import A\n")
+    (package / "a.py").write_text("from archetype.probe import b\nA = 1\n")
+    (package / "b.py").write_text("def late():\n    from .c import C\n")
+    (package / "c.py").write_text("import archetype.probe.a\nC = 1\n")
+    (package / "d.py").write_text("from archetype.probe import A\n")  # the package only: no circle
+    graph = import_graph(tmp_path)
+    assert graph["archetype.probe.b"] == {"archetype.probe.c"}
+    assert import_circles(graph) == [["archetype.probe.a", "archetype.probe.b", "archetype.probe.c"]]

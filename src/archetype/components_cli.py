@@ -23,7 +23,7 @@ def fingerprint(module: str, classes: tuple[str, ...], as_json: bool) -> None:
     MODULE is imported as `archetype serve --module` imports it, from the working directory too:
     run it on yesterday's code to learn the fingerprint its saved worlds hold."""
     from archetype.client_cli import print_rows
-    from archetype.server import import_modules
+    from archetype.modules import import_modules
     from archetype.world import Component
 
     try:

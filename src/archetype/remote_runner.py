@@ -28,11 +28,14 @@ from types import ModuleType
 import httpx
 
 from archetype.commands.ledger import RUNNER_ID_PATTERN
+from archetype.data_directory import hold_lock
 from archetype.metrics import Metrics, ObservedAuthority, configure_logging
+from archetype.modules import import_modules, set_up_modules
 from archetype.remote import HttpAuthority
+from archetype.runner_registry import RunnerBusyError, RunnerRegistry
 from archetype.runtime import Runtime
-from archetype.server import RunnerBusyError, RunnerRegistry, WorldRunner, hold_lock, import_modules, set_up_modules
 from archetype.settings import ConfigurationError, RunnerSettings
+from archetype.world_runner import WorldRunner
 
 log = logging.getLogger("archetype.runner")
 

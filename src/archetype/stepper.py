@@ -1,4 +1,5 @@
-"""`archetype serve`'s stepping process, and the HTTP process's side of it (CPython only).
+"""`archetype serve`'s stepping process, and the HTTP process's side of it (CPython only): the
+process, its channel and its entry point (`main`); what it runs is archetype.stepping.
 
 `serve` answers HTTP in one OS process and steps worlds in another, so that neither waits for the
 other's CPU (the GIL serialises threads: a thread would not do). The stepping process is this
@@ -13,7 +14,7 @@ catalog, then a line every second, its metrics (the HTTP process relays them at 
 longer than `--hang-timeout` makes the HTTP process kill it and start another. It reads nothing,
 and end-of-file means the HTTP process is gone (SIGKILL included), so it stops by itself and never
 steps on as an orphan. It registers in the ledger's runner registry under the runner id
-(archetype.server.RunnerRegistry: what the other runners split the worlds by), and inherits the
+(archetype.runner_registry.RunnerRegistry: what the other runners split the worlds by), and inherits the
 runner id's lock (`<data>/runners/<id>.lock`), so a second serve of the id is refused until both
 processes are gone.
 
@@ -251,10 +252,10 @@ def main() -> None:
     config = ServeSettings.model_validate_json(settings)
     configure_logging(config.log_level, config.log_format)
     reporter = Reporter(socket.socket(fileno=int(channel_fd)), config.hang_timeout)  # beating before the slow imports
-    from archetype.server import step_worlds  # not at the top: the server imports this module
+    from archetype.stepping import step_worlds  # not at the top: the reporter beats through the slow imports
 
     try:
-        asyncio.run(step_worlds(config, reporter, os.fdopen(int(lock_fd), "a+")))
+        asyncio.run(step_worlds(config, reporter.expose, os.fdopen(int(lock_fd), "a+")))
     except ConfigurationError as exc:  # before ready: serve says it in one line and stops
         reporter.send(REFUSED + str(exc).encode() + b"\n")
         sys.exit(2)

@@ -1,6 +1,7 @@
 """The Durable Object holding one world: the shared ledger over the object's SQLite storage.
 
-Every method in `LEDGER_METHODS` is an RPC method taking one plain-JSON object of keyword
+Every method in `LEDGER_METHODS` (and `FORK_COPY_METHODS`, the steps of a fork's copy between two
+objects, which the Worker's authority drives) is an RPC method taking one plain-JSON object of keyword
 arguments and answering the envelope of `durable_world.envelope`. After every call but a read
 (`READS`), the object arms its one alarm for what the world now needs: unsent outbox events (any
 method may append one: admission, a crash charged on lease, publication, a tick failure's
@@ -31,7 +32,7 @@ from archetype.commands.errors import (
     WorldNotFoundError,
 )
 from archetype.commands.failure_streak import FailureStreak
-from archetype.commands.ledger import LEDGER_METHODS, Ledger
+from archetype.commands.ledger import FORK_COPY_METHODS, LEDGER_METHODS, Ledger
 from archetype.commands.port import Clock, SystemClock
 from durable_world.delivery import DeliveryRetry, deliver_outbox, retry_delay_ms
 from durable_world.directory import WorldDirectory
@@ -60,6 +61,9 @@ READS = frozenset({
     "world_info", "list_worlds", "live_runners", "hosted_worlds", "pending_worlds", "load_state", "read_state",
     "command", "commands_by_id", "history", "manifests", "read_outbox", "read_outbox_columns", "watermark",
     "next_due_tick", "components",
+    # a fork's copy (docs/ledger.md, "Forks on the Durable Object"): its pages become a world, with
+    # its events, only at fork_activate; fork_plan appends the source's event
+    "fork_begin", "fork_page", "fork_write", "fork_release",
 })  # fmt: skip
 # A short delay lets a burst of admissions share one batch (a failed send waits longer: DeliveryRetry).
 DELIVERY_DELAY_MS = 1_000
@@ -300,5 +304,5 @@ def _rpc_method(method: str) -> Any:
     return rpc
 
 
-for _method in LEDGER_METHODS:
+for _method in LEDGER_METHODS + FORK_COPY_METHODS:
     setattr(WorldObject, _method, _rpc_method(_method))

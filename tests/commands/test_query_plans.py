@@ -17,6 +17,9 @@ GROWING = ("commands", "outbox", "state_snapshots", "state_deltas", "ticks", "sp
 # its open commands reads its source's retained commands once (an admin's rare act: an index by
 # scheduled tick would cost every admission a write).
 WHOLE_WORLD = {"OPEN_SEQUENCES", "OPEN_AT_TICK"}
+# A fork's activation on the Durable Object lists its commands for their admitted events: every
+# command the new world has is a copy it was just given.
+WHOLE_WORLD |= {"FORKED_SEQUENCES"}
 # A component migration reads every open command of its world once (and its state, through the
 # state reads above), as loading the world does anyway.
 WHOLE_WORLD |= {"OPEN_COMMANDS_NAMING"}

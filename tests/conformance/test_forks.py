@@ -3,25 +3,18 @@ then the same commands as the source, publishes the same manifests, outbox event
 the source from T on (the same bytes, but for what names the world: its id, in error texts too, the
 commit token that digests it, its writer epoch, and the events' numbers, which in the fork follow
 its copies' admissions); the source is untouched; a `world_forked` event on both names the
-other. The Durable Object refuses a fork, typed, until its copy between objects exists."""
+other. On the Durable Object authorities the fork is a new object copied page by page from the
+source's (docs/ledger.md, "Forks on the Durable Object"): the same results."""
 
 import json
 
 import pytest
 
-from archetype.commands import OperationUnavailableError, TickNotRetainedError
+from archetype.commands import TickNotRetainedError
 from archetype.commands.errors import WorldExistsError
 from archetype.world import Despawn, ForkWorld, Spawn, Update
 from tests.component_modules.alpha import Health, Position
 from tests.conformance.helpers import at, outbox
-
-EDGE = ("durable_object", "durable_object_workerd", "worker_http", "worker_workerd")
-
-
-@pytest.fixture
-def forking(request, authority):
-    """Whether the authority forks; on the Durable Object ones a fork must be refused with its code."""
-    return request.node.callspec.params["authority"] not in EDGE
 
 
 def commands(world_id: str, first_tick: int, ids: list[int]) -> list[tuple]:
@@ -69,15 +62,10 @@ async def read_at(authority, world_id, tick):
     return page["sections"]
 
 
-async def test_a_fork_then_the_same_commands_publishes_what_the_source_does(rt, make_runtime, world_id, authority,
-                                                                            forking):  # fmt: skip
+async def test_a_fork_then_the_same_commands_publishes_what_the_source_does(rt, make_runtime, world_id, authority):
     world, ids = await source_world(rt, world_id)
     fork_at = world.tick
     fork = ForkWorld(world_id=world_id, at_tick=fork_at, fork_world_id="w-fork", name="fork", with_open_commands=True)
-    if not forking:
-        with pytest.raises(OperationUnavailableError):
-            await rt.dispatcher.apply(fork)
-        return
     before = await authority.world_info(world_id=world_id), await outbox(authority, world_id)
     assert await rt.dispatcher.apply(fork) == "w-fork"
     assert await rt.dispatcher.apply(fork) == "w-fork"  # the same fork again
@@ -123,10 +111,8 @@ async def test_a_fork_then_the_same_commands_publishes_what_the_source_does(rt, 
     assert (await authority.load_state(world_id="w-fork"))["entities"] == (await authority.load_state(world_id=world_id))["entities"]
 
 
-async def test_a_fork_at_a_past_tick_holds_the_state_of_that_tick(rt, world_id, authority, forking):
+async def test_a_fork_at_a_past_tick_holds_the_state_of_that_tick(rt, world_id, authority):
     world, _ = await source_world(rt, world_id)
-    if not forking:
-        return
     past = world.tick - 1
     await rt.dispatcher.apply(ForkWorld(world_id=world_id, at_tick=past, fork_world_id="w-past", name="past"))
     assert await read_at(authority, "w-past", past) == await read_at(authority, world_id, past)

@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from archetype.server import host_of
+from archetype.runner_registry import host_of
 from tests.api.conftest import TOKENS
 from tests.crash import harness
 from tests.crash.harness import RemoteRunner, Serve

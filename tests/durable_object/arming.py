@@ -7,7 +7,7 @@ command is settled).
 Without an audit queue bound, events need no alarm, but a due command still does (the table runs
 both ways on the stand-in: with a queue, the delivery alarm also wakes a world for its tick).
 
-`ROWS` has one row per method of `LEDGER_METHODS` (a method without one fails the table's test):
+`ROWS` has one row per method of `LEDGER_METHODS` and `CATALOG_METHODS` (a method without one fails the table's test):
 on which world it is called (an idle edge-hosted world, a runner-hosted one, none), how to put that
 world where the method does its writing (`prepare`), the call itself, and what the call does
 (`effect`), which the test observes, never assumes: the ledger's watermark (`event`: it appended
@@ -207,6 +207,10 @@ ROWS: dict[str, Row] = {
     "redrive": Row("edge", rpc("redrive", command_id="d-1"), lambda case: case.dead_letter("d-1"), effect("event", "due")),
     "retry_world": Row("runner", rpc("retry_world"), _stalled, effect("event")),  # world_retry_requested
     "destroy": Row("edge", rpc("destroy"), lambda case: case.admitted(), effect("event")),
+    # the source's world_forked event (the fork's object arms its own: tests/durable_object/test_fork_copy.py)
+    "fork_world": Row("edge", lambda case: case.authority.fork_world(case.world_id, -1, f"{case.world_id}-fork", "arming",
+                                                                     with_open_commands=True),
+                      lambda case: case.admitted(), effect("event")),  # fmt: skip
     # the projector and retention
     "acknowledge_outbox": Row("edge", rpc("acknowledge_outbox", up_to_seq=1), lambda case: case.admitted()),
     "prune": Row("edge", rpc("prune", keep_ticks=1, idempotency_window_ms=0)),

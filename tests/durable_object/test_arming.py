@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from archetype.commands.ledger import LEDGER_METHODS
+from archetype.commands.ledger import CATALOG_METHODS, LEDGER_METHODS
 from archetype.commands.port import ManualClock
 from durable_world import DurableObjectAuthority
 from durable_world.edge import TICK_INTERVAL_MS
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.timeout(60)
 
 
 def test_every_ledger_method_has_a_row():
-    assert sorted(ROWS) == sorted(LEDGER_METHODS)
+    assert sorted(ROWS) == sorted(LEDGER_METHODS + CATALOG_METHODS)
 
 
 @pytest.fixture(params=["queue", "no-queue"])

@@ -18,9 +18,10 @@ from archetype.canonical import canonical_json
 from archetype.commands import DurableOptions, WorldEdgeHostedError
 from archetype.commands.port import ManualClock
 from archetype.metrics import Metrics
+from archetype.modules import set_up_modules
 from archetype.runtime import Runtime
-from archetype.server import WorldRunner, set_up_modules
 from archetype.world import CreateWorld, Despawn, Spawn
+from archetype.world_runner import WorldRunner
 from durable_world import DurableObjectAuthority
 from durable_world.edge import TICK_INTERVAL_MS
 from durable_world.world_object import DELIVERY_DELAY_MS

@@ -21,8 +21,10 @@ from archetype.commands import ledger_sql, migrations
 from archetype.commands.authority import InProcessAuthority
 from archetype.commands.ledger import Ledger
 from archetype.commands.port import ManualClock
+from archetype.commands.scheduler import schema_row
 from durable_world import DurableObjectSqlPort
 from local_catalog.port import SqliteSqlPort
+from tests.component_modules.alpha import Health, Position
 from tests.conformance.scenario import run_scenario
 from tests.conformance.test_component_schemas import raw_spawn
 from tests.durable_object.test_world_object import ledger_script
@@ -195,7 +197,7 @@ def ledger_statements() -> set[str]:
 
 
 async def fork_script(authority) -> None:
-    """A fork with its open commands (a catalog method: a Durable Object does not run it yet, but
+    """A fork with its open commands (a catalog method: a Durable Object runs a copy instead, but
     its statements are written for the object's engine too, and checked on it here)."""
     await authority.create_world("w-fork-source", "source")
     epoch = (await authority.acquire_writer("w-fork-source"))["writer_epoch"]
@@ -207,6 +209,23 @@ async def fork_script(authority) -> None:
     await authority.fork_world("w-fork-source", 0, "w-fork", "fork", True)  # the same fork again
 
 
+def copy_script(ledger: Ledger) -> None:
+    """The same fork as the Durable Object copies it (docs/ledger.md, "Forks on the Durable
+    Object"), both objects' steps in one store here: the plan, the pages, activation, release; the
+    source with schemas and a migration to copy."""
+    ledger.record_components("w-fork-source", [schema_row(Health), schema_row(Position)])
+    epoch = ledger.acquire_writer("w-fork-source")["writer_epoch"]
+    ledger.migrate_components("w-fork-source", epoch, {"name": "Position", "from_fingerprint": Health.component_fingerprint(),
+                                                       "to_fingerprint": Position.component_fingerprint()}, [], [])  # fmt: skip
+    plan = ledger.fork_plan("w-fork-source", "w-copy", 0, "copy", True)
+    assert not ledger.fork_begin("w-copy", "w-fork-source", 0, "copy")["started"]
+    cursor = ledger.fork_begin("w-copy", "w-fork-source", 0, "copy", plan)["cursor"]
+    while cursor is not None:
+        cursor = ledger.fork_write("w-copy", ledger.fork_page("w-fork-source", "w-copy", cursor))
+    ledger.fork_activate("w-copy")
+    ledger.fork_release("w-fork-source", "w-copy")
+
+
 async def test_every_ledger_statement_answers_alike_on_the_local_port_the_real_engine_and_the_standin(
     tmp_path, real_engine, standin_engine
 ):
@@ -216,11 +235,13 @@ async def test_every_ledger_statement_answers_alike_on_the_local_port_the_real_e
     hosts_differ: list[str] = []
     durable = DurableObjectSqlPort(MirroredEngine(real_engine, standin_engine, engines_differ))
     port = MirroredPort(local, durable, hosts_differ)
-    authority = InProcessAuthority(Ledger(port, clock), close=local.close)
+    ledger = Ledger(port, clock)
+    authority = InProcessAuthority(ledger, close=local.close)
     try:
         await run_scenario(authority, clock)
         await ledger_script(authority, clock)
         await fork_script(authority)
+        copy_script(ledger)
         await authority.list_worlds()
         port.execute(ledger_sql.PENDING_WORLDS)  # the local catalog's runner read, not a ledger method
         port.execute(ledger_sql.BACKLOG_WORLDS)  # the local catalog's audit projector read, not a ledger method

@@ -284,6 +284,9 @@ class World:
     # migration rewrites the head's), and the oldest tick whose state is retained
     published: dict[int, dict[int, dict[str, dict]]] = field(default_factory=lambda: {-1: {}})
     state_from_tick: int = -1
+    published_at: dict[int, int] = field(default_factory=dict)  # tick -> when it published ("Forks": when the world left a tick)
+    migrated_at_tick: dict[str, int] = field(default_factory=dict)  # a superseded name -> the tick of its migration
+    forked_from: tuple[str, int] | None = None  # "Forks": (source world, tick) of a fork
     manifests: list[Manifest] = field(default_factory=list)
     outbox: list[Event] = field(default_factory=list)  # not yet acknowledged
 
@@ -649,6 +652,7 @@ class Ledger:
                 command.updated_at = now
         world.guard = None
         world.tick_head = manifest.tick
+        world.published_at[manifest.tick] = now
         world.record_state()
         if world.tick_mode == "lockstep":  # "its clock anchor follows its head"
             # "when it was due (the host's due_ms; none: now; never after it published)"
@@ -757,6 +761,7 @@ class Ledger:
             command.migrated = command.mutation.renamed(old, new)
             command.updated_at = now
         world.superseded[old] = new
+        world.migrated_at_tick[old] = world.tick_head
         world.record_state()
         record = {"name": old, "to": new, "tick": world.tick_head, "entities": len(entities), "commands": len(commands),
                   "migrated_at": now}  # fmt: skip
@@ -767,6 +772,55 @@ class Ledger:
         ))  # fmt: skip
         world.next_event_seq += 1
         return True
+
+    # -- forks --
+    def fork_world(self, source_id: str, at_tick: int, fork_id: str, name: str, with_open_commands: bool) -> World:
+        """docs/ledger.md "Forks": a new world of the source as it was at `at_tick` (any retained
+        tick), in one transaction; the same fork again answers it; another world there exists."""
+        if at_tick < -1 or fork_id == source_id:  # "fork_world's at_tick from -1"; "a fork is another world"
+            raise ModelError("invalid")
+        source = self.world(source_id)
+        if fork_id in self.worlds:
+            existing = self.worlds[fork_id]
+            if existing.forked_from == (source_id, at_tick) and existing.name == name and existing.status == "ACTIVE":
+                return existing
+            raise ModelError("exists")
+        state = source.state_at(at_tick)  # tick_not_retained outside the window
+        now = self.now()
+        fork = World(fork_id, name, now, next_entity_id=source.next_entity_id, next_sequence=source.next_sequence,
+                     tick_head=at_tick, next_event_seq=source.next_event_seq, projected_seq=source.next_event_seq - 1,
+                     clock_tick=at_tick, clock_ms=now, tick_mode=source.tick_mode, tick_interval_ms=source.tick_interval_ms,
+                     entities=copy.deepcopy(state), published={at_tick: copy.deepcopy(state)}, state_from_tick=at_tick,
+                     forked_from=(source_id, at_tick))  # fmt: skip
+        # "its component migrations those of ticks up to at_tick"
+        fork.superseded = {old: new for old, new in source.superseded.items() if source.migrated_at_tick[old] <= at_tick}
+        fork.migrated_at_tick = {old: source.migrated_at_tick[old] for old in fork.superseded}
+        copies = []
+        if with_open_commands:
+            # "admitted before the world left at_tick, that is before the next tick published, or
+            # now at the head, and not cancelled by then"
+            left = min((t_ms for t, t_ms in source.published_at.items() if t > at_tick), default=None)
+            cutoff = now if left is None else left - 1
+            copies = [c for s, c in sorted(source.commands.items()) if c.sub.options.tick > at_tick
+                      and c.created_at <= cutoff and not (c.status == "CANCELLED" and c.updated_at <= cutoff)]  # fmt: skip
+            if any(self.refused_types(fork, c.mutation) for c in copies):  # "each passes admission's component check"
+                raise ModelError("unknown_component")
+        record = {"source_world_id": source_id, "world_id": fork_id, "at_tick": at_tick, "commands": len(copies)}
+        for world in (source, fork):  # "at the same event sequence in each"
+            world.outbox.append(Event(
+                event_seq=world.next_event_seq, command_id=f"world-fork/{fork_id}", event_type="world_forked",
+                status="APPLIED", operation="fork_world", tick=at_tick, principal=None, occurred_at=now, attempts=0,
+                max_attempts=None, error=None, record=record,
+            ))  # fmt: skip
+            world.next_event_seq += 1
+        self.worlds[fork_id] = fork
+        for original in copies:  # "PENDING with no attempts, under its sequence, scope and command id"
+            command = Command(original.sub, fork_id, original.sequence, now, updated_at=now, migrated=original.migrated,
+                              redriven_from=original.redriven_from)  # fmt: skip
+            fork.commands[command.sequence] = command
+            fork.keys[(command.sub.scope, command.sub.command_id)] = command.sequence
+            self._event(fork, command)
+        return fork
 
     # -- destroy --
     def destroy(self, world_id: str) -> int:

@@ -115,25 +115,25 @@ MUTANTS: dict[str, tuple[str, tuple[Change, ...]]] = {
 
 # tick modes
 MUTANTS.update({
-    "lockstep-skips": (
-        LEDGER,
-        'if world["tick_mode"] == "lockstep" and tick != world["tick_head"] + 1:',
-        "if False:",
-        "the ledger publishes a lockstep tick that skips ticks",
-    ),
-    "lockstep-anchor-stays": (
-        LEDGER,
-        "self._port.execute(q.PUBLISH_HEAD, (tick, now, due, max(0, now - due), world_id))",
-        'self._port.execute(q.PUBLISH_HEAD, (tick, now, world["clock_ms"], max(0, now - due), world_id))',
-        "a lockstep world's clock anchor keeps its old due time",
-    ),
-    "lockstep-no-pause": (
-        CLOCK,
-        "now_ms - ready > max(self.interval_ms, PAUSE_MS)",
-        "now_ms - ready > 10**12",
-        "a host runs a pause's missed lockstep ticks back to back",
-    ),
+    "lockstep-skips": ("the ledger publishes a lockstep tick that skips ticks", (
+        (LEDGER, 'if world["tick_mode"] == "lockstep" and tick != world["tick_head"] + 1:', "if False:"),
+    )),
+    "lockstep-anchor-stays": ("a lockstep world's clock anchor keeps its old due time", (
+        (LEDGER, "self._port.execute(q.PUBLISH_HEAD, (tick, now, due, max(0, now - due), world_id))",
+         'self._port.execute(q.PUBLISH_HEAD, (tick, now, world["clock_ms"], max(0, now - due), world_id))'),
+    )),
+    "lockstep-no-pause": ("a host runs a pause's missed lockstep ticks back to back", (
+        (CLOCK, "now_ms - ready > max(self.interval_ms, PAUSE_MS)", "now_ms - ready > 10**12"),
+    )),
 })
+
+
+def unapplicable(name: str, root: Path = ROOT) -> list[str]:
+    """Why `name`'s changes cannot be applied to the sources under `root` (empty when they can)."""
+    _, changes = MUTANTS[name]
+    counts = ((path, find, (root / path).read_text().count(find)) for path, find, _ in changes)
+    return [f"{find!r} found {count} times in {path}" for path, find, count in counts if count != 1]
+
 
 IGNORE = shutil.ignore_patterns(".git", ".venv", "node_modules", "__pycache__", ".pytest_cache", ".hypothesis", "data")
 
@@ -143,12 +143,11 @@ def run_mutant(name: str, authority: str, examples: int, timeout: int) -> dict:
     with tempfile.TemporaryDirectory(prefix=f"mutant-{name}-") as tmp:
         copy = Path(tmp) / "repo"
         shutil.copytree(ROOT, copy, ignore=IGNORE)
+        if reasons := unapplicable(name, copy):
+            return {"mutant": name, "result": "NOT APPLIED", "detail": "; ".join(reasons)}
         for path, find, replace in changes:
             target = copy / path
-            text = target.read_text()
-            if text.count(find) != 1:
-                return {"mutant": name, "result": "NOT APPLIED", "detail": f"{find!r} found {text.count(find)} times in {path}"}
-            target.write_text(text.replace(find, replace))
+            target.write_text(target.read_text().replace(find, replace))
         report = Path(tmp) / "report.jsonl"
         env = {
             **os.environ,

@@ -65,6 +65,7 @@ from archetype.commands import (
     TickNotRetainedError,
     UnknownComponentError,
     WorldClosingError,
+    WorldExistsError,
     WorldLeaseHeldError,
     WorldNotFoundError,
 )
@@ -222,7 +223,7 @@ def kind_of(exc: BaseException) -> str:
         (RedriveConflictError, "already_redriven"), (UnknownComponentError, "unknown_component"),
         (InvalidCommandError, "invalid"), (WorldLeaseHeldError, "lease_held"), (RunnerIdHeldError, "runner_id_held"),
         (AmbiguousCommandError, "ambiguous"),
-        (QuotaExceededError, "quota"),
+        (QuotaExceededError, "quota"), (WorldExistsError, "exists"), (TickNotRetainedError, "tick_not_retained"),
     ):  # fmt: skip
         if isinstance(exc, cls):
             return kind
@@ -299,6 +300,7 @@ class LedgerMachine(RuleBasedStateMachine):
         self.first_step = Stats.steps
         self.checked = self.checks = 0
         self.worlds = (f"m{self.n}-main", f"m{self.n}-doomed")  # only the second is ever destroyed
+        self.forks: list[str] = []  # the forks made (docs/ledger.md "Forks"), compared when made
 
     @initialize(main=st.sampled_from(("lockstep", "realtime")))
     def create_worlds(self, main: str) -> None:
@@ -950,6 +952,24 @@ class LedgerMachine(RuleBasedStateMachine):
 
     # Destroy ends the doomed world for the rest of the example: only in its second half.
     @precondition(lambda self: Stats.steps - self.first_step >= STEPS // 2)
+    @rule(index=st.integers(0, 1), back=st.integers(-1, 3), with_open=st.booleans(), again=st.booleans())
+    def fork(self, index: int, back: int, with_open: bool, again: bool) -> None:
+        """docs/ledger.md "Forks": a world forked at its head or a few ticks back (one past the head:
+        not retained), with or without its open commands; `again`, under the last fork's id (the same
+        fork again, or another: world_exists). Both worlds are compared at once."""
+        self._count("fork")
+        source = self.worlds[index]
+        at_tick = self.model.worlds[source].tick_head - back
+        fork_id = self.forks[-1] if again and self.forks else f"{source}-fork{len(self.forks)}"
+        answers = self.both(lambda: self.model.fork_world(source, at_tick, fork_id, "fork", with_open),
+                            self.seam.fork_world(source, at_tick, fork_id, "fork", with_open_commands=with_open))  # fmt: skip
+        if answers is not None:
+            if fork_id not in self.forks:
+                self.forks.append(fork_id)
+            for world_id in (source, fork_id):
+                self.compare_world(world_id, everything=True)
+            Stats.saw(f"fork:{'with' if with_open else 'without'}:{len(self.model.worlds[fork_id].commands)}")
+
     @rule(owner=st.sampled_from(OWNERS))
     def destroy(self, owner: str) -> None:
         self._count("destroy")
@@ -1024,7 +1044,9 @@ class LedgerMachine(RuleBasedStateMachine):
                 cause = ":crash" if "crash guard" in error else ":state_too_large" if "StateTooLargeError" in error else ""
                 Stats.saw(f"event:{r['event_type']}{cause}")
             command_id = e.command_id
-            if e.record is not None:  # a schema event: its command id and payload name fingerprints, the model names
+            if e.record is not None and "source_world_id" in e.record:  # a world_forked event: its payload is the record
+                assert payload == e.record, (r, e)
+            elif e.record is not None:  # a schema event: its command id and payload name fingerprints, the model names
                 record = e.record
                 command_id = f"{command_id}/{CLASSES[record['name']].component_fingerprint()}"
                 assert payload == {"name": record["name"], "from_fingerprint": CLASSES[record["name"]].component_fingerprint(),
@@ -1136,7 +1158,7 @@ class LedgerMachine(RuleBasedStateMachine):
         if everything:
             self.compare_views(world_id)
 
-        check_invariants(world_id, info, rows, manifests, outbox)
+        check_invariants(world_id, info, rows, manifests, outbox, forked=world.forked_from is not None)
 
     def compare_views(self, world_id: str) -> None:
         """The watermark, the next due tick, and isolation: each principal's scope holds exactly its own commands."""
@@ -1200,8 +1222,10 @@ class LedgerMachine(RuleBasedStateMachine):
             Stats.saw("read_state_at:" + ("head" if tick == head else "past"))
 
 
-def check_invariants(world_id: str, info: dict, rows: list[dict], manifests: list[dict], outbox: list[dict]) -> None:
-    """What must hold of any authority's answers, whatever the model says."""
+def check_invariants(world_id: str, info: dict, rows: list[dict], manifests: list[dict], outbox: list[dict], *,
+                     forked: bool = False) -> None:  # fmt: skip
+    """What must hold of any authority's answers, whatever the model says (`forked`: a fork, whose
+    tick head at its fork has no manifest)."""
     by_sequence = {r["sequence"]: r for r in rows}
     # retention keeps the newest manifests, always the tick head's; a realtime world's coalesced empty
     # ticks leave gaps, a lockstep world's manifests have none
@@ -1210,7 +1234,7 @@ def check_invariants(world_id: str, info: dict, rows: list[dict], manifests: lis
     assert ticks == sorted(set(ticks)) and ticks[-1:] == [info["tick_head"]][: len(ticks)], "ticks out of order"
     if info["tick_mode"] == "lockstep":
         assert ticks == list(range(first, info["tick_head"] + 1)), "a lockstep world skipped a tick"
-    assert manifests or info["tick_head"] == -1, "the tick head's manifest was pruned"
+    assert manifests or info["tick_head"] == -1 or forked, "the tick head's manifest was pruned"
     settled: dict[int, list[tuple[int, str]]] = {}
     for m in manifests:
         order = [(by_sequence[s["sequence"]]["scheduled_tick"], by_sequence[s["sequence"]]["priority"], s["sequence"])

@@ -14,8 +14,8 @@ from archetype.commands.clock import TickClock
 from archetype.commands.port import ManualClock
 from archetype.metrics import Metrics
 from archetype.runtime import Runtime
-from archetype.server import WorldRunner
 from archetype.world import CreateWorld, Spawn
+from archetype.world_runner import WorldRunner
 from local_catalog import CATALOG_FILE, open_local_authority
 from tests.component_modules.alpha import Health
 

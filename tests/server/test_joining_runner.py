@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from archetype.server import host_of
+from archetype.runner_registry import host_of
 from tests.api.conftest import TOKENS
 from tests.crash.harness import Serve, wait_for
 from tests.crash.test_cooperating_runners import ADMIN, WAIT_S, catalog, settled, submit, takeovers

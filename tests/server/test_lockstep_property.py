@@ -28,8 +28,8 @@ from archetype.commands.clock import PAUSE_MS
 from archetype.commands.port import ManualClock
 from archetype.metrics import Metrics
 from archetype.runtime import Runtime
-from archetype.server import WorldRunner
 from archetype.world import AsyncWorld, CreateWorld, Spawn
+from archetype.world_runner import WorldRunner
 from tests.component_modules.alpha import Health, Position
 
 WORLD = "sim"

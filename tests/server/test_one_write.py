@@ -1,4 +1,4 @@
-"""serve's HTTP protocol (archetype.server.HeadDeadline) writes each answer once: the head goes out
+"""serve's HTTP protocol (archetype.http_protocol.HeadDeadline) writes each answer once: the head goes out
 with the body's first write (OneWrite), and nothing an answer sends is held back or reordered; its
 head deadline counts from the connection's last answer, on one timer per connection."""
 
@@ -10,7 +10,7 @@ from typing import Any
 import uvicorn
 from uvicorn.server import ServerState
 
-from archetype.server import HeadDeadline
+from archetype.http_protocol import HeadDeadline
 
 
 class Transport:

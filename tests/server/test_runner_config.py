@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from archetype.commands.port import ManualClock
+from archetype.data_directory import serve_instance
 from archetype.remote_runner import hold_runner_id, runner_instance
-from archetype.server import RunnerBusyError, RunnerRegistry, serve_instance
+from archetype.runner_registry import RunnerBusyError, RunnerRegistry
 from local_catalog import open_local_authority
 
 pytestmark = pytest.mark.timeout(120)

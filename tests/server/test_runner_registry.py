@@ -10,9 +10,10 @@ import asyncio
 
 from archetype.commands.port import ManualClock
 from archetype.metrics import Metrics
+from archetype.runner_registry import RunnerRegistry, host_of
 from archetype.runtime import Runtime
-from archetype.server import RunnerRegistry, WorldRunner, host_of
 from archetype.world import CreateWorld
+from archetype.world_runner import WorldRunner
 from local_catalog import open_local_authority
 
 LEASE_MS = 5_000

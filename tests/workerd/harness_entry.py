@@ -31,6 +31,8 @@ The test fires it, as the stand-in's `run_alarm` does:
   the system clock, both are workerd's own alarm).
 - `POST /_test/objects/<name>/fault?statements=N`: the next N SQL statements an alarm of the object
   runs fail (`RuntimeError`), as a storage failure would.
+- `POST /_test/objects/<name>/fault?fork_writes=N`: after N more pages of a fork's copy written,
+  the object's next `fork_write` throws (once), as a crash between two pages would.
 
 An object on the system clock (no header) sets workerd's alarm itself: edge-hosted worlds there
 tick on real time.
@@ -44,7 +46,7 @@ import json
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from archetype.commands.ledger import LEDGER_METHODS
+from archetype.commands.ledger import FORK_COPY_METHODS, LEDGER_METHODS
 from archetype.commands.port import SystemClock
 from durable_world.ffi import number_or_none, to_py
 from worker import entry
@@ -56,7 +58,7 @@ NOW_HEADER = "x-archetype-test-now-ms"
 NAMESPACE_HEADER = "x-archetype-test-namespace"
 OBJECTS_ROUTE = "/_test/objects/"
 DIRECTORY_METHODS = frozenset({"directory_register", "directory_world_ids"})
-TEST_METHODS = frozenset({"test_fire_alarm", "test_held_alarm", "test_set_alarm", "test_fault"})
+TEST_METHODS = frozenset({"test_fire_alarm", "test_held_alarm", "test_set_alarm", "test_fault", "test_fork_fault"})
 HELD_ALARM_KEY = "archetype-test-held-alarm"
 FIRE_TIMEOUT_S = 120.0
 
@@ -136,13 +138,14 @@ class WorldObject(entry.WorldObject):
         self.test_storage = _TestStorage(ctx.storage, self.rpc_clock)
         self._alarm_ran: asyncio.Future[str | None] | None = None
         self.rpc_calls = self.alarms = 0
+        self.fork_writes_left: int | None = None  # test_fork_fault: pages to write before one throws
         # The SDK's context object keeps what it is given: the product's constructor finds this storage.
         ctx.storage = self.test_storage
         super().__init__(ctx, env, clock=self.rpc_clock)
 
     async def clocked(self, now_ms: Any, method: Any, args: Any = None) -> Any:
         """Run the RPC method `method` at `now_ms` (None: on the system clock)."""
-        if method not in LEDGER_METHODS and method not in DIRECTORY_METHODS and method not in TEST_METHODS:
+        if method not in (*LEDGER_METHODS, *FORK_COPY_METHODS) and method not in DIRECTORY_METHODS | TEST_METHODS:
             raise ValueError(f"clocked: {method!r} is not an RPC method of the object")
         now = number_or_none(now_ms)
         self.rpc_calls += 1
@@ -178,6 +181,20 @@ class WorldObject(entry.WorldObject):
     async def test_set_alarm(self, args: Any = None) -> dict[str, Any]:
         await self.test_storage.setAlarm(int(number_or_none(args) or 0))
         return await self.test_held_alarm()
+
+    async def test_fork_fault(self, args: Any = None) -> dict[str, Any]:
+        self.fork_writes_left = int(number_or_none(args) or 0)
+        return {"fork_writes": self.fork_writes_left}
+
+    async def fork_write(self, args: Any = None) -> dict[str, Any]:
+        """The product's page write of a fork's copy, but for the one test_fork_fault throws."""
+        if self.fork_writes_left == 0:
+            self.fork_writes_left = None
+            raise RuntimeError("injected failure between two pages of a fork's copy (tests/workerd/harness_entry.py)")
+        if self.fork_writes_left is not None:
+            self.fork_writes_left -= 1
+        written: dict[str, Any] = await super().fork_write(args)
+        return written
 
     async def test_fault(self, args: Any = None) -> dict[str, Any]:
         self.test_storage.sql.failing = int(number_or_none(args) or 0)
@@ -252,6 +269,8 @@ async def _object_route(env: _HarnessEnv, method: str, path: str, query: str) ->
     if (method, action) == ("GET", "stats"):  # not through `clocked`: the reading is not one of the object's requests
         raw = env.WORLDS.raw_stub(unquote(name))
         return Response(json.dumps(to_py(await raw.harness_stats())), headers={"content-type": "application/json"})
+    if (method, action) == ("POST", "fault") and "fork_writes" in parse_qs(query):
+        return Response.json(await stub.test_fork_fault(int(parse_qs(query)["fork_writes"][0])))
     if (method, action) == ("POST", "fault"):
         statements = int(parse_qs(query).get("statements", ["1"])[0])
         return Response.json(await stub.test_fault(statements))

@@ -28,6 +28,7 @@ from archetype.commands.errors import (
     WorldClosingError,
     WorldEdgeHostedError,
     WorldExistsError,
+    WorldForkingError,
     WorldLeaseHeldError,
     WorldNotFoundError,
 )
@@ -89,6 +90,7 @@ __all__ = [
     "UnregisteredOperationError",
     "UnsupportedComponentSchemaError",
     "WorldClosingError",
+    "WorldForkingError",
     "WorldEdgeHostedError",
     "WorldLeaseHeldError",
     "RunnerIdHeldError",

@@ -120,6 +120,12 @@ class WorldClosingError(CommandError):
     code, http_status = "world_closing", 409
 
 
+class WorldForkingError(CommandError):
+    """A fork on the Durable Object whose copy from its source has not completed: no world yet."""
+
+    code, http_status = "world_forking", 409
+
+
 class StaleWriterError(CommandError):
     code, http_status = "stale_writer", 409
 

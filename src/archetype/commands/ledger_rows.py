@@ -86,6 +86,47 @@ class WorldRow(TypedDict):
     tick_lag_ms: int  # lockstep: how late its head tick published after it was due; realtime: 0
 
 
+class ForkPlan(TypedDict):
+    """A fork on the Durable Object as its source fixed it (`fork_plan`, docs/ledger.md "Forks on
+    the Durable Object"): what the fork's object copies and the values its world row starts from."""
+
+    source_world_id: str
+    world_id: str  # the fork's
+    name: str
+    at_tick: int
+    forked_at: int  # ms since the epoch: when the plan was fixed (both world_forked events' time)
+    event_seq: int  # both world_forked events' sequence number
+    next_sequence: int
+    next_entity_id: int
+    tick_mode: str
+    tick_interval_ms: int | None
+    snapshot_tick: int | None  # the snapshot the state at at_tick reads (None: none)
+    deltas_from: int  # the first delta tick it reads
+    last_part: int  # the last delta part of at_tick when the plan was fixed (-1: none)
+    commands: int  # the open commands copied
+
+
+ForkCursor = list[Any] | None
+"""Where a fork's copy stands: the part ("snapshot", "deltas", "rows") and the key of the last row
+copied in it; None: everything is copied."""
+
+
+class ForkPage(TypedDict):
+    """One page of a fork's copy (`fork_page`): its rows, the cursor it starts at, and the next."""
+
+    cursor: ForkCursor
+    rows: list[list[Any]]
+    next: ForkCursor
+
+
+class ForkBegun(TypedDict):
+    """Where a fork stands on its object (`fork_begin`)."""
+
+    world: WorldRow | None  # the fork is active
+    started: bool  # a copy is recorded (or done)
+    cursor: ForkCursor  # the page to copy next (None: all copied, or nothing started)
+
+
 class PendingWorld(TypedDict):
     """A world with an open command, as a runner's due-time index reads it (`pending_worlds`)."""
 

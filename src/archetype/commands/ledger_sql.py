@@ -353,13 +353,13 @@ ADD_QUOTA_USAGE = """INSERT INTO quota_usage (world_id, principal, scheduled_tic
 # transaction; its sequence numbers continue the source's, so a command admitted to both after the
 # fork gets the same number in each --
 GET_FORK_ORIGIN = "SELECT forked_from, forked_at_tick FROM worlds WHERE world_id = ?"
+# (the source's values bound: on the Durable Object the fork's object has no source row)
 INSERT_FORK = """INSERT INTO worlds (world_id, name, status, tick_head, next_entity_id, writer_epoch, next_sequence,
         next_event_seq, projected_seq, created_at, updated_at, clock_tick, clock_ms, tick_mode, tick_interval_ms,
         state_from_tick, forked_from, forked_at_tick)
-    SELECT ?1, ?2, 'ACTIVE', CAST(?3 AS INTEGER), s.next_entity_id, 0, CAST(?4 AS INTEGER), CAST(?5 AS INTEGER),
-        CAST(?5 AS INTEGER) - 1, ?6, ?6, CAST(?3 AS INTEGER), ?6, s.tick_mode, s.tick_interval_ms, CAST(?3 AS INTEGER),
-        s.world_id, CAST(?3 AS INTEGER)
-    FROM worlds AS s WHERE s.world_id = ?7"""
+    VALUES (?1, ?2, 'ACTIVE', CAST(?3 AS INTEGER), CAST(?4 AS INTEGER), 0, CAST(?5 AS INTEGER), CAST(?6 AS INTEGER),
+        CAST(?6 AS INTEGER) - 1, ?7, ?7, CAST(?3 AS INTEGER), ?7, ?8, CAST(?9 AS INTEGER), CAST(?3 AS INTEGER), ?10,
+        CAST(?3 AS INTEGER))"""
 COPY_STATE_SNAPSHOT = """INSERT INTO state_snapshots (world_id, tick, first_entity_id, body)
     SELECT ?1, tick, first_entity_id, body FROM state_snapshots WHERE world_id = ?2 AND tick = ?3"""
 COPY_STATE_DELTAS = """INSERT INTO state_deltas (world_id, tick, part, body, replaces)
@@ -383,6 +383,42 @@ INSERT_FORKED_COMMANDS = f"""INSERT INTO commands (world_id, scope, sequence, {"
     SELECT ?1, {", ".join(f"json_extract(j.value, '$[{i}]')" for i in range(len(INSERTED_COMMAND_FIELDS) + 3))},
         'PENDING', 1, ?2, ?2
     FROM json_each(?3) AS j"""
+
+# -- forks on the Durable Object (docs/ledger.md, "Forks on the Durable Object"): the source fixes a
+# plan and freezes what could change, the fork's object asks for it page by page --
+GET_FORK_PLAN = "SELECT plan, released FROM fork_plans WHERE world_id = ? AND fork_world_id = ?"
+INSERT_FORK_PLAN = "INSERT INTO fork_plans (world_id, fork_world_id, at_tick, plan) VALUES (?, ?, ?, ?)"
+RELEASE_FORK_PLAN = "UPDATE fork_plans SET released = 1 WHERE world_id = ? AND fork_world_id = ?"
+# The oldest tick an unfinished fork of the world copies the state of: retention keeps it.
+FORK_PINNED_TICK = "SELECT min(at_tick) FROM fork_plans WHERE world_id = ? AND released = 0"
+FREEZE_FORK_COMPONENTS = """INSERT INTO fork_rows (world_id, fork_world_id, kind, n, body)
+    SELECT ?1, ?2, 'component', row_number() OVER (ORDER BY fingerprint), json_array(fingerprint, name, schema, recorded_at)
+    FROM world_components WHERE world_id = ?1"""
+FREEZE_FORK_MIGRATIONS = """INSERT INTO fork_rows (world_id, fork_world_id, kind, n, body)
+    SELECT ?1, ?2, 'migration', row_number() OVER (ORDER BY from_fingerprint),
+        json_array(from_fingerprint, name, to_fingerprint, tick, entities, commands, migrated_at)
+    FROM component_migrations WHERE world_id = ?1 AND tick <= ?3"""
+# The copies, each a JSON array as INSERT_FORKED_COMMANDS takes it, numbered by sequence.
+FREEZE_FORK_COMMANDS = """INSERT INTO fork_rows (world_id, fork_world_id, kind, n, body)
+    SELECT ?1, ?2, 'command', json_extract(j.value, '$[1]'), j.value FROM json_each(?3) AS j"""
+DROP_FORK_ROWS = "DELETE FROM fork_rows WHERE world_id = ? AND fork_world_id = ?"
+# One page of each part of a fork's copy, after the last row copied, in key order.
+FORK_SNAPSHOT_PAGE = """SELECT first_entity_id, body FROM state_snapshots WHERE world_id = ?1 AND tick = ?2
+    AND first_entity_id > ?3 ORDER BY first_entity_id LIMIT ?4"""
+FORK_DELTAS_PAGE = """SELECT tick, part, body, replaces FROM state_deltas WHERE world_id = ?1
+    AND (tick > ?2 OR (tick = ?2 AND part > ?3)) AND (tick < ?4 OR (tick = ?4 AND part <= ?5))
+    ORDER BY tick, part LIMIT ?6"""
+FORK_ROWS_PAGE = """SELECT kind, n, body FROM fork_rows WHERE world_id = ?1 AND fork_world_id = ?2
+    AND (kind > ?3 OR (kind = ?3 AND n > ?4)) ORDER BY kind, n LIMIT ?5"""
+# On the fork's object: the copy in progress (the cursor: the page to ask for next; NULL: all copied).
+GET_FORK_COPY = "SELECT plan, cursor FROM fork_copies WHERE world_id = ?"
+INSERT_FORK_COPY = "INSERT INTO fork_copies (world_id, plan, cursor) VALUES (?, ?, ?)"
+ADVANCE_FORK_COPY = "UPDATE fork_copies SET cursor = ? WHERE world_id = ?"
+DROP_FORK_COPY = "DELETE FROM fork_copies WHERE world_id = ?"
+INSERT_FORKED_COMPONENT = "INSERT INTO world_components (world_id, fingerprint, name, schema, recorded_at) VALUES (?, ?, ?, ?, ?)"
+INSERT_FORKED_MIGRATION = """INSERT INTO component_migrations (world_id, from_fingerprint, name, to_fingerprint, tick,
+        entities, commands, migrated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"""
+FORKED_SEQUENCES = "SELECT sequence FROM commands WHERE world_id = ? ORDER BY sequence"
 
 # -- retention (docs/ledger.md, "Retention"); every statement deletes at most a limit of rows,
 # oldest first, so one prune transaction stays small however far behind it is, and answers one

@@ -461,9 +461,35 @@ V15_COMMAND_ID_FIRST = Migration(15, "command ids indexed before their scope, fo
     "CREATE UNIQUE INDEX commands_by_id ON commands (world_id, command_id, scope)",
 ))  # fmt: skip
 
+# Version 16: forks on the Durable Object (docs/ledger.md, "Forks on the Durable Object"), a copy
+# between two objects. On the source: each fork's plan, fixed with its `world_forked` event (a
+# source world's state rows at ticks up to a plan's tick are kept until its fork releases it), and
+# what later activity could change, frozen then (schemas, migrations, the open commands' copies). On
+# the fork: the copy in progress, its plan and the page to ask for next, until it activates.
+V16_FORK_COPIES = Migration(16, "forks copied between Durable Objects: the source's plans and frozen rows, the fork's progress", (
+    """CREATE TABLE fork_plans (
+        world_id TEXT NOT NULL,
+        fork_world_id TEXT NOT NULL,
+        at_tick INTEGER NOT NULL,
+        plan TEXT NOT NULL,
+        released INTEGER NOT NULL DEFAULT 0,
+        PRIMARY KEY (world_id, fork_world_id)) WITHOUT ROWID""",
+    """CREATE TABLE fork_rows (
+        world_id TEXT NOT NULL,
+        fork_world_id TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        n INTEGER NOT NULL,
+        body TEXT NOT NULL,
+        PRIMARY KEY (world_id, fork_world_id, kind, n))""",
+    """CREATE TABLE fork_copies (
+        world_id TEXT PRIMARY KEY,
+        plan TEXT NOT NULL,
+        cursor TEXT)""",
+))  # fmt: skip
+
 MIGRATIONS = (V1_SCHEMA, V2_EXACTLY_ONCE, V3_STATE_CHUNKS, V4_HEALTH_AND_REDRIVE, V5_RETENTION, V6_COMPONENT_SCHEMAS,
               V7_TICK_CLOCK, V8_WORLD_LEASES, V9_DERIVED_SEQUENCES, V10_RUNNER_REGISTRY, V11_DURABLE_FACTS,
-              V12_TICK_MODES, V13_FEWER_ROWS, V14_STATE_HISTORY, V15_COMMAND_ID_FIRST)  # fmt: skip
+              V12_TICK_MODES, V13_FEWER_ROWS, V14_STATE_HISTORY, V15_COMMAND_ID_FIRST, V16_FORK_COPIES)  # fmt: skip
 SCHEMA_VERSION = MIGRATIONS[-1].version
 
 HAS_META = "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'"
