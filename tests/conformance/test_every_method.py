@@ -2,7 +2,7 @@
 keeps each transport honest while most conformance files run on the ledger's implementations only
 (docs/testing.md, "Which authorities").
 
-A row of tests/durable_object/arming.py's table (`ROWS`, one per method of `LEDGER_METHODS`)
+A row of tests/durable_object/arming.py's table (`ROWS`, one per method of `LEDGER_METHODS` and `CATALOG_METHODS`)
 prepares a world and makes its call; here it runs on a fresh authority and on a fresh local
 catalog, both on a ManualClock from zero, and the answers must be the same canonical JSON: every
 method's arguments and answer cross each transport (HTTP, the Durable Object's RPC, the real
@@ -22,7 +22,7 @@ import pytest
 from archetype.canonical import canonical_json
 from archetype.commands.authority import Authority
 from archetype.commands.errors import CommandError
-from archetype.commands.ledger import LEDGER_METHODS
+from archetype.commands.ledger import CATALOG_METHODS, LEDGER_METHODS
 from archetype.commands.port import ManualClock
 from archetype.runtime import Runtime
 from tests.conformance.authorities import AUTHORITY_FACTORIES
@@ -120,7 +120,7 @@ async def _reference_outcomes(directory: Path, method: str) -> tuple[str, tuple[
 
 
 def test_every_ledger_method_is_in_the_table():
-    assert sorted(ROWS) == sorted(LEDGER_METHODS)
+    assert sorted(ROWS) == sorted(LEDGER_METHODS + CATALOG_METHODS)
     assert set(REFUSALS) <= set(TABLE)
 
 
