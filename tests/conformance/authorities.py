@@ -2,6 +2,12 @@
 taking (directory, clock) and yielding an `Authority`; add a factory here and every conformance
 test (and the parity suite) runs against it too.
 
+A conformance file runs its tests on every authority unless it declares `AUTHORITIES = LEDGERS`:
+the ledger's implementations, without the transports in front of them (docs/testing.md, "Which
+authorities", gives each file's choice and its reason; test_authority_choices.py holds the two to
+each other). What a transport can break, it breaks for every method: test_every_method.py runs
+every ledger method on every authority.
+
 - local: the SQLite catalog in-process (the embedded default);
 - local_http: the same catalog behind the shared HTTP app on loopback (what `archetype serve` runs);
 - durable_object: the real Durable Object class on the stand-in runtime, through its RPC;
@@ -44,3 +50,18 @@ AUTHORITY_FACTORIES = {
     "worker_http": worker_over_http,
     "worker_workerd": worker_workerd_authority,
 }
+
+EVERY_AUTHORITY = tuple(sorted(AUTHORITY_FACTORIES))
+# The ledger's two implementations: the local catalog, and the Durable Object's code on the
+# stand-in's SQLite and on the real Durable Object SQL engine. Every behaviour is proven on each.
+LEDGERS = ("durable_object", "durable_object_workerd", "local")
+
+
+def authorities_of(module: object) -> tuple[str, ...]:
+    """The authorities a conformance file's tests run on: its `AUTHORITIES`, else every one."""
+    chosen = tuple(getattr(module, "AUTHORITIES", EVERY_AUTHORITY))
+    unknown, missing = set(chosen) - set(AUTHORITY_FACTORIES), set(LEDGERS) - set(chosen)
+    if unknown or missing:
+        raise ValueError(f"{getattr(module, '__name__', module)}: AUTHORITIES names {sorted(unknown)} that are not "
+                         f"authorities and leaves out the ledger implementations {sorted(missing)}")  # fmt: skip
+    return tuple(sorted(chosen))

@@ -3,12 +3,18 @@ from __future__ import annotations
 import pytest
 
 from archetype.runtime import Runtime
-from tests.conformance.authorities import AUTHORITY_FACTORIES
+from tests.conformance.authorities import AUTHORITY_FACTORIES, authorities_of
 
 LEASE_MS = 1_000
 
 
-@pytest.fixture(params=sorted(AUTHORITY_FACTORIES))
+def pytest_generate_tests(metafunc):
+    """A test using `authority` runs once per authority its file chose (authorities.py)."""
+    if "authority" in metafunc.fixturenames:
+        metafunc.parametrize("authority", authorities_of(metafunc.module), indirect=True)
+
+
+@pytest.fixture
 async def authority(request, tmp_path, clock):
     async with AUTHORITY_FACTORIES[request.param](tmp_path / "authority", clock) as authority:
         yield authority

@@ -5,8 +5,11 @@ kills its runner every time is charged once per guarded crash and dead-letters a
 import pytest
 
 from archetype.commands import CommandStatus
+from tests.conformance.authorities import LEDGERS
 from tests.conformance.helpers import applied, at, fail_next, manifests, outbox, probe, records, step
 from tests.support.faults import AuthoritySeam
+
+AUTHORITIES = LEDGERS  # its reason: docs/testing.md, "Which authorities"
 
 COMMANDS = 20
 

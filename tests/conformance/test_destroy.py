@@ -7,7 +7,10 @@ import pytest
 from archetype.commands import WorldClosingError
 from archetype.world import Despawn, DestroyWorld, Spawn
 from tests.component_modules.alpha import Health
+from tests.conformance.authorities import LEDGERS
 from tests.conformance.helpers import at, outbox, records
+
+AUTHORITIES = LEDGERS  # its reason: docs/testing.md, "Which authorities"
 
 
 async def test_destroy_cancels_every_unsettled_command_with_events(rt, world_id, authority, clock):

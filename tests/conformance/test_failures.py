@@ -24,7 +24,10 @@ from archetype.commands.host import Backoff
 from archetype.world import CreateWorld, DestroyWorld
 from archetype.world.error_text import ERROR_TEXT_LIMIT
 from tests.component_modules import flaky
+from tests.conformance.authorities import LEDGERS
 from tests.conformance.helpers import acknowledge_all, at, fail_next, manifests, outbox, probe, records, settled, step
+
+AUTHORITIES = LEDGERS  # its reason: docs/testing.md, "Which authorities"
 
 
 class Busy(Retryable, LookupError):

@@ -5,7 +5,10 @@ import pytest
 from archetype.commands import LeaseLostError, StaleWriterError
 from archetype.world import Spawn, Update
 from tests.component_modules.alpha import Health
+from tests.conformance.authorities import LEDGERS
 from tests.conformance.helpers import at, records, step
+
+AUTHORITIES = LEDGERS  # its reason: docs/testing.md, "Which authorities"
 
 
 async def test_acquiring_a_world_bumps_its_writer_epoch(rt, world_id, authority):

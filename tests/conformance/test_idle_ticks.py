@@ -6,7 +6,10 @@ import pytest
 from archetype.commands import StaleWriterError
 from archetype.world import CreateWorld, Spawn
 from tests.component_modules.alpha import Health
+from tests.conformance.authorities import LEDGERS
 from tests.conformance.helpers import at, records, step
+
+AUTHORITIES = LEDGERS  # its reason: docs/testing.md, "Which authorities"
 
 
 @pytest.fixture

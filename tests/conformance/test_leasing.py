@@ -5,7 +5,10 @@ import pytest
 from archetype.commands import InvalidCommandError
 from archetype.world import Despawn, Spawn
 from tests.component_modules.alpha import Health
+from tests.conformance.authorities import LEDGERS
 from tests.conformance.helpers import applied, at, manifests, records, step
+
+AUTHORITIES = LEDGERS  # its reason: docs/testing.md, "Which authorities"
 
 
 def spawn(world_id, hp):

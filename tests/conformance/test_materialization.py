@@ -6,8 +6,11 @@ from archetype.commands import CommandStatus
 from archetype.world import Despawn, Spawn, TickOutcomeUnknownError
 from archetype.world.world import PreTick
 from tests.component_modules.alpha import Health, Position, Velocity
+from tests.conformance.authorities import LEDGERS
 from tests.conformance.helpers import at, fail_next, labels, outbox, probe, records, settled, statuses, step
 from tests.support.faults import AuthoritySeam, answer_lost
+
+AUTHORITIES = LEDGERS  # its reason: docs/testing.md, "Which authorities"
 
 
 async def test_a_due_spawn_introduces_its_signature_in_its_own_tick(rt, world_id):

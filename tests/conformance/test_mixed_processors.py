@@ -1,12 +1,15 @@
-"""A world that mixes per-entity and vectorised processors publishes, on every authority, the
+"""A world that mixes per-entity and vectorised processors publishes, on each ledger, the
 state its per-entity twin publishes, byte for byte, with the same written ids, tick after tick (a
 failed tick run again included): the scenario of tests/world/test_mixed_processors.py."""
 
 import pytest
 
 from archetype.world import CreateWorld
+from tests.conformance.authorities import LEDGERS
 from tests.conformance.test_state_chunks import _all_state
 from tests.world.test_mixed_processors import FAILING_TICK, install, populate
+
+AUTHORITIES = LEDGERS  # its reason: docs/testing.md, "Which authorities"
 
 
 async def _world(rt, world_id, vectorised):

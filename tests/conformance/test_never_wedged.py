@@ -23,9 +23,11 @@ from archetype.world import AddComponents, CreateWorld, Spawn
 from archetype.world.error_text import ERROR_TEXT_LIMIT
 from archetype.world.limits import StateTooLargeError
 from tests.component_modules.bulky import Appendix, Margin, Note
-from tests.conformance.authorities import AUTHORITY_FACTORIES
+from tests.conformance.authorities import AUTHORITY_FACTORIES, LEDGERS
 from tests.conformance.helpers import at, fail_next, manifests, outbox, probe, records, step
 from tests.support.faults import AuthoritySeam
+
+AUTHORITIES = LEDGERS  # its reason: docs/testing.md, "Which authorities"
 
 EXAMPLES_PER_AUTHORITY = int(os.environ.get("ARCHETYPE_HOSTILE_EXAMPLES", "20"))
 

@@ -5,7 +5,10 @@ import pytest
 from archetype.commands import CommandConflictError, DeferredItem, InvalidCommandError
 from archetype.world import Despawn, DestroyWorld, Spawn
 from tests.component_modules.alpha import Health
+from tests.conformance.authorities import LEDGERS
 from tests.conformance.helpers import at, fail_next, outbox, probe, step
+
+AUTHORITIES = LEDGERS  # its reason: docs/testing.md, "Which authorities"
 
 
 async def test_every_named_transition_appends_one_event(rt, world_id, authority):

@@ -12,7 +12,10 @@ from archetype.commands import InvalidCommandError, RedriveConflictError
 from archetype.commands.ledger_rows import StateWrite
 from archetype.world import Despawn, Spawn
 from tests.component_modules.alpha import Health
+from tests.conformance.authorities import LEDGERS
 from tests.conformance.helpers import acknowledge_all, at, fail_next, manifests, outbox, probe, statuses, step
+
+AUTHORITIES = LEDGERS  # its reason: docs/testing.md, "Which authorities"
 
 WINDOW_MS = 60_000
 

@@ -12,8 +12,11 @@ from archetype.world.world import PreTick
 from tests.component_modules import flaky
 from tests.component_modules.alpha import Health
 from tests.component_modules.flaky import Gauge
+from tests.conformance.authorities import LEDGERS
 from tests.conformance.helpers import applied, at, fail_next, manifests, outbox, probe, records, settled, step
 from tests.support.faults import AuthoritySeam
+
+AUTHORITIES = LEDGERS  # its reason: docs/testing.md, "Which authorities"
 
 
 def gauge(world_id: str, label: str, reading: int = 1) -> Spawn:

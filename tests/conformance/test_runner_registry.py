@@ -1,13 +1,17 @@
 """The runner registry: which runners split the worlds, and who may run under a runner id
 (docs/ledger.md, *The runner registry*); and the due-time index runners read beside it
-(`pending_worlds`). Every authority, the workerd engine and the HTTP runner protocol included."""
+(`pending_worlds`). Each ledger, the workerd engine included; the HTTP runner protocol's own bounds are
+tests/api/test_least_privilege.py's."""
 
 import pytest
 
 from archetype.commands import InvalidCommandError, RunnerIdHeldError
 from archetype.world import Spawn
 from tests.component_modules.alpha import Health
+from tests.conformance.authorities import LEDGERS
 from tests.conformance.helpers import at
+
+AUTHORITIES = LEDGERS  # its reason: docs/testing.md, "Which authorities"
 
 LEASE = 5_000
 

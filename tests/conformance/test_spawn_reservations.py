@@ -5,7 +5,10 @@ import pytest
 from archetype.commands import ActorCtx, CommandConflictError, ReservationNotOwnedError, Role
 from archetype.world import ReserveEntityIds, Spawn, SpawnReserved
 from tests.component_modules.alpha import Health, Position
+from tests.conformance.authorities import LEDGERS
 from tests.conformance.helpers import at, records, step
+
+AUTHORITIES = LEDGERS  # its reason: docs/testing.md, "Which authorities"
 
 PLAYER = ActorCtx(principal="pat", roles={Role.player})
 MALLORY = ActorCtx(principal="mallory", roles={Role.player})

@@ -1,4 +1,4 @@
-"""State at a tick on every authority (docs/storage.md, "State at a tick"): `read_state` with a
+"""State at a tick on each ledger (docs/storage.md, "State at a tick"): `read_state` with a
 tick answers the state the world published at that tick, for every tick of its retention window,
 and `tick_not_retained` outside it. The reference is the runner's own state, recorded after each
 tick as it ran, never the ledger's reading of its chunks."""
@@ -9,7 +9,10 @@ from archetype.commands import InvalidCommandError, TickNotRetainedError
 from archetype.vector import add_vector_processor
 from archetype.world.components import type_key
 from tests.component_modules.alpha import Health, Position, Velocity
+from tests.conformance.authorities import LEDGERS
 from tests.conformance.test_state_reads import _push, expected, read_all
+
+AUTHORITIES = LEDGERS  # its reason: docs/testing.md, "Which authorities"
 
 
 async def _recorded_world(rt, world_id, monkeypatch, ticks=12):

@@ -1,13 +1,16 @@
 """Tick modes, recorded per world at its creation (docs/ledger.md, *Tick modes*): a lockstep world
 publishes every tick in order, none skipped, and its clock anchor follows its head; a realtime
-world's is test_idle_ticks.py's. Every rule here is the ledger's, so it holds on every authority."""
+world's is test_idle_ticks.py's. Every rule here is the ledger's, so it is proven on each ledger."""
 
 import pytest
 
 from archetype.commands import InvalidCommandError, WorldExistsError, WorldNotFoundError
 from archetype.world import CreateWorld, Spawn
 from tests.component_modules.alpha import Health
+from tests.conformance.authorities import LEDGERS
 from tests.conformance.helpers import at, manifests, records, step
+
+AUTHORITIES = LEDGERS  # its reason: docs/testing.md, "Which authorities"
 
 EMPTY = {"snapshot": False, "chunks": []}
 

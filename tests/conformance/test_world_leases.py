@@ -1,12 +1,15 @@
 """World leases: who hosts a world, and when the host may change (docs/ledger.md, *World leases*;
-DESIGN decision 8). Rung 1 and 2 of the ladder: every authority, the workerd engine included."""
+DESIGN decision 8). Rung 1 and 2 of the ladder: each ledger, the workerd engine included."""
 
 import pytest
 
 from archetype.commands import InvalidCommandError, StaleWriterError, WorldLeaseHeldError
 from archetype.world import Spawn
 from tests.component_modules.alpha import Health
+from tests.conformance.authorities import LEDGERS
 from tests.conformance.helpers import at, records, step
+
+AUTHORITIES = LEDGERS  # its reason: docs/testing.md, "Which authorities"
 
 LEASE = 5_000
 

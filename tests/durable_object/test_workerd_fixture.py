@@ -2,7 +2,7 @@
 
 Transactions are replayed (tests/support/workerd/engine.py): these tests pin down that a commit is
 atomic on the real engine, a raising callback leaves nothing, and a replay that would commit
-something other than what the caller saw commits nothing.
+something other than what the caller saw commits nothing, a remembered answer included.
 """
 
 from __future__ import annotations
@@ -89,6 +89,24 @@ def test_a_replay_that_answers_otherwise_commits_nothing(engine, name, interferi
     with pytest.raises(ReplayDivergedError):
         engine.transactionSync(body)
     assert rows(engine) == [["theirs", 0.0]]
+
+
+def test_a_remembered_answer_that_no_longer_holds_commits_nothing(engine):
+    """An answer seen for an object's history is given to another object with the same history
+    without a request; should its state differ (here by a write the fixture never saw), the commit fails."""
+
+    def count_then_insert(engine):
+        seen = rows(engine, "SELECT count(*) FROM t")
+        engine.sql.exec("INSERT INTO t VALUES ('mine', ?)", seen[0][0])
+        return seen
+
+    assert engine.transactionSync(lambda: count_then_insert(engine)) == [[0.0]]
+    twin = WorkerdSqlEngine(shared_server(), f"twin-{uuid.uuid4().hex}")
+    twin.sql.exec("CREATE TABLE t (k TEXT PRIMARY KEY, v INTEGER)")
+    shared_server().run(twin.object_name, [["INSERT INTO t VALUES ('unseen', 7)", []]])
+    with pytest.raises(ReplayDivergedError):
+        twin.transactionSync(lambda: count_then_insert(twin))
+    assert rows(twin) == [["unseen", 7.0]]
 
 
 def test_transactions_do_not_nest(engine):

@@ -21,11 +21,21 @@ statement it ran was already rolled back. This is atomic on the real engine, and
 the callback having run inside one `transactionSync`, because the ledger's statements depend
 only on its inputs and the answers it saw, and nobody else writes the object meanwhile (each
 object belongs to one namespace of one test, which runs one call at a time).
+
+Answers already seen. Replaying costs a request per statement, each sending the transaction so far:
+a fresh object's schema migrations alone are thousands of statements in about a hundred requests,
+paid by every object of every test. So the server remembers each probed answer under the object's
+committed history (every statement and answer committed since it was empty, as a digest) and the
+transaction's statements so far: an object in the same state running the same statements is given
+that answer without a request. Nothing goes unchecked: the commit still runs every statement on the
+real engine and commits only if each answers what the ledger was given, so an answer that would
+differ fails the commit (`ReplayDivergedError`) as a probed one would.
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import math
 import os
@@ -80,6 +90,9 @@ class WorkerdServer:
         self.url = f"http://127.0.0.1:{self._process.port}"
         self._client = httpx.Client(base_url=self.url, timeout=REQUEST_TIMEOUT_S)
         self.startup_s = time.monotonic() - started
+        # object name -> digest of what it committed; (that digest, a transaction's statements) -> answer
+        self.histories: dict[str, str] = {}
+        self.answers_seen: dict[str, str] = {}
 
     def log(self) -> str:
         return self._process.log()
@@ -181,30 +194,45 @@ class WorkerdSqlEngine:
         self._server = server
         self.object_name = object_name
         self.sql = WorkerdSql(self)
-        # the open transaction: each statement (JSON-ready) with the answer the caller was given
+        # the open transaction: each statement (JSON-ready) with the answer the caller was given,
+        # and the digest of the object's history and those statements (the key of `answers_seen`)
         self._transaction: list[tuple[list[Any], str]] | None = None
+        self._digest = hashlib.sha256()
 
     def exec(self, query: str, bindings: tuple[Any, ...]) -> SqlCursor:
         statement = [query, [encode_binding(value) for value in bindings]]
         if self._transaction is None:  # outside transactionSync a statement commits on its own
             (answer,) = self._server.run(self.object_name, [statement])
+            self._committed([(statement, answer)])
             return decode_answer(answer)
-        # Earlier statements answer again; should they answer otherwise now, the commit catches it.
-        answers = self._server.run(self.object_name, [s for s, _ in self._transaction] + [statement], probe=True)
-        self._transaction.append((statement, answers[-1]))
-        return decode_answer(answers[-1])
+        self._digest.update(json.dumps(statement).encode())
+        key = self._digest.hexdigest()
+        answer = self._server.answers_seen.get(key)
+        if answer is None:
+            # Earlier statements answer again; should they answer otherwise now, the commit catches it.
+            answers = self._server.run(self.object_name, [s for s, _ in self._transaction] + [statement], probe=True)
+            answer = self._server.answers_seen[key] = answers[-1]
+        self._transaction.append((statement, answer))
+        return decode_answer(answer)
 
     def transactionSync(self, fn: Callable[[], Any]) -> Any:
         if self._transaction is not None:
             raise SqlError("nested transactionSync is not modelled by the workerd fixture (the ledger never nests)")
         self._transaction = []
+        self._digest = hashlib.sha256(self._server.histories.get(self.object_name, "").encode())
         try:
             result = fn()
         finally:
             done, self._transaction = self._transaction, None
         if done:  # a callback that raised skipped this: its statements only ever ran rolled back
             self._server.run(self.object_name, [s for s, _ in done], expect=[answer for _, answer in done])
+            self._committed(done)
         return result
+
+    def _committed(self, statements: list[tuple[list[Any], str]]) -> None:
+        history = hashlib.sha256(self._server.histories.get(self.object_name, "").encode())
+        history.update(json.dumps(statements).encode())
+        self._server.histories[self.object_name] = history.hexdigest()
 
     def close(self) -> None:
         """Nothing to release: the object's data stays in workerd, as a Durable Object's survives eviction."""
