@@ -76,16 +76,15 @@ async def _held(case: Case) -> None:
 
 
 # Methods that take no world, each with a call the ledger refuses (or None: a read of every world
-# or runner, which nothing about them can refuse; and `manifests`, which answers none for a world it
-# does not know, on every authority). Every other method is called as its row calls it, on a world
-# that does not exist.
+# or runner, which nothing about them can refuse). Every other method is called as its row calls it,
+# on a world that does not exist.
 REFUSALS: dict[str, Call | None] = {
     "create_world": _after(_world, rpc("create_world", name="another name")),
     "register_runner": _after(_held, rpc("register_runner", world_id=None, runner_id="held", instance="i-2",
                                          lease_ms=LEASE_MS)),  # fmt: skip
     "leave_runner": _after(_held, rpc("leave_runner", world_id=None, runner_id="held", instance="i-2")),
     "read_state at a tick": _after(_world, rpc("read_state", tick=0)),
-    "list_worlds": None, "live_runners": None, "pending_worlds": None, "hosted_worlds": None, "manifests": None,
+    "list_worlds": None, "live_runners": None, "pending_worlds": None, "hosted_worlds": None,
 }  # fmt: skip
 
 

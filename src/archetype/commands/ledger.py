@@ -1606,9 +1606,11 @@ class Ledger:
         return self._port.transaction(run)
 
     def manifests(self, world_id: str, after_tick: TickPosition = -1, limit: PageLimit = 100) -> list[ManifestRow]:
-        return self._port.transaction(
-            lambda: [_manifest(r[0]) for r in self._port.execute(q.LIST_TICKS, (world_id, after_tick, limit))]
-        )
+        def run() -> list[ManifestRow]:
+            self._world(world_id)  # an unknown world is refused, as every other read of one world refuses it
+            return [_manifest(r[0]) for r in self._port.execute(q.LIST_TICKS, (world_id, after_tick, limit))]
+
+        return self._port.transaction(run)
 
     # -- outbox --
     def read_outbox(self, world_id: str, after_seq: Position = 0, limit: PageLimit = 100) -> list[OutboxEvent]:
