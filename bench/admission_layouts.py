@@ -28,16 +28,23 @@ from archetype.bench import FAR_TICK, RAW_WORLD, RawLedger, _items, _raw_rows, b
 from archetype.commands import default_registry
 from local_catalog import CATALOG_FILE
 
-_REBUILD_AS_ROWID = (  # the command row in a rowid table: SQLite appends to one without rebalancing
-    "CREATE TABLE commands_aside AS SELECT * FROM commands",
-    "DROP TABLE commands",
-    "CREATE TABLE commands AS SELECT * FROM commands_aside WHERE false",
-    "DROP TABLE commands_aside",
-    "CREATE UNIQUE INDEX commands_key ON commands (world_id, sequence)",
-    "CREATE UNIQUE INDEX commands_by_id ON commands (world_id, command_id, scope)",
-    "CREATE INDEX commands_due ON commands (world_id, scheduled_tick, priority, sequence) WHERE is_open = 1",
-    "CREATE INDEX commands_settled ON commands (world_id, updated_at, sequence) WHERE status IN ('APPLIED', 'REJECTED', 'CANCELLED')",
-)  # fmt: skip
+def _drop(index: str) -> Callable[[sqlite3.Connection], None]:
+    return lambda conn: conn.execute(f"DROP INDEX {index}")
+
+
+def _as_is(conn: sqlite3.Connection) -> None:
+    pass
+
+
+def _rowid_commands(conn: sqlite3.Connection) -> None:
+    """The command row in a rowid table (SQLite appends to one without rebalancing), its key an
+    index of its own, its other indexes as they were."""
+    indexes = [sql for (sql,) in conn.execute("SELECT sql FROM sqlite_schema WHERE type = 'index' "
+                                              "AND tbl_name = 'commands' AND sql IS NOT NULL")]  # fmt: skip
+    for statement in ("CREATE TABLE commands_aside AS SELECT * FROM commands", "DROP TABLE commands",
+                      "CREATE TABLE commands AS SELECT * FROM commands_aside WHERE false", "DROP TABLE commands_aside",
+                      "CREATE UNIQUE INDEX commands_key ON commands (world_id, sequence)", *indexes):  # fmt: skip
+        conn.execute(statement)
 
 
 class WithoutEvents(RawLedger):
@@ -48,26 +55,25 @@ class WithoutEvents(RawLedger):
         pass
 
 
-# variant -> (statements changing the schema, the raw ledger class)
-VARIANTS: dict[str, tuple[tuple[str, ...], Callable[[Path, str], RawLedger]]] = {
-    "schema 17 (as shipped)": ((), RawLedger),
-    "without commands_by_id": (("DROP INDEX commands_by_id",), RawLedger),
-    "without commands_due": (("DROP INDEX commands_due",), RawLedger),
-    "commands a rowid table (+ its key index)": (_REBUILD_AS_ROWID, RawLedger),
-    "without the admitted outbox row": ((), WithoutEvents),
-    "without the outbox row and commands_due": (("DROP INDEX commands_due",), WithoutEvents),
-    "without the outbox row and commands_by_id": (("DROP INDEX commands_by_id",), WithoutEvents),
+# variant -> (its change to the current schema, the raw ledger class)
+VARIANTS: dict[str, tuple[Callable[[sqlite3.Connection], None], Callable[[Path, str], RawLedger]]] = {
+    "as shipped": (_as_is, RawLedger),
+    "without commands_by_id": (_drop("commands_by_id"), RawLedger),
+    "without commands_due": (_drop("commands_due"), RawLedger),
+    "commands a rowid table (+ its key index)": (_rowid_commands, RawLedger),
+    "without the admitted outbox row": (_as_is, WithoutEvents),
+    "without the outbox row and commands_due": (_drop("commands_due"), WithoutEvents),
+    "without the outbox row and commands_by_id": (_drop("commands_by_id"), WithoutEvents),
 }
 
 
-async def measure(directory: Path, change: tuple[str, ...], ledger: Callable[[Path, str], RawLedger],
+async def measure(directory: Path, change: Callable[[sqlite3.Connection], None], ledger: Callable[[Path, str], RawLedger],
                   prefill: int, warm: int, commits: int) -> dict[tuple[str, str], float]:  # fmt: skip
     """WAL pages per single admission of one variant, by (b-tree, kind)."""
     await build_ledger(directory, 0)
     db = directory / CATALOG_FILE
     conn = sqlite3.connect(db, isolation_level=None)
-    for statement in change:
-        conn.execute(statement)
+    change(conn)
     conn.close()
     rows = _raw_rows(_items(RAW_WORLD, "c", prefill + warm + commits, FAR_TICK), default_registry())
     raw = ledger(db, "FULL")
