@@ -28,6 +28,7 @@ from archetype.bench import FAR_TICK, RAW_WORLD, RawLedger, _items, _raw_rows, b
 from archetype.commands import default_registry
 from local_catalog import CATALOG_FILE
 
+
 def _drop(index: str) -> Callable[[sqlite3.Connection], None]:
     return lambda conn: conn.execute(f"DROP INDEX {index}")
 
