@@ -338,6 +338,10 @@ _SUPERSEDED_JOIN = "LEFT JOIN component_migrations AS m ON m.world_id = c.world_
 # The recorded schemas among these fingerprints, each with what migrated it away (NULL: current).
 FIND_COMPONENTS = f"""SELECT {COMPONENT_COLUMNS} FROM json_each(?) AS j
     CROSS JOIN world_components AS c ON c.world_id = ? AND c.fingerprint = j.value {_SUPERSEDED_JOIN}"""
+# The same as a fork at tick ?3 sees them: superseded only by the migrations of ticks up to it.
+FIND_COMPONENTS_AT_TICK = f"""SELECT {COMPONENT_COLUMNS} FROM json_each(?1) AS j
+    CROSS JOIN world_components AS c ON c.world_id = ?2 AND c.fingerprint = j.value {_SUPERSEDED_JOIN}
+        AND m.tick <= ?3"""
 # Everything an admission reads, in one statement (each statement is a round of the SQL engine, and
 # on the Durable Object a crossing into JavaScript): rows tagged by what they answer.
 # - 'world': the world's status, its next command and event sequence numbers and its tick head (no row: no world);
@@ -472,7 +476,7 @@ FORKED_SEQUENCES = "SELECT sequence FROM commands WHERE world_id = ? ORDER BY se
 # -- retention (docs/ledger.md, "Retention"); every statement deletes at most a limit of rows,
 # oldest first, so one prune transaction stays small however far behind it is, and answers one
 # row per row deleted (RETURNING: the ports have no portable changes count) --
-PRUNABLE_STATUSES = "('APPLIED', 'REJECTED', 'CANCELLED')"  # as in the commands_settled index
+PRUNABLE_STATUSES = "('APPLIED', 'REJECTED', 'CANCELLED')"
 # The first unacknowledged event's time: a command settled no earlier than this may still have an
 # event in the outbox, so it is not yet readable from the audit table. (The first by sequence, not
 # the minimum: one row through the key, where a minimum over occurred_at would read the backlog.)
@@ -480,8 +484,17 @@ PRUNABLE_STATUSES = "('APPLIED', 'REJECTED', 'CANCELLED')"  # as in the commands
 FIRST_PENDING_EVENT = "SELECT occurred_at FROM outbox WHERE world_id = ? AND last_seq > ? ORDER BY last_seq LIMIT 1"
 PRUNE_TICKS = """DELETE FROM ticks WHERE world_id = ?1 AND tick IN
     (SELECT tick FROM ticks WHERE world_id = ?1 AND tick <= ?2 ORDER BY tick LIMIT ?3) RETURNING 1"""
+# The prunable commands, oldest settlement first, without an index of settlements (schema version 18:
+# docs/storage.md, "Rows per command"; a settlement would write an entry there). A command settled by the
+# horizon was admitted by it, and sequences follow admission time (the ledger's clock, as the horizon
+# reads it, does not go backwards), so they all come before the first command admitted after it: the
+# key is walked up to that one, which reads the commands older than the horizon (what prune takes,
+# and what it never takes: dead letters, commands still open), never the window's.
 PRUNE_COMMANDS = f"""DELETE FROM commands WHERE world_id = ?1 AND sequence IN
-    (SELECT sequence FROM commands WHERE world_id = ?1 AND status IN {PRUNABLE_STATUSES} AND updated_at <= ?2
+    (SELECT sequence FROM commands WHERE world_id = ?1
+        AND sequence < coalesce((SELECT sequence FROM commands WHERE world_id = ?1 AND created_at > ?2
+            ORDER BY sequence LIMIT 1), 9007199254740992)
+        AND status IN {PRUNABLE_STATUSES} AND updated_at <= ?2
         ORDER BY updated_at, sequence LIMIT ?3) RETURNING 1"""
 # A reservation whose command was pruned, or whose admission never came within the window.
 PRUNE_RESERVATIONS = """DELETE FROM spawn_reservations WHERE rowid IN

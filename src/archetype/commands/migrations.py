@@ -509,10 +509,18 @@ V17_LEASE_MAP = Migration(17, "command leases as a map on the world row; no inde
     "DROP INDEX ticks_by_token",
 ))  # fmt: skip
 
+# Version 18: a settlement enters no index (docs/storage.md, "Rows per command"). `commands_settled` goes:
+# prune finds the prunable commands by walking the commands' key up to the first command admitted
+# after its horizon (sequences follow admission time), so a settled command is its row alone: one row
+# fewer per command on the Durable Object.
+V18_NO_SETTLED_INDEX = Migration(18, "no index of settled commands: prune walks the key up to its horizon", (
+    "DROP INDEX commands_settled",
+))  # fmt: skip
+
 MIGRATIONS = (V1_SCHEMA, V2_EXACTLY_ONCE, V3_STATE_CHUNKS, V4_HEALTH_AND_REDRIVE, V5_RETENTION, V6_COMPONENT_SCHEMAS,
               V7_TICK_CLOCK, V8_WORLD_LEASES, V9_DERIVED_SEQUENCES, V10_RUNNER_REGISTRY, V11_DURABLE_FACTS,
               V12_TICK_MODES, V13_FEWER_ROWS, V14_STATE_HISTORY, V15_COMMAND_ID_FIRST, V16_FORK_COPIES,
-              V17_LEASE_MAP)  # fmt: skip
+              V17_LEASE_MAP, V18_NO_SETTLED_INDEX)  # fmt: skip
 SCHEMA_VERSION = MIGRATIONS[-1].version
 
 HAS_META = "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'"
