@@ -298,7 +298,7 @@ def create_app(
         """A new world made of this one as it was at `at_tick` (docs/ledger.md, "Forks"); admin."""
         op = body.operation(world_id)
         dispatcher.authorize_as(actor, op)  # then the handler's own ledger call, whose row is the answer
-        return WorldView.of(await fork_world_row(authority, op))
+        return WorldView.of(await fork_world_row(authority, op, actor))
 
     @app.delete("/worlds/{world_id}", response_model=DestroyedWorld, responses=error_responses(DESTROY_WORLD))
     async def destroy_world(world_id: WorldIdPath, actor: ActorCtx = admin, _: None = admitting) -> DestroyedWorld:
@@ -407,7 +407,8 @@ def create_app(
         tick; the dead record stays terminal. The `Idempotency-Key` names the new command (default
         `<command_id>.redrive`); the same key again answers the same command."""
         dead = await find_command(world_id, command_id, actor, principal, trusted)
-        redriven = await authority.redrive(world_id, command_id, scope_of(dead["principal"]), idempotency_key)
+        redriven = await authority.redrive(world_id, command_id, scope_of(dead["principal"]), idempotency_key,
+                                           actor.principal)  # fmt: skip
         return RedriveAccepted(world_id=world_id, **redriven)
 
     @app.get("/worlds/{world_id}/audit", response_model=AuditPage, responses=error_responses(READ_AUDIT))
