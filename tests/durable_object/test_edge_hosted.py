@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import types
+from contextlib import asynccontextmanager
 
 import pytest
 
@@ -247,10 +248,19 @@ def flaky_module(failing: list[str]) -> types.ModuleType:
     return hooked
 
 
-async def flaky_world(rt, world, mode):
-    await create(rt, "flaky", world, mode)
-    await rt.dispatcher.defer_spawn(Spawn(world_id=world, components=[Position(x=0, y=0)]), DurableOptions(tick=0),
-                                    command_id="s-1")  # fmt: skip
+@asynccontextmanager
+async def flaky_world(tmp_path, clock, queue, world, mode, failing: list[str]):
+    """(namespace, gateway runtime) of an edge-hosted `world` whose processor raises while `failing`
+    holds an error, with a spawn `s-1` due at tick 0."""
+    ns = namespace_of(tmp_path, clock, queue, flaky_module(failing))
+    try:
+        rt = Runtime(DurableObjectAuthority(ns), owner="gateway")
+        await create(rt, "flaky", world, mode)
+        await rt.dispatcher.defer_spawn(Spawn(world_id=world, components=[Position(x=0, y=0)]), DurableOptions(tick=0),
+                                        command_id="s-1")  # fmt: skip
+        yield ns, rt
+    finally:
+        ns.close()
 
 
 @pytest.mark.parametrize(("mode", "ticks"), [("realtime", [1]), ("lockstep", [0, 1])])
@@ -258,11 +268,8 @@ async def test_a_failing_tick_is_retried_from_the_published_state(tmp_path, cloc
     """The clock went on meanwhile: a realtime world coalesces tick 0; a lockstep one runs it on the
     retry, and tick 1 (due by then too) back to back."""
     failing = ["the processor's bug"]
-    ns = namespace_of(tmp_path, clock, queue, flaky_module(failing))
-    try:
-        rt = Runtime(DurableObjectAuthority(ns), owner="gateway")
-        world = "w-flaky"
-        await flaky_world(rt, world, mode)
+    world = "w-flaky"
+    async with flaky_world(tmp_path, clock, queue, world, mode, failing) as (ns, rt):
         clock.advance(TICK_INTERVAL_MS)
         assert await ns.run_alarm(world)  # the processor raises: the tick is discarded whole ...
         assert (await rt.authority.world_info(world))["tick_head"] == -1
@@ -272,8 +279,6 @@ async def test_a_failing_tick_is_retried_from_the_published_state(tmp_path, cloc
         assert await ns.run_alarm(world)
         assert [m["tick"] for m in await rt.authority.manifests(world)] == ticks
         assert (await rt.scheduler.command(world, "s-1")).status == "APPLIED"
-    finally:
-        ns.close()
 
 
 @MODES
@@ -283,11 +288,8 @@ async def test_a_tick_that_keeps_failing_backs_off_as_on_a_runner_and_the_world_
     tick publishes; the stall logs one line when it starts (then at most one every 30 s) and one when
     it ends; and the next stall backs off from the first delay again."""
     failing = ["the processor's bug"]
-    ns = namespace_of(tmp_path, clock, queue, flaky_module(failing))
-    try:
-        rt = Runtime(DurableObjectAuthority(ns), owner="gateway")
-        world = "w-failing"
-        await flaky_world(rt, world, mode)
+    world = "w-failing"
+    async with flaky_world(tmp_path, clock, queue, world, mode, failing) as (ns, rt):
         clock.advance(TICK_INTERVAL_MS)
         started = clock.now_ms()
 
@@ -333,8 +335,6 @@ async def test_a_tick_that_keeps_failing_backs_off_as_on_a_runner_and_the_world_
         failing.append("broken again")
         clock.advance(TICK_INTERVAL_MS)
         assert await failed_alarm() == pytest.approx(100, abs=1)  # a new stall starts from the first delay
-    finally:
-        ns.close()
 
 
 async def test_a_remote_runner_is_refused_an_edge_hosted_world_and_the_edge_leaves_runner_worlds(namespace, admitter):
