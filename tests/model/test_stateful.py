@@ -956,7 +956,7 @@ class LedgerMachine(RuleBasedStateMachine):
     @precondition(lambda self: Stats.steps - self.first_step >= STEPS // 2)
     @rule(index=st.integers(0, 1), back=st.integers(-1, 3), with_open=st.booleans(), again=st.booleans(),
           asker=st.sampled_from(OPERATORS))  # fmt: skip
-    def fork(self, index: int, back: int, with_open: bool, again: bool, asker: str | None) -> None:
+    def fork(self, index: int, back: int, with_open: bool, again: bool, asker: str | None = None) -> None:
         """docs/ledger.md "Forks": a world forked at its head or a few ticks back (one past the head:
         not retained), with or without its open commands; `again`, under the last fork's id (the same
         fork again, or another: world_exists). Both worlds are compared at once."""
@@ -975,7 +975,7 @@ class LedgerMachine(RuleBasedStateMachine):
             Stats.saw(f"fork:{'with' if with_open else 'without'}:{len(self.model.worlds[fork_id].commands)}")
 
     @rule(owner=st.sampled_from(OWNERS), asker=st.sampled_from(OPERATORS))
-    def destroy(self, owner: str, asker: str | None) -> None:
+    def destroy(self, owner: str, asker: str | None = None) -> None:
         self._count("destroy")
         world_id = self.worlds[1]
 
