@@ -6,6 +6,9 @@ kernel rather than polled for (`local_catalog.writer_lock`), a busy timeout for 
 other writer, and
 `synchronous=FULL` by default: a committed transaction survives power loss, not only a process
 crash. `synchronous="NORMAL"` trades the last transactions before a power loss for speed.
+
+A writer's port remembers a write the storage refused (`write_fault`: a full disk, an I/O error)
+until a transaction that changed rows commits: that is the catalog's health (`GET /health`).
 """
 
 from __future__ import annotations
@@ -16,7 +19,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
-from archetype.commands.errors import storage_unavailable
+from archetype.commands.errors import StorageUnavailableError, storage_unavailable
+from archetype.commands.port import StorageFault, SystemClock
+from archetype.world.error_text import error_text
 
 if TYPE_CHECKING:
     from local_catalog.writer_lock import WriterLock
@@ -54,6 +59,7 @@ class SqliteSqlPort:
         self._begin = "BEGIN IMMEDIATE"
         self._depth = 0
         self._writer_lock: WriterLock | None = None
+        self.write_fault: StorageFault | None = None  # the storage refused a write, and none succeeded since
         if read_only:
             self._conn.execute("PRAGMA query_only = ON")
             self._begin = "BEGIN DEFERRED"
@@ -75,8 +81,21 @@ class SqliteSqlPort:
 
     def _immediate(self, fn: Callable[[], T]) -> T:
         """`fn` inside one BEGIN IMMEDIATE (a reader's: DEFERRED) .. COMMIT, rolled back when it or
-        the commit raises. (Written out rather than as context managers: this runs once per
-        admission, and generator context managers were a measurable share of its CPU.)"""
+        the commit raises; a storage failure is the `write_fault` until rows are written again."""
+        changes = self._conn.total_changes
+        try:
+            result = self._commit(fn)
+        except StorageUnavailableError as exc:
+            fault = self.write_fault
+            self.write_fault = StorageFault(error_text(exc), fault.since_ms if fault else SystemClock().now_ms())
+            raise
+        if self.write_fault is not None and self._conn.total_changes != changes:
+            self.write_fault = None
+        return result
+
+    def _commit(self, fn: Callable[[], T]) -> T:
+        """`_immediate`'s transaction. (Written out rather than as context managers: this runs once
+        per admission, and generator context managers were a measurable share of its CPU.)"""
         lock = self._writer_lock
         if lock is not None:
             lock.acquire()

@@ -28,6 +28,7 @@ from archetype.commands.authority import InProcessAuthority
 from archetype.commands.errors import UnregisteredOperationError
 from archetype.commands.ledger import CATALOG_METHODS, LEDGER_METHODS, Ledger
 from archetype.commands.ledger_rows import Watermark
+from archetype.commands.port import StorageFault
 from local_catalog.port import SqliteSqlPort
 from local_catalog.reader import READ_METHODS, CatalogReader
 
@@ -107,6 +108,10 @@ class WriterThreadAuthority(InProcessAuthority):
         fn = getattr(self.ledger, method)
         return await self._call(lambda: fn(**arguments), solo=method in SOLO_METHODS,
                                 admission=arguments if method == "admit" else None)  # fmt: skip
+
+    def storage_fault(self) -> StorageFault | None:
+        """Why the catalog's writes fail, until one succeeds again (None: they do)."""
+        return self._port.write_fault
 
     async def outbox_backlog(self) -> list[BacklogWorld]:
         """The worlds of the catalog with outbox events not yet projected, each with its watermark,

@@ -8,7 +8,10 @@ import json
 import shutil
 import sqlite3
 import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -172,6 +175,24 @@ def test_a_newer_catalog_is_refused_and_migrations_only_go_forward(tmp_path):
     assert json.loads(json.dumps(MIGRATIONS[0].summary))  # every migration says what it does
 
 
+@contextmanager
+def ledgers_on_every_host(tmp_path: Path, write: Callable[[Callable[[str], Any]], None]) -> Iterator[list[Ledger]]:
+    """Ledgers opened (so upgraded) over the catalog `write` leaves through an `execute(statement)`,
+    on every SQLite host: the local catalog, the stand-in's engine and the real Durable Object
+    engine, in that order; the two that hold files are closed on exit."""
+    local = SqliteSqlPort(tmp_path / CATALOG_FILE)
+    standin = SqliteEngine(tmp_path / "standin.sqlite3")
+    engines = [standin, WorkerdSqlEngine(shared_server(), f"upgrade-{uuid.uuid4().hex}")]
+    try:
+        write(local.execute)
+        for engine in engines:
+            write(engine.sql.exec)
+        yield [Ledger(local, ManualClock())] + [Ledger(DurableObjectSqlPort(_Storage(e)), ManualClock()) for e in engines]
+    finally:
+        local.close()
+        standin.close()
+
+
 def version_10_with_a_redrive(execute) -> None:
     """A catalog as version 10 left it: a dead letter `d` whose redrive `d.redrive` is retained
     (only the redrive's row says so then), and a dead letter `never` nobody redrove."""
@@ -191,18 +212,12 @@ def version_10_with_a_redrive(execute) -> None:
 def test_version_11_marks_each_retained_redrive_on_its_dead_letter(tmp_path):
     """The dead letter records its redrive from version 11 on (docs/ledger.md, "Redrive"): an
     upgrade marks every dead letter whose redrive is still retained, alike on every SQLite host."""
-    local = SqliteSqlPort(tmp_path / CATALOG_FILE)
-    version_10_with_a_redrive(local.execute)
-    engines = [SqliteEngine(tmp_path / "standin.sqlite3"), WorkerdSqlEngine(shared_server(), f"v10-{uuid.uuid4().hex}")]
-    for engine in engines:
-        version_10_with_a_redrive(engine.sql.exec)
-    ledgers = [Ledger(local, ManualClock())] + [Ledger(DurableObjectSqlPort(_Storage(e)), ManualClock()) for e in engines]
-    for ledger in ledgers:
-        marks = {r["command_id"]: (r["redriven_by"], r["migrated_digest"]) for r in ledger.history("w")}
-        assert marks == {"d": (3, None), "never": (None, None), "d.redrive": (None, None)}
-    with pytest.raises(RedriveConflictError):
-        ledgers[0].redrive("w", "d", new_command_id="another")
-    engines[0].close()
+    with ledgers_on_every_host(tmp_path, version_10_with_a_redrive) as ledgers:
+        for ledger in ledgers:
+            marks = {r["command_id"]: (r["redriven_by"], r["migrated_digest"]) for r in ledger.history("w")}
+            assert marks == {"d": (3, None), "never": (None, None), "d.redrive": (None, None)}
+        with pytest.raises(RedriveConflictError):
+            ledgers[0].redrive("w", "d", new_command_id="another")
 
 
 def version_16_with_leases(execute) -> None:
@@ -226,17 +241,11 @@ def version_16_with_leases(execute) -> None:
 def test_version_17_moves_each_lease_to_the_world_row(tmp_path):
     """A LEASED command keeps its holder, expiry and time through the upgrade (docs/storage.md, "Rows
     per command"), alike on every SQLite host; released, it goes back as it would have before."""
-    local = SqliteSqlPort(tmp_path / CATALOG_FILE)
-    version_16_with_leases(local.execute)
-    engines = [SqliteEngine(tmp_path / "standin.sqlite3"), WorkerdSqlEngine(shared_server(), f"v16-{uuid.uuid4().hex}")]
-    for engine in engines:
-        version_16_with_leases(engine.sql.exec)
-    ledgers = [Ledger(local, ManualClock())] + [Ledger(DurableObjectSqlPort(_Storage(e)), ManualClock()) for e in engines]
-    for ledger in ledgers:
-        held = {r["command_id"]: (r["status"], r["lease_owner"], r["lease_expires_at"], r["updated_at"])
-                for r in ledger.history("w")}  # fmt: skip
-        assert held == {"held": ("LEASED", "o", 9000, 10), "again": ("LEASED", "o", 9000, 20),
-                        "free": ("PENDING", None, None, 30)}  # fmt: skip
-        assert ledger.release("w", "o", "s", 0) == 2
-        assert [r["status"] for r in ledger.history("w")] == ["PENDING", "RETRYABLE", "PENDING"]
-    engines[0].close()
+    with ledgers_on_every_host(tmp_path, version_16_with_leases) as ledgers:
+        for ledger in ledgers:
+            held = {r["command_id"]: (r["status"], r["lease_owner"], r["lease_expires_at"], r["updated_at"])
+                    for r in ledger.history("w")}  # fmt: skip
+            assert held == {"held": ("LEASED", "o", 9000, 10), "again": ("LEASED", "o", 9000, 20),
+                            "free": ("PENDING", None, None, 30)}  # fmt: skip
+            assert ledger.release("w", "o", "s", 0) == 2
+            assert [r["status"] for r in ledger.history("w")] == ["PENDING", "RETRYABLE", "PENDING"]

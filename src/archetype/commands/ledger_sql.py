@@ -279,7 +279,7 @@ LIST_STATE_DELTAS = "SELECT body FROM state_deltas WHERE world_id = ? AND tick >
 # event's id is `<world id>/<event sequence>`. One statement appends one event per command sequence
 # in a JSON array, in array order; the event type follows from the status the transition left the
 # command in. (A payload enters as plain text, `'' || json_object(...)`, so it is read back as the
-# very text written.)
+# very text written.) An operator's call binds ?5, `{"actor": ...}`: its events' payloads name who asked.
 APPEND_EVENTS = """INSERT INTO outbox (world_id, last_seq, first_seq, occurred_at, events)
     SELECT ?4, CAST(?1 AS INTEGER) + count(*) - 1, CAST(?1 AS INTEGER), ?2, json_group_array(json(event))
     FROM (SELECT json_array(c.command_id,
@@ -288,7 +288,10 @@ APPEND_EVENTS = """INSERT INTO outbox (world_id, last_seq, first_seq, occurred_a
                 WHEN 'RETRYABLE' THEN 'retry_scheduled' WHEN 'DEAD_LETTER' THEN 'dead_lettered'
                 WHEN 'CANCELLED' THEN 'cancelled' END,
             c.status, c.operation, coalesce(c.applied_tick, c.scheduled_tick), c.principal, c.origin,
-            '' || json_object('attempts', c.attempts, 'max_attempts', c.max_attempts, 'error', c.last_error)) AS event
+            '' || CASE WHEN ?5 IS NULL
+                THEN json_object('attempts', c.attempts, 'max_attempts', c.max_attempts, 'error', c.last_error)
+                ELSE json_object('attempts', c.attempts, 'max_attempts', c.max_attempts, 'error', c.last_error,
+                                 'actor', json_extract(?5, '$.actor')) END) AS event
         FROM json_each(?3) AS j CROSS JOIN commands AS c ON c.world_id = ?4 AND c.sequence = j.value ORDER BY j.key)
     HAVING count(*) > 0"""
 OUTBOX_COLUMNS = (
