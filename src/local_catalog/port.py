@@ -52,6 +52,10 @@ class SqliteSqlPort:
         self._conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
         self._conn.execute("PRAGMA journal_mode = WAL")
         self._conn.execute(f"PRAGMA synchronous = {synchronous}")
+        # every statement through one cursor (a port serves one thread at a time: the writer
+        # thread, the reader's), fetched whole before the next: Connection.execute makes and
+        # drops a cursor per statement, and an admission runs five
+        self._cursor = self._conn.cursor()
         self._begin = "BEGIN IMMEDIATE"
         self._depth = 0
         self._writer_lock: WriterLock | None = None
@@ -66,7 +70,7 @@ class SqliteSqlPort:
 
     def execute(self, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
         try:
-            return self._conn.execute(sql, tuple(params)).fetchall()
+            return self._cursor.execute(sql, tuple(params)).fetchall()
         except sqlite3.Error as exc:
             _raise_storage_error(exc)
 
@@ -96,21 +100,21 @@ class SqliteSqlPort:
         if lock is not None:
             lock.acquire()
         try:
-            self._conn.execute(self._begin)
+            self._cursor.execute(self._begin)
             self._depth += 1
             try:
                 result = fn()
             except BaseException:
                 self._depth -= 1
                 if self._conn.in_transaction:  # SQLite rolls back by itself after a full disk or an I/O error
-                    self._conn.execute("ROLLBACK")
+                    self._cursor.execute("ROLLBACK")
                 raise
             self._depth -= 1
             try:
-                self._conn.execute("COMMIT")
+                self._cursor.execute("COMMIT")
             except BaseException:
                 if self._conn.in_transaction:
-                    self._conn.execute("ROLLBACK")
+                    self._cursor.execute("ROLLBACK")
                 raise
             return result
         except sqlite3.Error as exc:
@@ -134,15 +138,15 @@ class SqliteSqlPort:
     def attempt(self, call: Callable[[], T]) -> T | Exception:
         """`call` inside a savepoint of the transaction in progress: what it raised is rolled back
         and answered, and the rest of the transaction goes on."""
-        self._conn.execute("SAVEPOINT call")
+        self._cursor.execute("SAVEPOINT call")
         try:
             result: T | Exception = call()
         except Exception as exc:
             if not self._conn.in_transaction:  # SQLite rolled the whole transaction back (a full disk): it fails whole
                 raise
-            self._conn.execute("ROLLBACK TO call")
+            self._cursor.execute("ROLLBACK TO call")
             result = exc
-        self._conn.execute("RELEASE call")
+        self._cursor.execute("RELEASE call")
         return result
 
     def close(self) -> None:

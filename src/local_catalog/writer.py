@@ -146,11 +146,14 @@ class WriterThreadAuthority(InProcessAuthority):
             self._run_group(group)
 
     def _run_group(self, group: list[_Call]) -> None:
-        units = self._merged(group)
         try:
-            done = self._port.group([calls[0].fn if len(calls) == 1 else self._run_merged(calls) for calls in units])
-            results = [answer for calls, result in zip(units, done, strict=True)
-                       for answer in ([result] if len(calls) == 1 else _answer_each(calls, result))]  # fmt: skip
+            if len(group) == 1:  # (an idle catalog's usual group: nothing to merge)
+                results: list[Any] = self._port.group([group[0].fn])
+            else:
+                units = self._merged(group)
+                done = self._port.group([calls[0].fn if len(calls) == 1 else self._run_merged(calls) for calls in units])
+                results = [answer for calls, result in zip(units, done, strict=True)
+                           for answer in ([result] if len(calls) == 1 else _answer_each(calls, result))]  # fmt: skip
         except BaseException as exc:  # the commit itself failed: nothing of the group is durable
             results = [exc] * len(group)
         self.calls += len(group)
