@@ -824,8 +824,9 @@ class Ledger:
         self.worlds[fork_id] = fork
         for original in copies:  # "PENDING with no attempts, under its sequence, scope and command id"
             # "admitted to the fork as the source holds it now ... a copy has no migrated_digest"
+            # and "no redriven_from: the dead letter a redrive's copy stems from is the source's history"
             sub = dataclasses.replace(original.sub, mutation=original.mutation)
-            command = Command(sub, fork_id, original.sequence, now, updated_at=now, redriven_from=original.redriven_from)
+            command = Command(sub, fork_id, original.sequence, now, updated_at=now)
             fork.commands[command.sequence] = command
             fork.keys[(command.sub.scope, command.sub.command_id)] = command.sequence
             self._event(fork, command)

@@ -12,6 +12,7 @@ import asyncio
 
 import pytest
 
+from archetype import Permanent
 from archetype.commands import CommandConflictError, DeferredItem, DurableOptions, InvalidCommandError
 from archetype.commands.port import ManualClock
 from archetype.runtime import Runtime
@@ -170,14 +171,27 @@ def fork_before_a_migration(machine) -> None:
     machine.fork(index=0, back=1, with_open=True, again=False)
 
 
-@pytest.mark.parametrize("program", [fork_at_the_head_after_a_migration, fork_before_a_migration])
+def fork_of_a_redrive(machine) -> None:
+    """A dead letter is redriven, then the world is forked with its open commands: the model gave the
+    redrive's copy the source's `redriven_from` (a sequence the fork does not hold), the ledger none."""
+    world_id = machine.worlds[0]
+    head = machine.model.worlds[world_id].tick_head
+    poison = Mutation("spawn", components=(machine._probe([("permanent", Permanent)]),))
+    machine.admit_batch(world_id, [Submission("x1", poison, Options(head + 1, max_attempts=1), None)])
+    machine.step_world("runner-a", world_id)  # dead-lettered
+    answers = machine.both(lambda: machine.faults.call("redrive", lambda: machine.model.redrive(world_id, "", "x1", "x1.redrive")),
+                           machine.seam.redrive(world_id, "x1", "", "x1.redrive", None))  # fmt: skip
+    assert answers is not None and answers[0][2] == answers[1]["redriven_from"] == 1
+    machine.fork(index=0, back=0, with_open=True, again=False)
+
+
+@pytest.mark.parametrize("program", [fork_at_the_head_after_a_migration, fork_before_a_migration, fork_of_a_redrive])
 @pytest.mark.parametrize("authority_name", ["local", "durable_object"])
-def test_a_fork_of_a_migrated_world_copies_what_the_source_holds_against_its_own_migrations(tmp_path, authority_name,
-                                                                                            program):  # fmt: skip
-    """docs/ledger.md, Forks: a copy is admitted as the source holds it now (no migrated_digest),
-    checked against the fork's migrations, those of ticks up to at_tick (found by a 300 s soak,
-    2026-12-02, after the model gained its `fork` rule; the page decided, the model and the ledger
-    each followed it)."""
+def test_a_fork_copies_what_the_source_holds_now_against_its_own_migrations(tmp_path, authority_name, program):
+    """docs/ledger.md, Forks: a copy is admitted as the source holds it now (no migrated_digest, no
+    redriven_from), checked against the fork's migrations, those of ticks up to at_tick (found by
+    soaks, 2026-12-02, after the model gained its `fork` rule; the page decided, the model and the
+    ledger each followed it)."""
 
     def program_then_compare(machine) -> None:
         program(machine)
