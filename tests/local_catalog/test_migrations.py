@@ -240,3 +240,42 @@ def test_version_17_moves_each_lease_to_the_world_row(tmp_path):
         assert ledger.release("w", "o", "s", 0) == 2
         assert [r["status"] for r in ledger.history("w")] == ["PENDING", "RETRYABLE", "PENDING"]
     engines[0].close()
+
+
+def version_17_with_events(execute) -> None:
+    """A catalog as version 17 left it: world `w` with one outbox row of two events (numbers 1 and
+    2), written at time 5, none acknowledged; its events have no time of their own."""
+    for migration in MIGRATIONS[:17]:
+        for statement in migration.statements:
+            execute(statement)
+    execute("INSERT INTO meta (key, value) VALUES ('schema_version', '17')")
+    execute("INSERT INTO worlds (world_id, name, status, created_at, updated_at) VALUES ('w', 'w', 'ACTIVE', 1, 1)")
+    event = """json_array('{0}', 'admitted', 'PENDING', 'despawn', 0, NULL, 'local', '{{"attempts":0}}')"""
+    execute(f"""INSERT INTO outbox (world_id, last_seq, first_seq, occurred_at, events)
+        VALUES ('w', 2, 1, 5, json_array({event.format("a")}, {event.format("b")}))""")
+
+
+def test_version_18_keeps_each_event_and_its_time_and_appends_to_the_old_rows(tmp_path):
+    """Events written before version 18 keep their numbers, fields and their row's time; an event
+    appended to their row has its own (docs/storage.md, "Schema version 18"), alike on every SQLite host."""
+    local = SqliteSqlPort(tmp_path / CATALOG_FILE)
+    version_17_with_events(local.execute)
+    engines = [SqliteEngine(tmp_path / "standin.sqlite3"), WorkerdSqlEngine(shared_server(), f"v17-{uuid.uuid4().hex}")]
+    for engine in engines:
+        version_17_with_events(engine.sql.exec)
+    ports = [local] + [DurableObjectSqlPort(_Storage(e)) for e in engines]
+    for port in ports:
+        clock = ManualClock()
+        ledger = Ledger(port, clock)
+        ledger.admit("w", [{"command_id": "c", "schema_version": 1, "scheduled_tick": 0, "priority": 0,
+                            "operation": "despawn", "payload": '{"entity_id":1,"world_id":"w"}', "principal": None,
+                            "origin": "local", "max_attempts": 3, "reserved_entity_id": None, "request_digest": None}])  # fmt: skip
+        events = ledger.read_outbox("w")
+        assert [(e["event_seq"], e["command_id"], e["occurred_at"]) for e in events] == [
+            (1, "a", 5), (2, "b", 5), (3, "c", clock.now_ms())]
+        assert [tuple(r) for r in port.execute("SELECT first_seq, last_seq FROM outbox")] == [(1, 3)]  # appended
+        ledger.acknowledge_outbox("w", 3)
+        assert ledger.read_outbox("w") == [] and ledger.watermark("w")["pending"] == 0
+        assert [tuple(r) for r in port.execute("SELECT first_seq, last_seq FROM outbox")] == [(1, 3)]  # kept
+        assert ledger.world_info("w")["next_event_seq"] == 4
+    engines[0].close()

@@ -509,10 +509,19 @@ V17_LEASE_MAP = Migration(17, "command leases as a map on the world row; no inde
     "DROP INDEX ticks_by_token",
 ))  # fmt: skip
 
+# Version 18: an outbox row takes more events after it was written (docs/storage.md, "Schema version
+# 18"): an append goes into the world's last row when that row's every event is acknowledged (taken
+# over) or when it follows the row's events and the row is small, and an acknowledgement leaves the
+# world's last row for that. An event carries its own time (a row's events may be appended at
+# different times); an event written before has none, and its row's time is its own, as before.
+# The schema is unchanged; the version moves so that an older archetype, which would read every
+# event at its row's time, refuses the catalog.
+V18_OUTBOX_TAIL = Migration(18, "outbox rows that take appends: the last row kept for the next, each event's own time", ())
+
 MIGRATIONS = (V1_SCHEMA, V2_EXACTLY_ONCE, V3_STATE_CHUNKS, V4_HEALTH_AND_REDRIVE, V5_RETENTION, V6_COMPONENT_SCHEMAS,
               V7_TICK_CLOCK, V8_WORLD_LEASES, V9_DERIVED_SEQUENCES, V10_RUNNER_REGISTRY, V11_DURABLE_FACTS,
               V12_TICK_MODES, V13_FEWER_ROWS, V14_STATE_HISTORY, V15_COMMAND_ID_FIRST, V16_FORK_COPIES,
-              V17_LEASE_MAP)  # fmt: skip
+              V17_LEASE_MAP, V18_OUTBOX_TAIL)  # fmt: skip
 SCHEMA_VERSION = MIGRATIONS[-1].version
 
 HAS_META = "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'"
