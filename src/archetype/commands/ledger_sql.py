@@ -286,8 +286,14 @@ LIST_STATE_DELTAS = "SELECT body FROM state_deltas WHERE world_id = ? AND tick >
 # row of its own. At one command per tick a command's two events share one row that its
 # acknowledgement leaves for the next append: no row inserted and deleted per event.
 OUTBOX_APPEND_LIMIT = 900
-# `new_events` selects at most one row (world_id, first_seq, occurred_at, events: a JSON array).
-_OUTBOX_APPEND = f"""WITH n AS MATERIALIZED ({{new_events}}),
+OUTBOX_TAIL_ACKNOWLEDGED_EXPR = "outbox.last_seq <= (SELECT w.projected_seq FROM worlds AS w WHERE w.world_id = outbox.world_id)"
+
+
+def outbox_append(new_events: str) -> str:
+    """The statement appending the events `new_events` selects: at most one row (world_id,
+    first_seq, occurred_at, events: a JSON array), as above."""
+    acknowledged = OUTBOX_TAIL_ACKNOWLEDGED_EXPR
+    return f"""WITH n AS MATERIALIZED ({new_events}),
         tail AS (SELECT o.last_seq, length(o.events) AS size, o.last_seq <= w.projected_seq AS acknowledged
             FROM n JOIN worlds AS w ON w.world_id = n.world_id JOIN outbox AS o ON o.world_id = n.world_id
             ORDER BY o.last_seq DESC LIMIT 1)
@@ -298,16 +304,10 @@ _OUTBOX_APPEND = f"""WITH n AS MATERIALIZED ({{new_events}}),
     FROM n LEFT JOIN tail AS t ON true WHERE true
     ON CONFLICT (world_id, last_seq) DO UPDATE SET
         last_seq = excluded.first_seq + json_array_length(excluded.events) - 1,
-        first_seq = CASE WHEN {{acknowledged}} THEN excluded.first_seq ELSE outbox.first_seq END,
-        occurred_at = CASE WHEN {{acknowledged}} THEN excluded.occurred_at ELSE outbox.occurred_at END,
-        events = CASE WHEN {{acknowledged}} THEN excluded.events
+        first_seq = CASE WHEN {acknowledged} THEN excluded.first_seq ELSE outbox.first_seq END,
+        occurred_at = CASE WHEN {acknowledged} THEN excluded.occurred_at ELSE outbox.occurred_at END,
+        events = CASE WHEN {acknowledged} THEN excluded.events
             ELSE substr(outbox.events, 1, length(outbox.events) - 1) || ',' || substr(excluded.events, 2) END"""
-_TAIL_ACKNOWLEDGED = "outbox.last_seq <= (SELECT w.projected_seq FROM worlds AS w WHERE w.world_id = outbox.world_id)"
-
-
-def outbox_append(new_events: str) -> str:
-    """The statement appending the events `new_events` selects (see above)."""
-    return _OUTBOX_APPEND.format(new_events=new_events, acknowledged=_TAIL_ACKNOWLEDGED)
 
 
 # One event per command sequence in a JSON array (?3), in array order, numbered from ?1, at time ?2;
@@ -532,9 +532,11 @@ PRUNE_RESERVATIONS = """DELETE FROM spawn_reservations WHERE rowid IN
 # State no retained tick reads (docs/storage.md, "State at a tick"): the snapshots before the one the
 # oldest retained tick reads, and the deltas before the first it reads. The floor moves first.
 RAISE_STATE_FROM_TICK = "UPDATE worlds SET state_from_tick = max(state_from_tick, ?) WHERE world_id = ?"
-PRUNE_STATE_SNAPSHOTS = """DELETE FROM state_snapshots WHERE rowid IN
-    (SELECT rowid FROM state_snapshots WHERE world_id = ?1 AND tick < ?2 ORDER BY tick, first_entity_id LIMIT ?3) RETURNING 1"""
-PRUNE_STATE_DELTAS = """DELETE FROM state_deltas WHERE rowid IN
-    (SELECT rowid FROM state_deltas WHERE world_id = ?1 AND tick < ?2 ORDER BY tick, part LIMIT ?3) RETURNING 1"""
+# (The state tables are clustered on their keys: a row is named by its key, they have no rowid.)
+PRUNE_STATE_SNAPSHOTS = """DELETE FROM state_snapshots WHERE world_id = ?1 AND (tick, first_entity_id) IN
+    (SELECT tick, first_entity_id FROM state_snapshots WHERE world_id = ?1 AND tick < ?2 ORDER BY tick, first_entity_id LIMIT ?3)
+    RETURNING 1"""
+PRUNE_STATE_DELTAS = """DELETE FROM state_deltas WHERE world_id = ?1 AND (tick, part) IN
+    (SELECT tick, part FROM state_deltas WHERE world_id = ?1 AND tick < ?2 ORDER BY tick, part LIMIT ?3) RETURNING 1"""
 PRUNE_QUOTA_USAGE = """DELETE FROM quota_usage WHERE rowid IN
     (SELECT rowid FROM quota_usage WHERE world_id = ?1 AND scheduled_tick <= ?2 ORDER BY scheduled_tick, principal LIMIT ?3) RETURNING 1"""

@@ -509,14 +509,42 @@ V17_LEASE_MAP = Migration(17, "command leases as a map on the world row; no inde
     "DROP INDEX ticks_by_token",
 ))  # fmt: skip
 
-# Version 18: an outbox row takes more events after it was written (docs/storage.md, "Schema version
-# 18"): an append goes into the world's last row when that row's every event is acknowledged (taken
-# over) or when it follows the row's events and the row is small, and an acknowledgement leaves the
-# world's last row for that. An event carries its own time (a row's events may be appended at
-# different times); an event written before has none, and its row's time is its own, as before.
-# The schema is unchanged; the version moves so that an older archetype, which would read every
-# event at its row's time, refuses the catalog.
-V18_OUTBOX_TAIL = Migration(18, "outbox rows that take appends: the last row kept for the next, each event's own time", ())
+# Version 18: fewer rows written per tick (docs/storage.md, "Schema version 18").
+# - An outbox row takes more events after it was written: an append goes into the world's last row
+#   when that row's every event is acknowledged (taken over) or when it follows the row's events and
+#   the row is small, and an acknowledgement leaves the world's last row for that. An event carries
+#   its own time (a row's events may be appended at different times); an event written before has
+#   none, and its row's time is its own, as before (so no statement for this: the version moving is
+#   what makes an older archetype, which would read every event at its row's time, refuse the catalog).
+# - The state tables are clustered on their keys (WITHOUT ROWID), as `commands` and `ticks` are since
+#   version 13: a state chunk written is one row, not a row and its key's entry. They are rebuilt
+#   (copied aside and back), the index of replacing deltas as it was.
+V18_OUTBOX_TAIL = Migration(18, "outbox rows that take appends, each event's own time; state tables clustered on their keys", (
+    "CREATE TABLE state_snapshots_v17 AS SELECT * FROM state_snapshots",
+    "DROP TABLE state_snapshots",
+    """CREATE TABLE state_snapshots (
+        world_id TEXT NOT NULL,
+        tick INTEGER NOT NULL,
+        first_entity_id INTEGER NOT NULL,
+        body TEXT NOT NULL,
+        PRIMARY KEY (world_id, tick, first_entity_id)) WITHOUT ROWID""",
+    """INSERT INTO state_snapshots (world_id, tick, first_entity_id, body)
+        SELECT world_id, tick, first_entity_id, body FROM state_snapshots_v17""",
+    "DROP TABLE state_snapshots_v17",
+    "CREATE TABLE state_deltas_v17 AS SELECT * FROM state_deltas",
+    "DROP TABLE state_deltas",
+    """CREATE TABLE state_deltas (
+        world_id TEXT NOT NULL,
+        tick INTEGER NOT NULL,
+        part INTEGER NOT NULL,
+        body TEXT NOT NULL,
+        replaces INTEGER NOT NULL DEFAULT 0,
+        PRIMARY KEY (world_id, tick, part)) WITHOUT ROWID""",
+    """INSERT INTO state_deltas (world_id, tick, part, body, replaces)
+        SELECT world_id, tick, part, body, replaces FROM state_deltas_v17""",
+    "DROP TABLE state_deltas_v17",
+    "CREATE INDEX state_deltas_replacing ON state_deltas (world_id, tick) WHERE replaces = 1",
+))  # fmt: skip
 
 MIGRATIONS = (V1_SCHEMA, V2_EXACTLY_ONCE, V3_STATE_CHUNKS, V4_HEALTH_AND_REDRIVE, V5_RETENTION, V6_COMPONENT_SCHEMAS,
               V7_TICK_CLOCK, V8_WORLD_LEASES, V9_DERIVED_SEQUENCES, V10_RUNNER_REGISTRY, V11_DURABLE_FACTS,
