@@ -18,8 +18,8 @@ from archetype.commands import (
     UnregisteredOperationError,
     WorldExistsError,
     WorldNotFoundError,
+    ledger_sql,
 )
-from archetype.commands import ledger_sql
 from archetype.commands.ledger import LEDGER_METHODS
 from archetype.commands.port import ManualClock
 from archetype.commands.scheduler import schema_row
