@@ -281,11 +281,13 @@ LIST_STATE_DELTAS = "SELECT body FROM state_deltas WHERE world_id = ? AND tick >
 #
 # An append writes one row. Into the world's last row when that row's every event is acknowledged
 # (the row is taken over: its events are gone from the outbox, so an acknowledgement deletes no row
-# it could keep for this) or when the new events follow its own and the row stays small (it is
-# rewritten whole, so it stays within a b-tree cell: OUTBOX_APPEND_LIMIT characters); otherwise a
+# it could keep for this) or when the new events follow its own and the row stays small; otherwise a
 # row of its own. At one command per tick a command's two events share one row that its
-# acknowledgement leaves for the next append: no row inserted and deleted per event.
-OUTBOX_APPEND_LIMIT = 900
+# acknowledgement leaves for the next append: no row inserted and deleted per event. Small is
+# OUTBOX_APPEND_LIMIT characters of events: an append rewrites the row whole, and a clustered row
+# spills to overflow pages past about 1,000 bytes; at 700 a leaf page holds five, and a single
+# admission on the local catalog writes no more WAL pages than a row per append did (docs/storage.md).
+OUTBOX_APPEND_LIMIT = 700
 OUTBOX_TAIL_ACKNOWLEDGED_EXPR = "outbox.last_seq <= (SELECT w.projected_seq FROM worlds AS w WHERE w.world_id = outbox.world_id)"
 
 
