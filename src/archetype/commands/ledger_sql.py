@@ -273,7 +273,7 @@ NEXT_STATE_CHUNK = """SELECT first_entity_id, body FROM state_snapshots WHERE wo
     ORDER BY first_entity_id LIMIT 1"""
 LIST_STATE_DELTAS = "SELECT body FROM state_deltas WHERE world_id = ? AND tick >= ? AND tick <= ? ORDER BY tick, part"
 
-# -- outbox: rows of events in sequence order (docs/storage.md, "The outbox" and "Schema version 18"),
+# -- outbox: rows of events in sequence order (docs/storage.md, "Rows per command" and "Schema version 18"),
 # keyed by the last event's sequence; `events` holds them from `first_seq`, each a JSON array
 # [command_id, event_type, status, operation, tick, principal, origin, payload text, occurred_at]
 # (an event written before version 18 has no time of its own: its row's, `occurred_at`, is). An
