@@ -257,7 +257,10 @@ INSERT_STATE_DELTA = "INSERT INTO state_deltas (world_id, tick, part, body, repl
 # later of that snapshot's tick (a migration's delta may follow it in its tick) and the last delta
 # up to T that replaced the deltas before it, up to T. One index seek each.
 STATE_SNAPSHOT_TICK = "SELECT max(tick) FROM state_snapshots WHERE world_id = ? AND tick <= ?"
-STATE_REPLACING_TICK = "SELECT max(tick) FROM state_deltas WHERE world_id = ? AND replaces = 1 AND tick <= ?"
+# (the partial index named: the clustered key, which the planner prefers without statistics, would
+# walk back through every delta since the last replacing one)
+STATE_REPLACING_TICK = """SELECT max(tick) FROM state_deltas INDEXED BY state_deltas_replacing
+    WHERE world_id = ? AND replaces = 1 AND tick <= ?"""
 GET_STATE_FROM_TICK = "SELECT state_from_tick FROM worlds WHERE world_id = ?"
 # A read of some entities (archetype.commands.state_pages): the snapshot's chunk boundaries (chunk
 # i holds the ids from its first up to the next chunk's), a chunk by its first id, each delta's
@@ -298,7 +301,7 @@ def outbox_append(new_events: str) -> str:
     return f"""WITH n AS MATERIALIZED ({new_events}),
         tail AS (SELECT o.last_seq, length(o.events) AS size, o.last_seq <= w.projected_seq AS acknowledged
             FROM n JOIN worlds AS w ON w.world_id = n.world_id JOIN outbox AS o ON o.world_id = n.world_id
-            ORDER BY o.last_seq DESC LIMIT 1)
+                AND o.last_seq = (SELECT max(m.last_seq) FROM outbox AS m WHERE m.world_id = n.world_id))
     INSERT INTO outbox (world_id, last_seq, first_seq, occurred_at, events)
     SELECT n.world_id, CASE WHEN t.acknowledged OR (t.last_seq = n.first_seq - 1
             AND t.size + length(n.events) <= {OUTBOX_APPEND_LIMIT}) THEN t.last_seq
