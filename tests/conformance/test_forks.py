@@ -14,6 +14,7 @@ from archetype.commands import TickNotRetainedError
 from archetype.commands.errors import WorldExistsError
 from archetype.world import Despawn, ForkWorld, Spawn, Update
 from tests.component_modules.alpha import Health, Position
+from tests.component_modules.evolved import Vitality
 from tests.conformance.helpers import at, outbox
 
 
@@ -126,3 +127,34 @@ async def test_a_fork_at_a_past_tick_holds_the_state_of_that_tick(rt, world_id, 
         await rt.dispatcher.apply(ForkWorld(world_id=world_id, at_tick=past - 1, fork_world_id="w-past", name="past"))
     with pytest.raises(TickNotRetainedError):
         await rt.dispatcher.apply(ForkWorld(world_id=world_id, at_tick=world.tick + 1, fork_world_id="w-late", name="late"))
+
+
+async def test_a_fork_copies_what_the_source_holds_checked_against_its_own_migrations(rt, make_runtime, world_id,
+                                                                                      authority, clock):  # fmt: skip
+    """A copy is admitted as the source holds it now (a migrated payload copied migrated, its identity
+    computed from it: no migrated_digest), and its component check is the fork's: the source's schemas
+    superseded only by the migrations of ticks up to the fork's, so a fork before a migration copies
+    a command that still names the type it superseded (found by the reference model, 2026-12-02)."""
+    world, _ = await source_world(rt, world_id)  # tick head 2; "later" (an update of Health) open for tick 4
+    await rt.dispatcher.defer(Spawn(world_id=world_id, components=[Health(hp=9)]), at(3), command_id="settles")
+    clock.advance(1)  # admitted before tick 3 published, so open at tick 2
+    await world.step()  # tick 3 applies "settles": settled, it keeps its Health payload
+    migrator = make_runtime("migrator")
+    migrator.worlds.migrations.declare("Health", Health.component_fingerprint(), Vitality, lambda data: {"hp": data["hp"]})
+    await migrator.worlds.get(world_id)  # migrates Health at its load, at tick 3: "later" now names Vitality
+    names = {c: json.loads((await authority.command(world_id=world_id, command_id=c))["payload"])["components"][0]["name"]
+             for c in ("later", "settles")}  # fmt: skip
+    assert names == {"later": "Vitality", "settles": "Health"}
+
+    for fork_id, at_tick, copied in (("w-before", 2, {"later", "settles"}), ("w-after", 3, {"later"})):
+        fork = ForkWorld(world_id=world_id, at_tick=at_tick, fork_world_id=fork_id, name=fork_id, with_open_commands=True)
+        assert await rt.dispatcher.apply(fork) == fork_id
+        copies = {c["command_id"]: c for c in await authority.history(world_id=fork_id)}
+        assert set(copies) == copied, fork_id
+        for command_id, copy in copies.items():
+            original = await authority.command(world_id=world_id, command_id=command_id)
+            assert copy["payload"] == original["payload"].replace(f'"world_id":"{world_id}"', f'"world_id":"{fork_id}"')
+            assert copy["migrated_digest"] is None and copy["status"] == "PENDING", (fork_id, copy)
+            assert rt.scheduler.record(copy).problem is None  # its identity is computed from the payload it holds
+        migrations = (await authority.components(world_id=fork_id))["migrations"]
+        assert len(migrations) == (at_tick >= 3), fork_id  # the fork's own: those of ticks up to its tick

@@ -817,8 +817,9 @@ class Ledger:
             world.next_event_seq += 1
         self.worlds[fork_id] = fork
         for original in copies:  # "PENDING with no attempts, under its sequence, scope and command id"
-            command = Command(original.sub, fork_id, original.sequence, now, updated_at=now, migrated=original.migrated,
-                              redriven_from=original.redriven_from)  # fmt: skip
+            # "admitted to the fork as the source holds it now ... a copy has no migrated_digest"
+            sub = dataclasses.replace(original.sub, mutation=original.mutation)
+            command = Command(sub, fork_id, original.sequence, now, updated_at=now, redriven_from=original.redriven_from)
             fork.commands[command.sequence] = command
             fork.keys[(command.sub.scope, command.sub.command_id)] = command.sequence
             self._event(fork, command)

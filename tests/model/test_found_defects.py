@@ -114,23 +114,74 @@ def test_a_pruned_command_id_names_a_new_command_with_a_digest_of_its_own(tmp_pa
     digest per (world, principal, command id), so it held the new command to the pruned one's
     digest and reported a divergence the ledger did not have (worker_http, a full `./dev test`
     run); it keeps them per sequence now, which is never handed out twice."""
-    loop, clock = asyncio.new_event_loop(), ManualClock()
-    factory = AUTHORITY_FACTORIES["local"](tmp_path / "authority", clock)
-    authority = loop.run_until_complete(factory.__aenter__())
-    try:
-        ctx = test_stateful.Context(loop, authority, clock, "local")
-        machine = type("LedgerMachine_local", (test_stateful.LedgerMachine,), {"ctx": ctx})()
-        machine.create_worlds("realtime")
+
+    def program(machine) -> None:
         world_id, world = machine.worlds[0], machine.model.worlds[machine.worlds[0]]
         rejected = Submission("k0", Mutation("despawn", test_stateful.MISSING_ENTITY), Options(0), "p2")  # when it runs
         machine.admit_batch(world_id, [rejected])
         machine.step_world("runner-a", world_id)
         machine.model.acknowledge_outbox(world_id, world.next_event_seq - 1)
-        loop.run_until_complete(authority.acknowledge_outbox(world_id, world.next_event_seq - 1))
+        machine.ctx.loop.run_until_complete(machine.ctx.authority.acknowledge_outbox(world_id, world.next_event_seq - 1))
         machine.both(lambda: machine.model.prune(world_id, 1, 0, 100), machine.seam.prune(world_id, 1, 0, 100))
         assert world.command("p2", "k0") is None  # pruned: the id names nothing
         machine.spawn_reserve(world_id, "p2", "k0", (("Health", (("hp", 1),)),), Options(5))  # a new command under it
         machine.matches_the_model()  # before: "digest changed", the pruned command's digest against the new one's
+
+    run_machine(tmp_path, "local", program)
+
+def run_machine(tmp_path, authority_name: str, program) -> None:
+    """`program(machine)` on a fresh state machine against `authority_name`, closed afterwards."""
+    loop, clock = asyncio.new_event_loop(), ManualClock()
+    factory = AUTHORITY_FACTORIES[authority_name](tmp_path / "authority", clock)
+    authority = loop.run_until_complete(factory.__aenter__())
+    try:
+        ctx = test_stateful.Context(loop, authority, clock, authority_name)
+        machine = type(f"LedgerMachine_{authority_name}", (test_stateful.LedgerMachine,), {"ctx": ctx})()
+        machine.create_worlds("realtime")
+        program(machine)
     finally:
         loop.run_until_complete(factory.__aexit__(None, None, None))
         loop.close()
+
+
+def health_spawn(command_id: str, tick: int) -> Submission:
+    return Submission(command_id, Mutation("spawn", components=(("Health", (("hp", 1),)),)), Options(tick), None)
+
+
+def fork_at_the_head_after_a_migration(machine) -> None:
+    """Open work of Health is migrated, then the world is forked at its head with its open commands:
+    the model gave each copy the original's migrated mark, the ledger none."""
+    world_id = machine.worlds[0]
+    machine.admit_batch(world_id, [health_spawn("h1", 5)])
+    machine.migrate_world(world_id)
+    machine.fork(index=0, back=0, with_open=True, again=False)
+
+
+def fork_before_a_migration(machine) -> None:
+    """A command open at tick T (scheduled after it) applies with its Health payload, Health is
+    migrated, then the world is forked at T with its open commands: the ledger checked the copy
+    against the source's migrations (`unknown_component`), the model against the fork's."""
+    world_id = machine.worlds[0]
+    head = machine.model.worlds[world_id].tick_head
+    machine.admit_batch(world_id, [health_spawn("h1", head + 1)])
+    machine.advance_clock(1)  # admitted before the next tick publishes: open at the head
+    machine.step_world("runner-a", world_id)
+    machine.migrate_world(world_id)
+    machine.fork(index=0, back=1, with_open=True, again=False)
+
+
+@pytest.mark.parametrize("program", [fork_at_the_head_after_a_migration, fork_before_a_migration])
+@pytest.mark.parametrize("authority_name", ["local", "durable_object"])
+def test_a_fork_of_a_migrated_world_copies_what_the_source_holds_against_its_own_migrations(tmp_path, authority_name,
+                                                                                            program):  # fmt: skip
+    """docs/ledger.md, Forks: a copy is admitted as the source holds it now (no migrated_digest),
+    checked against the fork's migrations, those of ticks up to at_tick (found by a 300 s soak,
+    2026-12-02, after the model gained its `fork` rule; the page decided, the model and the ledger
+    each followed it)."""
+
+    def program_then_compare(machine) -> None:
+        program(machine)
+        assert len(machine.forks) == 1 and machine.model.worlds[machine.forks[0]].commands  # forked, copies made
+        machine.matches_the_model()
+
+    run_machine(tmp_path, authority_name, program_then_compare)

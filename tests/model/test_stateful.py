@@ -959,10 +959,6 @@ class LedgerMachine(RuleBasedStateMachine):
         fork again, or another: world_exists). Both worlds are compared at once."""
         self._count("fork")
         source = self.worlds[index]
-        # Open commands are not copied out of a world a component migration has touched: there the
-        # model and every authority disagree (on the copies' migrated_digest, and on the component
-        # check of a copy), a divergence still open (tests/model/README.md, "Open divergences").
-        with_open = with_open and not self.model.worlds[source].superseded
         at_tick = self.model.worlds[source].tick_head - back
         fork_id = self.forks[-1] if again and self.forks else f"{source}-fork{len(self.forks)}"
         answers = self.both(lambda: self.model.fork_world(source, at_tick, fork_id, "fork", with_open),

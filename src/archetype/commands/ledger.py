@@ -460,15 +460,17 @@ class Ledger:
                      now: int) -> list[list[Any]]:  # fmt: skip
         """The fork's copies of the source's commands open at `at_tick` (none unless
         `with_open_commands`), as INSERT_FORKED_COMMANDS takes them, each passing admission's
-        component check against the source's recorded schemas (the fork's)."""
+        component check as the fork sees it: the source's recorded schemas, superseded only by the
+        migrations of ticks up to `at_tick` (the fork's own)."""
         if not with_open_commands:
             return []
         left = self._port.execute(q.LEFT_TICK_AT, (source_world_id, at_tick))[0][0]
         cutoff = now if left is None else left - 1
         open_then = self._port.execute(q.OPEN_AT_TICK, (source_world_id, at_tick, cutoff))
         copies = [self._forked_command(world_id, cast(CommandRow, _row(COMMAND_FIELDS, r[:-1])), r[-1]) for r in open_then]
+        at_fork = (source_world_id, at_tick)
         check_components(world_id, [(f"command {c[2]!r}", c[7]) for c in copies],
-                         lambda fps: self._port.execute(q.FIND_COMPONENTS, (json.dumps(fps), source_world_id)))  # fmt: skip
+                         lambda fps: self._port.execute(q.FIND_COMPONENTS_AT_TICK, (json.dumps(fps), *at_fork)))  # fmt: skip
         return copies
 
     def _fork_event(self, world_id: str, event: int, source_world_id: str, fork_world_id: str, at_tick: int,

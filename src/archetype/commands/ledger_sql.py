@@ -381,6 +381,10 @@ _SUPERSEDED_JOIN = "LEFT JOIN component_migrations AS m ON m.world_id = c.world_
 # The recorded schemas among these fingerprints, each with what migrated it away (NULL: current).
 FIND_COMPONENTS = f"""SELECT {COMPONENT_COLUMNS} FROM json_each(?) AS j
     CROSS JOIN world_components AS c ON c.world_id = ? AND c.fingerprint = j.value {_SUPERSEDED_JOIN}"""
+# The same as a fork at tick ?3 sees them: superseded only by the migrations of ticks up to it.
+FIND_COMPONENTS_AT_TICK = f"""SELECT {COMPONENT_COLUMNS} FROM json_each(?1) AS j
+    CROSS JOIN world_components AS c ON c.world_id = ?2 AND c.fingerprint = j.value {_SUPERSEDED_JOIN}
+        AND m.tick <= ?3"""
 # Everything an admission reads, in one statement (each statement is a round of the SQL engine, and
 # on the Durable Object a crossing into JavaScript): rows tagged by what they answer.
 # - 'world': the world's status, its next command and event sequence numbers and its tick head (no row: no world);
