@@ -298,11 +298,11 @@ def outbox_append(new_events: str) -> str:
     """The statement appending the events `new_events` selects: at most one row (world_id,
     first_seq, occurred_at, events: a JSON array), as above."""
     acknowledged = OUTBOX_TAIL_ACKNOWLEDGED_EXPR
-    return f"""WITH n AS MATERIALIZED ({new_events}),
+    return f"""INSERT INTO outbox (world_id, last_seq, first_seq, occurred_at, events)
+    WITH n AS MATERIALIZED ({new_events}),
         tail AS (SELECT o.last_seq, length(o.events) AS size, o.last_seq <= w.projected_seq AS acknowledged
             FROM n JOIN worlds AS w ON w.world_id = n.world_id JOIN outbox AS o ON o.world_id = n.world_id
                 AND o.last_seq = (SELECT max(m.last_seq) FROM outbox AS m WHERE m.world_id = n.world_id))
-    INSERT INTO outbox (world_id, last_seq, first_seq, occurred_at, events)
     SELECT n.world_id, CASE WHEN t.acknowledged OR (t.last_seq = n.first_seq - 1
             AND t.size + length(n.events) <= {OUTBOX_APPEND_LIMIT}) THEN t.last_seq
         ELSE n.first_seq + json_array_length(n.events) - 1 END, n.first_seq, n.occurred_at, n.events
