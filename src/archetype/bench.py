@@ -64,10 +64,12 @@ def _items(world_id: str, prefix: str, count: int, tick: int) -> list[DeferredIt
 
 
 # -- the raw sqlite3 baseline: the same rows, written directly --
-def wal_pages_by_btree(db: Path) -> dict[str, int]:
+def wal_pages_by_kind(db: Path) -> dict[tuple[str, str], int]:
     """The frames in `db`'s WAL, counted by the b-tree (table or index, from dbstat) each page
-    belongs to: what the commits since the last truncating checkpoint wrote. `sqlite_schema` is
-    page 1 (the header, written when the file grows); a page of no b-tree is a freelist page."""
+    belongs to and its kind (`leaf`, `internal`, `overflow`): what the commits since the last
+    truncating checkpoint wrote. `sqlite_schema` is page 1 (the header, written when the file
+    grows); a page of no b-tree is a freelist page, `(free)`. A b-tree written more than once per
+    commit is splitting: its extra leaves and its internal pages are the rebalancing."""
     wal = db.parent / f"{db.name}-wal"
     data = wal.read_bytes() if wal.exists() else b""
     if len(data) < 32:
@@ -75,11 +77,19 @@ def wal_pages_by_btree(db: Path) -> dict[str, int]:
     page_size = int.from_bytes(data[8:12], "big")
     pages = [int.from_bytes(data[at : at + 4], "big") for at in range(32, len(data) - page_size, 24 + page_size)]
     with sqlite3.connect(db) as conn:
-        names = dict(conn.execute("SELECT pageno, name FROM dbstat").fetchall())
-    counted: dict[str, int] = {}
+        kinds = {page: (name, kind) for page, name, kind in conn.execute("SELECT pageno, name, pagetype FROM dbstat")}
+    counted: dict[tuple[str, str], int] = {}
     for page in pages:
-        name = names.get(page, "(free)")
-        counted[name] = counted.get(name, 0) + 1
+        found = kinds.get(page, ("(free)", "free"))
+        counted[found] = counted.get(found, 0) + 1
+    return counted
+
+
+def wal_pages_by_btree(db: Path) -> dict[str, int]:
+    """`wal_pages_by_kind`, summed per b-tree."""
+    counted: dict[str, int] = {}
+    for (name, _), count in wal_pages_by_kind(db).items():
+        counted[name] = counted.get(name, 0) + count
     return counted
 
 

@@ -109,6 +109,26 @@ async def test_prune_works_in_bounded_batches(rt, world_id, authority, clock):
     assert rounds == [2, 2, 1] and await statuses(rt, world_id) == {}
 
 
+async def test_prune_takes_the_oldest_settlement_first_not_the_oldest_admission(rt, world_id, authority, clock):
+    """Oldest first is by settlement ("Retention"): a command admitted first and settled last goes last."""
+    await rt.dispatcher.defer(Despawn(world_id=world_id, entity_id=1), at(1), command_id="admitted-first")
+    await rt.dispatcher.defer(Despawn(world_id=world_id, entity_id=2), at(0), command_id="settled-first")
+    await step(rt, world_id)
+    clock.advance(1)
+    await step(rt, world_id)
+    await acknowledge_all(authority, world_id)
+    clock.advance(WINDOW_MS)
+    assert (await authority.prune(world_id=world_id, idempotency_window_ms=WINDOW_MS, limit=1))["commands"] == 1
+    assert await statuses(rt, world_id) == {"admitted-first": "REJECTED"}
+    # one settled within the window stays, and so does every command admitted after the horizon
+    await rt.dispatcher.defer(Despawn(world_id=world_id, entity_id=3), at(2), command_id="recent")
+    await step(rt, world_id)
+    await acknowledge_all(authority, world_id)
+    clock.advance(WINDOW_MS - 1)
+    assert (await authority.prune(world_id=world_id, idempotency_window_ms=WINDOW_MS))["commands"] == 1
+    assert await statuses(rt, world_id) == {"recent": "REJECTED"}
+
+
 @pytest.mark.parametrize("arguments", [{"keep_ticks": 0}, {"idempotency_window_ms": -1}, {"limit": 0}])
 async def test_bad_settings_are_refused_and_change_nothing(rt, world_id, authority, arguments):
     await rt.dispatcher.defer(Despawn(world_id=world_id, entity_id=1), at(0), command_id="c")

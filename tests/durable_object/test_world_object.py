@@ -496,7 +496,7 @@ async def test_a_lease_writes_one_row_whatever_it_leases(namespace, authority):
     assert await lease(60, "many", 1) == 1
 
 async def test_one_command_per_tick_fills_one_outbox_row_that_its_acknowledgement_keeps(namespace, authority, queue, clock):
-    """Schema 18 (docs/storage.md, "Schema version 18"): at one command per tick its two events share
+    """Schema 19 (docs/storage.md, "Schema version 19"): at one command per tick its two events share
     one outbox row, and the delivery that acknowledges them deletes no row (the next admission
     takes the row over): the delivery writes the watermark alone, and the world holds one outbox row."""
     rt = Runtime(authority, owner="runner-do", lease_ms=30_000, origin="gateway")
@@ -525,7 +525,7 @@ async def test_one_command_per_tick_fills_one_outbox_row_that_its_acknowledgemen
 
 
 # Rows each statement of a tick writes per run on the real engine, at one command per tick (docs/storage.md,
-# "Schema version 18"; the command row's statements, INSERT_COMMANDS and SETTLE, are not this table's).
+# "Schema version 19"; the command row's statements, INSERT_COMMANDS and SETTLE, are not this table's).
 PER_TICK_ROWS = {"APPEND_EVENTS": 1, "SET_LEASES": 1, "INSERT_TICK": 1, "INSERT_STATE_DELTA": 1, "INSERT_STATE_CHUNK": 1,
                  "PUBLISH_HEAD": 1, "SET_PROJECTED_SEQ": 1, "DELETE_OUTBOX_UPTO": 0}  # fmt: skip
 

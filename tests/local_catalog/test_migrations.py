@@ -242,36 +242,36 @@ def test_version_17_moves_each_lease_to_the_world_row(tmp_path):
     engines[0].close()
 
 
-def version_17_with_events(execute) -> None:
-    """A catalog as version 17 left it: world `w` with one outbox row of two events (numbers 1 and
+def version_18_with_events(execute) -> None:
+    """A catalog as version 18 left it: world `w` with one outbox row of two events (numbers 1 and
     2), written at time 5, none acknowledged (its events have no time of their own), and state rows."""
-    for migration in MIGRATIONS[:17]:
+    for migration in MIGRATIONS[:18]:
         for statement in migration.statements:
             execute(statement)
-    execute("INSERT INTO meta (key, value) VALUES ('schema_version', '17')")
+    execute("INSERT INTO meta (key, value) VALUES ('schema_version', '18')")
     execute("INSERT INTO worlds (world_id, name, status, created_at, updated_at) VALUES ('w', 'w', 'ACTIVE', 1, 1)")
     event = """json_array('{0}', 'admitted', 'PENDING', 'despawn', 0, NULL, 'local', '{{"attempts":0}}')"""
     execute(f"""INSERT INTO outbox (world_id, last_seq, first_seq, occurred_at, events)
         VALUES ('w', 2, 1, 5, json_array({event.format("a")}, {event.format("b")}))""")
-    for tick, first, body in STATE_SNAPSHOTS_V17:
+    for tick, first, body in STATE_SNAPSHOTS_V18:
         execute(f"INSERT INTO state_snapshots (world_id, tick, first_entity_id, body) VALUES ('w', {tick}, {first}, '{body}')")
-    for tick, part, body, replaces in STATE_DELTAS_V17:
+    for tick, part, body, replaces in STATE_DELTAS_V18:
         execute(f"INSERT INTO state_deltas (world_id, tick, part, body, replaces) VALUES ('w', {tick}, {part}, '{body}', {replaces})")
 
 
-STATE_SNAPSHOTS_V17 = [(3, 1, "s3-1"), (3, 40, "s3-40"), (6, 1, "s6-1")]
-STATE_DELTAS_V17 = [(4, 0, "d4-0", 0), (4, 1, "d4-1", 0), (5, 0, "d5-0", 1), (7, 0, "d7-0", 0)]
+STATE_SNAPSHOTS_V18 = [(3, 1, "s3-1"), (3, 40, "s3-40"), (6, 1, "s6-1")]
+STATE_DELTAS_V18 = [(4, 0, "d4-0", 0), (4, 1, "d4-1", 0), (5, 0, "d5-0", 1), (7, 0, "d7-0", 0)]
 
 
-def test_version_18_keeps_each_event_and_its_time_and_every_state_row(tmp_path):
-    """Events written before version 18 keep their numbers, fields and their row's time; an event
+def test_version_19_keeps_each_event_and_its_time_and_every_state_row(tmp_path):
+    """Events written before version 19 keep their numbers, fields and their row's time; an event
     appended to their row has its own; the state rows move to the clustered tables as they were
-    (docs/storage.md, "Schema version 18"), alike on every SQLite host."""
+    (docs/storage.md, "Schema version 19"), alike on every SQLite host."""
     local = SqliteSqlPort(tmp_path / CATALOG_FILE)
-    version_17_with_events(local.execute)
-    engines = [SqliteEngine(tmp_path / "standin.sqlite3"), WorkerdSqlEngine(shared_server(), f"v17-{uuid.uuid4().hex}")]
+    version_18_with_events(local.execute)
+    engines = [SqliteEngine(tmp_path / "standin.sqlite3"), WorkerdSqlEngine(shared_server(), f"v18-{uuid.uuid4().hex}")]
     for engine in engines:
-        version_17_with_events(engine.sql.exec)
+        version_18_with_events(engine.sql.exec)
     ports = [local] + [DurableObjectSqlPort(_Storage(e)) for e in engines]
     for port in ports:
         clock = ManualClock()
@@ -289,8 +289,8 @@ def test_version_18_keeps_each_event_and_its_time_and_every_state_row(tmp_path):
         assert ledger.world_info("w")["next_event_seq"] == 4
         # the state tables, rebuilt clustered, hold what they held, and their reads find it
         assert [tuple(r) for r in port.execute("SELECT tick, first_entity_id, body FROM state_snapshots ORDER BY 1, 2")] == (
-            STATE_SNAPSHOTS_V17)
+            STATE_SNAPSHOTS_V18)
         assert [tuple(r) for r in port.execute("SELECT tick, part, body, replaces FROM state_deltas ORDER BY 1, 2")] == (
-            STATE_DELTAS_V17)
+            STATE_DELTAS_V18)
         assert [tuple(r) for r in port.execute(ledger_sql.STATE_REPLACING_TICK, ("w", 6))] == [(5,)]
     engines[0].close()

@@ -276,10 +276,10 @@ NEXT_STATE_CHUNK = """SELECT first_entity_id, body FROM state_snapshots WHERE wo
     ORDER BY first_entity_id LIMIT 1"""
 LIST_STATE_DELTAS = "SELECT body FROM state_deltas WHERE world_id = ? AND tick >= ? AND tick <= ? ORDER BY tick, part"
 
-# -- outbox: rows of events in sequence order (docs/storage.md, "Rows per command" and "Schema version 18"),
+# -- outbox: rows of events in sequence order (docs/storage.md, "Rows per command" and "Schema version 19"),
 # keyed by the last event's sequence; `events` holds them from `first_seq`, each a JSON array
 # [command_id, event_type, status, operation, tick, principal, origin, payload text, occurred_at]
-# (an event written before version 18 has no time of its own: its row's, `occurred_at`, is). An
+# (an event written before version 19 has no time of its own: its row's, `occurred_at`, is). An
 # event's id is `<world id>/<event sequence>`.
 #
 # An append writes one row. Into the world's last row when that row's every event is acknowledged
@@ -518,7 +518,7 @@ FORKED_SEQUENCES = "SELECT sequence FROM commands WHERE world_id = ? ORDER BY se
 # -- retention (docs/ledger.md, "Retention"); every statement deletes at most a limit of rows,
 # oldest first, so one prune transaction stays small however far behind it is, and answers one
 # row per row deleted (RETURNING: the ports have no portable changes count) --
-PRUNABLE_STATUSES = "('APPLIED', 'REJECTED', 'CANCELLED')"  # as in the commands_settled index
+PRUNABLE_STATUSES = "('APPLIED', 'REJECTED', 'CANCELLED')"
 # The first unacknowledged event's time: a command settled no earlier than this may still have an
 # event in the outbox, so it is not yet readable from the audit table. (Through the key: the first
 # row holding one, and the least time of its pending events, which is the first's: the clock does
@@ -529,8 +529,17 @@ FIRST_PENDING_EVENT = """SELECT min(coalesce(json_extract(e.value, '$[8]'), o.oc
     WHERE o.first_seq + e.key > ?2"""
 PRUNE_TICKS = """DELETE FROM ticks WHERE world_id = ?1 AND tick IN
     (SELECT tick FROM ticks WHERE world_id = ?1 AND tick <= ?2 ORDER BY tick LIMIT ?3) RETURNING 1"""
+# The prunable commands, oldest settlement first, without an index of settlements (schema version 18:
+# docs/storage.md, "Rows per command"; a settlement would write an entry there). A command settled by the
+# horizon was admitted by it, and sequences follow admission time (the ledger's clock, as the horizon
+# reads it, does not go backwards), so they all come before the first command admitted after it: the
+# key is walked up to that one, which reads the commands older than the horizon (what prune takes,
+# and what it never takes: dead letters, commands still open), never the window's.
 PRUNE_COMMANDS = f"""DELETE FROM commands WHERE world_id = ?1 AND sequence IN
-    (SELECT sequence FROM commands WHERE world_id = ?1 AND status IN {PRUNABLE_STATUSES} AND updated_at <= ?2
+    (SELECT sequence FROM commands WHERE world_id = ?1
+        AND sequence < coalesce((SELECT sequence FROM commands WHERE world_id = ?1 AND created_at > ?2
+            ORDER BY sequence LIMIT 1), 9007199254740992)
+        AND status IN {PRUNABLE_STATUSES} AND updated_at <= ?2
         ORDER BY updated_at, sequence LIMIT ?3) RETURNING 1"""
 # A reservation whose command was pruned, or whose admission never came within the window.
 PRUNE_RESERVATIONS = """DELETE FROM spawn_reservations WHERE rowid IN

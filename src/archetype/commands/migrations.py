@@ -509,7 +509,15 @@ V17_LEASE_MAP = Migration(17, "command leases as a map on the world row; no inde
     "DROP INDEX ticks_by_token",
 ))  # fmt: skip
 
-# Version 18: fewer rows written per tick (docs/storage.md, "Schema version 18").
+# Version 18: a settlement enters no index (docs/storage.md, "Rows per command"). `commands_settled` goes:
+# prune finds the prunable commands by walking the commands' key up to the first command admitted
+# after its horizon (sequences follow admission time), so a settled command is its row alone: one row
+# fewer per command on the Durable Object.
+V18_NO_SETTLED_INDEX = Migration(18, "no index of settled commands: prune walks the key up to its horizon", (
+    "DROP INDEX commands_settled",
+))  # fmt: skip
+
+# Version 19: fewer rows written per tick (docs/storage.md, "Schema version 19").
 # - An outbox row takes more events after it was written: an append goes into the world's last row
 #   when that row's every event is acknowledged (taken over) or when it follows the row's events and
 #   the row is small, and an acknowledgement leaves the world's last row for that. An event carries
@@ -519,8 +527,8 @@ V17_LEASE_MAP = Migration(17, "command leases as a map on the world row; no inde
 # - The state tables are clustered on their keys (WITHOUT ROWID), as `commands` and `ticks` are since
 #   version 13: a state chunk written is one row, not a row and its key's entry. They are rebuilt
 #   (copied aside and back), the index of replacing deltas as it was.
-V18_OUTBOX_TAIL = Migration(18, "outbox rows that take appends, each event's own time; state tables clustered on their keys", (
-    "CREATE TABLE state_snapshots_v17 AS SELECT * FROM state_snapshots",
+V19_OUTBOX_TAIL = Migration(19, "outbox rows that take appends, each event's own time; state tables clustered on their keys", (
+    "CREATE TABLE state_snapshots_v18 AS SELECT * FROM state_snapshots",
     "DROP TABLE state_snapshots",
     """CREATE TABLE state_snapshots (
         world_id TEXT NOT NULL,
@@ -529,9 +537,9 @@ V18_OUTBOX_TAIL = Migration(18, "outbox rows that take appends, each event's own
         body TEXT NOT NULL,
         PRIMARY KEY (world_id, tick, first_entity_id)) WITHOUT ROWID""",
     """INSERT INTO state_snapshots (world_id, tick, first_entity_id, body)
-        SELECT world_id, tick, first_entity_id, body FROM state_snapshots_v17""",
-    "DROP TABLE state_snapshots_v17",
-    "CREATE TABLE state_deltas_v17 AS SELECT * FROM state_deltas",
+        SELECT world_id, tick, first_entity_id, body FROM state_snapshots_v18""",
+    "DROP TABLE state_snapshots_v18",
+    "CREATE TABLE state_deltas_v18 AS SELECT * FROM state_deltas",
     "DROP TABLE state_deltas",
     """CREATE TABLE state_deltas (
         world_id TEXT NOT NULL,
@@ -541,15 +549,15 @@ V18_OUTBOX_TAIL = Migration(18, "outbox rows that take appends, each event's own
         replaces INTEGER NOT NULL DEFAULT 0,
         PRIMARY KEY (world_id, tick, part)) WITHOUT ROWID""",
     """INSERT INTO state_deltas (world_id, tick, part, body, replaces)
-        SELECT world_id, tick, part, body, replaces FROM state_deltas_v17""",
-    "DROP TABLE state_deltas_v17",
+        SELECT world_id, tick, part, body, replaces FROM state_deltas_v18""",
+    "DROP TABLE state_deltas_v18",
     "CREATE INDEX state_deltas_replacing ON state_deltas (world_id, tick) WHERE replaces = 1",
 ))  # fmt: skip
 
 MIGRATIONS = (V1_SCHEMA, V2_EXACTLY_ONCE, V3_STATE_CHUNKS, V4_HEALTH_AND_REDRIVE, V5_RETENTION, V6_COMPONENT_SCHEMAS,
               V7_TICK_CLOCK, V8_WORLD_LEASES, V9_DERIVED_SEQUENCES, V10_RUNNER_REGISTRY, V11_DURABLE_FACTS,
               V12_TICK_MODES, V13_FEWER_ROWS, V14_STATE_HISTORY, V15_COMMAND_ID_FIRST, V16_FORK_COPIES,
-              V17_LEASE_MAP, V18_OUTBOX_TAIL)  # fmt: skip
+              V17_LEASE_MAP, V18_NO_SETTLED_INDEX, V19_OUTBOX_TAIL)  # fmt: skip
 SCHEMA_VERSION = MIGRATIONS[-1].version
 
 HAS_META = "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'"
