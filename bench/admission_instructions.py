@@ -11,6 +11,13 @@ their counts, so start-up and warm-up cancel: the event loop's thread (the calle
 the scheduler, the hand-over) and the catalog's writer thread (the ledger's transaction, SQLite).
 With `--baseline-src`, the same with that tree's `src` first on PYTHONPATH (this script and the
 bench helpers stay this tree's).
+
+The two threads' counts move by several percent with how the threads happen to interleave (a busy
+machine changes it), so `--parts` counts instead the two pieces that run on one thread alone, the
+same way: `caller`, the `defer` with the authority's `admit` answered at once (the dispatcher's
+and scheduler's validation, no hand-over, no SQL), and `ledger`, `Ledger.admit` of the same rows
+in a transaction of the port on the calling thread (the ledger's checks, SQLite, the write lock;
+not the writer thread's hand-over).
 """
 
 from __future__ import annotations
@@ -23,9 +30,53 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 BENCH = Path(__file__).resolve().parent
 WARM_UP = 50
+PARTS_MAX = 250  # --parts: the most admissions a run of one part makes
+
+
+async def caller(count: int, directory: Path) -> None:
+    from admission_bench import Ours
+
+    ours = await Ours.open(directory, "NORMAL", WARM_UP + PARTS_MAX)  # built alike whatever the count
+    authority = ours.rt.dispatcher.scheduler.authority
+    for i in range(WARM_UP):
+        await ours.put(i)
+
+    async def answered(world_id: str, rows: list[Any], quota: int | None) -> list[dict[str, Any]]:
+        return [{"command_id": r["command_id"], "sequence": 1, "replayed": False, "digest": "0" * 64} for r in rows]
+
+    admit_for_real, authority.admit = authority.admit, answered
+    try:
+        for i in range(WARM_UP, WARM_UP + count):
+            await ours.put(i)
+    finally:
+        authority.admit = admit_for_real
+        await ours.rt.close()
+
+
+def ledger(count: int, directory: Path) -> None:
+    from admission_bench import Ours
+
+    from archetype.commands.ledger import Ledger
+    from archetype.commands.port import SystemClock
+    from local_catalog import CATALOG_FILE, SqliteSqlPort
+
+    async def rows() -> list[tuple[str, Any]]:
+        ours = await Ours.open(directory, "NORMAL", WARM_UP + PARTS_MAX)
+        try:
+            return [ours.rt.dispatcher.scheduler._admission_row(item, None, "local") for item in ours.items]
+        finally:
+            await ours.rt.close()
+
+    prepared = asyncio.run(rows())
+    port = SqliteSqlPort(directory / CATALOG_FILE, synchronous="NORMAL")
+    catalog = Ledger(port, SystemClock())
+    for world_id, row in prepared[: WARM_UP + count]:
+        port.transaction(lambda: catalog.admit(world_id, [row], None))  # noqa: B023 (called at once)
+    port.close()
 
 
 async def admit(count: int, directory: Path) -> None:
@@ -39,13 +90,13 @@ async def admit(count: int, directory: Path) -> None:
         await ours.rt.close()
 
 
-def instructions(count: int, src: Path | None) -> dict[str, int]:
+def instructions(count: int, src: Path | None, part: str = "defer") -> dict[str, int]:
     """Instructions of a run of `count` admissions under callgrind, by thread (1: the event loop's)."""
     with tempfile.TemporaryDirectory(prefix="archetype-callgrind-") as tmp:
         out = Path(tmp) / "callgrind.out"
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(src) if src else "", str(BENCH)])))
         subprocess.run(["valgrind", "--tool=callgrind", "--separate-threads=yes", f"--callgrind-out-file={out}",
-                        sys.executable, __file__, "--run", str(count), "--directory", tmp],
+                        sys.executable, __file__, "--run", str(count), "--part", part, "--directory", tmp],
                        check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
         totals = {}
         for path in Path(tmp).glob("callgrind.out-*"):
@@ -64,17 +115,38 @@ def per_admission(counts: tuple[int, int], src: Path | None) -> tuple[float, flo
     return loop, others
 
 
+def one_thread(counts: tuple[int, int], src: Path | None, part: str) -> float:
+    """Instructions per admission of a piece that runs on one thread (every thread counted)."""
+    small, large = (sum(instructions(count, src, part).values()) for count in counts)
+    return (large - small) / (counts[1] - counts[0])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--counts", type=int, nargs=2, default=(100, 600))
     parser.add_argument("--baseline-src", type=Path)
+    parser.add_argument("--parts", action="store_true", help="count the caller's and the ledger's piece, each on one thread")
     parser.add_argument("--run", type=int, help=argparse.SUPPRESS)  # the child under callgrind
+    parser.add_argument("--part", default="defer", help=argparse.SUPPRESS)
     parser.add_argument("--directory", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.run is not None:
-        asyncio.run(admit(args.run, args.directory / "catalog"))
+        directory = args.directory / "catalog"
+        if args.part == "ledger":
+            ledger(args.run, directory)
+        else:
+            asyncio.run((caller if args.part == "caller" else admit)(args.run, directory))
         return
     trees = [("this tree", None)] + ([(f"baseline ({args.baseline_src})", args.baseline_src)] if args.baseline_src else [])
+    if args.parts:
+        if max(args.counts) > PARTS_MAX:
+            parser.error(f"--parts counts at most {PARTS_MAX}")
+        print(f"instructions per admission of each piece on one thread, callgrind, runs of {args.counts[0]} and {args.counts[1]}")
+        print(f"  {'tree':<40} {'caller':>10} {'ledger':>10}")
+        for name, src in trees:
+            caller_part, ledger_part = (one_thread(tuple(args.counts), src, part) for part in ("caller", "ledger"))
+            print(f"  {name:<40} {caller_part:10,.0f} {ledger_part:10,.0f}")
+        return
     print(f"instructions per single admission (defer, NORMAL), callgrind, runs of {args.counts[0]} and {args.counts[1]}")
     print(f"  {'tree':<40} {'event loop':>12} {'writer (ledger)':>16} {'total':>10}")
     for name, src in trees:

@@ -1,3 +1,4 @@
+import hashlib
 import json
 import math
 from typing import Any
@@ -15,6 +16,7 @@ from archetype.canonical import (
     digest,
     nesting_exceeds,
     parse_json,
+    sha256_hex,
 )
 
 json_scalars = (
@@ -270,3 +272,16 @@ def test_parse_json_reads_text_as_json_loads_does(value, encoding, ensure_ascii)
         return  # lone surrogates: refused by parse_json alone (above)
     for form in (text.encode(encoding), text.encode(encoding).decode("latin-1"), "\ufeff" + text):
         assert _outcome(parse_json, form) == _outcome(json.loads, form)
+
+
+@given(st.lists(st.text(st.characters(max_codepoint=127)), min_size=1, max_size=4))
+def test_sha256_hex_is_sha256_of_each_text_alone(texts):
+    """Each digest is of its own text only (the prebuilt hasher is copied, never fed twice)."""
+    for text in texts:
+        assert sha256_hex(text) == hashlib.sha256(text.encode("ascii")).hexdigest()
+    assert sha256_hex("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"  # FIPS 180-2's example
+
+
+def test_sha256_hex_refuses_text_that_is_not_ascii():
+    with pytest.raises(UnicodeEncodeError):
+        sha256_hex("caf\u00e9")

@@ -56,6 +56,7 @@ from archetype.commands.http_translator import Mutation, SubmitCommandRequest, r
 from archetype.commands.ledger import STATE_READ_LIMIT
 from archetype.commands.options import DurableOptions
 from archetype.commands.scheduler import CommandStatus, CommandSummary, DeferredItem
+from archetype.http_client import LIMITS
 from archetype.remote import DEFAULT_TIMEOUT_S, raise_for_error
 from archetype.world.components import Component
 from archetype.world.operations import AddComponents, Despawn, RemoveComponents, Spawn, Update
@@ -367,7 +368,8 @@ class Client:
                  transport: httpx.BaseTransport | None = None) -> None:  # fmt: skip
         self.url = url.rstrip("/")
         self._calls = _Calls(retry or RetryPolicy())
-        self._http = httpx.Client(base_url=self.url, headers=_headers(token), timeout=timeout, transport=transport)
+        self._http = httpx.Client(base_url=self.url, headers=_headers(token), timeout=timeout, limits=LIMITS,
+                                  transport=transport)
 
     def _run(self, call: Call[T]) -> T:
         step = next(call)
@@ -547,7 +549,8 @@ class AsyncClient:
                  transport: httpx.AsyncBaseTransport | None = None) -> None:  # fmt: skip
         self.url = url.rstrip("/")
         self._calls = _Calls(retry or RetryPolicy())
-        self._http = httpx.AsyncClient(base_url=self.url, headers=_headers(token), timeout=timeout, transport=transport)
+        self._http = httpx.AsyncClient(base_url=self.url, headers=_headers(token), timeout=timeout, limits=LIMITS,
+                                       transport=transport)
 
     async def _run(self, call: Call[T]) -> T:
         step = next(call)

@@ -15,6 +15,7 @@ import httpx
 from archetype.api.errors import InternalError
 from archetype.commands.authority import Authority
 from archetype.commands.errors import error_from_json
+from archetype.http_client import LIMITS
 
 DEFAULT_TIMEOUT_S = 30.0
 
@@ -39,7 +40,11 @@ class HttpAuthority(Authority):
                  transport: httpx.AsyncBaseTransport | None = None) -> None:  # fmt: skip
         self.url = url.rstrip("/")
         self._client = httpx.AsyncClient(
-            base_url=self.url, headers={"Authorization": f"Bearer {token}"}, timeout=timeout, transport=transport
+            base_url=self.url,
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=timeout,
+            limits=LIMITS,
+            transport=transport,
         )
 
     async def rpc(self, method: str, arguments: dict[str, Any]) -> Any:

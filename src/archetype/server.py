@@ -26,7 +26,7 @@ import secrets
 import signal
 import socket
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,7 @@ from archetype.api.app import HttpApp
 from archetype.api.auth import TOKENS_ENV, TokenTable, TokenTableError
 from archetype.audit import AuditLog
 from archetype.commands.authority import Authority
+from archetype.commands.port import StorageFault
 from archetype.dashboard import mount_dashboard
 from archetype.data_directory import Runners, hold_data_directory
 from archetype.docs_ui import mount_docs
@@ -46,6 +47,7 @@ from archetype.modules import import_modules
 from archetype.settings import ConfigurationError, ServeSettings
 from archetype.stepper import Stepper
 from local_catalog import open_local_authority
+from local_catalog.writer import WriterThreadAuthority
 
 log = logging.getLogger("archetype.serve")
 GC_YOUNG_THRESHOLD = 20_000
@@ -109,10 +111,11 @@ async def serve(config: ServeSettings) -> None:
         sock.close()
 
 
-def serve_app(config: ServeSettings, authority: Authority, tokens: TokenTable, metrics: Metrics, audit: Any) -> HttpApp:
+def serve_app(config: ServeSettings, authority: Authority, tokens: TokenTable, metrics: Metrics, audit: Any,
+              storage_fault: Callable[[], StorageFault | None] | None = None) -> HttpApp:  # fmt: skip
     """The HTTP app `archetype serve` answers with: the shared app, with /docs, the dashboard and /metrics."""
     app = create_app(authority, tokens=tokens, quota=config.quota, audit=audit, body_timeout_s=config.body_timeout,
-                     telemetry=config.telemetry)  # fmt: skip
+                     telemetry=config.telemetry, storage_fault=storage_fault)  # fmt: skip
     mount_docs(app)
     mount_dashboard(app)
     mount_metrics(app, metrics, log_requests=config.log_format == "json")
@@ -124,10 +127,12 @@ async def _serve(config: ServeSettings, runners: Runners, tokens: TokenTable, so
     (archetype.stepper) steps the worlds, so that a busy tick never delays an answer."""
     metrics = Metrics(config.metrics_worlds)
     catalog = open_local_authority(config.data, synchronous=config.synchronous)
+    assert isinstance(catalog, WriterThreadAuthority)  # serve runs on CPython, which has threads
     authority = ObservedAuthority(catalog, metrics)
     audit = AuditLog.open_local(config.data, authority)  # GetAuditHistory reads it; the stepping process projects
-    app = serve_app(config, authority, tokens, metrics, audit)
     stepper = Stepper(config, runners.handle)
+    # health: a write either process's catalog connection was refused, until one of its writes succeeds
+    app = serve_app(config, authority, tokens, metrics, audit, lambda: catalog.storage_fault() or stepper.storage_fault)
     metrics.relay(stepper.latest_metrics)
     # JSON logs: uvicorn's loggers propagate to our formatter, and our access line replaces its own
     json_logs: dict[str, Any] = {"log_config": None, "access_log": False} if config.log_format == "json" else {}

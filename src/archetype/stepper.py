@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import queue
@@ -37,8 +38,10 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import IO
 
+from archetype.commands.port import StorageFault
 from archetype.metrics import Metrics, configure_logging
 from archetype.settings import ConfigurationError, ServeSettings
 
@@ -49,6 +52,7 @@ RESTART_DELAY_S = 0.5  # between a death and the next start: a crash loop stays 
 METRICS_EVERY_S = 1.0  # and the heartbeat: serve takes silence longer than --hang-timeout for a hang
 POLL_S = 0.05  # how soon the reporter thread sends what the loop queued (`ready`)
 READY = b"ready\n"
+STORAGE = b"storage "  # then one line: the JSON of its catalog's StorageFault, or null once a write succeeded
 REFUSED = b"refused "  # then one line: why the stepping process may not run (its runner id is live elsewhere)
 
 
@@ -67,6 +71,7 @@ class Stepper:
     def __init__(self, config: ServeSettings, lock: IO[str]) -> None:
         self.config, self.lock = config, lock
         self.metrics = b""  # its last exposition of Metrics.STEPPER_SERIES
+        self.storage_fault: StorageFault | None = None  # why its catalog's writes fail, as it last said
         self.pid: int | None = None
         self.ready = False  # a stepping process has been ready once
         self._ready = False  # the current one is
@@ -104,7 +109,7 @@ class Stepper:
         """Run one stepping process: its exit code when it died (None when `stop` stopped it), and
         whether it hung (silent `hang_timeout` seconds: killed with SIGKILL, then a death like any)."""
         ours, theirs = socket.socketpair()
-        self._ready, self.refusal = False, None
+        self._ready, self.refusal, self.storage_fault = False, None, None
         try:
             fds = (theirs.fileno(), self.lock.fileno())
             process = await asyncio.create_subprocess_exec(
@@ -158,6 +163,9 @@ class Stepper:
                     self.ready = self._ready = True
                 elif line.startswith(REFUSED):
                     self.refusal = line[len(REFUSED) :].decode().strip()
+                elif line.startswith(STORAGE):
+                    fault = json.loads(line[len(STORAGE) :])
+                    self.storage_fault = None if fault is None else StorageFault(**fault)
                 elif line.startswith(b"metrics "):
                     self.metrics = await reader.readexactly(int(line.split()[1]))
 
@@ -190,14 +198,19 @@ class Reporter:
         self._frames.put(None)
         self._thread.join(timeout=5)
 
-    async def expose(self, metrics: Metrics, stop: asyncio.Event) -> None:
-        """The loop's side: `ready`, then the metrics every second, until `stop`; sets `stop` when
-        the HTTP process is gone (the thread saw end-of-file)."""
+    async def expose(self, metrics: Metrics, stop: asyncio.Event, storage_fault: Callable[[], StorageFault | None]) -> None:
+        """The loop's side: `ready`, then the metrics every second, and the catalog's `storage_fault`
+        when it changed, until `stop`; sets `stop` when the HTTP process is gone (the thread saw
+        end-of-file)."""
         self._stop = asyncio.get_running_loop(), stop
         if self._gone:
             stop.set()
         self.send(READY)
+        said: StorageFault | None = None
         while not stop.is_set():
+            if (fault := storage_fault()) != said:
+                said = fault
+                self.send(STORAGE + json.dumps(None if fault is None else vars(fault)).encode() + b"\n")
             self._exposition, self._exposed_at = metrics.stepper_exposition(), time.monotonic()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), METRICS_EVERY_S)

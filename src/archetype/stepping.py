@@ -11,6 +11,7 @@ from collections.abc import Callable, Coroutine
 from typing import IO, Any
 
 from archetype.audit import AuditLog
+from archetype.commands.port import StorageFault
 from archetype.data_directory import Runners, serve_instance, singleton_duties
 from archetype.metrics import Metrics, ObservedAuthority
 from archetype.modules import import_modules, set_up_modules
@@ -23,7 +24,8 @@ from local_catalog import open_local_authority
 from local_catalog.writer import BacklogWorld, WriterThreadAuthority
 
 
-async def step_worlds(config: ServeSettings, expose: Callable[[Metrics, asyncio.Event], Coroutine[Any, Any, None]], lock: IO[str]) -> None:
+async def step_worlds(config: ServeSettings, expose: Callable[[Metrics, asyncio.Event, Callable[[], StorageFault | None]],
+                      Coroutine[Any, Any, None]], lock: IO[str]) -> None:  # fmt: skip
     """The stepping process (archetype.stepper): this serve's runner, under its runner id, whose
     lock it shares with the HTTP process (`lock`), reporting to it through `expose` (the channel's
     `Reporter.expose`, which sets `stop` when the HTTP process is gone); it stops on SIGTERM or
@@ -48,6 +50,7 @@ async def step_worlds(config: ServeSettings, expose: Callable[[Metrics, asyncio.
     # queue behind the ticks' group commits (under load those took seconds, and a runner that saw a
     # joiner late went on stepping worlds that were no longer its share).
     registry_catalog = open_local_authority(config.data, synchronous=config.synchronous)
+    assert isinstance(registry_catalog, WriterThreadAuthority)
     registry = RunnerRegistry(registry_catalog, config.runner_id, serve_instance(config.data), lease_ms)
     try:
         await registry.join()
@@ -63,7 +66,7 @@ async def step_worlds(config: ServeSettings, expose: Callable[[Metrics, asyncio.
     world_runner = WorldRunner(runtime, catalog, metrics, config.tick_rate, registry=registry)
     beat_s = config.world_lease / 3
     tasks = [
-        asyncio.create_task(expose(metrics, stop)),
+        asyncio.create_task(expose(metrics, stop, lambda: catalog.storage_fault() or registry_catalog.storage_fault())),
         asyncio.create_task(world_runner.run(stop)),
         asyncio.create_task(world_runner.heartbeat(stop, beat_s)),
         asyncio.create_task(singleton_duties(

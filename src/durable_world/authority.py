@@ -71,7 +71,8 @@ class DurableObjectAuthority(Authority):
         begun = await self._on_object("fork_begin", world_id=fork_id, **identity)
         if not begun["started"]:
             plan = await self._on_object("fork_plan", world_id=source_id, fork_world_id=fork_id, at_tick=args.get("at_tick"),
-                                    name=args.get("name"), with_open_commands=args.get("with_open_commands", False))  # fmt: skip
+                                    name=args.get("name"), with_open_commands=args.get("with_open_commands", False),
+                                    actor=args.get("actor"))  # fmt: skip
             begun = await self._on_object("fork_begin", world_id=fork_id, **identity, plan=plan)
         if begun["world"] is None:
             cursor = begun["cursor"]

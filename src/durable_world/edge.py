@@ -15,10 +15,16 @@ with `edge_hosted(world_id) -> bool`; every other world is runner-hosted (a CPyt
 steps it through `Runtime.open_remote`). The two never fight for the writer: the object refuses
 a remote `acquire_writer` for an edge-hosted world (`world_edge_hosted`), and never steps a
 runner-hosted one.
+
+A tick that fails is the runner's failure too: the host records it (the world is STALLED, its
+health says why) and logs it once per stall, and the object waits out the host's backoff
+(`WorldHost.retry_due`, on the ledger's clock) before it tries again, sooner when an operator
+asks (`retry_world`, whose call arms the alarm).
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -30,7 +36,7 @@ from archetype.commands.clock import TickClock
 from archetype.commands.families import default_registry
 from archetype.commands.host import WorldHost
 from archetype.commands.ledger import DEFAULT_IDEMPOTENCY_WINDOW_MS, DEFAULT_KEEP_TICKS, PRUNE_LIMIT, Ledger
-from archetype.commands.port import Clock
+from archetype.commands.port import Clock, SystemClock
 from archetype.commands.scheduler import CommandScheduler
 
 # The object's writer identity in lease rows: one object per world, so one name serves them all.
@@ -50,7 +56,10 @@ class EdgeRuntime:
         self.authority = InProcessAuthority(ledger)
         self.registry = default_registry()
         self.scheduler = CommandScheduler(self.registry, self.authority, owner=EDGE_OWNER)
-        self.worlds = WorldHost(self.authority, self.scheduler, wall_clock=clock, tick_interval_ms=tick_interval_ms)
+        wall_clock = clock or SystemClock()
+        # the backoff runs on the ledger's clock too: the alarm is set in its time
+        self.worlds = WorldHost(self.authority, self.scheduler, wall_clock=wall_clock, tick_interval_ms=tick_interval_ms,
+                                clock=lambda: wall_clock.now_ms() / 1000)  # fmt: skip
         self._modules = list(modules)
         for module in self._modules:
             setup = getattr(module, "setup", None)
@@ -70,16 +79,25 @@ class EdgeRuntime:
         the tick its clock reached (the empty ticks between coalesced), a lockstep world its next
         tick, and on, back to back, while the next is due too (it is behind its schedule, or
         unpaced), for at most one `tick_interval_ms`. Answer when the next step is due. An alarm
-        that comes early (for audit delivery, or repeated) steps nothing."""
+        that comes early (for audit delivery, or repeated) steps nothing, nor does one within the
+        backoff of a world whose tick failed (`retry_at_ms`)."""
         deadline = time.monotonic() + self.worlds.tick_interval_ms / 1000
         while True:
             clock, at = await self._due(world_id)
             now = self.worlds.wall_clock.now_ms()
             if at is None or at > now:
                 return at
+            if not await self.worlds.retry_due(world_id):
+                return self.retry_at_ms(world_id)
             await self.worlds.step(world_id, clock.step_to(now, (await self.worlds.get(world_id)).tick))
             if not clock.lockstep or time.monotonic() >= deadline:
                 return await self.next_step_at(world_id)
+
+    def retry_at_ms(self, world_id: str) -> int | None:
+        """When a world whose tick (or load) failed may try again, on the ledger's clock: the end of
+        the host's backoff, and never now, which is still within it (None: the world is not failing)."""
+        at = self.worlds.retry_at(world_id)
+        return None if at is None else max(math.ceil(at * 1000), self.worlds.wall_clock.now_ms() + 1)
 
     async def _due(self, world_id: str) -> tuple[TickClock, int | None]:
         info = await self.authority.world_info(world_id)

@@ -227,9 +227,10 @@ class WorldObject(DurableObject):  # type: ignore[misc]  # `workers` exists only
         except (WorldClosingError, WorldNotFoundError):  # closing or destroyed meanwhile: the host dropped it
             return None
         except Exception:
-            # Handled here, not left to the runtime's bounded alarm retries: the world keeps ticking. The
-            # world host recorded the failure (STALLED) and logged it, once per stall.
-            return self.clock.now_ms() + self.tick_interval_ms
+            # Handled here, not left to the runtime's bounded alarm retries: the world keeps ticking, after
+            # the host's backoff. The host recorded the failure (STALLED) and logged it, once per stall.
+            retry_at = self.edge.retry_at_ms(world_id)
+            return self.clock.now_ms() + self.tick_interval_ms if retry_at is None else retry_at
 
     async def _deliver(self, worlds: list[Any], stop_at_ms: int | None) -> int | None:
         """Send the audit outbox (until `stop_at_ms`, when the next tick is due); answer when

@@ -6,6 +6,9 @@ kernel rather than polled for (`local_catalog.writer_lock`), a busy timeout for 
 other writer, and
 `synchronous=FULL` by default: a committed transaction survives power loss, not only a process
 crash. `synchronous="NORMAL"` trades the last transactions before a power loss for speed.
+
+A writer's port remembers a write the storage refused (`write_fault`: a full disk, an I/O error)
+until a transaction that changed rows commits: that is the catalog's health (`GET /health`).
 """
 
 from __future__ import annotations
@@ -16,7 +19,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
-from archetype.commands.errors import storage_unavailable
+from archetype.commands.errors import StorageUnavailableError, storage_unavailable
+from archetype.commands.port import StorageFault, SystemClock
+from archetype.world.error_text import error_text
 
 if TYPE_CHECKING:
     from local_catalog.writer_lock import WriterLock
@@ -47,9 +52,14 @@ class SqliteSqlPort:
         self._conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
         self._conn.execute("PRAGMA journal_mode = WAL")
         self._conn.execute(f"PRAGMA synchronous = {synchronous}")
+        # every statement through one cursor (a port serves one thread at a time: the writer
+        # thread, the reader's), fetched whole before the next: Connection.execute makes and
+        # drops a cursor per statement, and an admission runs five
+        self._cursor = self._conn.cursor()
         self._begin = "BEGIN IMMEDIATE"
         self._depth = 0
         self._writer_lock: WriterLock | None = None
+        self.write_fault: StorageFault | None = None  # the storage refused a write, and none succeeded since
         if read_only:
             self._conn.execute("PRAGMA query_only = ON")
             self._begin = "BEGIN DEFERRED"
@@ -60,7 +70,7 @@ class SqliteSqlPort:
 
     def execute(self, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
         try:
-            return self._conn.execute(sql, tuple(params)).fetchall()
+            return self._cursor.execute(sql, tuple(params)).fetchall()
         except sqlite3.Error as exc:
             _raise_storage_error(exc)
 
@@ -71,27 +81,40 @@ class SqliteSqlPort:
 
     def _immediate(self, fn: Callable[[], T]) -> T:
         """`fn` inside one BEGIN IMMEDIATE (a reader's: DEFERRED) .. COMMIT, rolled back when it or
-        the commit raises. (Written out rather than as context managers: this runs once per
-        admission, and generator context managers were a measurable share of its CPU.)"""
+        the commit raises; a storage failure is the `write_fault` until rows are written again."""
+        changes = self._conn.total_changes
+        try:
+            result = self._commit(fn)
+        except StorageUnavailableError as exc:
+            fault = self.write_fault
+            self.write_fault = StorageFault(error_text(exc), fault.since_ms if fault else SystemClock().now_ms())
+            raise
+        if self.write_fault is not None and self._conn.total_changes != changes:
+            self.write_fault = None
+        return result
+
+    def _commit(self, fn: Callable[[], T]) -> T:
+        """`_immediate`'s transaction. (Written out rather than as context managers: this runs once
+        per admission, and generator context managers were a measurable share of its CPU.)"""
         lock = self._writer_lock
         if lock is not None:
             lock.acquire()
         try:
-            self._conn.execute(self._begin)
+            self._cursor.execute(self._begin)
             self._depth += 1
             try:
                 result = fn()
             except BaseException:
                 self._depth -= 1
                 if self._conn.in_transaction:  # SQLite rolls back by itself after a full disk or an I/O error
-                    self._conn.execute("ROLLBACK")
+                    self._cursor.execute("ROLLBACK")
                 raise
             self._depth -= 1
             try:
-                self._conn.execute("COMMIT")
+                self._cursor.execute("COMMIT")
             except BaseException:
                 if self._conn.in_transaction:
-                    self._conn.execute("ROLLBACK")
+                    self._cursor.execute("ROLLBACK")
                 raise
             return result
         except sqlite3.Error as exc:
@@ -115,15 +138,15 @@ class SqliteSqlPort:
     def attempt(self, call: Callable[[], T]) -> T | Exception:
         """`call` inside a savepoint of the transaction in progress: what it raised is rolled back
         and answered, and the rest of the transaction goes on."""
-        self._conn.execute("SAVEPOINT call")
+        self._cursor.execute("SAVEPOINT call")
         try:
             result: T | Exception = call()
         except Exception as exc:
             if not self._conn.in_transaction:  # SQLite rolled the whole transaction back (a full disk): it fails whole
                 raise
-            self._conn.execute("ROLLBACK TO call")
+            self._cursor.execute("ROLLBACK TO call")
             result = exc
-        self._conn.execute("RELEASE call")
+        self._cursor.execute("RELEASE call")
         return result
 
     def close(self) -> None:

@@ -28,6 +28,7 @@ from archetype.commands.authority import InProcessAuthority
 from archetype.commands.errors import UnregisteredOperationError
 from archetype.commands.ledger import CATALOG_METHODS, LEDGER_METHODS, Ledger
 from archetype.commands.ledger_rows import Watermark
+from archetype.commands.port import StorageFault
 from local_catalog.port import SqliteSqlPort
 from local_catalog.reader import READ_METHODS, CatalogReader
 
@@ -108,6 +109,10 @@ class WriterThreadAuthority(InProcessAuthority):
         return await self._call(lambda: fn(**arguments), solo=method in SOLO_METHODS,
                                 admission=arguments if method == "admit" else None)  # fmt: skip
 
+    def storage_fault(self) -> StorageFault | None:
+        """Why the catalog's writes fail, until one succeeds again (None: they do)."""
+        return self._port.write_fault
+
     async def outbox_backlog(self) -> list[BacklogWorld]:
         """The worlds of the catalog with outbox events not yet projected, each with its watermark,
         status and health (a local-catalog read: a Durable Object holds one world): what `archetype serve`'s
@@ -141,11 +146,14 @@ class WriterThreadAuthority(InProcessAuthority):
             self._run_group(group)
 
     def _run_group(self, group: list[_Call]) -> None:
-        units = self._merged(group)
         try:
-            done = self._port.group([calls[0].fn if len(calls) == 1 else self._run_merged(calls) for calls in units])
-            results = [answer for calls, result in zip(units, done, strict=True)
-                       for answer in ([result] if len(calls) == 1 else _answer_each(calls, result))]  # fmt: skip
+            if len(group) == 1:  # (an idle catalog's usual group: nothing to merge)
+                results: list[Any] = self._port.group([group[0].fn])
+            else:
+                units = self._merged(group)
+                done = self._port.group([calls[0].fn if len(calls) == 1 else self._run_merged(calls) for calls in units])
+                results = [answer for calls, result in zip(units, done, strict=True)
+                           for answer in ([result] if len(calls) == 1 else _answer_each(calls, result))]  # fmt: skip
         except BaseException as exc:  # the commit itself failed: nothing of the group is durable
             results = [exc] * len(group)
         self.calls += len(group)

@@ -5,6 +5,8 @@ The Worker's fork is a new object copied page by page from the source's: the sam
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tests.api import test_reads
@@ -24,6 +26,9 @@ async def test_a_fork_answers_the_new_world(edge, world):
     assert (answer.json()["world_id"], answer.json()["name"], answer.json()["tick_head"]) == ("w1-fork", "what if", world.tick)
     again = await client.post("/worlds/w1:fork", json=fork_body(world.tick), headers=ADMIN)
     assert (again.status_code, again.json()) == (201, answer.json())
+    for each in ("w1", "w1-fork"):  # the event names the admin token's principal on both worlds
+        (event,) = [e for e in await authority.read_outbox(each, limit=1000) if e["event_type"] == "world_forked"]
+        assert json.loads(event["payload"])["actor"] == "root"
     source = (await client.get("/worlds/w1/state", headers=VIEWER)).json()["entities"]
     forked = (await client.get("/worlds/w1-fork/state", headers=VIEWER)).json()["entities"]
     assert forked == source and forked

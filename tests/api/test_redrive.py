@@ -3,6 +3,8 @@ every answer one the published OpenAPI allows."""
 
 from __future__ import annotations
 
+import json
+
 from archetype import Permanent
 from archetype.runtime import Runtime
 from archetype.world import Step
@@ -56,6 +58,8 @@ async def test_an_operator_redrives_a_players_dead_letter_once(client, world, au
     assert first.json() == {**again.json(), "replayed": False} and again.json()["replayed"] is True
     assert first.json()["redriven_from"] == dead["sequence"] and first.json()["command_id"] == "doomed-again"
     assert (other.status_code, other.json()["code"]) == (409, "already_redriven")
+    (event,) = [e for e in await authority.read_outbox(world, limit=1000) if e["event_type"] == "redriven"]
+    assert json.loads(event["payload"])["actor"] == "runner"  # the operator token's principal (docs/ledger.md, "Who asked")
 
     # the player sees the new command in its own scope, linked to the dead one, which is untouched but for its mark
     new = (await client.get(f"/worlds/{world}/commands/doomed-again", headers=PLAYER)).json()

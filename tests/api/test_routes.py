@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from archetype.runtime import Runtime
@@ -18,7 +20,7 @@ def ref(component_type) -> dict:
     return ComponentTypeRef.from_type(component_type).model_dump(mode="json")
 
 
-async def test_world_lifecycle(client):
+async def test_world_lifecycle(client, authority):
     created = await client.post("/worlds", json={"name": "arena", "world_id": "w1"}, headers=ADMIN)
     assert created.status_code == 201
     assert created.json()["status"] == "ACTIVE" and created.json()["tick_head"] == -1
@@ -37,6 +39,8 @@ async def test_world_lifecycle(client):
     await client.post("/worlds/w1/commands", json={"type": "despawn", "tick": 9, "entity_id": 1}, headers=PLAYER)
     destroyed = await client.delete("/worlds/w1", headers=ADMIN)
     assert destroyed.json() == {"world_id": "w1", "cancelled": 1}
+    (cancelled,) = [e for e in await authority.read_outbox("w1", limit=100) if e["event_type"] == "cancelled"]
+    assert json.loads(cancelled["payload"])["actor"] == "root"  # the admin token's principal (docs/ledger.md, "Who asked")
     assert (await client.get("/worlds/w1", headers=VIEWER)).json()["status"] == "DESTROYED"
     closed = await client.post("/worlds/w1/commands", json={"type": "despawn", "tick": 9, "entity_id": 1}, headers=PLAYER)
     assert (closed.status_code, closed.json()["code"]) == (409, "world_closing")

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from archetype import Permanent
 from archetype.commands import CommandStatus, DurableOptions
 from archetype.world import ComponentValue, Spawn, Step
 from tests.component_modules import flaky
@@ -62,3 +63,25 @@ def applied(manifest: dict) -> list[str]:
 def settled(manifest: dict) -> list[tuple[str, str]]:
     """(command id, outcome) of every settlement of a tick manifest, in manifest order."""
     return [(s["command_id"], s["outcome"]) for s in manifest["settlements"]]
+
+
+async def failing_processor(rt, world_id: str, times: int) -> list:
+    world = await rt.worlds.get(world_id)
+    fails = [RuntimeError(f"processor bug #{i}") for i in reversed(range(times))]
+
+    def processor(w, tick, entity_id, components):
+        if fails:
+            raise fails.pop()
+
+    world.add_processor(processor, flaky.Probe)
+    return fails
+
+
+async def dead_letter(rt, world_id: str, command_id: str, actor=None) -> dict:
+    fail_next(command_id, Permanent("poisoned"))
+    if actor is None:
+        await rt.dispatcher.defer(probe(world_id, command_id), at(0, max_attempts=2, priority=3), command_id=command_id)
+    else:
+        await rt.dispatcher.defer_as(actor, probe(world_id, command_id), at(0, max_attempts=2, priority=3), command_id=command_id)
+    await step(rt, world_id)
+    return await rt.authority.command(world_id, command_id, actor.principal if actor else "")

@@ -25,7 +25,19 @@ from archetype.world import CreateWorld, DestroyWorld
 from archetype.world.error_text import ERROR_TEXT_LIMIT
 from tests.component_modules import flaky
 from tests.conformance.authorities import LEDGERS
-from tests.conformance.helpers import acknowledge_all, at, fail_next, manifests, outbox, probe, records, settled, step
+from tests.conformance.helpers import (
+    acknowledge_all,
+    at,
+    dead_letter,
+    fail_next,
+    failing_processor,
+    manifests,
+    outbox,
+    probe,
+    records,
+    settled,
+    step,
+)
 
 AUTHORITIES = LEDGERS  # its reason: docs/testing.md, "Which authorities"
 
@@ -36,18 +48,6 @@ class Busy(Retryable, LookupError):
 
 def health(info: dict) -> tuple:
     return info["health"], info["failed_attempts"], info["health_error"]
-
-
-async def failing_processor(rt, world_id: str, times: int) -> list:
-    world = await rt.worlds.get(world_id)
-    fails = [RuntimeError(f"processor bug #{i}") for i in reversed(range(times))]
-
-    def processor(w, tick, entity_id, components):
-        if fails:
-            raise fails.pop()
-
-    world.add_processor(processor, flaky.Probe)
-    return fails
 
 
 async def test_a_failing_processor_stalls_the_world_durably_and_a_published_tick_recovers_it(rt, world_id, authority, clock):
@@ -182,16 +182,6 @@ async def test_permanent_dead_letters_at_once_and_retryable_wins_over_the_type_r
     assert settled((await manifests(authority, world_id))[0]) == [("perm", "permanent"), ("after", "applied"), ("busy", "failed")]
     events = [(e["command_id"], e["event_type"]) for e in await outbox(authority, world_id) if e["event_type"] != "admitted"]
     assert events == [("perm", "dead_lettered"), ("after", "applied"), ("busy", "retry_scheduled")]
-
-
-async def dead_letter(rt, world_id: str, command_id: str, actor=None) -> dict:
-    fail_next(command_id, Permanent("poisoned"))
-    if actor is None:
-        await rt.dispatcher.defer(probe(world_id, command_id), at(0, max_attempts=2, priority=3), command_id=command_id)
-    else:
-        await rt.dispatcher.defer_as(actor, probe(world_id, command_id), at(0, max_attempts=2, priority=3), command_id=command_id)
-    await step(rt, world_id)
-    return await rt.authority.command(world_id, command_id, actor.principal if actor else "")
 
 
 async def test_a_redrive_is_a_new_linked_command_with_a_fresh_budget_and_the_dead_record_untouched(rt, world_id, authority, clock):

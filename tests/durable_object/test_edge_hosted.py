@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import types
+from contextlib import asynccontextmanager
 
 import pytest
 
@@ -234,36 +235,106 @@ async def test_a_call_served_while_the_alarm_handler_awaits_keeps_the_alarm_it_a
         ns.close()
 
 
-@pytest.mark.parametrize(("mode", "ticks"), [("realtime", [1]), ("lockstep", [0, 1])])
-async def test_a_failing_tick_is_retried_at_the_next_interval(tmp_path, clock, queue, mode, ticks):
-    """The clock went on meanwhile: a realtime world coalesces tick 0; a lockstep one runs it on the
-    retry, and tick 1 (due by then too) back to back."""
-    failures = ["the processor's bug"]
+def flaky_module(failing: list[str]) -> types.ModuleType:
+    """Every world at the edge, with a processor that raises while `failing` holds an error."""
 
     def flaky(world, tick, entity_id, components):
-        if failures:
-            raise RuntimeError(failures.pop())
+        if failing:
+            raise RuntimeError(failing[0])
 
     hooked = types.ModuleType("flaky_game")
     hooked.edge_hosted = lambda world_id: True  # type: ignore[attr-defined]
     hooked.setup = lambda rt: rt.worlds.on_load.append(lambda w: w.add_processor(flaky, Position))  # type: ignore[attr-defined]
-    ns = namespace_of(tmp_path, clock, queue, hooked)
+    return hooked
+
+
+@asynccontextmanager
+async def flaky_world(tmp_path, clock, queue, world, mode, failing: list[str]):
+    """(namespace, gateway runtime) of an edge-hosted `world` whose processor raises while `failing`
+    holds an error, with a spawn `s-1` due at tick 0."""
+    ns = namespace_of(tmp_path, clock, queue, flaky_module(failing))
     try:
         rt = Runtime(DurableObjectAuthority(ns), owner="gateway")
-        world = "w-flaky"
         await create(rt, "flaky", world, mode)
         await rt.dispatcher.defer_spawn(Spawn(world_id=world, components=[Position(x=0, y=0)]), DurableOptions(tick=0),
                                         command_id="s-1")  # fmt: skip
+        yield ns, rt
+    finally:
+        ns.close()
+
+
+@pytest.mark.parametrize(("mode", "ticks"), [("realtime", [1]), ("lockstep", [0, 1])])
+async def test_a_failing_tick_is_retried_from_the_published_state(tmp_path, clock, queue, mode, ticks):
+    """The clock went on meanwhile: a realtime world coalesces tick 0; a lockstep one runs it on the
+    retry, and tick 1 (due by then too) back to back."""
+    failing = ["the processor's bug"]
+    world = "w-flaky"
+    async with flaky_world(tmp_path, clock, queue, world, mode, failing) as (ns, rt):
         clock.advance(TICK_INTERVAL_MS)
         assert await ns.run_alarm(world)  # the processor raises: the tick is discarded whole ...
         assert (await rt.authority.world_info(world))["tick_head"] == -1
-        assert ns.alarm_time(world) == clock.now_ms() + TICK_INTERVAL_MS  # ... and the alarm re-armed, not spent
+        assert ns.alarm_time(world) is not None  # ... and the alarm re-armed, not spent
+        failing.clear()
         clock.advance(TICK_INTERVAL_MS)
         assert await ns.run_alarm(world)
         assert [m["tick"] for m in await rt.authority.manifests(world)] == ticks
         assert (await rt.scheduler.command(world, "s-1")).status == "APPLIED"
-    finally:
-        ns.close()
+
+
+@MODES
+async def test_a_tick_that_keeps_failing_backs_off_as_on_a_runner_and_the_world_says_so(tmp_path, clock, queue, caplog, mode):
+    """The runner's rule (docs/ledger.md, "World health"): each retry waits 0.1 s * 2^(attempts-1),
+    at most 30 s, on the ledger's clock; the world is STALLED, with its error and attempts, until a
+    tick publishes; the stall logs one line when it starts (then at most one every 30 s) and one when
+    it ends; and the next stall backs off from the first delay again."""
+    failing = ["the processor's bug"]
+    world = "w-failing"
+    async with flaky_world(tmp_path, clock, queue, world, mode, failing) as (ns, rt):
+        clock.advance(TICK_INTERVAL_MS)
+        started = clock.now_ms()
+
+        async def failed_alarm() -> int:
+            """Fire the alarm (its tick fails); answer the pause until the next one."""
+            assert await ns.run_alarm(world)
+            return ns.alarm_time(world) - clock.now_ms()
+
+        with caplog.at_level(logging.WARNING, logger="archetype.worlds"):
+            pauses = []
+            for _ in range(11):
+                pauses.append(await failed_alarm())
+                clock.advance(pauses[-1] if len(pauses) < 11 else 1)  # the last pause: 1 ms into it
+            # the backoff in milliseconds, its end rounded up to the alarm's whole milliseconds
+            assert pauses == pytest.approx([min(30_000, 100 * 2**n) for n in range(11)], abs=1)
+            info = await rt.authority.world_info(world)
+            assert (info["health"], info["failed_attempts"]) == ("STALLED", 11)
+            assert "the processor's bug" in info["health_error"]
+            assert (await rt.authority.world_info(world))["tick_head"] == -1
+            # an alarm that comes within the backoff (armed by an admission) does not try the tick
+            await rt.dispatcher.defer(Despawn(world_id=world, entity_id=99), DurableOptions(tick=0), command_id="d-99")
+            assert ns.alarm_time(world) <= clock.now_ms() + DELIVERY_DELAY_MS
+            assert await ns.run_alarm(world)
+            assert (await rt.authority.world_info(world))["failed_attempts"] == 11
+            # an operator's retry is tried by the alarm its call arms (the host asks the ledger at most
+            # once a second, RETRY_CHECK_S), with the backoff from its first delay
+            clock.advance(1_000)
+            await rt.authority.retry_world(world)
+            assert ns.alarm_time(world) <= clock.now_ms()
+            assert await failed_alarm() == pytest.approx(100, abs=1)
+            failing.clear()
+            clock.advance(100)
+            assert await ns.run_alarm(world)  # fixed: the retry publishes
+            info = await rt.authority.world_info(world)
+            assert (info["health"], info["failed_attempts"], info["tick_head"] >= 0) == ("ACTIVE", 0, True)
+            assert (await rt.scheduler.command(world, "s-1")).status == "APPLIED"
+            assert ns.alarm_time(world) <= clock.now_ms() + TICK_INTERVAL_MS  # back on the world's clock
+        lines = [r for r in caplog.records if r.name == "archetype.worlds" and "w-failing" in r.getMessage()]
+        assert [r.levelno for r in lines if "failed" in r.getMessage() and "still" not in r.getMessage()
+                and "recovered" not in r.getMessage()] == [logging.ERROR]  # fmt: skip
+        assert len([r for r in lines if "recovered" in r.getMessage()]) == 1
+        assert len([r for r in lines if "still" in r.getMessage()]) <= (clock.now_ms() - started) // 30_000 + 1
+        failing.append("broken again")
+        clock.advance(TICK_INTERVAL_MS)
+        assert await failed_alarm() == pytest.approx(100, abs=1)  # a new stall starts from the first delay
 
 
 async def test_a_remote_runner_is_refused_an_edge_hosted_world_and_the_edge_leaves_runner_worlds(namespace, admitter):

@@ -26,7 +26,7 @@ from durable_world import DurableObjectSqlPort
 from local_catalog.port import SqliteSqlPort
 from tests.component_modules.alpha import Health, Position
 from tests.conformance.scenario import run_scenario
-from tests.conformance.test_component_schemas import raw_spawn
+from tests.conformance.test_component_schemas import raw_spawn, value
 from tests.durable_object.test_world_object import ledger_script
 from tests.support.durable_object_standin import SqlCursor, SqlError, SqliteEngine
 from tests.support.workerd.engine import WorkerdSqlEngine, shared_server
@@ -217,6 +217,8 @@ def copy_script(ledger: Ledger) -> None:
     epoch = ledger.acquire_writer("w-fork-source")["writer_epoch"]
     ledger.migrate_components("w-fork-source", epoch, {"name": "Position", "from_fingerprint": Health.component_fingerprint(),
                                                        "to_fingerprint": Position.component_fingerprint()}, [], [])  # fmt: skip
+    # an open command with a component value: its copy's check reads the schemas as the fork sees them
+    ledger.admit("w-fork-source", [{**raw_spawn("w-fork-source", "placed", value(Position, x=1.0, y=2.0)), "scheduled_tick": 5}])
     plan = ledger.fork_plan("w-fork-source", "w-copy", 0, "copy", True)
     assert not ledger.fork_begin("w-copy", "w-fork-source", 0, "copy")["started"]
     cursor = ledger.fork_begin("w-copy", "w-fork-source", 0, "copy", plan)["cursor"]

@@ -8,7 +8,10 @@ import json
 import shutil
 import sqlite3
 import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -172,6 +175,24 @@ def test_a_newer_catalog_is_refused_and_migrations_only_go_forward(tmp_path):
     assert json.loads(json.dumps(MIGRATIONS[0].summary))  # every migration says what it does
 
 
+@contextmanager
+def ledgers_on_every_host(tmp_path: Path, write: Callable[[Callable[[str], Any]], None]) -> Iterator[list[Ledger]]:
+    """Ledgers opened (so upgraded) over the catalog `write` leaves through an `execute(statement)`,
+    on every SQLite host: the local catalog, the stand-in's engine and the real Durable Object
+    engine, in that order; the two that hold files are closed on exit."""
+    local = SqliteSqlPort(tmp_path / CATALOG_FILE)
+    standin = SqliteEngine(tmp_path / "standin.sqlite3")
+    engines = [standin, WorkerdSqlEngine(shared_server(), f"upgrade-{uuid.uuid4().hex}")]
+    try:
+        write(local.execute)
+        for engine in engines:
+            write(engine.sql.exec)
+        yield [Ledger(local, ManualClock())] + [Ledger(DurableObjectSqlPort(_Storage(e)), ManualClock()) for e in engines]
+    finally:
+        local.close()
+        standin.close()
+
+
 def version_10_with_a_redrive(execute) -> None:
     """A catalog as version 10 left it: a dead letter `d` whose redrive `d.redrive` is retained
     (only the redrive's row says so then), and a dead letter `never` nobody redrove."""
@@ -191,18 +212,12 @@ def version_10_with_a_redrive(execute) -> None:
 def test_version_11_marks_each_retained_redrive_on_its_dead_letter(tmp_path):
     """The dead letter records its redrive from version 11 on (docs/ledger.md, "Redrive"): an
     upgrade marks every dead letter whose redrive is still retained, alike on every SQLite host."""
-    local = SqliteSqlPort(tmp_path / CATALOG_FILE)
-    version_10_with_a_redrive(local.execute)
-    engines = [SqliteEngine(tmp_path / "standin.sqlite3"), WorkerdSqlEngine(shared_server(), f"v10-{uuid.uuid4().hex}")]
-    for engine in engines:
-        version_10_with_a_redrive(engine.sql.exec)
-    ledgers = [Ledger(local, ManualClock())] + [Ledger(DurableObjectSqlPort(_Storage(e)), ManualClock()) for e in engines]
-    for ledger in ledgers:
-        marks = {r["command_id"]: (r["redriven_by"], r["migrated_digest"]) for r in ledger.history("w")}
-        assert marks == {"d": (3, None), "never": (None, None), "d.redrive": (None, None)}
-    with pytest.raises(RedriveConflictError):
-        ledgers[0].redrive("w", "d", new_command_id="another")
-    engines[0].close()
+    with ledgers_on_every_host(tmp_path, version_10_with_a_redrive) as ledgers:
+        for ledger in ledgers:
+            marks = {r["command_id"]: (r["redriven_by"], r["migrated_digest"]) for r in ledger.history("w")}
+            assert marks == {"d": (3, None), "never": (None, None), "d.redrive": (None, None)}
+        with pytest.raises(RedriveConflictError):
+            ledgers[0].redrive("w", "d", new_command_id="another")
 
 
 def version_16_with_leases(execute) -> None:
@@ -226,20 +241,14 @@ def version_16_with_leases(execute) -> None:
 def test_version_17_moves_each_lease_to_the_world_row(tmp_path):
     """A LEASED command keeps its holder, expiry and time through the upgrade (docs/storage.md, "Rows
     per command"), alike on every SQLite host; released, it goes back as it would have before."""
-    local = SqliteSqlPort(tmp_path / CATALOG_FILE)
-    version_16_with_leases(local.execute)
-    engines = [SqliteEngine(tmp_path / "standin.sqlite3"), WorkerdSqlEngine(shared_server(), f"v16-{uuid.uuid4().hex}")]
-    for engine in engines:
-        version_16_with_leases(engine.sql.exec)
-    ledgers = [Ledger(local, ManualClock())] + [Ledger(DurableObjectSqlPort(_Storage(e)), ManualClock()) for e in engines]
-    for ledger in ledgers:
-        held = {r["command_id"]: (r["status"], r["lease_owner"], r["lease_expires_at"], r["updated_at"])
-                for r in ledger.history("w")}  # fmt: skip
-        assert held == {"held": ("LEASED", "o", 9000, 10), "again": ("LEASED", "o", 9000, 20),
-                        "free": ("PENDING", None, None, 30)}  # fmt: skip
-        assert ledger.release("w", "o", "s", 0) == 2
-        assert [r["status"] for r in ledger.history("w")] == ["PENDING", "RETRYABLE", "PENDING"]
-    engines[0].close()
+    with ledgers_on_every_host(tmp_path, version_16_with_leases) as ledgers:
+        for ledger in ledgers:
+            held = {r["command_id"]: (r["status"], r["lease_owner"], r["lease_expires_at"], r["updated_at"])
+                    for r in ledger.history("w")}  # fmt: skip
+            assert held == {"held": ("LEASED", "o", 9000, 10), "again": ("LEASED", "o", 9000, 20),
+                            "free": ("PENDING", None, None, 30)}  # fmt: skip
+            assert ledger.release("w", "o", "s", 0) == 2
+            assert [r["status"] for r in ledger.history("w")] == ["PENDING", "RETRYABLE", "PENDING"]
 
 
 def version_18_with_events(execute) -> None:
@@ -267,30 +276,24 @@ def test_version_19_keeps_each_event_and_its_time_and_every_state_row(tmp_path):
     """Events written before version 19 keep their numbers, fields and their row's time; an event
     appended to their row has its own; the state rows move to the clustered tables as they were
     (docs/storage.md, "Schema version 19"), alike on every SQLite host."""
-    local = SqliteSqlPort(tmp_path / CATALOG_FILE)
-    version_18_with_events(local.execute)
-    engines = [SqliteEngine(tmp_path / "standin.sqlite3"), WorkerdSqlEngine(shared_server(), f"v18-{uuid.uuid4().hex}")]
-    for engine in engines:
-        version_18_with_events(engine.sql.exec)
-    ports = [local] + [DurableObjectSqlPort(_Storage(e)) for e in engines]
-    for port in ports:
-        clock = ManualClock()
-        ledger = Ledger(port, clock)
-        ledger.admit("w", [{"command_id": "c", "schema_version": 1, "scheduled_tick": 0, "priority": 0,
-                            "operation": "despawn", "payload": '{"entity_id":1,"world_id":"w"}', "principal": None,
-                            "origin": "local", "max_attempts": 3, "reserved_entity_id": None, "request_digest": None}])  # fmt: skip
-        events = ledger.read_outbox("w")
-        assert [(e["event_seq"], e["command_id"], e["occurred_at"]) for e in events] == [
-            (1, "a", 5), (2, "b", 5), (3, "c", clock.now_ms())]
-        assert [tuple(r) for r in port.execute("SELECT first_seq, last_seq FROM outbox")] == [(1, 3)]  # appended
-        ledger.acknowledge_outbox("w", 3)
-        assert ledger.read_outbox("w") == [] and ledger.watermark("w")["pending"] == 0
-        assert [tuple(r) for r in port.execute("SELECT first_seq, last_seq FROM outbox")] == [(1, 3)]  # kept
-        assert ledger.world_info("w")["next_event_seq"] == 4
-        # the state tables, rebuilt clustered, hold what they held, and their reads find it
-        assert [tuple(r) for r in port.execute("SELECT tick, first_entity_id, body FROM state_snapshots ORDER BY 1, 2")] == (
-            STATE_SNAPSHOTS_V18)
-        assert [tuple(r) for r in port.execute("SELECT tick, part, body, replaces FROM state_deltas ORDER BY 1, 2")] == (
-            STATE_DELTAS_V18)
-        assert [tuple(r) for r in port.execute(ledger_sql.STATE_REPLACING_TICK, ("w", 6))] == [(5,)]
-    engines[0].close()
+    with ledgers_on_every_host(tmp_path, version_18_with_events) as ledgers:
+        for ledger in ledgers:
+            port, now = ledger._port, ledger._clock.now_ms()
+            ledger.admit("w", [{"command_id": "c", "schema_version": 1, "scheduled_tick": 0, "priority": 0,
+                                "operation": "despawn", "payload": '{"entity_id":1,"world_id":"w"}', "principal": None,
+                                "origin": "local", "max_attempts": 3, "reserved_entity_id": None,
+                                "request_digest": None}])  # fmt: skip
+            events = ledger.read_outbox("w")
+            assert [(e["event_seq"], e["command_id"], e["occurred_at"]) for e in events] == [
+                (1, "a", 5), (2, "b", 5), (3, "c", now)]
+            assert [tuple(r) for r in port.execute("SELECT first_seq, last_seq FROM outbox")] == [(1, 3)]  # appended
+            ledger.acknowledge_outbox("w", 3)
+            assert ledger.read_outbox("w") == [] and ledger.watermark("w")["pending"] == 0
+            assert [tuple(r) for r in port.execute("SELECT first_seq, last_seq FROM outbox")] == [(1, 3)]  # kept
+            assert ledger.world_info("w")["next_event_seq"] == 4
+            # the state tables, rebuilt clustered, hold what they held, and their reads find it
+            snapshots = port.execute("SELECT tick, first_entity_id, body FROM state_snapshots ORDER BY 1, 2")
+            assert [tuple(r) for r in snapshots] == STATE_SNAPSHOTS_V18
+            deltas = port.execute("SELECT tick, part, body, replaces FROM state_deltas ORDER BY 1, 2")
+            assert [tuple(r) for r in deltas] == STATE_DELTAS_V18
+            assert [tuple(r) for r in port.execute(ledger_sql.STATE_REPLACING_TICK, ("w", 6))] == [(5,)]

@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import json
 
+import httpx
 import pytest
 
+from archetype.api import create_app
 from archetype.commands import DurableOptions
 from archetype.commands.errors import StorageUnavailableError
+from archetype.commands.port import SystemClock
 from archetype.runtime import Runtime
 from archetype.world import CreateWorld, Spawn, Step, TickOutcomeUnknownError, Update
 from local_catalog import open_local_authority
@@ -54,3 +57,38 @@ async def test_a_catalog_that_cannot_grow_stalls_the_world_with_the_reason_until
         events = [e for e in await authority.read_outbox(world_id, limit=100) if e["command_id"] == ""]
         assert [e["event_type"] for e in events] == ["world_stalled", "world_recovered"]
         assert json.loads(events[0]["payload"])["error"] == json.loads(events[1]["payload"])["error"] != ""
+
+
+async def test_health_says_the_catalog_refuses_writes_until_one_succeeds(tmp_path, clock):
+    """A catalog full to its last page (`max_page_count`: a full disk to SQLite): `/health` answers
+    `degraded` with the typed reason from the first refused write on, a read leaving it so, until a
+    write succeeds again; the process still answers."""
+    authority = open_local_authority(tmp_path, clock=clock)
+    app = create_app(authority, tokens={"t-admin": {"principal": "root", "roles": ["admin"]}},
+                     storage_fault=authority.storage_fault)  # fmt: skip
+    admin = {"Authorization": "Bearer t-admin"}
+    try:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://edge") as http:
+            assert (await http.get("/health")).json() == {"status": "ok"}
+            catalog = authority._port._conn  # the writer thread is idle between calls
+            catalog.execute("VACUUM")
+            catalog.execute(f"PRAGMA max_page_count = {catalog.execute('PRAGMA page_count').fetchone()[0]}")
+            before = SystemClock().now_ms()  # the port's clock: the ledger's is not its own
+            for n in range(1_000):  # worlds until the last page is full
+                created = await http.post("/worlds", json={"name": "n" * 200, "world_id": f"w{n}"}, headers=admin)
+                if created.status_code != 201:
+                    break
+            assert (created.status_code, created.json()["code"]) == (503, "storage_unavailable")
+            for _ in range(2):  # a read changes nothing
+                health = await http.get("/health")
+                assert health.status_code == 200
+                assert health.json()["status"] == "degraded"
+                reason = health.json()["reason"]
+                assert reason["code"] == "storage_unavailable" and "the storage cannot write" in reason["message"]
+                assert reason["since"] >= before
+                assert (await http.get("/worlds/w0", headers=admin)).status_code == 200
+            catalog.execute("PRAGMA max_page_count = 1073741823")
+            assert (await http.post("/worlds", json={"name": "room", "world_id": "again"}, headers=admin)).status_code == 201
+            assert (await http.get("/health")).json() == {"status": "ok"}
+    finally:
+        await authority.close()

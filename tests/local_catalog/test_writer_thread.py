@@ -8,6 +8,8 @@ import sqlite3
 import threading
 import time
 
+import pytest
+
 from archetype.canonical import canonical_json
 from archetype.commands import DurableOptions
 from archetype.commands.errors import (
@@ -200,6 +202,39 @@ async def test_a_group_wakes_its_callers_loop_once(tmp_path):
     assert wakes == 2, wakes
     assert all(a["world_id"] == "w" for a in answers[:-1])  # type: ignore[index]
     assert isinstance(answers[-1], WorldNotFoundError)
+    await authority.close()
+
+
+
+class _Halt(BaseException):
+    """Not an Exception: no savepoint answers it, so it fails the transaction it ran in."""
+
+
+@pytest.mark.parametrize("queued", [0, 3])
+async def test_a_call_raising_a_base_exception_fails_its_group_and_the_writer_goes_on(tmp_path, queued):
+    """Alone in its group (the single-call path) or among others: the caller gets what it raised,
+    so does every call of its transaction, nothing of that transaction persists, and the writer
+    thread answers the next call."""
+    authority = open_local_authority(tmp_path, clock=ManualClock())
+    assert isinstance(authority, WriterThreadAuthority)
+    await authority.create_world("w", "w")
+    await authority.record_components("w", [schema_row(Health)])
+    gate = threading.Event()
+
+    def halt():
+        raise _Halt
+
+    held = asyncio.ensure_future(authority._call(gate.wait, solo=False))  # holds the writer
+    await asyncio.sleep(0.05)
+    others = [asyncio.ensure_future(authority.admit("w", [_row(f"c{i}", None)])) for i in range(queued)]
+    halting = asyncio.ensure_future(authority._call(halt, solo=False))
+    await asyncio.sleep(0.05)  # all queued behind the held call: one group
+    gate.set()
+    await held
+    answers = await asyncio.wait_for(asyncio.gather(*others, halting, return_exceptions=True), 60)  # never answered: fails
+    assert all(isinstance(answer, _Halt) for answer in answers), answers
+    assert await authority.history("w", limit=10) == []
+    assert (await authority.admit("w", [_row("after", None)]))[0]["sequence"] == 1
     await authority.close()
 
 

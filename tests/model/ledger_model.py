@@ -202,7 +202,7 @@ class Event:
     max_attempts: int | None  # None: a world's own (health) event
     error: str | None
     since: int | None = None  # a health event: when the world stalled
-    actor: str | None = None  # a world's event an operator asked for: who ("payload ... actor")
+    actor: str | None = None  # an event an operator's call wrote: who asked ("Who asked": payload `actor`)
     record: dict | None = None  # a schema_migrated event: the migration record, its payload
 
 
@@ -462,8 +462,9 @@ class Ledger:
         world.next_entity_id += count  # "only moves forward"
         return first
 
-    def _event(self, world: World, command: Command) -> None:
-        """One outbox event, typed by the status the command is now in."""
+    def _event(self, world: World, command: Command, actor: str | None = None) -> None:
+        """One outbox event, typed by the status the command is now in; `actor`: an operator's
+        call wrote it ("Who asked")."""
         # AMBIGUITY: the page does not define an event's `tick`; the model uses the applied tick
         # of an applied command and the scheduled tick otherwise.
         tick = command.applied_tick if command.applied_tick is not None else command.sub.options.tick
@@ -473,7 +474,7 @@ class Ledger:
             event_seq=world.next_event_seq, command_id=command.sub.command_id,
             event_type=event_type, status=command.status, operation=command.mutation.operation,
             tick=tick, principal=command.sub.principal, occurred_at=self.now(), attempts=command.attempts,
-            max_attempts=command.sub.options.max_attempts, error=command.last_error,
+            max_attempts=command.sub.options.max_attempts, error=command.last_error, actor=actor,
         ))  # fmt: skip
         world.next_event_seq += 1
 
@@ -710,8 +711,10 @@ class Ledger:
                           world.stalled_since, actor)  # fmt: skip
 
     # -- redrive --
-    def redrive(self, world_id: str, scope: str, command_id: str, new_id: str) -> tuple[int, bool, int]:
-        """(sequence, replayed, redriven_from) of the command redriving a dead letter."""
+    def redrive(self, world_id: str, scope: str, command_id: str, new_id: str,
+                actor: str | None = None) -> tuple[int, bool, int]:  # fmt: skip
+        """(sequence, replayed, redriven_from) of the command redriving a dead letter; its event
+        names the operator who asked ("Who asked")."""
         world = self.active(world_id)
         dead = world.command(scope, command_id)
         if dead is None:
@@ -740,7 +743,7 @@ class Ledger:
         world.keys[(scope, new_id)] = command.sequence
         world.next_sequence += 1
         dead.redriven_by = command.sequence  # "it only records redriven_by": no event, no other change
-        self._event(world, command)
+        self._event(world, command, actor)
         return command.sequence, False, dead.sequence
 
     # -- component migrations --
@@ -776,9 +779,11 @@ class Ledger:
         return True
 
     # -- forks --
-    def fork_world(self, source_id: str, at_tick: int, fork_id: str, name: str, with_open_commands: bool) -> World:
+    def fork_world(self, source_id: str, at_tick: int, fork_id: str, name: str, with_open_commands: bool,
+                   actor: str | None = None) -> World:  # fmt: skip
         """docs/ledger.md "Forks": a new world of the source as it was at `at_tick` (any retained
-        tick), in one transaction; the same fork again answers it; another world there exists."""
+        tick), in one transaction; the same fork again answers it; another world there exists.
+        Both `world_forked` events name who asked ("Who asked")."""
         if at_tick < -1 or fork_id == source_id:  # "fork_world's at_tick from -1"; "a fork is another world"
             raise ModelError("invalid")
         source = self.world(source_id)
@@ -807,7 +812,8 @@ class Ledger:
                       and c.created_at <= cutoff and not (c.status == "CANCELLED" and c.updated_at <= cutoff)]  # fmt: skip
             if any(self.refused_types(fork, c.mutation) for c in copies):  # "each passes admission's component check"
                 raise ModelError("unknown_component")
-        record = {"source_world_id": source_id, "world_id": fork_id, "at_tick": at_tick, "commands": len(copies)}
+        record = {"source_world_id": source_id, "world_id": fork_id, "at_tick": at_tick, "commands": len(copies),
+                  "actor": actor}  # fmt: skip
         for world in (source, fork):  # "at the same event sequence in each"
             world.outbox.append(Event(
                 event_seq=world.next_event_seq, command_id=f"world-fork/{fork_id}", event_type="world_forked",
@@ -826,7 +832,8 @@ class Ledger:
         return fork
 
     # -- destroy --
-    def destroy(self, world_id: str) -> int:
+    def destroy(self, world_id: str, actor: str | None = None) -> int:
+        """"Destroy"; its cancellations name who asked ("Who asked")."""
         world = self.world(world_id)
         if world.status == "ACTIVE":
             world.status = "CLOSING"
@@ -839,7 +846,7 @@ class Ledger:
             if command.status in OPEN:
                 command.status, command.last_error, command.updated_at = "CANCELLED", ANY_TEXT, self.now()
                 command.clear_lease()
-                self._event(world, command)
+                self._event(world, command, actor)
                 cancelled += 1
         world.status = "DESTROYED"
         return cancelled

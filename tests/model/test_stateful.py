@@ -115,6 +115,7 @@ PRINCIPALS = (None, "p1", "p2")  # None: a trusted caller (scope ''); p1/p2: pla
 COMMAND_IDS = ("k0", "k1", "k2", "k3")  # few, so replays, conflicts and cross-principal reuse are common
 MISSING_ENTITY = 999_999  # never handed out in an example: commands naming it are rejected
 CLASSES = {cls.__name__: cls for cls in (Appendix, Health, Margin, Note, Position, Probe, Velocity, Vitality)}
+OPERATORS = (None, "ops", "Café ops")  # who asks for an operator's call (None: in-process, no one)
 QUOTA = 2  # an actor's commands per world and tick they run at: small, so quotas are met (trusted ones have none)
 # texts whose components cross the state limits alone or a few on one entity (docs/ledger.md, "State
 # limits"): a component of 999,990 characters is over its limit with its name and fingerprint
@@ -850,7 +851,7 @@ class LedgerMachine(RuleBasedStateMachine):
     def retry_stalled_world(self, data: Any) -> None:
         """An operator asks to retry a stalled world now: its attempts start again (or, asked
         already, nothing more happens)."""
-        self.retry_one(data.draw(st.sampled_from(self._stalled())), data.draw(st.sampled_from([None, "ops", "Café ops"])))
+        self.retry_one(data.draw(st.sampled_from(self._stalled())), data.draw(st.sampled_from(OPERATORS)))
 
     def _stalled(self) -> list[str]:
         return [w for w in self.worlds if self.model.worlds[w].health == "STALLED"]
@@ -877,11 +878,12 @@ class LedgerMachine(RuleBasedStateMachine):
             Stats.saw("redrive:its_redrive_pruned")
         key = data.draw(st.sampled_from((None, "r1", "r2", *COMMAND_IDS[:1])))
         new_id = key or f"{command_id}.redrive"
+        asker = data.draw(st.sampled_from(OPERATORS))
 
         def model() -> tuple:
-            return self.faults.call("redrive", lambda: self.model.redrive(world_id, scope, command_id, new_id))
+            return self.faults.call("redrive", lambda: self.model.redrive(world_id, scope, command_id, new_id, asker))
 
-        answers = self.both(model, self.seam.redrive(world_id, command_id, scope, key))
+        answers = self.both(model, self.seam.redrive(world_id, command_id, scope, key, asker))
         if answers is not None:
             expected, real = answers
             assert (real["sequence"], real["replayed"], real["redriven_from"]) == expected
@@ -952,8 +954,9 @@ class LedgerMachine(RuleBasedStateMachine):
 
     # Destroy ends the doomed world for the rest of the example: only in its second half.
     @precondition(lambda self: Stats.steps - self.first_step >= STEPS // 2)
-    @rule(index=st.integers(0, 1), back=st.integers(-1, 3), with_open=st.booleans(), again=st.booleans())
-    def fork(self, index: int, back: int, with_open: bool, again: bool) -> None:
+    @rule(index=st.integers(0, 1), back=st.integers(-1, 3), with_open=st.booleans(), again=st.booleans(),
+          asker=st.sampled_from(OPERATORS))  # fmt: skip
+    def fork(self, index: int, back: int, with_open: bool, again: bool, asker: str | None = None) -> None:
         """docs/ledger.md "Forks": a world forked at its head or a few ticks back (one past the head:
         not retained), with or without its open commands; `again`, under the last fork's id (the same
         fork again, or another: world_exists). Both worlds are compared at once."""
@@ -961,8 +964,9 @@ class LedgerMachine(RuleBasedStateMachine):
         source = self.worlds[index]
         at_tick = self.model.worlds[source].tick_head - back
         fork_id = self.forks[-1] if again and self.forks else f"{source}-fork{len(self.forks)}"
-        answers = self.both(lambda: self.model.fork_world(source, at_tick, fork_id, "fork", with_open),
-                            self.seam.fork_world(source, at_tick, fork_id, "fork", with_open_commands=with_open))  # fmt: skip
+        answers = self.both(lambda: self.model.fork_world(source, at_tick, fork_id, "fork", with_open, asker),
+                            self.seam.fork_world(source, at_tick, fork_id, "fork", with_open_commands=with_open,
+                                                 actor=asker))  # fmt: skip
         if answers is not None:
             if fork_id not in self.forks:
                 self.forks.append(fork_id)
@@ -970,17 +974,19 @@ class LedgerMachine(RuleBasedStateMachine):
                 self.compare_world(world_id, everything=True)
             Stats.saw(f"fork:{'with' if with_open else 'without'}:{len(self.model.worlds[fork_id].commands)}")
 
-    @rule(owner=st.sampled_from(OWNERS))
-    def destroy(self, owner: str) -> None:
+    @rule(owner=st.sampled_from(OWNERS), asker=st.sampled_from(OPERATORS))
+    def destroy(self, owner: str, asker: str | None = None) -> None:
         self._count("destroy")
         world_id = self.worlds[1]
 
         def model() -> int:
-            cancelled = self.faults.call("destroy", lambda: self.model.destroy(world_id))
+            cancelled = self.faults.call("destroy", lambda: self.model.destroy(world_id, asker))
             self.runners[owner].drop(world_id)  # DestroyWorld drops the world from the runtime that ran it
             return cancelled
 
-        answers = self.both(model, self.runtimes[owner].dispatcher.apply(DestroyWorld(world_id=world_id)))
+        dispatcher, op = self.runtimes[owner].dispatcher, DestroyWorld(world_id=world_id)
+        admin = ActorCtx(principal=asker, roles={Role.admin}) if asker is not None else None
+        answers = self.both(model, dispatcher.apply(op) if admin is None else dispatcher.apply_as(admin, op))
         if answers is not None:
             assert answers[0] == answers[1]
 

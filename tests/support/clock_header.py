@@ -10,6 +10,7 @@ from collections.abc import Mapping
 import httpx
 
 from archetype.commands.port import ManualClock
+from archetype.http_client import LIMITS
 
 
 class ClockHeader(httpx.AsyncBaseTransport):
@@ -18,7 +19,7 @@ class ClockHeader(httpx.AsyncBaseTransport):
         self._clock = clock
         self._header = header
         self._headers = dict(headers or {})
-        self._inner = httpx.AsyncHTTPTransport()
+        self._inner = httpx.AsyncHTTPTransport(limits=LIMITS)  # as our clients are
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         request.headers.update(self._headers)

@@ -81,6 +81,7 @@ from archetype.commands.ledger import (
 )
 from archetype.commands.ledger_rows import CommandRow
 from archetype.commands.options import ActorCtx, Role
+from archetype.commands.port import StorageFault
 from archetype.commands.registry import OperationRegistry
 from archetype.commands.scheduler import CommandScheduler, CommandStatus
 from archetype.world.error_text import error_text
@@ -183,6 +184,10 @@ async def _ledger_actor(method: str, request: Request, credentials: Bearer) -> A
     return actor
 
 
+def _no_fault() -> StorageFault | None:
+    return None
+
+
 def create_app(
     authority: Authority,
     *,
@@ -194,10 +199,12 @@ def create_app(
     worlds: Any = None,
     audit: Any = None,
     telemetry: bool = False,
+    storage_fault: Callable[[], StorageFault | None] | None = None,
 ) -> HttpApp:
     """The HTTP application over `authority`. `tokens` maps bearer tokens to actors; `worlds` is
     the runner's WorldHost when one shares the process (destroy then drops its loaded world);
-    `audit` is the audit projection GetAuditHistory reads (without one it answers 503).
+    `audit` is the audit projection GetAuditHistory reads (without one it answers 503);
+    `storage_fault` says why the storage's writes fail, for `/health` (None: nothing to say).
 
     `telemetry` turns on FastAPI's OpenTelemetry spans, metrics and logs (reported where the
     process configures an OpenTelemetry provider); every request then goes through the
@@ -214,6 +221,7 @@ def create_app(
                   docs_url=None, redoc_url=None, telemetry=off)  # fmt: skip
     app.state.tokens = tokens if isinstance(tokens, TokenTable) else TokenTable(tokens or {})
     app.state.admission = AdmissionGate()
+    app.state.storage_fault = storage_fault or _no_fault
     install_error_handlers(app)
 
     # The work of the two routes HotRoutes may answer as well (archetype.api.hot).
@@ -241,10 +249,11 @@ def create_app(
     )
     admitting = Depends(_admitting)
 
-    @app.get("/health", response_model=Health, responses=error_responses((ShuttingDownError,), authenticated=False))
+    @app.get("/health", response_model=Health, response_model_exclude_none=True,
+             responses=error_responses((ShuttingDownError,), authenticated=False))  # fmt: skip
     async def health() -> Health:
         app.state.admission.check()
-        return Health(status="ok")
+        return Health.of(app.state.storage_fault())
 
     # -- worlds --
     @app.post("/worlds", status_code=201, response_model=WorldView, responses=error_responses(CREATE_WORLD))
@@ -289,7 +298,7 @@ def create_app(
         """A new world made of this one as it was at `at_tick` (docs/ledger.md, "Forks"); admin."""
         op = body.operation(world_id)
         dispatcher.authorize_as(actor, op)  # then the handler's own ledger call, whose row is the answer
-        return WorldView.of(await fork_world_row(authority, op))
+        return WorldView.of(await fork_world_row(authority, op, actor))
 
     @app.delete("/worlds/{world_id}", response_model=DestroyedWorld, responses=error_responses(DESTROY_WORLD))
     async def destroy_world(world_id: WorldIdPath, actor: ActorCtx = admin, _: None = admitting) -> DestroyedWorld:
@@ -398,7 +407,8 @@ def create_app(
         tick; the dead record stays terminal. The `Idempotency-Key` names the new command (default
         `<command_id>.redrive`); the same key again answers the same command."""
         dead = await find_command(world_id, command_id, actor, principal, trusted)
-        redriven = await authority.redrive(world_id, command_id, scope_of(dead["principal"]), idempotency_key)
+        redriven = await authority.redrive(world_id, command_id, scope_of(dead["principal"]), idempotency_key,
+                                           actor.principal)  # fmt: skip
         return RedriveAccepted(world_id=world_id, **redriven)
 
     @app.get("/worlds/{world_id}/audit", response_model=AuditPage, responses=error_responses(READ_AUDIT))

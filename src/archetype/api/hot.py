@@ -36,7 +36,7 @@ from archetype.commands.options import ActorCtx, Role
 from archetype.world.operations import WORLD_ID_PATTERN
 
 HEALTH_ROUTE = "/health"
-_HEALTH_OK = Health(status="ok").__pydantic_serializer__.to_json(Health(status="ok"))
+_HEALTH_OK = Health(status="ok").model_dump_json(exclude_none=True).encode()
 JSON_TYPE = (b"content-type", b"application/json")
 # Actors of the bearer tokens seen, by Authorization header value: a lookup otherwise parses the
 # header, hashes the token and checks the roles on every request. Bounded (cleared when full), so
@@ -95,7 +95,8 @@ class HotRoutes:
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "http":
-            if scope["method"] == "GET" and scope["path"] == HEALTH_ROUTE and self.state.admission.open:
+            if (scope["method"] == "GET" and scope["path"] == HEALTH_ROUTE and self.state.admission.open
+                    and self.state.storage_fault() is None):  # fmt: skip
                 scope["route"] = self.route("GET", HEALTH_ROUTE)
                 await send_json(send, 200, _HEALTH_OK)
                 return

@@ -14,6 +14,7 @@ from archetype.commands.audit_history import AuditEvent
 from archetype.commands.http_translator import MUTATION_FIELDS, MUTATIONS, SubmitCommandRequest
 from archetype.commands.identity import COMMAND_ID_PATTERN
 from archetype.commands.ledger_rows import StateRead
+from archetype.commands.port import StorageFault
 from archetype.commands.scheduler import CommandIdentity, CommandSummary, WorldHealth
 from archetype.commands.state_pages import entity_texts
 from archetype.world.components import ComponentValue
@@ -290,8 +291,27 @@ class AuditPage(BaseModel):
     next_after: int | None = Field(description="pass as `after` for the next page; null when this page is the last")
 
 
+class HealthReason(BaseModel):
+    """Why a process is degraded: its storage refuses writes (a full disk, docs/errors.md)."""
+
+    code: Literal["storage_unavailable"]
+    message: str
+    since: int = Field(description="ms since the epoch: the first write refused since the last one that succeeded")
+
+
 class Health(BaseModel):
-    status: str
+    """`ok`, or `degraded` with its reason: the process answers, its storage takes no write (reads
+    and everything already written go on; admissions answer 503 `storage_unavailable`)."""
+
+    status: Literal["ok", "degraded"]
+    reason: HealthReason | None = None
+
+    @classmethod
+    def of(cls, fault: StorageFault | None) -> Health:
+        if fault is None:
+            return cls(status="ok")
+        return cls(status="degraded", reason=HealthReason(code="storage_unavailable", message=fault.message,
+                                                          since=fault.since_ms))  # fmt: skip
 
 
 class ComponentView(BaseModel):

@@ -31,6 +31,7 @@ import httpx
 from archetype.audit.table import AuditTable
 from archetype.commands.failure_streak import FailureStreak
 from archetype.commands.ledger import OUTBOX_FIELDS
+from archetype.http_client import LIMITS
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +58,7 @@ class QueueClient:
     def __init__(self, account_id: str, queue_id: str, token: str, *, api: str = CLOUDFLARE_API,
                  timeout: float = 30.0) -> None:  # fmt: skip
         self._base = f"{api.rstrip('/')}/accounts/{account_id}/queues/{queue_id}/messages"
-        self._http = httpx.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=timeout)
+        self._http = httpx.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=timeout, limits=LIMITS)
 
     async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         response = await self._http.post(f"{self._base}/{path}", json=body)

@@ -89,10 +89,10 @@ class Authority(ABC):
         })  # fmt: skip
 
     async def fork_world(self, source_world_id: str, at_tick: TickPosition, world_id: str, name: Name,
-                         with_open_commands: bool = False) -> WorldRow:  # fmt: skip
+                         with_open_commands: bool = False, actor: Name | None = None) -> WorldRow:  # fmt: skip
         return await self.rpc("fork_world", {
             "source_world_id": source_world_id, "at_tick": at_tick, "world_id": world_id, "name": name,
-            "with_open_commands": with_open_commands,
+            "with_open_commands": with_open_commands, "actor": actor,
         })  # fmt: skip
 
     async def world_info(self, world_id: str) -> WorldRow:
@@ -192,12 +192,12 @@ class Authority(ABC):
                                           "writer_epoch": writer_epoch})  # fmt: skip
 
     async def redrive(self, world_id: str, command_id: CommandId, scope: str = "",
-                      new_command_id: CommandId | None = None) -> Redriven:  # fmt: skip
+                      new_command_id: CommandId | None = None, actor: Name | None = None) -> Redriven:  # fmt: skip
         return await self.rpc("redrive", {"world_id": world_id, "command_id": command_id, "scope": scope,
-                                          "new_command_id": new_command_id})  # fmt: skip
+                                          "new_command_id": new_command_id, "actor": actor})  # fmt: skip
 
-    async def destroy(self, world_id: str) -> Destroyed:
-        return await self.rpc("destroy", {"world_id": world_id})
+    async def destroy(self, world_id: str, actor: Name | None = None) -> Destroyed:
+        return await self.rpc("destroy", {"world_id": world_id, "actor": actor})
 
     # -- reads --
     async def command(self, world_id: str, command_id: CommandId, scope: str | None = "") -> CommandRow | None:

@@ -311,6 +311,11 @@ class WorldHost:
         stall = self._stalls.get(world_id)
         return 0 if stall is None else stall.log.failures
 
+    def retry_at(self, world_id: str) -> float | None:
+        """When the backoff of a world failing here ends, on the host's clock (None: not failing here)."""
+        stall = self._stalls.get(world_id)
+        return None if stall is None else stall.retry_at
+
     async def retry_due(self, world_id: str) -> bool:
         """False while a failed world waits out its backoff, unless an operator asked to retry it
         now (`retry_world`: the ledger's failed attempts fell below what this host recorded, which

@@ -256,6 +256,11 @@ def runs_at(scheduled_tick: int, tick_head: int) -> int:
     return max(scheduled_tick, tick_head + 1)
 
 
+def _asked_by(actor: Name | None) -> str:
+    """How an operator's call binds its events' `actor` (ledger_sql.APPEND_EVENTS's ?5)."""
+    return json.dumps({"actor": actor})
+
+
 def _check_fork(source_world_id: str, at_tick: int, world_id: str) -> None:
     if not (type(at_tick) is int and -1 <= at_tick <= MAX_SAFE_INTEGER):
         raise InvalidCommandError("fork_world takes a tick -1..2**53-1")
@@ -347,16 +352,17 @@ class Ledger:
             )
         return world
 
-    def _append_events(self, world_id: str, sequences: list[int], now: int) -> None:
-        """One event per command, in this order, typed by the status each command is now in."""
+    def _append_events(self, world_id: str, sequences: list[int], now: int, asked_by: str | None = None) -> None:
+        """One event per command, in this order, typed by the status each command is now in;
+        `asked_by` (`_asked_by`): the events of an operator's call, naming who asked."""
         if not sequences:
             return
         first = self._world(world_id)["next_event_seq"]
-        self._write_events(world_id, first, canonical_text(sequences), now)
+        self._write_events(world_id, first, canonical_text(sequences), now, asked_by)
 
-    def _write_events(self, world_id: str, first: int, sequences_json: str, now: int) -> None:
+    def _write_events(self, world_id: str, first: int, sequences_json: str, now: int, asked_by: str | None = None) -> None:
         """Events numbered from `first`, the world's next event sequence number as read in this transaction."""
-        self._port.execute(q.APPEND_EVENTS, (first, now, sequences_json, world_id))
+        self._port.execute(q.APPEND_EVENTS, (first, now, sequences_json, world_id, asked_by))
 
     def _world_event(self, world_id: str, event_type: str, tick: int, attempts: int, error: str | None,
                      since: int | None, now: int, actor: str | None = None) -> None:  # fmt: skip
@@ -407,14 +413,15 @@ class Ledger:
         return self._port.transaction(run)
 
     def fork_world(self, source_world_id: str, at_tick: TickPosition, world_id: str, name: Name,
-                   with_open_commands: bool = False) -> WorldRow:  # fmt: skip
+                   with_open_commands: bool = False, actor: Name | None = None) -> WorldRow:  # fmt: skip
         """A new world `world_id` made of `source_world_id` as it was at `at_tick` (any tick of its
         retention window), in one transaction (docs/ledger.md, "Forks"): its published state and
         component schemas, tick head `at_tick`, the source's tick mode, a clock of its own from
         now, and, `with_open_commands`, a PENDING copy of each command scheduled after `at_tick`
         that was open at it (the same sequence and command id, its identity the fork's, linked to
-        its original by `forked_from`). A `world_forked` event on both worlds names the other. The
-        same fork again answers the fork as it is; another world under that id is `world_exists`."""
+        its original by `forked_from`). A `world_forked` event on both worlds names the other, and
+        the `actor` who asked (None: in-process). The same fork again answers the fork as it is;
+        another world under that id is `world_exists`."""
         _check_fork(source_world_id, at_tick, world_id)
 
         def run() -> WorldRow:
@@ -437,7 +444,7 @@ class Ledger:
             if copies:
                 self._port.execute(q.INSERT_FORKED_COMMANDS, (world_id, now, json.dumps(copies)))
             for world in (source_world_id, world_id):
-                self._fork_event(world, event, source_world_id, world_id, at_tick, len(copies), now)
+                self._fork_event(world, event, source_world_id, world_id, at_tick, len(copies), now, actor)
             if copies:
                 self._write_events(world_id, event + 1, json.dumps([c[1] for c in copies]), now)
             return self._world(world_id)
@@ -474,10 +481,10 @@ class Ledger:
         return copies
 
     def _fork_event(self, world_id: str, event: int, source_world_id: str, fork_world_id: str, at_tick: int,
-                    commands: int, now: int) -> None:  # fmt: skip
+                    commands: int, now: int, actor: Name | None) -> None:  # fmt: skip
         """The `world_forked` event of a fork on one of its two worlds."""
         record = json.dumps({"source_world_id": source_world_id, "world_id": fork_world_id, "at_tick": at_tick,
-                             "commands": commands}, sort_keys=True)  # fmt: skip
+                             "commands": commands, "actor": actor}, sort_keys=True)  # fmt: skip
         self._port.execute(q.APPEND_SCHEMA_EVENT, (world_id, event, f"world-fork/{fork_world_id}", "world_forked",
                                                    "fork_world", at_tick, now, record))  # fmt: skip
 
@@ -498,9 +505,10 @@ class Ledger:
     # records the plan (`fork_begin`), writes each page with its progress (`fork_write`), and
     # activates the fork (`fork_activate`); the source then lets the plan go (`fork_release`) --
     def fork_plan(self, world_id: str, fork_world_id: str, at_tick: TickPosition, name: Name,
-                  with_open_commands: bool = False) -> ForkPlan:  # fmt: skip
+                  with_open_commands: bool = False, actor: Name | None = None) -> ForkPlan:  # fmt: skip
         """On the source's object, in one transaction: fix the fork of `world_id` at `at_tick` as
-        `fork_world_id`, write the source's `world_forked` event, and freeze what later activity
+        `fork_world_id`, write the source's `world_forked` event (naming `actor`, as the plan does
+        for the fork's), and freeze what later activity
         could change (recorded schemas, migrations up to `at_tick`, the open commands' copies);
         the state rows the fork copies stay (retention keeps them until `fork_release`). The same
         plan again answers it as it is; another fork under that id is `world_exists`."""
@@ -524,14 +532,14 @@ class Ledger:
                 "next_entity_id": source["next_entity_id"], "tick_mode": source["tick_mode"],
                 "tick_interval_ms": source["tick_interval_ms"], "snapshot_tick": at.snapshot_tick,
                 "deltas_from": at.deltas_from, "last_part": self._port.execute(q.NEXT_DELTA_PART, (world_id, at_tick))[0][0] - 1,
-                "commands": len(copies),
+                "commands": len(copies), "actor": actor,
             }  # fmt: skip
             self._port.execute(q.INSERT_FORK_PLAN, (world_id, fork_world_id, at_tick, json.dumps(plan)))
             self._port.execute(q.FREEZE_FORK_COMPONENTS, (world_id, fork_world_id))
             self._port.execute(q.FREEZE_FORK_MIGRATIONS, (world_id, fork_world_id, at_tick))
             for batch in _batches(copies):
                 self._port.execute(q.FREEZE_FORK_COMMANDS, (world_id, fork_world_id, json.dumps(batch)))
-            self._fork_event(world_id, plan["event_seq"], world_id, fork_world_id, at_tick, len(copies), now)
+            self._fork_event(world_id, plan["event_seq"], world_id, fork_world_id, at_tick, len(copies), now, actor)
             return plan
 
         return self._port.transaction(run)
@@ -655,7 +663,9 @@ class Ledger:
             self._port.execute(q.INSERT_FORK, (world_id, plan["name"], plan["at_tick"], plan["next_entity_id"],
                                                plan["next_sequence"], event, self._clock.now_ms(), plan["tick_mode"],
                                                plan["tick_interval_ms"], plan["source_world_id"]))  # fmt: skip
-            self._fork_event(world_id, event, plan["source_world_id"], world_id, plan["at_tick"], plan["commands"], forked_at)
+            # .get: a plan fixed before plans named the actor names nobody
+            self._fork_event(world_id, event, plan["source_world_id"], world_id, plan["at_tick"], plan["commands"], forked_at,
+                             plan.get("actor"))  # fmt: skip
             sequences = [sequence for (sequence,) in self._port.execute(q.FORKED_SEQUENCES, (world_id,))]
             if sequences:
                 self._write_events(world_id, event + 1, json.dumps(sequences), forked_at)
@@ -1456,11 +1466,12 @@ class Ledger:
         return len(held)
 
     # -- redrive --
-    def redrive(self, world_id: str, command_id: CommandId, scope: str = "", new_command_id: CommandId | None = None) -> Redriven:
+    def redrive(self, world_id: str, command_id: CommandId, scope: str = "", new_command_id: CommandId | None = None,
+                actor: Name | None = None) -> Redriven:  # fmt: skip
         """A new command redriving the dead letter `command_id` of `scope`: the same operation,
         payload, principal, priority and attempt budget, none of it spent, due at the next tick,
-        linked by `redriven_from`, with its own `redriven` event. The dead record stays as it is but
-        for its `redriven_by`.
+        linked by `redriven_from`, with its own `redriven` event, naming the operator who asked
+        (`actor`; None in-process). The dead record stays as it is but for its `redriven_by`.
 
         A dead letter is redriven once, and records it on its own row (`redriven_by`), which
         retention never prunes: the same `new_command_id` again (default `<command_id>.redrive`)
@@ -1499,7 +1510,7 @@ class Ledger:
             self._port.execute(q.INSERT_REDRIVE, (sequence, new_id, tick, command_digest(identity), now, now, world_id,
                                                   dead["sequence"]))  # fmt: skip
             self._port.execute(q.MARK_REDRIVEN, (sequence, world_id, dead["sequence"]))
-            self._append_events(world_id, [sequence], now)
+            self._append_events(world_id, [sequence], now, _asked_by(actor))
             created = self._command_at(world_id, sequence)
             assert created is not None
             return self._redriven(created, replayed=False)
@@ -1513,8 +1524,10 @@ class Ledger:
                 "digest": row["digest"], "redriven_from": row["redriven_from"]}  # fmt: skip
 
     # -- destroy --
-    def destroy(self, world_id: str) -> Destroyed:
-        """Close admission, cancel every unsettled command, then mark the world DESTROYED.
+    def destroy(self, world_id: str, actor: Name | None = None) -> Destroyed:
+        """Close admission, cancel every unsettled command, then mark the world DESTROYED; the
+        cancellations' events name the `actor` who asked (None in-process, and for a destroy
+        someone else finishes: the actor is no one's to remember between the transactions).
 
         The first transaction makes every later admission fail with WorldClosingError; the next
         ones cancel what was admitted before it, CANCEL_BATCH at a time, the last of them marking
@@ -1534,7 +1547,7 @@ class Ledger:
             if sequences:
                 self._port.execute(q.CANCEL_COMMANDS, ("world destroyed", now, world_id, json.dumps(sequences)))
                 self._change_leases(world_id, dict.fromkeys(map(str, sequences)))
-                self._append_events(world_id, sequences, now)
+                self._append_events(world_id, sequences, now, _asked_by(actor))
             if len(sequences) < CANCEL_BATCH:
                 self._port.execute(q.SET_WORLD_STATUS, ("DESTROYED", now, world_id))
             return len(sequences)

@@ -104,6 +104,7 @@ class ForkPlan(TypedDict):
     deltas_from: int  # the first delta tick it reads
     last_part: int  # the last delta part of at_tick when the plan was fixed (-1: none)
     commands: int  # the open commands copied
+    actor: str | None  # who asked for the fork: both world_forked events name them
 
 
 ForkCursor = list[Any] | None

@@ -317,7 +317,8 @@ def outbox_append(new_events: str) -> str:
 
 # One event per command sequence in a JSON array (?3), in array order, numbered from ?1, at time ?2;
 # the event type follows from the status the transition left the command in. (A payload enters as
-# plain text, `'' || json_object(...)`, so it is read back as the very text written.)
+# plain text, `'' || json_object(...)`, so it is read back as the very text written.) An operator's
+# call binds ?5, `{"actor": ...}`: its events' payloads name who asked.
 APPEND_EVENTS = outbox_append("""SELECT ?4 AS world_id, CAST(?1 AS INTEGER) AS first_seq, ?2 AS occurred_at,
         json_group_array(json(event)) AS events
     FROM (SELECT json_array(c.command_id,
@@ -326,7 +327,10 @@ APPEND_EVENTS = outbox_append("""SELECT ?4 AS world_id, CAST(?1 AS INTEGER) AS f
                 WHEN 'RETRYABLE' THEN 'retry_scheduled' WHEN 'DEAD_LETTER' THEN 'dead_lettered'
                 WHEN 'CANCELLED' THEN 'cancelled' END,
             c.status, c.operation, coalesce(c.applied_tick, c.scheduled_tick), c.principal, c.origin,
-            '' || json_object('attempts', c.attempts, 'max_attempts', c.max_attempts, 'error', c.last_error),
+            '' || CASE WHEN ?5 IS NULL
+                THEN json_object('attempts', c.attempts, 'max_attempts', c.max_attempts, 'error', c.last_error)
+                ELSE json_object('attempts', c.attempts, 'max_attempts', c.max_attempts, 'error', c.last_error,
+                                 'actor', json_extract(?5, '$.actor')) END,
             CAST(?2 AS INTEGER)) AS event
         FROM json_each(?3) AS j CROSS JOIN commands AS c ON c.world_id = ?4 AND c.sequence = j.value ORDER BY j.key)
     HAVING count(*) > 0""")

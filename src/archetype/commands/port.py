@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 T = TypeVar("T")
@@ -21,6 +22,15 @@ class SqlPort(Protocol):
 
     def transaction(self, fn: Callable[[], T]) -> T:
         """Run `fn` atomically; roll back and re-raise if it raises."""
+
+
+@dataclass(frozen=True)
+class StorageFault:
+    """Why the storage's writes fail (a full disk: `storage_unavailable`, docs/errors.md) and since
+    when (ms): what `GET /health` says until a write succeeds again."""
+
+    message: str
+    since_ms: int
 
 
 class Clock(Protocol):

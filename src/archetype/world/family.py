@@ -14,7 +14,7 @@ from archetype.commands.authority import Authority
 from archetype.commands.dispatcher import HandlerContext
 from archetype.commands.errors import OperationUnavailableError
 from archetype.commands.ledger_rows import WorldRow
-from archetype.commands.options import Role
+from archetype.commands.options import ActorCtx, Role
 from archetype.commands.registry import DurableOperation, OperationRegistry, OperationSpec
 from archetype.world.operations import (
     AddComponents,
@@ -91,18 +91,18 @@ async def _create_world(ctx: HandlerContext, op: CreateWorld) -> str:
     return (await create_world_row(ctx.scheduler.authority, op))["world_id"]
 
 
-async def fork_world_row(authority: Authority, op: ForkWorld) -> WorldRow:
-    """ForkWorld's ledger call, answering the fork's row."""
+async def fork_world_row(authority: Authority, op: ForkWorld, actor: ActorCtx | None) -> WorldRow:
+    """ForkWorld's ledger call, answering the fork's row; its events name `actor`."""
     return await authority.fork_world(op.world_id, op.at_tick, op.fork_world_id or uuid.uuid4().hex, op.name,
-                                      op.with_open_commands)  # fmt: skip
+                                      op.with_open_commands, actor.principal if actor else None)  # fmt: skip
 
 
 async def _fork_world(ctx: HandlerContext, op: ForkWorld) -> str:
-    return (await fork_world_row(ctx.scheduler.authority, op))["world_id"]
+    return (await fork_world_row(ctx.scheduler.authority, op, ctx.actor))["world_id"]
 
 
 async def _destroy_world(ctx: HandlerContext, op: DestroyWorld) -> int:
-    result = await ctx.scheduler.authority.destroy(op.world_id)
+    result = await ctx.scheduler.authority.destroy(op.world_id, ctx.actor.principal if ctx.actor else None)
     ctx.worlds.drop(op.world_id)
     return result["cancelled"]
 
