@@ -18,6 +18,7 @@ from archetype.commands import (
     UnregisteredOperationError,
     WorldExistsError,
     WorldNotFoundError,
+    ledger_sql,
 )
 from archetype.commands.ledger import LEDGER_METHODS
 from archetype.commands.port import ManualClock
@@ -33,6 +34,7 @@ from tests.component_modules.alpha import Health, Position
 from tests.server import game
 from tests.support.durable_object_standin import FakeQueue, world_namespace
 from tests.support.worker_http import worker_over_http
+from tests.support.workerd.engine import workerd_sql_engines
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -492,6 +494,75 @@ async def test_a_lease_writes_one_row_whatever_it_leases(namespace, authority):
 
     assert await lease(1, "one", 0) == 1
     assert await lease(60, "many", 1) == 1
+
+async def test_one_command_per_tick_fills_one_outbox_row_that_its_acknowledgement_keeps(namespace, authority, queue, clock):
+    """Schema 19 (docs/storage.md, "Schema version 19"): at one command per tick its two events share
+    one outbox row, and the delivery that acknowledges them deletes no row (the next admission
+    takes the row over): the delivery writes the watermark alone, and the world holds one outbox row."""
+    rt = Runtime(authority, owner="runner-do", lease_ms=30_000, origin="gateway")
+    await rt.dispatcher.apply(CreateWorld(name="durable", world_id=WORLD))
+    sql = namespace.storage(WORLD).sql
+    outbox_rows = namespace.instance(WORLD).ledger._port
+    delivered: list[int] = []
+    for tick in range(4):  # (tick 0's alarm also prunes, once)
+        await rt.dispatcher.defer(Spawn(world_id=WORLD, components=[Position(x=0, y=tick)]), DurableOptions(tick=tick),
+                                  command_id=f"c-{tick}")  # fmt: skip
+        await rt.dispatcher.apply(Step(world_id=WORLD))
+        rows = outbox_rows.execute("SELECT first_seq, last_seq FROM outbox WHERE world_id = ?", (WORLD,))
+        assert [tuple(r) for r in rows] == [(2 * tick + 1, 2 * tick + 2)]  # admitted and applied: one row
+        before = sql.rows_written
+        while await namespace.run_alarm(WORLD):
+            pass
+        if tick > 0:
+            assert sql.rows_written - before == 1  # the watermark; no row deleted
+        assert len(outbox_rows.execute("SELECT 1 FROM outbox WHERE world_id = ?", (WORLD,))) == 1
+        delivered = [m["event_seq"] for m in queue.messages]
+        assert delivered == list(range(1, 2 * tick + 3))
+        clock.advance(1_000)
+    assert [m["event_type"] for m in queue.messages] == ["admitted", "applied"] * 4
+    assert [m["event_id"] for m in queue.messages] == [f"{WORLD}/{n}" for n in delivered]
+    await rt.close()
+
+
+# Rows each statement of a tick writes per run on the real engine, at one command per tick (docs/storage.md,
+# "Schema version 19"; the command row's statements, INSERT_COMMANDS and SETTLE, are not this table's).
+PER_TICK_ROWS = {"APPEND_EVENTS": 1, "SET_LEASES": 1, "INSERT_TICK": 1, "INSERT_STATE_DELTA": 1, "INSERT_STATE_CHUNK": 1,
+                 "PUBLISH_HEAD": 1, "SET_PROJECTED_SEQ": 1, "DELETE_OUTBOX_UPTO": 0}  # fmt: skip
+
+
+async def test_a_tick_writes_one_row_per_state_chunk_and_outbox_append_on_the_real_engine(tmp_path, clock, queue):
+    """The state tables are clustered on their keys (a chunk is one row, not a row and its key's
+    entry) and the outbox appends into its kept row: counted by the real Durable Object engine,
+    which bills index entries, statement by statement."""
+    names = {text: name for name, text in vars(ledger_sql).items() if name in PER_TICK_ROWS}
+    ns = world_namespace(tmp_path / "objects", clock, queue=queue, sql_engine=workerd_sql_engines())
+    try:
+        rt = Runtime(DurableObjectAuthority(ns), owner="runner-do", lease_ms=30_000, origin="gateway")
+        await rt.dispatcher.apply(CreateWorld(name="durable", world_id=WORLD))
+        sql = ns.storage(WORLD).sql
+        exec_ = sql.exec
+        written: dict[str, list[int]] = {}
+
+        def metered(query, *bindings):
+            cursor = exec_(query, *bindings)
+            if query in names:
+                written.setdefault(names[query], []).append(int(cursor.rowsWritten))
+            return cursor
+
+        sql.exec = metered
+        for tick in range(4):
+            await rt.dispatcher.defer(Spawn(world_id=WORLD, components=[Position(x=tick, y=tick)]),
+                                      DurableOptions(tick=tick), command_id=f"c-{tick}")  # fmt: skip
+            await rt.dispatcher.apply(Step(world_id=WORLD))
+            while await ns.run_alarm(WORLD):
+                pass
+            clock.advance(1_000)
+        await rt.close()
+    finally:
+        ns.close()
+    assert {"APPEND_EVENTS", "INSERT_TICK", "INSERT_STATE_DELTA", "SET_PROJECTED_SEQ", "DELETE_OUTBOX_UPTO"} <= set(written)
+    assert {name: set(rows) for name, rows in written.items()} == {name: {PER_TICK_ROWS[name]} for name in written}
+
 
 # -- destroy survives the object dying between its transactions --
 

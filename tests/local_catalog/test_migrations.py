@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from archetype.commands import ActorCtx, CommandConflictError, DurableOptions, Role
+from archetype.commands import ActorCtx, CommandConflictError, DurableOptions, Role, ledger_sql
 from archetype.commands.authority import InProcessAuthority
 from archetype.commands.errors import LedgerSchemaError, RedriveConflictError, StorageUnavailableError
 from archetype.commands.ledger import Ledger
@@ -249,3 +249,51 @@ def test_version_17_moves_each_lease_to_the_world_row(tmp_path):
                             "free": ("PENDING", None, None, 30)}  # fmt: skip
             assert ledger.release("w", "o", "s", 0) == 2
             assert [r["status"] for r in ledger.history("w")] == ["PENDING", "RETRYABLE", "PENDING"]
+
+
+def version_18_with_events(execute) -> None:
+    """A catalog as version 18 left it: world `w` with one outbox row of two events (numbers 1 and
+    2), written at time 5, none acknowledged (its events have no time of their own), and state rows."""
+    for migration in MIGRATIONS[:18]:
+        for statement in migration.statements:
+            execute(statement)
+    execute("INSERT INTO meta (key, value) VALUES ('schema_version', '18')")
+    execute("INSERT INTO worlds (world_id, name, status, created_at, updated_at) VALUES ('w', 'w', 'ACTIVE', 1, 1)")
+    event = """json_array('{0}', 'admitted', 'PENDING', 'despawn', 0, NULL, 'local', '{{"attempts":0}}')"""
+    execute(f"""INSERT INTO outbox (world_id, last_seq, first_seq, occurred_at, events)
+        VALUES ('w', 2, 1, 5, json_array({event.format("a")}, {event.format("b")}))""")
+    for tick, first, body in STATE_SNAPSHOTS_V18:
+        execute(f"INSERT INTO state_snapshots (world_id, tick, first_entity_id, body) VALUES ('w', {tick}, {first}, '{body}')")
+    for tick, part, body, replaces in STATE_DELTAS_V18:
+        execute(f"INSERT INTO state_deltas (world_id, tick, part, body, replaces) VALUES ('w', {tick}, {part}, '{body}', {replaces})")
+
+
+STATE_SNAPSHOTS_V18 = [(3, 1, "s3-1"), (3, 40, "s3-40"), (6, 1, "s6-1")]
+STATE_DELTAS_V18 = [(4, 0, "d4-0", 0), (4, 1, "d4-1", 0), (5, 0, "d5-0", 1), (7, 0, "d7-0", 0)]
+
+
+def test_version_19_keeps_each_event_and_its_time_and_every_state_row(tmp_path):
+    """Events written before version 19 keep their numbers, fields and their row's time; an event
+    appended to their row has its own; the state rows move to the clustered tables as they were
+    (docs/storage.md, "Schema version 19"), alike on every SQLite host."""
+    with ledgers_on_every_host(tmp_path, version_18_with_events) as ledgers:
+        for ledger in ledgers:
+            port, now = ledger._port, ledger._clock.now_ms()
+            ledger.admit("w", [{"command_id": "c", "schema_version": 1, "scheduled_tick": 0, "priority": 0,
+                                "operation": "despawn", "payload": '{"entity_id":1,"world_id":"w"}', "principal": None,
+                                "origin": "local", "max_attempts": 3, "reserved_entity_id": None,
+                                "request_digest": None}])  # fmt: skip
+            events = ledger.read_outbox("w")
+            assert [(e["event_seq"], e["command_id"], e["occurred_at"]) for e in events] == [
+                (1, "a", 5), (2, "b", 5), (3, "c", now)]
+            assert [tuple(r) for r in port.execute("SELECT first_seq, last_seq FROM outbox")] == [(1, 3)]  # appended
+            ledger.acknowledge_outbox("w", 3)
+            assert ledger.read_outbox("w") == [] and ledger.watermark("w")["pending"] == 0
+            assert [tuple(r) for r in port.execute("SELECT first_seq, last_seq FROM outbox")] == [(1, 3)]  # kept
+            assert ledger.world_info("w")["next_event_seq"] == 4
+            # the state tables, rebuilt clustered, hold what they held, and their reads find it
+            snapshots = port.execute("SELECT tick, first_entity_id, body FROM state_snapshots ORDER BY 1, 2")
+            assert [tuple(r) for r in snapshots] == STATE_SNAPSHOTS_V18
+            deltas = port.execute("SELECT tick, part, body, replaces FROM state_deltas ORDER BY 1, 2")
+            assert [tuple(r) for r in deltas] == STATE_DELTAS_V18
+            assert [tuple(r) for r in port.execute(ledger_sql.STATE_REPLACING_TICK, ("w", 6))] == [(5,)]

@@ -1705,9 +1705,9 @@ class Ledger:
             world = self._world(world_id)
             oldest_tick = world["tick_head"] - keep_ticks
             horizon = self._clock.now_ms() - idempotency_window_ms
-            pending = self._port.execute(q.FIRST_PENDING_EVENT, (world_id, world["projected_seq"]))
-            if pending:
-                horizon = min(horizon, pending[0][0] - 1)
+            ((first_pending,),) = self._port.execute(q.FIRST_PENDING_EVENT, (world_id, world["projected_seq"]))
+            if first_pending is not None:
+                horizon = min(horizon, first_pending - 1)
             ticks = len(self._port.execute(q.PRUNE_TICKS, (world_id, oldest_tick, limit)))
             # the commands pruned may include the last one, whose sequence the next admission reads
             self._port.execute(q.RAISE_SEQUENCE_FLOOR, (world["next_sequence"], world_id))

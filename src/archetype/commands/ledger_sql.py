@@ -257,7 +257,10 @@ INSERT_STATE_DELTA = "INSERT INTO state_deltas (world_id, tick, part, body, repl
 # later of that snapshot's tick (a migration's delta may follow it in its tick) and the last delta
 # up to T that replaced the deltas before it, up to T. One index seek each.
 STATE_SNAPSHOT_TICK = "SELECT max(tick) FROM state_snapshots WHERE world_id = ? AND tick <= ?"
-STATE_REPLACING_TICK = "SELECT max(tick) FROM state_deltas WHERE world_id = ? AND replaces = 1 AND tick <= ?"
+# (the partial index named: the clustered key, which the planner prefers without statistics, would
+# walk back through every delta since the last replacing one)
+STATE_REPLACING_TICK = """SELECT max(tick) FROM state_deltas INDEXED BY state_deltas_replacing
+    WHERE world_id = ? AND replaces = 1 AND tick <= ?"""
 GET_STATE_FROM_TICK = "SELECT state_from_tick FROM worlds WHERE world_id = ?"
 # A read of some entities (archetype.commands.state_pages): the snapshot's chunk boundaries (chunk
 # i holds the ids from its first up to the next chunk's), a chunk by its first id, each delta's
@@ -273,15 +276,51 @@ NEXT_STATE_CHUNK = """SELECT first_entity_id, body FROM state_snapshots WHERE wo
     ORDER BY first_entity_id LIMIT 1"""
 LIST_STATE_DELTAS = "SELECT body FROM state_deltas WHERE world_id = ? AND tick >= ? AND tick <= ? ORDER BY tick, part"
 
-# -- outbox: one row per statement that appends events (docs/storage.md, "The outbox"), keyed by
-# its last event's sequence; `events` holds them in sequence order from `first_seq`, each a JSON
-# array [command_id, event_type, status, operation, tick, principal, origin, payload text]. An
-# event's id is `<world id>/<event sequence>`. One statement appends one event per command sequence
-# in a JSON array, in array order; the event type follows from the status the transition left the
-# command in. (A payload enters as plain text, `'' || json_object(...)`, so it is read back as the
-# very text written.) An operator's call binds ?5, `{"actor": ...}`: its events' payloads name who asked.
-APPEND_EVENTS = """INSERT INTO outbox (world_id, last_seq, first_seq, occurred_at, events)
-    SELECT ?4, CAST(?1 AS INTEGER) + count(*) - 1, CAST(?1 AS INTEGER), ?2, json_group_array(json(event))
+# -- outbox: rows of events in sequence order (docs/storage.md, "Rows per command" and "Schema version 19"),
+# keyed by the last event's sequence; `events` holds them from `first_seq`, each a JSON array
+# [command_id, event_type, status, operation, tick, principal, origin, payload text, occurred_at]
+# (an event written before version 19 has no time of its own: its row's, `occurred_at`, is). An
+# event's id is `<world id>/<event sequence>`.
+#
+# An append writes one row. Into the world's last row when that row's every event is acknowledged
+# (the row is taken over: its events are gone from the outbox, so an acknowledgement deletes no row
+# it could keep for this) or when the new events follow its own and the row stays small; otherwise a
+# row of its own. At one command per tick a command's two events share one row that its
+# acknowledgement leaves for the next append: no row inserted and deleted per event. Small is
+# OUTBOX_APPEND_LIMIT characters of events: an append rewrites the row whole, and a clustered row
+# spills to overflow pages past about 1,000 bytes; at 700 a leaf page holds five, and a single
+# admission on the local catalog writes no more WAL pages than a row per append did (docs/storage.md).
+OUTBOX_APPEND_LIMIT = 700
+OUTBOX_TAIL_ACKNOWLEDGED_EXPR = "outbox.last_seq <= (SELECT w.projected_seq FROM worlds AS w WHERE w.world_id = outbox.world_id)"
+
+
+def outbox_append(new_events: str) -> str:
+    """The statement appending the events `new_events` selects: at most one row (world_id,
+    first_seq, occurred_at, events: a JSON array), as above."""
+    acknowledged = OUTBOX_TAIL_ACKNOWLEDGED_EXPR
+    return f"""INSERT INTO outbox (world_id, last_seq, first_seq, occurred_at, events)
+    WITH n AS MATERIALIZED ({new_events}),
+        tail AS (SELECT o.last_seq, length(o.events) AS size, o.last_seq <= w.projected_seq AS acknowledged
+            FROM n JOIN worlds AS w ON w.world_id = n.world_id JOIN outbox AS o ON o.world_id = n.world_id
+                AND o.last_seq = (SELECT max(m.last_seq) FROM outbox AS m WHERE m.world_id = n.world_id))
+    SELECT n.world_id, CASE WHEN t.acknowledged OR (t.last_seq = n.first_seq - 1
+            AND t.size + length(n.events) <= {OUTBOX_APPEND_LIMIT}) THEN t.last_seq
+        ELSE n.first_seq + json_array_length(n.events) - 1 END, n.first_seq, n.occurred_at, n.events
+    FROM n LEFT JOIN tail AS t ON true WHERE true
+    ON CONFLICT (world_id, last_seq) DO UPDATE SET
+        last_seq = excluded.first_seq + json_array_length(excluded.events) - 1,
+        first_seq = CASE WHEN {acknowledged} THEN excluded.first_seq ELSE outbox.first_seq END,
+        occurred_at = CASE WHEN {acknowledged} THEN excluded.occurred_at ELSE outbox.occurred_at END,
+        events = CASE WHEN {acknowledged} THEN excluded.events
+            ELSE substr(outbox.events, 1, length(outbox.events) - 1) || ',' || substr(excluded.events, 2) END"""
+
+
+# One event per command sequence in a JSON array (?3), in array order, numbered from ?1, at time ?2;
+# the event type follows from the status the transition left the command in. (A payload enters as
+# plain text, `'' || json_object(...)`, so it is read back as the very text written.) An operator's
+# call binds ?5, `{"actor": ...}`: its events' payloads name who asked.
+APPEND_EVENTS = outbox_append("""SELECT ?4 AS world_id, CAST(?1 AS INTEGER) AS first_seq, ?2 AS occurred_at,
+        json_group_array(json(event)) AS events
     FROM (SELECT json_array(c.command_id,
             CASE c.status WHEN 'PENDING' THEN CASE WHEN c.redriven_from IS NULL THEN 'admitted' ELSE 'redriven' END
                 WHEN 'APPLIED' THEN 'applied' WHEN 'REJECTED' THEN 'rejected'
@@ -291,19 +330,20 @@ APPEND_EVENTS = """INSERT INTO outbox (world_id, last_seq, first_seq, occurred_a
             '' || CASE WHEN ?5 IS NULL
                 THEN json_object('attempts', c.attempts, 'max_attempts', c.max_attempts, 'error', c.last_error)
                 ELSE json_object('attempts', c.attempts, 'max_attempts', c.max_attempts, 'error', c.last_error,
-                                 'actor', json_extract(?5, '$.actor')) END) AS event
+                                 'actor', json_extract(?5, '$.actor')) END,
+            CAST(?2 AS INTEGER)) AS event
         FROM json_each(?3) AS j CROSS JOIN commands AS c ON c.world_id = ?4 AND c.sequence = j.value ORDER BY j.key)
-    HAVING count(*) > 0"""
+    HAVING count(*) > 0""")
 OUTBOX_COLUMNS = (
     "event_id, world_id, event_seq, command_id, event_type, status, operation, tick, principal, origin, "
     "occurred_at, payload"
 )
 # A world's own event (health): no command; `tick` is the tick that failed or published.
-APPEND_WORLD_EVENT = """INSERT INTO outbox (world_id, last_seq, first_seq, occurred_at, events)
-    SELECT world_id, CAST(?1 AS INTEGER), CAST(?1 AS INTEGER), ?4, json_array(json_array('', ?2, health, 'tick',
-        CAST(?3 AS INTEGER), NULL, 'local', '' || json_object('attempts', CAST(?5 AS INTEGER), 'max_attempts', NULL,
-            'error', ?6, 'since', CAST(?7 AS INTEGER), 'actor', ?9)))
-    FROM worlds WHERE world_id = ?8"""
+APPEND_WORLD_EVENT = outbox_append("""SELECT world_id, CAST(?1 AS INTEGER) AS first_seq, ?4 AS occurred_at,
+        json_array(json_array('', ?2, health, 'tick', CAST(?3 AS INTEGER), NULL, 'local',
+            '' || json_object('attempts', CAST(?5 AS INTEGER), 'max_attempts', NULL, 'error', ?6,
+                'since', CAST(?7 AS INTEGER), 'actor', ?9), CAST(?4 AS INTEGER))) AS events
+    FROM worlds WHERE world_id = ?8""")
 # The events after a sequence number, in order: the rows from the one holding the next event on
 # (through the key), each row's events in array order (json_each's; the ledger checks the order,
 # never assumes it: sorting on e.key too would sort the whole backlog before the LIMIT).
@@ -312,7 +352,7 @@ READ_OUTBOX = """SELECT o.world_id || '/' || (o.first_seq + e.key) AS event_id, 
         json_extract(e.value, '$[1]') AS event_type, json_extract(e.value, '$[2]') AS status,
         json_extract(e.value, '$[3]') AS operation, json_extract(e.value, '$[4]') AS tick,
         json_extract(e.value, '$[5]') AS principal, json_extract(e.value, '$[6]') AS origin,
-        o.occurred_at AS occurred_at, json_extract(e.value, '$[7]') AS payload
+        coalesce(json_extract(e.value, '$[8]'), o.occurred_at) AS occurred_at, json_extract(e.value, '$[7]') AS payload
     FROM outbox AS o CROSS JOIN json_each(o.events) AS e
     WHERE o.world_id = ?1 AND o.last_seq > ?2 AND o.first_seq + e.key > ?2
     ORDER BY o.last_seq LIMIT ?3"""
@@ -321,19 +361,23 @@ READ_OUTBOX_COLUMNS = (
     "SELECT " + ", ".join(f"json_group_array({column.strip()})" for column in OUTBOX_COLUMNS.split(","))
     + f" FROM ({READ_OUTBOX})"
 )
-# An acknowledgement deletes the rows whose every event it covers; a row it covers in part stays,
-# and reads skip its acknowledged events (they read after the watermark).
-DELETE_OUTBOX_UPTO = "DELETE FROM outbox WHERE world_id = ? AND last_seq <= ?"
-# The catalog's worlds with events left to project (acknowledging deletes them, so the outbox holds
-# only those), with their watermarks: a skip-scan of the outbox key, one look-up per such world,
-# so the audit projector's round costs nothing for the worlds with nothing pending.
+# An acknowledgement deletes the rows whose every event it covers but the world's last one, which
+# the next append takes over (above); a row it covers in part stays, and reads skip its
+# acknowledged events (they read after the watermark).
+DELETE_OUTBOX_UPTO = """DELETE FROM outbox WHERE world_id = ?1 AND last_seq <= ?2
+    AND last_seq < (SELECT max(o.last_seq) FROM outbox AS o WHERE o.world_id = ?1)"""
+# The catalog's worlds with events left to project, with their watermarks: a skip-scan of the outbox
+# key, one look-up per world holding a row. An acknowledgement leaves a world's last row for its
+# next append (above), so the worlds that ever had events are visited, one seek each, and those
+# with nothing pending left out; a world without events (or one only forked) costs nothing.
 BACKLOG_WORLDS = f"""WITH RECURSIVE pending(world_id) AS (
         SELECT min(world_id) FROM outbox
         UNION ALL
         SELECT (SELECT min(o.world_id) FROM outbox AS o WHERE o.world_id > pending.world_id) FROM pending
         WHERE pending.world_id IS NOT NULL)
-    SELECT w.world_id, w.status, w.health, {NEXT_EVENT_SEQ_EXPR} - 1, w.projected_seq
-    FROM pending JOIN worlds AS w ON w.world_id = pending.world_id ORDER BY w.world_id"""
+    SELECT * FROM (SELECT w.world_id, w.status, w.health, {NEXT_EVENT_SEQ_EXPR} - 1 AS committed_seq, w.projected_seq
+        FROM pending JOIN worlds AS w ON w.world_id = pending.world_id)
+    WHERE committed_seq > projected_seq ORDER BY world_id"""
 
 # -- component schemas and migrations --
 COMPONENT_COLUMNS = "c.name, c.fingerprint, c.schema, c.recorded_at, m.to_fingerprint"
@@ -395,9 +439,8 @@ REWRITE_PAYLOADS = """WITH r AS MATERIALIZED (SELECT json_extract(value, '$[0]')
     UPDATE commands SET payload = r.payload, migrated_digest = r.digest, updated_at = ?2
     FROM r WHERE commands.world_id = ?1 AND commands.sequence = r.sequence"""
 # A schema event (no command behind it): the command id names what happened.
-APPEND_SCHEMA_EVENT = """INSERT INTO outbox (world_id, last_seq, first_seq, occurred_at, events)
-    VALUES (?1, CAST(?2 AS INTEGER), CAST(?2 AS INTEGER), ?7,
-        json_array(json_array(?3, ?4, 'APPLIED', ?5, CAST(?6 AS INTEGER), NULL, 'local', ?8)))"""
+APPEND_SCHEMA_EVENT = outbox_append("""SELECT ?1 AS world_id, CAST(?2 AS INTEGER) AS first_seq, ?7 AS occurred_at,
+        json_array(json_array(?3, ?4, 'APPLIED', ?5, CAST(?6 AS INTEGER), NULL, 'local', ?8, CAST(?7 AS INTEGER))) AS events""")
 
 # -- quotas: a principal's admitted commands per world and the tick they run at (a column named
 # scheduled_tick: the target tick, or the next tick for one already past) --
@@ -481,10 +524,13 @@ FORKED_SEQUENCES = "SELECT sequence FROM commands WHERE world_id = ? ORDER BY se
 # row per row deleted (RETURNING: the ports have no portable changes count) --
 PRUNABLE_STATUSES = "('APPLIED', 'REJECTED', 'CANCELLED')"
 # The first unacknowledged event's time: a command settled no earlier than this may still have an
-# event in the outbox, so it is not yet readable from the audit table. (The first by sequence, not
-# the minimum: one row through the key, where a minimum over occurred_at would read the backlog.)
-# (Events appended by one statement share their time, the row's.)
-FIRST_PENDING_EVENT = "SELECT occurred_at FROM outbox WHERE world_id = ? AND last_seq > ? ORDER BY last_seq LIMIT 1"
+# event in the outbox, so it is not yet readable from the audit table. (Through the key: the first
+# row holding one, and the least time of its pending events, which is the first's: the clock does
+# not go backwards. A minimum over the whole backlog would read all of it.)
+FIRST_PENDING_EVENT = """SELECT min(coalesce(json_extract(e.value, '$[8]'), o.occurred_at))
+    FROM (SELECT first_seq, occurred_at, events FROM outbox WHERE world_id = ?1 AND last_seq > ?2
+        ORDER BY last_seq LIMIT 1) AS o CROSS JOIN json_each(o.events) AS e
+    WHERE o.first_seq + e.key > ?2"""
 PRUNE_TICKS = """DELETE FROM ticks WHERE world_id = ?1 AND tick IN
     (SELECT tick FROM ticks WHERE world_id = ?1 AND tick <= ?2 ORDER BY tick LIMIT ?3) RETURNING 1"""
 # The prunable commands, oldest settlement first, without an index of settlements (schema version 18:
@@ -508,9 +554,11 @@ PRUNE_RESERVATIONS = """DELETE FROM spawn_reservations WHERE rowid IN
 # State no retained tick reads (docs/storage.md, "State at a tick"): the snapshots before the one the
 # oldest retained tick reads, and the deltas before the first it reads. The floor moves first.
 RAISE_STATE_FROM_TICK = "UPDATE worlds SET state_from_tick = max(state_from_tick, ?) WHERE world_id = ?"
-PRUNE_STATE_SNAPSHOTS = """DELETE FROM state_snapshots WHERE rowid IN
-    (SELECT rowid FROM state_snapshots WHERE world_id = ?1 AND tick < ?2 ORDER BY tick, first_entity_id LIMIT ?3) RETURNING 1"""
-PRUNE_STATE_DELTAS = """DELETE FROM state_deltas WHERE rowid IN
-    (SELECT rowid FROM state_deltas WHERE world_id = ?1 AND tick < ?2 ORDER BY tick, part LIMIT ?3) RETURNING 1"""
+# (The state tables are clustered on their keys: a row is named by its key, they have no rowid.)
+PRUNE_STATE_SNAPSHOTS = """DELETE FROM state_snapshots WHERE world_id = ?1 AND (tick, first_entity_id) IN
+    (SELECT tick, first_entity_id FROM state_snapshots WHERE world_id = ?1 AND tick < ?2 ORDER BY tick, first_entity_id LIMIT ?3)
+    RETURNING 1"""
+PRUNE_STATE_DELTAS = """DELETE FROM state_deltas WHERE world_id = ?1 AND (tick, part) IN
+    (SELECT tick, part FROM state_deltas WHERE world_id = ?1 AND tick < ?2 ORDER BY tick, part LIMIT ?3) RETURNING 1"""
 PRUNE_QUOTA_USAGE = """DELETE FROM quota_usage WHERE rowid IN
     (SELECT rowid FROM quota_usage WHERE world_id = ?1 AND scheduled_tick <= ?2 ORDER BY scheduled_tick, principal LIMIT ?3) RETURNING 1"""

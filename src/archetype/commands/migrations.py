@@ -517,10 +517,47 @@ V18_NO_SETTLED_INDEX = Migration(18, "no index of settled commands: prune walks 
     "DROP INDEX commands_settled",
 ))  # fmt: skip
 
+# Version 19: fewer rows written per tick (docs/storage.md, "Schema version 19").
+# - An outbox row takes more events after it was written: an append goes into the world's last row
+#   when that row's every event is acknowledged (taken over) or when it follows the row's events and
+#   the row is small, and an acknowledgement leaves the world's last row for that. An event carries
+#   its own time (a row's events may be appended at different times); an event written before has
+#   none, and its row's time is its own, as before (so no statement for this: the version moving is
+#   what makes an older archetype, which would read every event at its row's time, refuse the catalog).
+# - The state tables are clustered on their keys (WITHOUT ROWID), as `commands` and `ticks` are since
+#   version 13: a state chunk written is one row, not a row and its key's entry. They are rebuilt
+#   (copied aside and back), the index of replacing deltas as it was.
+V19_OUTBOX_TAIL = Migration(19, "outbox rows that take appends, each event's own time; state tables clustered on their keys", (
+    "CREATE TABLE state_snapshots_v18 AS SELECT * FROM state_snapshots",
+    "DROP TABLE state_snapshots",
+    """CREATE TABLE state_snapshots (
+        world_id TEXT NOT NULL,
+        tick INTEGER NOT NULL,
+        first_entity_id INTEGER NOT NULL,
+        body TEXT NOT NULL,
+        PRIMARY KEY (world_id, tick, first_entity_id)) WITHOUT ROWID""",
+    """INSERT INTO state_snapshots (world_id, tick, first_entity_id, body)
+        SELECT world_id, tick, first_entity_id, body FROM state_snapshots_v18""",
+    "DROP TABLE state_snapshots_v18",
+    "CREATE TABLE state_deltas_v18 AS SELECT * FROM state_deltas",
+    "DROP TABLE state_deltas",
+    """CREATE TABLE state_deltas (
+        world_id TEXT NOT NULL,
+        tick INTEGER NOT NULL,
+        part INTEGER NOT NULL,
+        body TEXT NOT NULL,
+        replaces INTEGER NOT NULL DEFAULT 0,
+        PRIMARY KEY (world_id, tick, part)) WITHOUT ROWID""",
+    """INSERT INTO state_deltas (world_id, tick, part, body, replaces)
+        SELECT world_id, tick, part, body, replaces FROM state_deltas_v18""",
+    "DROP TABLE state_deltas_v18",
+    "CREATE INDEX state_deltas_replacing ON state_deltas (world_id, tick) WHERE replaces = 1",
+))  # fmt: skip
+
 MIGRATIONS = (V1_SCHEMA, V2_EXACTLY_ONCE, V3_STATE_CHUNKS, V4_HEALTH_AND_REDRIVE, V5_RETENTION, V6_COMPONENT_SCHEMAS,
               V7_TICK_CLOCK, V8_WORLD_LEASES, V9_DERIVED_SEQUENCES, V10_RUNNER_REGISTRY, V11_DURABLE_FACTS,
               V12_TICK_MODES, V13_FEWER_ROWS, V14_STATE_HISTORY, V15_COMMAND_ID_FIRST, V16_FORK_COPIES,
-              V17_LEASE_MAP, V18_NO_SETTLED_INDEX)  # fmt: skip
+              V17_LEASE_MAP, V18_NO_SETTLED_INDEX, V19_OUTBOX_TAIL)  # fmt: skip
 SCHEMA_VERSION = MIGRATIONS[-1].version
 
 HAS_META = "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'"
