@@ -79,8 +79,8 @@ MUTANTS: dict[str, tuple[str, tuple[Change, ...]]] = {
     )),
     # retention
     "prune-ignores-outbox": ("prune removes settled commands whose events are not acknowledged", (
-        (LEDGER, "horizon = min(horizon, pending[0][0] - 1)",
-         "horizon = min(horizon, pending[0][0] + 10**9)"),
+        (LEDGER, "horizon = min(horizon, first_pending - 1)",
+         "horizon = min(horizon, first_pending + 10**9)"),
     )),
     "prune-takes-the-head": ("prune removes one manifest too many (the head's, with keep_ticks=1)", (
         (LEDGER, 'oldest_tick = world["tick_head"] - keep_ticks',
