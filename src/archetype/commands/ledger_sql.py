@@ -271,8 +271,10 @@ STATE_CHUNK_FIRSTS = "SELECT first_entity_id FROM state_snapshots WHERE world_id
 GET_STATE_CHUNK = "SELECT body FROM state_snapshots WHERE world_id = ? AND tick = ? AND first_entity_id = ?"
 STATE_DELTA_HEADS = """SELECT tick, part, substr(body, 1, 64) FROM state_deltas WHERE world_id = ? AND tick >= ? AND tick <= ?
     ORDER BY tick, part"""
+# Driven from the deltas asked for (CROSS JOIN keeps that order): left to itself SQLite walked every
+# delta the world retains and probed the array for each.
 GET_STATE_DELTAS = """SELECT d.body FROM json_each(?) AS j
-    JOIN state_deltas AS d ON d.world_id = ? AND d.tick = json_extract(j.value, '$[0]') AND d.part = json_extract(j.value, '$[1]')
+    CROSS JOIN state_deltas AS d ON d.world_id = ? AND d.tick = json_extract(j.value, '$[0]') AND d.part = json_extract(j.value, '$[1]')
     ORDER BY d.tick, d.part"""
 NEXT_STATE_CHUNK = """SELECT first_entity_id, body FROM state_snapshots WHERE world_id = ? AND tick = ? AND first_entity_id > ?
     ORDER BY first_entity_id LIMIT 1"""
