@@ -61,13 +61,9 @@ class SubmitCommandRequest(BaseModel):
     @classmethod
     def _supported_type(cls, value: Any) -> Any:
         if isinstance(value, str) and value not in MUTATIONS:
-            legacy = (
-                " (a legacy envelope: it is not a durable command, not even a no-op)" if value in LEGACY_TYPES else ""
-            )
+            legacy = " (a legacy envelope: it is not a durable command, not even a no-op)" if value in LEGACY_TYPES else ""
             supported = ", ".join(MUTATIONS)
-            raise PydanticCustomError(
-                UNSUPPORTED_TYPE_ERROR, f"type {value!r} is not supported{legacy}; use one of {supported}"
-            )
+            raise PydanticCustomError(UNSUPPORTED_TYPE_ERROR, f"type {value!r} is not supported{legacy}; use one of {supported}")
         return value
 
     @model_validator(mode="after")
