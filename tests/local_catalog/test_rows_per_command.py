@@ -9,9 +9,9 @@ import sqlite3
 from archetype.commands import ledger_sql
 from archetype.commands.ledger import Ledger
 from archetype.commands.port import ManualClock
-from local_catalog import CATALOG_FILE, SqliteSqlPort, open_local_authority
 from archetype.runtime import Runtime
 from archetype.world import CreateWorld
+from local_catalog import CATALOG_FILE, SqliteSqlPort, open_local_authority
 from tests.conformance.helpers import at, fail_next, probe, step
 from tests.conformance.scenario import run_scenario
 
