@@ -268,7 +268,8 @@ INSERT_REDRIVE = f"""INSERT INTO commands (world_id, sequence, scope, command_id
         operation, payload, digest, principal, origin, max_attempts, reserved_entity_id, status, is_open, redriven_from,
         created_at, updated_at, due_later)
     SELECT world_id, ?, scope, ?, schema_version, ?, priority, operation, payload, ?, principal, origin, max_attempts,
-        reserved_entity_id, 'PENDING', 1, sequence, ?, ?, {DUE_LATER_VALUE_EXPR.format(tick="commands.scheduled_tick", world="commands.world_id")}
+        reserved_entity_id, 'PENDING', 1, sequence, ?, ?,
+        {DUE_LATER_VALUE_EXPR.format(tick="commands.scheduled_tick", world="commands.world_id")}
     FROM commands WHERE world_id = ? AND sequence = ?"""
 # The dead letter's own mark of its redrive: retention never prunes a dead letter, so it outlives the redrive's row.
 MARK_REDRIVEN = "UPDATE commands SET redriven_by = ? WHERE world_id = ? AND sequence = ?"
