@@ -10,6 +10,8 @@ Inside the ledger a command is addressed by its per-world `sequence`; its comman
 only within its `scope` (the admitting principal, or '' for trusted callers).
 """
 
+from archetype.canonical import MAX_SAFE_INTEGER
+
 OPEN_STATUSES = "('PENDING', 'LEASED', 'RETRYABLE')"
 # A command's `is_open` is 1 while its status is open, NULL once it is terminal; the index of open
 # commands (commands_due) is partial on it, not on the status, so a lease or a release (open to
@@ -310,8 +312,10 @@ STATE_CHUNK_FIRSTS = "SELECT first_entity_id FROM state_snapshots WHERE world_id
 GET_STATE_CHUNK = "SELECT body FROM state_snapshots WHERE world_id = ? AND tick = ? AND first_entity_id = ?"
 STATE_DELTA_HEADS = """SELECT tick, part, substr(body, 1, 64) FROM state_deltas WHERE world_id = ? AND tick >= ? AND tick <= ?
     ORDER BY tick, part"""
+# Driven from the deltas asked for (CROSS JOIN keeps that order): left to itself SQLite walked every
+# delta the world retains and probed the array for each.
 GET_STATE_DELTAS = """SELECT d.body FROM json_each(?) AS j
-    JOIN state_deltas AS d ON d.world_id = ? AND d.tick = json_extract(j.value, '$[0]') AND d.part = json_extract(j.value, '$[1]')
+    CROSS JOIN state_deltas AS d ON d.world_id = ? AND d.tick = json_extract(j.value, '$[0]') AND d.part = json_extract(j.value, '$[1]')
     ORDER BY d.tick, d.part"""
 NEXT_STATE_CHUNK = """SELECT first_entity_id, body FROM state_snapshots WHERE world_id = ? AND tick = ? AND first_entity_id > ?
     ORDER BY first_entity_id LIMIT 1"""
@@ -424,12 +428,10 @@ BACKLOG_WORLDS = f"""WITH RECURSIVE pending(world_id) AS (
 COMPONENT_COLUMNS = "c.name, c.fingerprint, c.schema, c.recorded_at, m.to_fingerprint"
 _SUPERSEDED_JOIN = "LEFT JOIN component_migrations AS m ON m.world_id = c.world_id AND m.from_fingerprint = c.fingerprint"
 # The recorded schemas among these fingerprints, each with what migrated it away (NULL: current).
-FIND_COMPONENTS = f"""SELECT {COMPONENT_COLUMNS} FROM json_each(?) AS j
-    CROSS JOIN world_components AS c ON c.world_id = ? AND c.fingerprint = j.value {_SUPERSEDED_JOIN}"""
+FIND_COMPONENTS = f"""SELECT {COMPONENT_COLUMNS} FROM json_each(?1) AS j
+    CROSS JOIN world_components AS c ON c.world_id = ?2 AND c.fingerprint = j.value {_SUPERSEDED_JOIN}"""
 # The same as a fork at tick ?3 sees them: superseded only by the migrations of ticks up to it.
-FIND_COMPONENTS_AT_TICK = f"""SELECT {COMPONENT_COLUMNS} FROM json_each(?1) AS j
-    CROSS JOIN world_components AS c ON c.world_id = ?2 AND c.fingerprint = j.value {_SUPERSEDED_JOIN}
-        AND m.tick <= ?3"""
+FIND_COMPONENTS_AT_TICK = f"{FIND_COMPONENTS} AND m.tick <= ?3"
 # Everything an admission reads, in one statement (each statement is a round of the SQL engine, and
 # on the Durable Object a crossing into JavaScript): rows tagged by what they answer.
 # - 'world': the world's status, its next command and event sequence numbers and its tick head (no row: no world);
@@ -581,12 +583,13 @@ PRUNE_TICKS = """DELETE FROM ticks WHERE world_id = ?1 AND tick IN
 # docs/storage.md, "Rows per command"; a settlement would write an entry there). A command settled by the
 # horizon was admitted by it, and sequences follow admission time (the ledger's clock, as the horizon
 # reads it, does not go backwards), so they all come before the first command admitted after it: the
-# key is walked up to that one, which reads the commands older than the horizon (what prune takes,
-# and what it never takes: dead letters, commands still open), never the window's.
+# key is walked up to that one (none admitted since: past every sequence), which reads the commands
+# older than the horizon (what prune takes, and what it never takes: dead letters, commands still
+# open), never the window's.
 PRUNE_COMMANDS = f"""DELETE FROM commands WHERE world_id = ?1 AND sequence IN
     (SELECT sequence FROM commands WHERE world_id = ?1
         AND sequence < coalesce((SELECT sequence FROM commands WHERE world_id = ?1 AND created_at > ?2
-            ORDER BY sequence LIMIT 1), 9007199254740992)
+            ORDER BY sequence LIMIT 1), {MAX_SAFE_INTEGER + 1})
         AND status IN {PRUNABLE_STATUSES} AND updated_at <= ?2
         ORDER BY updated_at, sequence LIMIT ?3) RETURNING 1"""
 # A reservation whose command was pruned, or whose admission never came within the window.
