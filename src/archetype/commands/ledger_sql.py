@@ -72,13 +72,12 @@ WORLD_VALUE_COLUMNS = ", ".join(
 GET_WORLD = f"SELECT {WORLD_VALUE_COLUMNS} FROM worlds AS w WHERE w.world_id = ?"
 LIST_WORLDS = f"SELECT {WORLD_VALUE_COLUMNS} FROM worlds AS w ORDER BY w.world_id"
 # The catalog's worlds that have an open command (with the earliest scheduled tick among them): a
-# runner's due-time index. It reads the open-commands index only, so idle worlds cost nothing.
-# (Both places of open commands, above: the due index's entries, and each world's walk from its floor,
-# one seek for a world with none open.)
+# runner's due-time index. It reads both places of open commands (above): the due index's entries, and
+# each world's walk from its floor, one seek for a world with none open; never a world's history.
 PENDING_WORLDS = f"""SELECT c.world_id, w.status, w.tick_head, min(c.scheduled_tick), w.clock_tick, w.clock_ms,
         w.tick_mode, w.tick_interval_ms, w.tick_lag_ms, w.host_owner, w.host_expires_at
     FROM (SELECT d.world_id, d.scheduled_tick FROM commands AS d INDEXED BY commands_due
-            WHERE d.{DUE_LATER_EXPR} AND d.status IN {OPEN_STATUSES}
+            WHERE d.is_open = 1 AND d.due_later = 1 AND d.status IN {OPEN_STATUSES}
         UNION ALL
         SELECT a.world_id, a.scheduled_tick FROM worlds AS fw CROSS JOIN commands AS a ON a.world_id = fw.world_id
             AND a.sequence >= fw.due_floor WHERE a.is_open = 1 AND a.due_later IS NULL AND a.status IN {OPEN_STATUSES}) AS c
