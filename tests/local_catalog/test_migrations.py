@@ -297,3 +297,45 @@ def test_version_19_keeps_each_event_and_its_time_and_every_state_row(tmp_path):
             deltas = port.execute("SELECT tick, part, body, replaces FROM state_deltas ORDER BY 1, 2")
             assert [tuple(r) for r in deltas] == STATE_DELTAS_V18
             assert [tuple(r) for r in port.execute(ledger_sql.STATE_REPLACING_TICK, ("w", 6))] == [(5,)]
+
+
+def version_19_with_open_commands(execute) -> None:
+    """A catalog as version 19 left it: world `w` at tick head 5 with a settled command and open ones
+    due at once (scheduled at or before tick 6) and due later, every open one in the due index."""
+    for migration in MIGRATIONS[:19]:
+        for statement in migration.statements:
+            execute(statement)
+    execute("INSERT INTO meta (key, value) VALUES ('schema_version', '19')")
+    execute("INSERT INTO worlds (world_id, name, status, tick_head, created_at, updated_at) VALUES ('w', 'w', 'ACTIVE', 5, 1, 1)")
+    for sequence, command_id, status, tick, priority, attempts in OPEN_COMMANDS_V19:
+        execute(f"""INSERT INTO commands (world_id, sequence, scope, command_id, schema_version, scheduled_tick, priority,
+                operation, payload, digest, origin, max_attempts, attempts, status, is_open, created_at, updated_at)
+            VALUES ('w', {sequence}, '', '{command_id}', 1, {tick}, {priority}, 'despawn', '{{}}', 'x', 'local', 3,
+                {attempts}, '{status}', {"NULL" if status == "APPLIED" else 1}, 1, 1)""")  # fmt: skip
+
+
+# (sequence, command id, status, scheduled tick, priority, attempts)
+OPEN_COMMANDS_V19 = [(1, "done", "APPLIED", 2, 0, 1), (2, "soon", "PENDING", 3, 5, 0), (3, "later", "PENDING", 9, 0, 0),
+                     (4, "retry", "RETRYABLE", 6, 0, 1), (5, "last", "PENDING", 20, 0, 0)]  # fmt: skip
+
+
+def test_version_20_keeps_every_open_command_due_in_its_order(tmp_path):
+    """The upgrade to version 20 (docs/storage.md, "Schema version 20") leaves the open commands due
+    after the tick after the head in the due index and the others above the world's floor: every one
+    is still leased, in (scheduled tick, priority, sequence) order, and the earliest is still the next
+    due tick, alike on every SQLite host."""
+    with ledgers_on_every_host(tmp_path, version_19_with_open_commands) as ledgers:
+        for ledger in ledgers:
+            port = ledger._port
+            kinds = port.execute("SELECT sequence, due_later FROM commands WHERE is_open = 1 ORDER BY sequence")
+            assert [tuple(r) for r in kinds] == [(2, None), (3, 1), (4, None), (5, 1)]
+            assert port.execute("SELECT due_floor FROM worlds")[0][0] == 2
+            indexed = port.execute("SELECT sequence FROM commands INDEXED BY commands_due WHERE world_id = 'w' "
+                                   "AND is_open = 1 AND due_later = 1 ORDER BY sequence")  # fmt: skip
+            assert [r[0] for r in indexed] == [3, 5]
+            assert ledger.next_due_tick("w") == 3
+            epoch = ledger.acquire_writer("w")["writer_epoch"]
+            leased = ledger.lease("w", "o", "s", epoch, 9, 10, 30_000)
+            assert [r["command_id"] for r in leased] == ["soon", "retry", "later"]
+            leased = ledger.lease("w", "o", "s", epoch, 20, 10, 30_000)
+            assert [r["command_id"] for r in leased] == ["soon", "retry", "later", "last"]
