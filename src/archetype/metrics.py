@@ -31,7 +31,8 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from archetype.api.app import HttpApp
 from archetype.api.auth import require
 from archetype.commands.authority import Authority
-from archetype.commands.errors import CommandConflictError, QuotaExceededError, WorldClosingError
+from archetype.commands.errors import CommandConflictError, CommandError, QuotaExceededError, WorldClosingError
+from archetype.commands.ledger_rows import AdmissionRow, Admitted, Quota
 from archetype.commands.options import Role
 
 OTHER_WORLDS = "_other"
@@ -182,11 +183,11 @@ class ObservedAuthority(Authority):
             result = await self.inner.rpc(method, arguments)
         except tuple(ADMISSION_REFUSALS) as exc:
             if method in ("admit", "reserve_spawn"):
-                self.metrics.count_admission(ADMISSION_REFUSALS[type(exc)])
+                self._count_admission(exc)
             raise
         if method == "admit":
             for admitted in result:
-                self.metrics.count_admission("replayed" if admitted["replayed"] else "admitted")
+                self._count_admission(admitted)
         elif method == "list_worlds":  # the runner lists them every sweep (the projector reads its backlog): lag rides along
             self.metrics.observe_worlds(result)
         elif method == "lease":
@@ -199,6 +200,18 @@ class ObservedAuthority(Authority):
             for seq in [seq for seq in pending if seq <= arguments["up_to_seq"]]:
                 self.metrics.events.labels(pending.pop(seq)).inc()
         return result
+
+    async def admit_each(self, world_id: str, commands: list[AdmissionRow], quota: Quota | None = None) -> list[Admitted | Exception]:
+        answers = await self.inner.admit_each(world_id, commands, quota)
+        for answer in answers:  # counted as `rpc` counts each command's admission alone
+            self._count_admission(answer)
+        return answers
+
+    def _count_admission(self, answer: Admitted | Exception) -> None:
+        if not isinstance(answer, Exception):
+            self.metrics.count_admission("replayed" if answer["replayed"] else "admitted")
+        elif isinstance(answer, CommandError) and type(answer) in ADMISSION_REFUSALS:
+            self.metrics.count_admission(ADMISSION_REFUSALS[type(answer)])
 
     async def close(self) -> None:
         await self.inner.close()

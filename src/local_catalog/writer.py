@@ -11,12 +11,15 @@ Admissions queued one after another for the same world, principal and quota (con
 submissions, typically) run as one `admit` of all their commands, in queue order: a batch's
 statements cost about a fifth of single admissions' per command. Should that batch be refused
 (it is all or nothing), each admission runs again alone, in its own savepoint of the same
-transaction, so every caller gets the answer it would have got alone.
+transaction, so every caller gets the answer it would have got alone. `admit_each` hands the
+thread such a run whole, in one call: the single admissions a caller gathered itself (the HTTP
+layer's, one turn of its event loop: archetype.commands.coalesced).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import queue
 import threading
 from collections.abc import Callable
@@ -27,7 +30,7 @@ from archetype.commands import ledger_sql as q
 from archetype.commands.authority import InProcessAuthority
 from archetype.commands.errors import UnregisteredOperationError
 from archetype.commands.ledger import CATALOG_METHODS, LEDGER_METHODS, Ledger
-from archetype.commands.ledger_rows import Watermark
+from archetype.commands.ledger_rows import AdmissionRow, Admitted, Quota, Watermark
 from archetype.commands.port import StorageFault
 from local_catalog.port import SqliteSqlPort
 from local_catalog.reader import READ_METHODS, CatalogReader
@@ -66,13 +69,17 @@ def _merge_key(arguments: dict[str, Any]) -> tuple[Any, ...] | None:
         return None
 
 
-def _commands(call: _Call) -> list[Any]:
-    assert call.admission is not None  # a merged call is an admission
-    return list(call.admission["commands"])
+def _admissions(calls: list[_Call]) -> list[dict[str, Any]]:
+    """The arguments of calls `_merged` merged (only admissions merge)."""
+    found = []
+    for call in calls:
+        assert call.admission is not None
+        found.append(call.admission)
+    return found
 
 
 def _answer_each(calls: list[_Call], result: Any) -> list[Any]:
-    """Each merged call's answer: its own (the list `_run_merged` answers), or what failed them all."""
+    """Each merged call's answer: its own (the list `_admit_merged` answers), or what failed them all."""
     return result if isinstance(result, list) else [result] * len(calls)
 
 
@@ -108,6 +115,11 @@ class WriterThreadAuthority(InProcessAuthority):
         fn = getattr(self.ledger, method)
         return await self._call(lambda: fn(**arguments), solo=method in SOLO_METHODS,
                                 admission=arguments if method == "admit" else None)  # fmt: skip
+
+    async def admit_each(self, world_id: str, commands: list[AdmissionRow], quota: Quota | None = None) -> list[Admitted | Exception]:
+        admissions = [{"world_id": world_id, "commands": [command], "quota": quota} for command in commands]
+        answers = await self._call(self._admit_merged(admissions), solo=False)
+        return [answer if isinstance(answer, Exception) else answer[0] for answer in answers]
 
     def storage_fault(self) -> StorageFault | None:
         """Why the catalog's writes fail, until one succeeds again (None: they do)."""
@@ -151,7 +163,8 @@ class WriterThreadAuthority(InProcessAuthority):
                 results: list[Any] = self._port.group([group[0].fn])
             else:
                 units = self._merged(group)
-                done = self._port.group([calls[0].fn if len(calls) == 1 else self._run_merged(calls) for calls in units])
+                done = self._port.group([calls[0].fn if len(calls) == 1 else self._admit_merged(_admissions(calls))
+                                         for calls in units])  # fmt: skip
                 results = [answer for calls, result in zip(units, done, strict=True)
                            for answer in ([result] if len(calls) == 1 else _answer_each(calls, result))]  # fmt: skip
         except BaseException as exc:  # the commit itself failed: nothing of the group is durable
@@ -182,17 +195,18 @@ class WriterThreadAuthority(InProcessAuthority):
                 keys.append(key)
         return units
 
-    def _run_merged(self, calls: list[_Call]) -> Callable[[], list[Any]]:
-        """One `admit` of the calls' commands; refused, each call alone (a savepoint each)."""
+    def _admit_merged(self, admissions: list[dict[str, Any]]) -> Callable[[], list[Any]]:
+        """One `admit` of the admissions' commands (one world's, one quota's, one principal's: what
+        `_merge_key` merges); refused, each admission alone (a savepoint each). Each answer is the
+        admission's own list of identities, or what refused it alone."""
 
         def run() -> list[Any]:
-            first = calls[0].admission
-            assert first is not None
-            each = [_commands(call) for call in calls]
+            each = [list(admission["commands"]) for admission in admissions]
             batch = [command for commands in each for command in commands]
+            first = admissions[0]
             admitted = self._port.attempt(lambda: self.ledger.admit(first["world_id"], batch, first.get("quota")))
             if isinstance(admitted, Exception):
-                return [self._port.attempt(call.fn) for call in calls]
+                return [self._port.attempt(functools.partial(self.ledger.admit, **admission)) for admission in admissions]
             answers: list[Any] = []
             for commands in each:
                 answers.append(admitted[: len(commands)])

@@ -14,7 +14,7 @@ import pytest
 from archetype.commands.authority import Authority
 from archetype.commands.ledger import CATALOG_METHODS, FORK_COPY_METHODS, LEDGER_METHODS, Ledger
 
-TRANSPORT = {"rpc", "close"}  # Authority's own methods, not ledger operations
+TRANSPORT = {"rpc", "close", "admit_each"}  # Authority's own methods, not ledger operations (admit_each: many admits in one call)
 
 
 class Recording(Authority):

@@ -255,7 +255,9 @@ QUEUED = [
 ]
 
 
-async def _queued_admissions(tmp_path, name: str, *, at_once: bool) -> tuple[list, list, list[int]]:
+async def _counting_authority(tmp_path, name: str) -> tuple[WriterThreadAuthority, list[int]]:
+    """A catalog with world `w` and commands `seen` and `clash` admitted, and the size of each
+    `Ledger.admit` call from now on."""
     authority = open_local_authority(tmp_path / name, clock=ManualClock())
     assert isinstance(authority, WriterThreadAuthority)
     batches: list[int] = []
@@ -270,6 +272,11 @@ async def _queued_admissions(tmp_path, name: str, *, at_once: bool) -> tuple[lis
     await authority.record_components("w", [schema_row(Health)])
     await authority.admit("w", [_row("seen", "p"), _row("clash", "p")], QUOTA)
     batches.clear()
+    return authority, batches
+
+
+async def _queued_admissions(tmp_path, name: str, *, at_once: bool) -> tuple[list, list, list[int]]:
+    authority, batches = await _counting_authority(tmp_path, name)
 
     def call(principal: str | None, rows: list) -> asyncio.Future:
         return asyncio.ensure_future(authority.rpc("admit", {"world_id": "w", "commands": rows, "quota": QUOTA if principal else None}))
@@ -304,3 +311,50 @@ async def test_queued_admissions_run_as_one_batch_and_answer_as_each_alone(tmp_p
     assert refused == {"CommandConflictError", "InvalidComponentDataError", "QuotaExceededError", "InvalidCommandError"}
     replays = [a[0]["replayed"] for a in alone if isinstance(a, list) and a[0]["command_id"] in ("seen", "twice")]
     assert replays == [True, False, True]
+
+
+
+# One principal's single admissions as one turn of an HTTP server's loop gathers them: new ones, a
+# replay, a key sent twice, a conflict, a refused value, a quota overflow at tick 7.
+EACH = [_row("e1", "p"), _row("seen", "p"), _row("e2", "p"), _row("again", "p"), _row("again", "p"),
+        _row("clash", "p", hp=2), _row("bad", "p", hp="x"), *(_row(f"u{i}", "p", tick=7) for i in range(QUOTA + 1)),
+        _row("e3", "p")]  # fmt: skip
+
+
+async def _admitted_each(tmp_path, name: str, rows: list, *, together: bool) -> tuple[list, list, list[int]]:
+    """(each row's answer, the ledger's history and outbox, the size of each `Ledger.admit` call)."""
+    authority, batches = await _counting_authority(tmp_path, name)
+    calls = authority.calls
+    if together:
+        answers = await authority.admit_each("w", rows, QUOTA)
+        assert authority.calls == calls + 1  # one call to the writer thread
+    else:
+        answers = []
+        for row in rows:
+            try:
+                answers += await authority.admit("w", [row], QUOTA)
+            except Exception as exc:
+                answers.append(exc)
+    ledger = [await authority.history("w", limit=100, scope=None), await authority.read_outbox("w", 0, 1000)]
+    await authority.close()
+    return [a if isinstance(a, dict) else (type(a).__name__, str(a)) for a in answers], ledger, batches
+
+
+async def test_admit_each_answers_each_command_as_its_admission_alone_in_one_call(tmp_path):
+    """`admit_each` (what coalesced HTTP admissions send: archetype.commands.coalesced) is one call to
+    the writer thread, one batch when nothing refuses it, else each command alone: each answer, and
+    every row and event the ledger keeps, is what admitting them one at a time gives."""
+    each, each_ledger, each_batches = await _admitted_each(tmp_path, "each", EACH, together=True)
+    alone, alone_ledger, alone_batches = await _admitted_each(tmp_path, "alone", EACH, together=False)
+    assert each == alone
+    assert each_ledger == alone_ledger
+    assert alone_batches == [1] * len(EACH)
+    assert each_batches == [len(EACH), *alone_batches]  # the batch refused, then each alone
+    refused = [answer[0] for answer in alone if isinstance(answer, tuple)]
+    assert refused == ["CommandConflictError", "InvalidComponentDataError", "QuotaExceededError"]
+    assert [a["replayed"] for a in alone if isinstance(a, dict) and a["command_id"] in ("seen", "again")] == [True, False, True]
+
+    fresh = [_row(f"n{i}", "p") for i in range(5)] + [_row("seen", "p")]  # nothing to refuse: one batch
+    each, each_ledger, each_batches = await _admitted_each(tmp_path, "each-clean", fresh, together=True)
+    alone, alone_ledger, _ = await _admitted_each(tmp_path, "alone-clean", fresh, together=False)
+    assert (each, each_ledger, each_batches) == (alone, alone_ledger, [len(fresh)])

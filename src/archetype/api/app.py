@@ -62,6 +62,7 @@ from archetype.api.runner_protocol import ADMISSION_METHODS, LEDGER_ROUTE_ROLES,
 from archetype.canonical import MAX_SAFE_INTEGER
 from archetype.commands.audit_history import GetAuditHistory
 from archetype.commands.authority import Authority
+from archetype.commands.coalesced import CoalescedAdmissions
 from archetype.commands.dispatcher import CommandDispatcher
 from archetype.commands.errors import (
     CommandError,
@@ -212,6 +213,7 @@ def create_app(
     registry = registry or default_registry()
     scheduler = CommandScheduler(registry, authority, quota=quota)
     dispatcher = CommandDispatcher(registry, scheduler, worlds or EdgeWorlds(), origin="gateway", audit=audit)
+    coalesced = CoalescedAdmissions(dispatcher)  # single admissions in one turn of the loop: one ledger call
 
     # No trailing-slash redirects: the framework builds them from the request's Host header, which
     # the client controls (`GET /worlds/w1/` with `Host: evil.example` would send it there).
@@ -230,7 +232,7 @@ def create_app(
         if type(item.op) is Spawn:
             admission = await dispatcher.defer_spawn_as(actor, item.op, item.options, command_id=item.command_id)
             return CommandAccepted.of(admission.command, admission.entity_id)
-        return CommandAccepted.of(await dispatcher.defer_as(actor, item.op, item.options, command_id=item.command_id))
+        return CommandAccepted.of(await coalesced.admit_as(actor, item))
 
     async def create_one(_: None, body: CreateWorldRequest, actor: ActorCtx, __: str | None) -> WorldView:
         op = body.operation()

@@ -10,6 +10,7 @@ in-process; the Durable Object and the HTTP client reach it remotely.
 
 from __future__ import annotations
 
+import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any
@@ -155,6 +156,21 @@ class Authority(ABC):
 
     async def admit(self, world_id: str, commands: list[AdmissionRow], quota: Quota | None = None) -> list[Admitted]:
         return await self.rpc("admit", {"world_id": world_id, "commands": commands, "quota": quota})
+
+    async def admit_each(self, world_id: str, commands: list[AdmissionRow], quota: Quota | None = None) -> list[Admitted | Exception]:
+        """Each command admitted as `admit(world_id, [command], quota)` admits it alone: its
+        identity, or what refused it. Not a ledger operation: here, one `admit` per command, made
+        concurrently as separate callers would make them; an authority that can carry them in one
+        call overrides it (the local catalog's writer thread)."""
+
+        async def alone(command: AdmissionRow) -> Admitted | Exception:
+            try:
+                (admitted,) = await self.admit(world_id, [command], quota)
+            except Exception as exc:
+                return exc
+            return admitted
+
+        return list(await asyncio.gather(*(alone(command) for command in commands)))
 
     # -- a tick --
     async def lease(self, world_id: str, owner: Label, session: Label, writer_epoch: Epoch, tick: Tick, limit: PageLimit,

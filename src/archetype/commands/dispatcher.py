@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from archetype.commands.errors import OperationUnavailableError, PermissionDeniedError
+from archetype.commands.ledger_rows import AdmissionRow
 from archetype.commands.options import ActorCtx, DurableOptions
 from archetype.commands.registry import OperationRegistry, OperationSpec
 from archetype.commands.scheduler import CommandIdentity, CommandScheduler, DeferredItem, SpawnAdmission
@@ -83,6 +84,12 @@ class CommandDispatcher:
         for item in items:
             self._authorize(item.op, actor, durable=True)
         return await self.scheduler.admit(items, actor, self.origin)
+
+    async def admission_as(self, actor: ActorCtx, item: DeferredItem) -> tuple[str, AdmissionRow]:
+        """What `defer_as` of `item` checks before the ledger (the role, the durable registration,
+        the row) and sends it: its world and row (`CommandScheduler.admission`)."""
+        self._authorize(item.op, actor, durable=True)
+        return await self.scheduler.admission(item, actor, self.origin)
 
     async def defer_spawn(self, op: Spawn, options: DurableOptions, *, command_id: str | None = None) -> SpawnAdmission:
         self._authorize(op, None, durable=True)

@@ -298,6 +298,14 @@ class CommandScheduler:
                 pass
         return [self._admission_row(item, actor, origin) for item in items]
 
+    async def admission(self, item: DeferredItem, actor: ActorCtx | None, origin: str = "local") -> tuple[str, AdmissionRow]:
+        """The world and the ledger row `admit([item], actor, origin)` sends, checked as it checks
+        them, the schemas of the components it names recorded: for a caller that carries many
+        such rows to the ledger together (`Authority.admit_each`; archetype.commands.coalesced)."""
+        world_id, row = self._admission_row(item, actor, origin)
+        await self.record_named(world_id, [row["payload"]])
+        return world_id, row
+
     async def _admit(self, prepared: list[tuple[str, AdmissionRow]], actor: ActorCtx | None) -> list[CommandIdentity]:
         worlds = {world_id for world_id, _ in prepared}
         if len(worlds) != 1:
