@@ -1058,11 +1058,11 @@ class Ledger:
                 row["sequence"] = next_sequence + offset
             if fresh:
                 # the sequence numbers read above are current (this transaction has written no
-                # command or event yet), and the rows written here take them: no world row to update
+                # command or event yet), and the rows written here take them: no world row to update,
+                # and no outbox row (each row carries its `admitted` event: ledger_sql.READ_OUTBOX)
                 now = self._clock.now_ms()
                 inserted = canonical_text([_INSERTED(r) for r in fresh])
-                self._port.execute(q.INSERT_COMMANDS, (world_id, scope, next_sequence, now, inserted))
-                self._write_events(world_id, next_event_seq, canonical_text([r["sequence"] for r in fresh]), now)
+                self._port.execute(q.INSERT_COMMANDS, (world_id, scope, next_sequence, now, inserted, next_event_seq))
             return [
                 {
                     "command_id": r["command_id"],
@@ -1659,7 +1659,7 @@ class Ledger:
             world = self._world(world_id)
             if up_to_seq >= world["next_event_seq"]:
                 raise InvalidCommandError(f"event {up_to_seq} of world {world_id!r} was never written")
-            self._port.execute(q.SET_PROJECTED_SEQ, (up_to_seq, world_id, up_to_seq))
+            self._port.execute(q.SET_PROJECTED_SEQ, (up_to_seq, world_id))
             self._port.execute(q.DELETE_OUTBOX_UPTO, (world_id, up_to_seq))
             return self._watermark(world_id)
 
@@ -1711,7 +1711,7 @@ class Ledger:
             ticks = len(self._port.execute(q.PRUNE_TICKS, (world_id, oldest_tick, limit)))
             # the commands pruned may include the last one, whose sequence the next admission reads
             self._port.execute(q.RAISE_SEQUENCE_FLOOR, (world["next_sequence"], world_id))
-            commands = len(self._port.execute(q.PRUNE_COMMANDS, (world_id, horizon, limit)))
+            commands = len(self._port.execute(q.PRUNE_COMMANDS, (world_id, horizon, limit, world["projected_seq"])))
             # after the commands, so the reservations of the commands just pruned go too
             reservations = len(self._port.execute(q.PRUNE_RESERVATIONS, (world_id, horizon, limit)))
             quota_rows = len(self._port.execute(q.PRUNE_QUOTA_USAGE, (world_id, oldest_tick, limit)))
