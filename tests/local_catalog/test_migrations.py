@@ -279,13 +279,10 @@ def test_version_19_keeps_each_event_and_its_time_and_every_state_row(tmp_path):
     with ledgers_on_every_host(tmp_path, version_18_with_events) as ledgers:
         for ledger in ledgers:
             port, now = ledger._port, ledger._clock.now_ms()
-            ledger.admit("w", [{"command_id": "c", "schema_version": 1, "scheduled_tick": 0, "priority": 0,
-                                "operation": "despawn", "payload": '{"entity_id":1,"world_id":"w"}', "principal": None,
-                                "origin": "local", "max_attempts": 3, "reserved_entity_id": None,
-                                "request_digest": None}])  # fmt: skip
+            ledger.record_tick_failure("w", "o", "s", 0, 0, "boom")  # an outbox append (an admission's is not, from 20)
             events = ledger.read_outbox("w")
-            assert [(e["event_seq"], e["command_id"], e["occurred_at"]) for e in events] == [
-                (1, "a", 5), (2, "b", 5), (3, "c", now)]
+            assert [(e["event_seq"], e["command_id"], e["event_type"], e["occurred_at"]) for e in events] == [
+                (1, "a", "admitted", 5), (2, "b", "admitted", 5), (3, "", "world_stalled", now)]
             assert [tuple(r) for r in port.execute("SELECT first_seq, last_seq FROM outbox")] == [(1, 3)]  # appended
             ledger.acknowledge_outbox("w", 3)
             assert ledger.read_outbox("w") == [] and ledger.watermark("w")["pending"] == 0

@@ -41,27 +41,34 @@ def _row(i: int, tick: int) -> dict[str, object]:
 
 
 def test_the_outbox_holds_a_row_per_append_and_reads_its_events_one_by_one(tmp_path):
+    """An append is one row however many events it holds; admissions append none (schema version 20:
+    each command row carries its `admitted` event), and a read merges both by number."""
     port = SqliteSqlPort(tmp_path / CATALOG_FILE)
     ledger = Ledger(port, ManualClock())
     ledger.create_world("w", "w")
     ledger.admit("w", [_row(i, 0) for i in range(50)])
-    ledger.admit("w", [_row(50, 0)])
 
     def rows() -> list[tuple[int, int]]:
         return port.execute("SELECT first_seq, last_seq FROM outbox WHERE world_id = 'w' ORDER BY last_seq")
 
-    assert rows() == [(1, 50), (51, 51)]
+    assert rows() == []
+    ledger.destroy("w")  # 50 cancellations: one append
+    assert rows() == [(51, 100)]
     events = ledger.read_outbox("w", limit=1000)
-    assert [e["event_seq"] for e in events] == list(range(1, 52))
+    assert [e["event_seq"] for e in events] == list(range(1, 101))
     assert [e["event_id"] for e in events[:2]] == ["w/1", "w/2"] and events[7]["command_id"] == "c-7"
-    # a watermark inside a row: the row stays, its acknowledged events are not read again
+    assert [e["event_type"] for e in events] == ["admitted"] * 50 + ["cancelled"] * 50
+    assert [e["command_id"] for e in events[50:]] == [f"c-{i}" for i in range(50)]
+    # pages across both: the admitted events' and the outbox row's
+    assert [e["event_seq"] for e in ledger.read_outbox("w", after_seq=48, limit=4)] == [49, 50, 51, 52]
     ledger.acknowledge_outbox("w", 20)
-    assert rows() == [(1, 50), (51, 51)]
-    assert [e["event_seq"] for e in ledger.read_outbox("w", limit=1000)] == list(range(21, 52))
+    assert [e["event_seq"] for e in ledger.read_outbox("w", limit=1000)] == list(range(21, 101))
     assert [e["event_seq"] for e in ledger.read_outbox("w", after_seq=40, limit=3)] == [41, 42, 43]
-    ledger.acknowledge_outbox("w", 50)
-    assert rows() == [(51, 51)]
-    assert ledger.world_info("w")["next_event_seq"] == 52
+    # a watermark inside a row: the row stays, its acknowledged events are not read again
+    ledger.acknowledge_outbox("w", 75)
+    assert rows() == [(51, 100)]
+    assert [e["event_seq"] for e in ledger.read_outbox("w", limit=1000)] == list(range(76, 101))
+    assert ledger.world_info("w")["next_event_seq"] == 101
     port.close()
 
 
