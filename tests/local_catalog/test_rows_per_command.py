@@ -133,3 +133,33 @@ def test_a_lease_is_an_entry_of_the_world_row_until_its_tick_publishes(tmp_path)
     assert stored() == [("APPLIED", None, None, published_at)] * 2 + [("PENDING", None, None, published_at)]
     assert [r["status"] for r in ledger.history("w")] == ["APPLIED", "APPLIED", "PENDING"]
     port.close()
+
+
+# Schema 20: an admission's `admitted` event is its command row, which prune must keep until it is delivered.
+
+
+def test_prune_keeps_a_command_whose_admitted_event_is_pending_even_after_the_clock_stepped_back(tmp_path):
+    """The horizon reads the ledger's clock as not going backwards (docs/ledger.md, "Retention"): when
+    it steps back, a settled command may be pruned while its settlement event, an outbox row, is
+    pending. Its `admitted` event is the row itself: the first pending event's time that the horizon
+    stays under is that event's, so prune's walk stops at its command."""
+    clock = ManualClock(10_000)
+    port = SqliteSqlPort(tmp_path / CATALOG_FILE)
+    ledger = Ledger(port, clock)
+    ledger.create_world("w", "w")
+    epoch = ledger.acquire_writer("w")["writer_epoch"]
+    ledger.record_tick_failure("w", "o", "s", epoch, 0, "boom")  # event 1, an outbox row at 10,000
+    clock.advance(-9_000)  # the clock steps back
+    ledger.admit("w", [_row(0, 0)])  # event 2, at 1,000: the command row
+    leased = ledger.lease("w", "o", "s", epoch, 0, 10, 5_000)
+    settlements = [{"sequence": r["sequence"], "command_id": r["command_id"], "outcome": "applied", "error": None}
+                   for r in leased]  # fmt: skip
+    manifest = {"world_id": "w", "tick": 0, "writer_epoch": epoch, "settlements": settlements, "written_runs": [],
+                "commit_token": "t0"}  # fmt: skip
+    ledger.publish("w", "o", "s", manifest, {"snapshot": False, "chunks": []})  # c-0 applied at 1,000
+    assert ledger.prune("w", keep_ticks=1, idempotency_window_ms=0)["commands"] == 0
+    events = [(e["event_seq"], e["command_id"], e["event_type"]) for e in ledger.read_outbox("w")]
+    assert events[:3] == [(1, "", "world_stalled"), (2, "c-0", "admitted"), (3, "c-0", "applied")], events
+    ledger.acknowledge_outbox("w", ledger.watermark("w")["committed_seq"])
+    assert ledger.prune("w", keep_ticks=1, idempotency_window_ms=0)["commands"] == 1  # delivered: it goes
+    port.close()

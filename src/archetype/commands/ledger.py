@@ -1711,7 +1711,7 @@ class Ledger:
             ticks = len(self._port.execute(q.PRUNE_TICKS, (world_id, oldest_tick, limit)))
             # the commands pruned may include the last one, whose sequence the next admission reads
             self._port.execute(q.RAISE_SEQUENCE_FLOOR, (world["next_sequence"], world_id))
-            commands = len(self._port.execute(q.PRUNE_COMMANDS, (world_id, horizon, limit, world["projected_seq"])))
+            commands = len(self._port.execute(q.PRUNE_COMMANDS, (world_id, horizon, limit)))
             # after the commands, so the reservations of the commands just pruned go too
             reservations = len(self._port.execute(q.PRUNE_RESERVATIONS, (world_id, horizon, limit)))
             quota_rows = len(self._port.execute(q.PRUNE_QUOTA_USAGE, (world_id, oldest_tick, limit)))

@@ -586,13 +586,13 @@ PRUNE_TICKS = """DELETE FROM ticks WHERE world_id = ?1 AND tick IN
 # reads it, does not go backwards), so they all come before the first command admitted after it: the
 # key is walked up to that one (none admitted since: past every sequence), which reads the commands
 # older than the horizon (what prune takes, and what it never takes: dead letters, commands still
-# open), never the window's. A command whose `admitted` event (read off its row, ?4 the watermark) is not
-# acknowledged is never taken, whatever the clock did: its row is that event.
+# open), never the window's. (Nor any command from the first whose `admitted` event, read off its row, is
+# pending: that command was admitted after the horizon, which is before the first pending event.)
 PRUNE_COMMANDS = f"""DELETE FROM commands WHERE world_id = ?1 AND sequence IN
     (SELECT sequence FROM commands WHERE world_id = ?1
         AND sequence < coalesce((SELECT sequence FROM commands WHERE world_id = ?1 AND created_at > ?2
             ORDER BY sequence LIMIT 1), {MAX_SAFE_INTEGER + 1})
-        AND status IN {PRUNABLE_STATUSES} AND updated_at <= ?2 AND coalesce(admitted_event_seq, 0) <= ?4
+        AND status IN {PRUNABLE_STATUSES} AND updated_at <= ?2
         ORDER BY updated_at, sequence LIMIT ?3) RETURNING 1"""
 # A reservation whose command was pruned, or whose admission never came within the window.
 PRUNE_RESERVATIONS = """DELETE FROM spawn_reservations WHERE rowid IN
