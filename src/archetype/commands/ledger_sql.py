@@ -566,10 +566,10 @@ PRUNABLE_STATUSES = "('APPLIED', 'REJECTED', 'CANCELLED')"
 # The first unacknowledged event's time: a command settled no earlier than this may still have an
 # event in the outbox, so it is not yet readable from the audit table. (Through the key: the first
 # row holding one, and the least time of its pending events, which is the first's: the clock does
-# not go backwards. A minimum over the whole backlog would read all of it.)
-# The first pending `admitted` event read off a command row is the first command's after the world's
-# `projected_through_sequence` whose number is past the watermark: one more seek, and the earlier
-# of the two is the first pending event's.)
+# not go backwards. A minimum over the whole backlog would read all of it.) The first pending
+# `admitted` event read off a command row is the first command's after the world's
+# `projected_through_sequence` whose number is past the watermark: one more seek, and the earlier of
+# the two is the first pending event's.
 FIRST_PENDING_EVENT = f"""SELECT min(at) FROM (
     SELECT min(coalesce(json_extract(e.value, '$[8]'), o.occurred_at)) AS at
     FROM (SELECT first_seq, occurred_at, events FROM outbox WHERE world_id = ?1 AND last_seq > ?2
