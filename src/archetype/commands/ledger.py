@@ -1510,7 +1510,9 @@ class Ledger:
             self._port.execute(q.INSERT_REDRIVE, (sequence, new_id, tick, command_digest(identity), now, now, world_id,
                                                   dead["sequence"]))  # fmt: skip
             self._port.execute(q.MARK_REDRIVEN, (sequence, world_id, dead["sequence"]))
-            self._append_events(world_id, [sequence], now, _asked_by(actor))
+            # numbered as read before the row went in: the world's next event number reads the last
+            # command's `admitted` event, and this row, now the last, carries none (its event is written)
+            self._write_events(world_id, world["next_event_seq"], canonical_text([sequence]), now, _asked_by(actor))
             created = self._command_at(world_id, sequence)
             assert created is not None
             return self._redriven(created, replayed=False)

@@ -37,7 +37,9 @@ WORLD_COLUMNS = (
 # them), one index seek each, so an admission writes no world row. The row's columns are floors for
 # what the keys no longer show: prune raises `next_sequence` before it deletes commands, and an
 # acknowledgement's `projected_seq` covers the events it deleted (prune deletes no command whose
-# `admitted` event is not acknowledged).
+# `admitted` event is not acknowledged). A command row carrying no number (a redrive) has its first
+# event numbered as read before the row went in, and written to the outbox: read after, the last
+# command would show no number and hand out an `admitted` event's again.
 NEXT_SEQUENCE_EXPR = "max(w.next_sequence, coalesce((SELECT max(c.sequence) FROM commands AS c WHERE c.world_id = w.world_id), 0) + 1)"
 NEXT_EVENT_SEQ_EXPR = ("max(w.next_event_seq, w.projected_seq + 1, "
                   "coalesce((SELECT max(o.last_seq) FROM outbox AS o WHERE o.world_id = w.world_id), 0) + 1, "
