@@ -5,7 +5,7 @@ Each variant is a catalog of the current schema (every migration), changed as th
 holding `--prefill` commands of the raw world (one batch) and `--warm` single admissions; then
 the WAL is truncated and `--commits` single admissions by `archetype.bench.RawLedger` (the
 ledger's row writes for one command: its row, with every index the schema has, carrying its
-`admitted` event since schema version 20) are counted by the b-tree and kind (leaf, internal) of each page they wrote
+`admitted` event since schema version 21) are counted by the b-tree and kind (leaf, internal) of each page they wrote
 (`archetype.bench.wal_pages_by_kind`). The ledger's own admission writes these pages (bench/cost.py
 measures it: `wal_pages_by_btree` in bench/admission_bench.py's output lists the same b-trees).
 
@@ -50,7 +50,7 @@ def _rowid_commands(conn: sqlite3.Connection) -> None:
 
 class WithAdmittedEvents(RawLedger):
     """The row writes with the `admitted` outbox row, as an admission wrote them before schema version
-    20 read that event off the command row (docs/storage.md, "Schema version 20")."""
+    21 read that event off the command row (docs/storage.md, "Schema version 21")."""
 
     def _admitted_events(self, ids: list[str], tick: int, now: int) -> None:
         self._events(ids, "admitted", "PENDING", tick, now)

@@ -131,7 +131,7 @@ class RawLedger:
         )
 
     def _admitted_events(self, ids: list[str], tick: int, now: int) -> None:
-        """An admission's events: numbered, not written (schema version 20: each is read off its
+        """An admission's events: numbered, not written (schema version 21: each is read off its
         command row, which carries its number)."""
         self.event_seq += len(ids)
 
@@ -139,13 +139,14 @@ class RawLedger:
         def run() -> None:
             now = time.time_ns() // 1_000_000
             first, self.sequence = self.sequence, self.sequence + len(rows)
+            # (a command due after the tick after the head enters the due index, as the ledger's: schema 20)
             self.conn.executemany(
                 "INSERT INTO commands (world_id, command_id, sequence, schema_version, scheduled_tick, priority, "
                 "operation, payload, digest, principal, origin, max_attempts, reserved_entity_id, status, is_open, scope, "
-                "created_at, updated_at, admitted_event_seq) "
-                "VALUES (?, ?, ?, 1, ?, 0, 'spawn', ?, ?, NULL, 'local', 3, NULL, 'PENDING', 1, '', ?, ?, ?)",
+                "created_at, updated_at, due_later, admitted_event_seq) "
+                "VALUES (?, ?, ?, 1, ?, 0, 'spawn', ?, ?, NULL, 'local', 3, NULL, 'PENDING', 1, '', ?, ?, ?, ?)",
                 [(RAW_WORLD, r["command_id"], first + i, r["scheduled_tick"], r["payload"], r["digest"], now, now,
-                  self.event_seq + i) for i, r in enumerate(rows)],
+                  1 if r["scheduled_tick"] > self.tick + 1 else None, self.event_seq + i) for i, r in enumerate(rows)],
             )  # fmt: skip
             self._admitted_events([r["command_id"] for r in rows], rows[0]["scheduled_tick"], now)
 
@@ -161,8 +162,9 @@ class RawLedger:
             due.extend(
                 r[0]
                 for r in self.conn.execute(
-                    "SELECT command_id FROM commands WHERE world_id = ? AND is_open = 1 AND status IN ('PENDING', 'LEASED', "
-                    "'RETRYABLE') AND scheduled_tick <= ? ORDER BY scheduled_tick, priority, sequence",
+                    "SELECT command_id FROM (" + ledger_sql.open_commands("?1", "command_id, scheduled_tick, priority, sequence",
+                                                                          "scheduled_tick <= ?2")
+                    + ") ORDER BY scheduled_tick, priority, sequence",
                     (RAW_WORLD, tick),
                 )
             )
@@ -191,7 +193,8 @@ class RawLedger:
                 [(tick, now, RAW_WORLD, cid) for cid in due],
             )
             self._events(due, "applied", "APPLIED", tick, now)
-            self.conn.execute("UPDATE worlds SET tick_head = ?, leases = NULL WHERE world_id = ?", (tick, RAW_WORLD))
+            self.conn.execute(f"UPDATE worlds SET tick_head = ?, leases = NULL, due_floor = {ledger_sql.DUE_FLOOR_EXPR} "
+                              "WHERE world_id = ?", (tick, RAW_WORLD))
 
         self._tx(lease)
         self._tx(publish)

@@ -13,16 +13,13 @@ import pytest
 from archetype.commands import ledger_sql, migrations
 
 GROWING = ("commands", "outbox", "state_snapshots", "state_deltas", "ticks", "spawn_reservations", "quota_usage")
-# Statements allowed to visit every row of a world: destroy cancels every open command; a fork with
-# its open commands reads its source's retained commands once (an admin's rare act: an index by
-# scheduled tick would cost every admission a write).
-WHOLE_WORLD = {"OPEN_SEQUENCES", "OPEN_AT_TICK"}
+# Statements allowed to visit every row of a world: a fork with its open commands reads its source's
+# retained commands once (an admin's rare act: an index by scheduled tick would cost every admission
+# a write).
+WHOLE_WORLD = {"OPEN_AT_TICK"}
 # A fork's activation on the Durable Object lists its commands for their admitted events: every
 # command the new world has is a copy it was just given.
 WHOLE_WORLD |= {"FORKED_SEQUENCES"}
-# A component migration reads every open command of its world once (and its state, through the
-# state reads above), as loading the world does anyway.
-WHOLE_WORLD |= {"OPEN_COMMANDS_NAMING"}
 # A world lease's takeover ends the other owners' command leases: it reads the world's entries of
 # the partial index of LEASED commands (what its hosts' ticks hold), never its settled history.
 WHOLE_WORLD |= {"EXPIRE_OTHER_OWNERS_LEASES"}
@@ -31,6 +28,11 @@ FIRST_ENTRY = {"NEXT_DUE_TICK"}
 # Statements that read the catalog's open commands through their partial index (which worlds have
 # work): what is open, never a world's settled history.
 OPEN_INDEX = {"PENDING_WORLDS"}
+# Statements that read a world's open commands (schema version 20: docs/storage.md): the entries of the
+# due index (a world's open commands due later, whichever it asks for) and the commands' key from the
+# world's floor (those due at once), never the settled ones below it.
+OPEN_READS = {"DUE_COMMANDS", "NEXT_DUE_TICK", "OPEN_SEQUENCES", "OPEN_COMMANDS_NAMING", "PENDING_WORLDS"}
+FROM_THE_FLOOR = "USING PRIMARY KEY (world_id=? AND sequence>?)"
 # Prune walks the commands' key in its order up to the first command admitted after its horizon
 # (schema version 18: there is no index of settlements), reading the commands older than the horizon,
 # never the window's.
@@ -84,6 +86,8 @@ def test_no_statement_scans_a_growing_table(name):
         by_world_only = keyed is not None and keyed.group(1) == "world_id=?"
         if by_world_only and table.group(2) in last_entries(statements()[name]):
             assert step.endswith("USING PRIMARY KEY (world_id=?)"), steps  # max() of the key: its last entry, one row
+        elif name in OPEN_READS and step.endswith(("USING INDEX commands_due (world_id=?)", FROM_THE_FLOOR)):
+            pass
         elif name in FIRST_ENTRY:
             assert "LIMIT 1" in statements()[name] and not any("TEMP B-TREE" in s for s in steps), steps
         elif name in WALKS_TO_HORIZON and by_world_only:
@@ -103,3 +107,10 @@ def test_the_check_sees_a_table_by_its_alias():
     assert growing_tables("SELECT 1 FROM commands AS c JOIN held AS h")["c"] == "commands"
     steps = plan("SELECT c.status FROM commands AS c WHERE c.world_id = ?")
     assert any(step.startswith("SEARCH c ") and step.endswith("(world_id=?)") for step in steps), steps
+
+
+@pytest.mark.parametrize("name", sorted(OPEN_READS))
+def test_every_read_of_open_commands_reads_the_due_index_and_walks_from_the_floor(name):
+    steps = plan(statements()[name])
+    assert any("USING INDEX commands_due" in step for step in steps), steps
+    assert any(re.match(r"SEARCH \w+ " + re.escape(FROM_THE_FLOOR), step) for step in steps), steps

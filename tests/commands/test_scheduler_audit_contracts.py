@@ -58,7 +58,7 @@ async def test_history_filters_and_pages(runtime):
 
 class FailingEventsPort(SqliteSqlPort):
     """Fails the statement writing the events (an outbox append; at admission the command rows, which
-    carry their `admitted` events since schema version 20): the state change of the same transaction
+    carry their `admitted` events since schema version 21): the state change of the same transaction
     must roll back with it."""
 
     fail = False

@@ -209,7 +209,7 @@ async def test_a_redrive_is_a_new_linked_command_with_a_fresh_budget_and_the_dea
 
 async def test_a_redrive_after_an_admission_takes_the_next_event_number(rt, world_id, authority):
     """Event numbers are handed out once, in order, whatever appended them: a redrive's `redriven`
-    event follows an admission's `admitted` one (since schema version 20 read off its command row)."""
+    event follows an admission's `admitted` one (since schema version 21 read off its command row)."""
     await dead_letter(rt, world_id, "d")
     await rt.dispatcher.defer(probe(world_id, "later"), at(10**6), command_id="later")
     await authority.redrive(world_id, "d")

@@ -6,7 +6,7 @@ from archetype.commands import InvalidCommandError
 from archetype.world import Despawn, Spawn
 from tests.component_modules.alpha import Health
 from tests.conformance.authorities import LEDGERS
-from tests.conformance.helpers import applied, at, manifests, records, step
+from tests.conformance.helpers import applied, at, fail_next, manifests, probe, records, settled, step
 
 AUTHORITIES = LEDGERS  # its reason: docs/testing.md, "Which authorities"
 
@@ -25,6 +25,65 @@ async def test_due_rows_apply_in_tick_priority_sequence_order(rt, world_id, auth
     await step(rt, world_id)
     ticks = await manifests(authority, world_id)
     assert [applied(m) for m in ticks] == [["t0-p0", "t0-p5"], ["t1-pm1", "t1-p0-a", "t1-p0-b"]]
+
+
+# Where the ledger finds open commands changes nothing of their order (docs/storage.md, "Schema version
+# 20"): a command due after the tick after the head when admitted is found in the due index, one due at
+# once by walking the commands from a floor the publication moves up. These hold the order across both
+# places, the lease's limit included, and the floor never passing a command still open.
+
+
+async def test_the_lease_order_and_limit_hold_across_commands_due_at_once_and_due_later(rt, world_id, authority):
+    rt.scheduler.lease_limit = 3
+    # admitted at tick head -1: due later (tick 3 is after tick 0), the first in due order admitted last
+    for priority in (2, 0, 4, -2):
+        await rt.dispatcher.defer(spawn(world_id, 1), at(3, priority=priority), command_id=f"later-p{priority}")
+    for _ in range(3):
+        await step(rt, world_id)  # ticks 0-2: nothing due
+    # admitted at tick head 2: due at once, between the earlier ones in priority, one for a passed tick
+    await rt.dispatcher.defer(spawn(world_id, 2), at(3, priority=1), command_id="now-p1")
+    await rt.dispatcher.defer(spawn(world_id, 3), at(3, priority=-1), command_id="now-p-1")
+    await rt.dispatcher.defer(spawn(world_id, 4), at(0, priority=5), command_id="passed-p5")
+    await rt.dispatcher.defer(spawn(world_id, 5), at(3, priority=3), command_id="now-p3")
+    assert await authority.next_due_tick(world_id) == 0
+    for _ in range(3):
+        await step(rt, world_id)
+    ticks = await manifests(authority, world_id)
+    assert [applied(m) for m in ticks[-3:]] == [["passed-p5", "later-p-2", "now-p-1"], ["later-p0", "now-p1", "later-p2"],
+                                                ["now-p3", "later-p4"]]  # fmt: skip
+    assert await authority.next_due_tick(world_id) is None
+
+
+async def test_a_command_left_open_below_later_settlements_is_still_found(rt, world_id, authority):
+    """The floor stays at the first command due at once still open, however many after it settle."""
+    rt.scheduler.lease_limit = 1
+    await rt.dispatcher.defer(spawn(world_id, 1), at(0, priority=9), command_id="last")
+    for i in range(3):
+        await rt.dispatcher.defer(spawn(world_id, 2 + i), at(0, priority=i), command_id=f"first-{i}")
+    for _ in range(3):
+        await step(rt, world_id)
+    assert await authority.next_due_tick(world_id) == 0
+    await rt.dispatcher.defer(spawn(world_id, 9), at(0, priority=9), command_id="after")
+    for _ in range(2):
+        await step(rt, world_id)
+    ticks = await manifests(authority, world_id)
+    assert [applied(m) for m in ticks] == [["first-0"], ["first-1"], ["first-2"], ["last"], ["after"]]
+    assert await authority.next_due_tick(world_id) is None
+
+
+async def test_a_retryable_command_before_the_tick_s_settlements_runs_again(rt, world_id, authority):
+    """A command that failed in a tick whose other settlements come after it in the world's admission
+    order stays found (the publication's floor stops at it), and so do the commands released behind it."""
+    await rt.dispatcher.defer(probe(world_id, "retry"), at(0, priority=5), command_id="retry")
+    await rt.dispatcher.defer(probe(world_id, "a"), at(0, priority=0), command_id="a")
+    await rt.dispatcher.defer(probe(world_id, "b"), at(0, priority=1), command_id="b")
+    await rt.dispatcher.defer(probe(world_id, "released"), at(0, priority=7), command_id="released")
+    fail_next("retry", RuntimeError("transient"))
+    await step(rt, world_id)
+    await step(rt, world_id)
+    ticks = await manifests(authority, world_id)
+    assert [settled(m) for m in ticks] == [[("a", "applied"), ("b", "applied"), ("retry", "failed")],
+                                           [("retry", "applied"), ("released", "applied")]]  # fmt: skip
 
 
 async def test_commands_wait_for_their_tick_and_late_ones_run_at_the_next(rt, world_id):

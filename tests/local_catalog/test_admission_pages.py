@@ -9,7 +9,7 @@ from local_catalog import SqliteSqlPort
 
 # the command row (clustered on its key, the sequence: schema version 13), its scoped command id,
 # the due index; sqlite_schema is page 1, written when the file grows. No outbox: the `admitted`
-# event is read off the command row (schema version 20)
+# event is read off the command row (schema version 21)
 ADMISSION_BTREES = {"commands", "commands_by_id", "commands_due", "sqlite_schema"}
 
 

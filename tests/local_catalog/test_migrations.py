@@ -296,15 +296,57 @@ def test_version_19_keeps_each_event_and_its_time_and_every_state_row(tmp_path):
             assert [tuple(r) for r in port.execute(ledger_sql.STATE_REPLACING_TICK, ("w", 6))] == [(5,)]
 
 
-def version_19_with_pending_and_acknowledged_events(execute) -> None:
-    """A catalog as version 19 left it: world `w` with 40 commands of long ago (`old-0`..`old-39`,
-    settled, their events acknowledged and deleted), `a` (41, settled) and `b` (42, pending); its
-    outbox holds one row of events 41 (a admitted, acknowledged), 42 (b admitted) and 43 (a applied),
-    each at its own time, the watermark at 41."""
+def version_19_with_open_commands(execute) -> None:
+    """A catalog as version 19 left it: world `w` at tick head 5 with a settled command and open ones
+    due at once (scheduled at or before tick 6) and due later, every open one in the due index."""
     for migration in MIGRATIONS[:19]:
         for statement in migration.statements:
             execute(statement)
     execute("INSERT INTO meta (key, value) VALUES ('schema_version', '19')")
+    execute("INSERT INTO worlds (world_id, name, status, tick_head, created_at, updated_at) VALUES ('w', 'w', 'ACTIVE', 5, 1, 1)")
+    for sequence, command_id, status, tick, priority, attempts in OPEN_COMMANDS_V19:
+        execute(f"""INSERT INTO commands (world_id, sequence, scope, command_id, schema_version, scheduled_tick, priority,
+                operation, payload, digest, origin, max_attempts, attempts, status, is_open, created_at, updated_at)
+            VALUES ('w', {sequence}, '', '{command_id}', 1, {tick}, {priority}, 'despawn', '{{}}', 'x', 'local', 3,
+                {attempts}, '{status}', {"NULL" if status == "APPLIED" else 1}, 1, 1)""")  # fmt: skip
+
+
+# (sequence, command id, status, scheduled tick, priority, attempts)
+OPEN_COMMANDS_V19 = [(1, "done", "APPLIED", 2, 0, 1), (2, "soon", "PENDING", 3, 5, 0), (3, "later", "PENDING", 9, 0, 0),
+                     (4, "retry", "RETRYABLE", 6, 0, 1), (5, "last", "PENDING", 20, 0, 0)]  # fmt: skip
+
+
+def test_version_20_keeps_every_open_command_due_in_its_order(tmp_path):
+    """The upgrade to version 20 (docs/storage.md, "Schema version 20") leaves the open commands due
+    after the tick after the head in the due index and the others above the world's floor: every one
+    is still leased, in (scheduled tick, priority, sequence) order, and the earliest is still the next
+    due tick, alike on every SQLite host."""
+    with ledgers_on_every_host(tmp_path, version_19_with_open_commands) as ledgers:
+        for ledger in ledgers:
+            port = ledger._port
+            kinds = port.execute("SELECT sequence, due_later FROM commands WHERE is_open = 1 ORDER BY sequence")
+            assert [tuple(r) for r in kinds] == [(2, None), (3, 1), (4, None), (5, 1)]
+            assert port.execute("SELECT due_floor FROM worlds")[0][0] == 2
+            indexed = port.execute("SELECT sequence FROM commands INDEXED BY commands_due WHERE world_id = 'w' "
+                                   "AND is_open = 1 AND due_later = 1 ORDER BY sequence")  # fmt: skip
+            assert [r[0] for r in indexed] == [3, 5]
+            assert ledger.next_due_tick("w") == 3
+            epoch = ledger.acquire_writer("w")["writer_epoch"]
+            leased = ledger.lease("w", "o", "s", epoch, 9, 10, 30_000)
+            assert [r["command_id"] for r in leased] == ["soon", "retry", "later"]
+            leased = ledger.lease("w", "o", "s", epoch, 20, 10, 30_000)
+            assert [r["command_id"] for r in leased] == ["soon", "retry", "later", "last"]
+
+
+def version_20_with_pending_and_acknowledged_events(execute) -> None:
+    """A catalog as version 20 left it: world `w` with 40 commands of long ago (`old-0`..`old-39`,
+    settled, their events acknowledged and deleted), `a` (41, settled) and `b` (42, pending); its
+    outbox holds one row of events 41 (a admitted, acknowledged), 42 (b admitted) and 43 (a applied),
+    each at its own time, the watermark at 41."""
+    for migration in MIGRATIONS[:20]:
+        for statement in migration.statements:
+            execute(statement)
+    execute("INSERT INTO meta (key, value) VALUES ('schema_version', '20')")
     execute("""INSERT INTO worlds (world_id, name, status, projected_seq, created_at, updated_at)
         VALUES ('w', 'w', 'ACTIVE', 41, 1, 1)""")
     rows = [(i + 1, f"old-{i}", "APPLIED", "NULL") for i in range(40)] + [(41, "a", "APPLIED", "NULL"), (42, "b", "PENDING", 1)]
@@ -321,13 +363,13 @@ def version_19_with_pending_and_acknowledged_events(execute) -> None:
         VALUES ('w', 43, 41, 41, json_array({admitted.format("a", 41)}, {admitted.format("b", 42)}, {applied}))""")
 
 
-def test_version_20_reads_admitted_events_off_the_command_rows_keeping_every_event(tmp_path):
-    """From version 20 an admission writes no outbox row (docs/storage.md, "Schema version 20"): the
+def test_version_21_reads_admitted_events_off_the_command_rows_keeping_every_event(tmp_path):
+    """From version 21 an admission writes no outbox row (docs/storage.md, "Schema version 21"): the
     events an upgraded catalog holds, pending or acknowledged, read as they did, a new admission's
     event follows them in number and reads with the same fields, and the readers of pending events
     start after the world's last command of the upgrade, never walking the commands before it;
     alike on every SQLite host."""
-    with ledgers_on_every_host(tmp_path, version_19_with_pending_and_acknowledged_events) as ledgers:
+    with ledgers_on_every_host(tmp_path, version_20_with_pending_and_acknowledged_events) as ledgers:
         for ledger in ledgers:
             port, now = ledger._port, ledger._clock.now_ms()
             assert [tuple(r) for r in port.execute("SELECT projected_through_sequence FROM worlds")] == [(42,)]

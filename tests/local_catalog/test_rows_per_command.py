@@ -9,7 +9,10 @@ import sqlite3
 from archetype.commands import ledger_sql
 from archetype.commands.ledger import Ledger
 from archetype.commands.port import ManualClock
+from archetype.runtime import Runtime
+from archetype.world import CreateWorld
 from local_catalog import CATALOG_FILE, SqliteSqlPort, open_local_authority
+from tests.conformance.helpers import at, fail_next, probe, step
 from tests.conformance.scenario import run_scenario
 
 
@@ -135,7 +138,61 @@ def test_a_lease_is_an_entry_of_the_world_row_until_its_tick_publishes(tmp_path)
     port.close()
 
 
-# Schema 20: an admission's `admitted` event is its command row, which prune must keep until it is delivered.
+# Schema 20: a command due at once is in no index; it is found by walking the key from its world's floor.
+
+
+async def test_every_open_command_is_in_the_due_index_or_at_or_above_its_world_s_floor(tmp_path):
+    """Held as every ledger path of the scenario writes (docs/storage.md, "Schema version 20"): a
+    command due at once is inserted at or above its world's floor, a closed command never reopens, a
+    command never changes place, and the floor never passes an open command due at once. Together:
+    every open command is in the due index or where the walk from the floor finds it."""
+    clock = ManualClock()
+    authority = open_local_authority(tmp_path, clock=clock)
+    below_floor = "sequence < (SELECT w.due_floor FROM worlds AS w WHERE w.world_id = NEW.world_id)"
+    with sqlite3.connect(tmp_path / CATALOG_FILE) as db:
+        db.execute(f"""CREATE TRIGGER inserted_above_the_floor AFTER INSERT ON commands
+            WHEN NEW.is_open = 1 AND NEW.due_later IS NULL AND NEW.{below_floor}
+            BEGIN SELECT RAISE(ABORT, 'an open command due at once was inserted below its floor'); END""")
+        db.execute("""CREATE TRIGGER never_reopened AFTER UPDATE ON commands
+            WHEN (OLD.is_open IS NULL AND NEW.is_open IS NOT NULL) OR NEW.due_later IS NOT OLD.due_later
+            BEGIN SELECT RAISE(ABORT, 'a closed command reopened, or a command changed place'); END""")
+        db.execute("""CREATE TRIGGER floor_below_every_open_command AFTER UPDATE OF due_floor ON worlds
+            WHEN EXISTS (SELECT 1 FROM commands AS c WHERE c.world_id = NEW.world_id AND c.is_open = 1
+                AND c.due_later IS NULL AND c.sequence < NEW.due_floor)
+            BEGIN SELECT RAISE(ABORT, 'the floor passed an open command due at once'); END""")
+    try:
+        await run_scenario(authority, clock)  # (it admits most of its commands for later ticks)
+        await _commands_due_at_once_out_of_order(authority)
+    finally:
+        await authority.close()
+    with sqlite3.connect(tmp_path / CATALOG_FILE) as db:
+        places = {later for (later,) in db.execute("SELECT DISTINCT due_later FROM commands")}
+        floors = [floor for (floor,) in db.execute("SELECT due_floor FROM worlds")]
+    assert places == {1, None}, places  # both places were used
+    assert max(floors) > 1, floors  # and the floor moved
+
+
+async def _commands_due_at_once_out_of_order(authority) -> None:
+    """Ticks of commands due at once settled out of their admission order (priorities, a lease limit
+    of two, failures left retryable behind later settlements), among commands due later."""
+    rt = Runtime(authority, owner="runner-floor", lease_ms=1_000)
+    rt.scheduler.lease_limit = 2
+    await rt.dispatcher.apply(CreateWorld(name="floor", world_id="floor"))
+    for round_ in range(6):
+        head = (await authority.world_info("floor"))["tick_head"]
+        for i, priority in enumerate((1, 0, 3)):
+            label = f"r{round_}-{i}"
+            if i < 2 and round_ % 2 == 0:
+                fail_next(label, RuntimeError("transient"))
+            await rt.dispatcher.defer(probe("floor", label), at(max(head, 0), priority=priority), command_id=label)
+        await rt.dispatcher.defer(probe("floor", f"later-{round_}"), at(head + 3, priority=-1), command_id=f"later-{round_}")
+        await step(rt, "floor")
+    while await authority.next_due_tick("floor") is not None:
+        await step(rt, "floor")
+    await rt.close()
+
+
+# Schema 21: an admission's `admitted` event is its command row, which prune must keep until it is delivered.
 
 
 def test_prune_keeps_a_command_whose_admitted_event_is_pending_even_after_the_clock_stepped_back(tmp_path):

@@ -48,6 +48,11 @@ MUTANTS: dict[str, tuple[str, tuple[Change, ...]]] = {
         (SQL, "attempts = commands.attempts + 1,",
          "attempts = commands.attempts,"),
     )),
+    "floor-skips-retryable": ("the publication moves the floor of open commands due at once past a retryable one", (
+        (SQL, "AND c.sequence >= worlds.due_floor AND c.is_open = 1 AND c.due_later IS NULL ORDER BY c.sequence LIMIT 1",
+         "AND c.sequence >= worlds.due_floor AND c.is_open = 1 AND c.due_later IS NULL AND c.status = 'PENDING' "
+         "ORDER BY c.sequence LIMIT 1"),
+    )),
     "crash-no-charge": ("CHARGE_CRASH does not charge the guarded command", (
         (SQL, "CHARGE_CRASH = \"\"\"UPDATE commands SET attempts = attempts + 1,",
          "CHARGE_CRASH = \"\"\"UPDATE commands SET attempts = attempts,"),

@@ -17,7 +17,33 @@ OPEN_STATUSES = "('PENDING', 'LEASED', 'RETRYABLE')"
 # commands (commands_due) is partial on it, not on the status, so a lease or a release (open to
 # open) leaves its entry alone instead of rewriting it (docs/storage.md, "Rows per command"). Every
 # statement that sets a status sets `is_open` with it; the reads of open commands say both.
-OPEN_EXPR = f"is_open = 1 AND status IN {OPEN_STATUSES}"
+# An open command is found in one of two places (docs/storage.md, "Schema version 20"). One due later
+# than the tick after the head when it was inserted (`due_later` = 1) is an entry of commands_due, in
+# (scheduled_tick, priority, sequence) order. One due at once (`due_later` NULL: most commands) enters
+# no index: the commands' key is their admission order, so it is found by walking the key from the
+# world's `due_floor`, the lowest sequence that may still be such an open command. Every command due at
+# once is inserted above the floor (a sequence is the world's next), closed commands never reopen, and
+# the publication moves the floor up to the first one still open (DUE_FLOOR_EXPR), never past it; a
+# floor that lags only makes the walk read closed rows, which it leaves out.
+DUE_LATER_EXPR = "is_open = 1 AND due_later = 1"
+DUE_AT_ONCE_EXPR = "is_open = 1 AND due_later IS NULL"
+# Whether a command due at tick {tick} inserted into world {world} now is due later (1) or at once (NULL).
+DUE_LATER_VALUE_EXPR = "CASE WHEN {tick} > (SELECT dw.tick_head + 1 FROM worlds AS dw WHERE dw.world_id = {world}) THEN 1 END"
+
+
+def open_commands(world: str, columns: str, condition: str = "", first_due: str = "") -> str:
+    """A compound SELECT of `columns` of world `world`'s open commands (those matching `condition`),
+    from both places they are found: the due index's entries (the first `first_due` in due order,
+    when given: the rest cannot come first) and the walk of the key from the world's floor."""
+    where = f" AND {condition}" if condition else ""
+    later = f"""SELECT {columns} FROM commands INDEXED BY commands_due
+        WHERE world_id = {world} AND {DUE_LATER_EXPR} AND status IN {OPEN_STATUSES}{where}"""
+    if first_due:
+        later = f"SELECT * FROM ({later} ORDER BY scheduled_tick, priority, sequence LIMIT {first_due})"
+    at_once = f"""SELECT {columns} FROM commands
+        WHERE world_id = {world} AND sequence >= (SELECT fw.due_floor FROM worlds AS fw WHERE fw.world_id = {world})
+            AND {DUE_AT_ONCE_EXPR} AND status IN {OPEN_STATUSES}{where}"""
+    return f"{later}\n    UNION ALL {at_once}"
 
 # The world's lease map (below, "command leases") without one (owner, session)'s entries (NULL once
 # empty); {owner} and {session} name its parameters.
@@ -33,7 +59,7 @@ WORLD_COLUMNS = (
 )
 # A world's next command and event sequence numbers are read off the keys they number (docs/ledger.md,
 # "Sequence numbers"): the last command's sequence, the last event's in the outbox and the last
-# command's `admitted` event (read off its row since version 20: the last command's is the latest of
+# command's `admitted` event (read off its row since version 21: the last command's is the latest of
 # them), one index seek each, so an admission writes no world row. The row's columns are floors for
 # what the keys no longer show: prune raises `next_sequence` before it deletes commands, and an
 # acknowledgement's `projected_seq` covers the events it deleted (prune deletes no command whose
@@ -52,12 +78,16 @@ WORLD_VALUE_COLUMNS = ", ".join(
 GET_WORLD = f"SELECT {WORLD_VALUE_COLUMNS} FROM worlds AS w WHERE w.world_id = ?"
 LIST_WORLDS = f"SELECT {WORLD_VALUE_COLUMNS} FROM worlds AS w ORDER BY w.world_id"
 # The catalog's worlds that have an open command (with the earliest scheduled tick among them): a
-# runner's due-time index. It reads the open-commands index only, so idle worlds cost nothing.
+# runner's due-time index. It reads both places of open commands (above): the due index's entries, and
+# each world's walk from its floor, one seek for a world with none open; never a world's history.
 PENDING_WORLDS = f"""SELECT c.world_id, w.status, w.tick_head, min(c.scheduled_tick), w.clock_tick, w.clock_ms,
         w.tick_mode, w.tick_interval_ms, w.tick_lag_ms, w.host_owner, w.host_expires_at
-    FROM commands AS c
-    JOIN worlds AS w ON w.world_id = c.world_id
-    WHERE c.is_open = 1 AND c.status IN {OPEN_STATUSES} GROUP BY c.world_id"""
+    FROM (SELECT d.world_id, d.scheduled_tick FROM commands AS d INDEXED BY commands_due
+            WHERE d.is_open = 1 AND d.due_later = 1 AND d.status IN {OPEN_STATUSES}
+        UNION ALL
+        SELECT a.world_id, a.scheduled_tick FROM worlds AS fw CROSS JOIN commands AS a ON a.world_id = fw.world_id
+            AND a.sequence >= fw.due_floor WHERE a.is_open = 1 AND a.due_later IS NULL AND a.status IN {OPEN_STATUSES}) AS c
+    JOIN worlds AS w ON w.world_id = c.world_id GROUP BY c.world_id"""
 # A world's clock starts when it is created: tick -1 then (the column's default), tick 0 one interval later.
 INSERT_WORLD = """INSERT INTO worlds (world_id, name, status, created_at, updated_at, clock_ms, tick_mode, tick_interval_ms)
     VALUES (?, ?, 'ACTIVE', ?, ?, ?, ?, ?)"""
@@ -99,10 +129,14 @@ TAKE_ENTITY_IDS = "UPDATE worlds SET next_entity_id = next_entity_id + ?, update
 RAISE_SEQUENCE_FLOOR = "UPDATE worlds SET next_sequence = ?1 WHERE world_id = ?2 AND next_sequence < ?1"
 # A published tick: the new head, the crash guard cleared, the publishing session's leases given back
 # (its settled commands' and its released tail's), and a lockstep world's clock anchor
-# following its head (the tick, when it was due, how late it published). One statement: on the
-# Durable Object each is a row written.
+# following its head (the tick, when it was due, how late it published), and the floor of open commands
+# due at once moved up to the first still open (past the last command when none is). One statement: on
+# the Durable Object each is a row written.
+DUE_FLOOR_EXPR = """coalesce((SELECT c.sequence FROM commands AS c WHERE c.world_id = worlds.world_id
+        AND c.sequence >= worlds.due_floor AND c.is_open = 1 AND c.due_later IS NULL ORDER BY c.sequence LIMIT 1),
+    (SELECT max(c.sequence) + 1 FROM commands AS c WHERE c.world_id = worlds.world_id), worlds.due_floor)"""
 PUBLISH_HEAD = f"""UPDATE worlds SET tick_head = ?1, updated_at = ?2, guard_sequence = NULL, guard_session = NULL,
-        leases = {LEASES_WITHOUT_SESSION_EXPR.format(owner='?6', session='?7')},
+        leases = {LEASES_WITHOUT_SESSION_EXPR.format(owner='?6', session='?7')}, due_floor = {DUE_FLOOR_EXPR},
         clock_tick = CASE WHEN tick_mode = 'lockstep' THEN ?1 ELSE clock_tick END,
         clock_ms = CASE WHEN tick_mode = 'lockstep' THEN ?3 ELSE clock_ms END,
         tick_lag_ms = CASE WHEN tick_mode = 'lockstep' THEN ?4 ELSE tick_lag_ms END
@@ -178,10 +212,10 @@ INSERTED_COMMAND_FIELDS = (
     "origin", "max_attempts", "reserved_entity_id",
 )  # fmt: skip
 INSERT_COMMANDS = f"""INSERT INTO commands (world_id, scope, sequence, {", ".join(INSERTED_COMMAND_FIELDS)}, status,
-        is_open, created_at, updated_at, admitted_event_seq)
+        is_open, created_at, updated_at, due_later, admitted_event_seq)
     SELECT ?1, ?2, CAST(?3 AS INTEGER) + j.key,
         {", ".join(f"json_extract(j.value, '$[{i}]')" for i in range(len(INSERTED_COMMAND_FIELDS)))}, 'PENDING', 1, ?4, ?4,
-        CAST(?6 AS INTEGER) + j.key
+        {DUE_LATER_VALUE_EXPR.format(tick="json_extract(j.value, '$[2]')", world="?1")}, CAST(?6 AS INTEGER) + j.key
     FROM json_each(?5) AS j"""
 GET_COMMAND = f"""WITH {HELD_CTE.format(world="?1")} SELECT {COMMAND_VALUE_COLUMNS} FROM {COMMANDS_NOW_JOIN}
     WHERE c.world_id = ?1 AND c.scope = ?2 AND c.command_id = ?3"""
@@ -194,12 +228,16 @@ GET_COMMANDS = f"""WITH {HELD_CTE.format(world="?2")} SELECT {COMMAND_VALUE_COLU
     LEFT JOIN held AS h ON h.sequence = c.sequence ORDER BY c.sequence"""
 GET_COMMAND_BY_SEQUENCE = f"""WITH {HELD_CTE.format(world="?1")} SELECT {COMMAND_VALUE_COLUMNS} FROM {COMMANDS_NOW_JOIN}
     WHERE c.world_id = ?1 AND c.sequence = ?2"""
-DUE_COMMANDS = f"""WITH {HELD_CTE.format(world="?1")} SELECT {COMMAND_VALUE_COLUMNS}, {LEASE_SESSION_EXPR} FROM {COMMANDS_NOW_JOIN}
-    WHERE c.world_id = ?1 AND c.is_open = 1 AND c.status IN {OPEN_STATUSES} AND c.scheduled_tick <= ?2
+# (The open commands due at once are all read and sorted with the index's first ?3: a backlog of them
+# larger than the limit is read whole, docs/storage.md, "Schema version 20".)
+DUE_COMMANDS = f"""WITH {HELD_CTE.format(world="?1")} SELECT {COMMAND_VALUE_COLUMNS}, {LEASE_SESSION_EXPR}
+    FROM ({open_commands("?1", "*", "scheduled_tick <= ?2", first_due="?3")}) AS c
+    LEFT JOIN held AS h ON h.sequence = c.sequence
     ORDER BY c.scheduled_tick, c.priority, c.sequence LIMIT ?3"""
-# The first entry of the commands_due index, in its own order: one row read, however many are open.
-NEXT_DUE_TICK = f"""SELECT scheduled_tick FROM commands WHERE world_id = ? AND {OPEN_EXPR}
-    ORDER BY scheduled_tick LIMIT 1"""
+# The first entry of the commands_due index, in its own order (one row read, however many are due
+# later), and the open commands due at once.
+NEXT_DUE_TICK = f"""SELECT min(scheduled_tick) FROM ({open_commands("?1", "scheduled_tick", first_due="1")})
+    HAVING count(*) > 0"""
 # The sequences among these (?4) that this runner session holds, in ledger order.
 HELD_IN_ORDER = f"""WITH {HELD_CTE.format(world="?1")} SELECT c.sequence, c.command_id FROM {COMMANDS_NOW_JOIN}
     WHERE c.world_id = ?1 AND json_extract({LEASE_ENTRY_EXPR}, '$[0]') = ?2 AND {LEASE_SESSION_EXPR} = ?3
@@ -239,17 +277,18 @@ CHARGE_CRASH = """UPDATE commands SET attempts = attempts + 1,
 CANCEL_COMMANDS = """UPDATE commands SET status = 'CANCELLED', is_open = NULL, last_error = ?, lease_owner = NULL, lease_session = NULL,
         lease_expires_at = NULL, updated_at = ?
     WHERE world_id = ? AND sequence IN (SELECT value FROM json_each(?))"""
-# Its redrive: a fresh command in the dead letter's scope, due at `tick`, with a fresh budget.
-INSERT_REDRIVE = """INSERT INTO commands (world_id, sequence, scope, command_id, schema_version, scheduled_tick, priority,
+# Its redrive: a fresh command in the dead letter's scope, due at `tick`, with a fresh budget. (Due at
+# the later of the dead letter's tick and the tick after the head, so due later when the former is.)
+INSERT_REDRIVE = f"""INSERT INTO commands (world_id, sequence, scope, command_id, schema_version, scheduled_tick, priority,
         operation, payload, digest, principal, origin, max_attempts, reserved_entity_id, status, is_open, redriven_from,
-        created_at, updated_at)
+        created_at, updated_at, due_later)
     SELECT world_id, ?, scope, ?, schema_version, ?, priority, operation, payload, ?, principal, origin, max_attempts,
-        reserved_entity_id, 'PENDING', 1, sequence, ?, ?
+        reserved_entity_id, 'PENDING', 1, sequence, ?, ?,
+        {DUE_LATER_VALUE_EXPR.format(tick="commands.scheduled_tick", world="commands.world_id")}
     FROM commands WHERE world_id = ? AND sequence = ?"""
 # The dead letter's own mark of its redrive: retention never prunes a dead letter, so it outlives the redrive's row.
 MARK_REDRIVEN = "UPDATE commands SET redriven_by = ? WHERE world_id = ? AND sequence = ?"
-OPEN_SEQUENCES = f"""SELECT sequence FROM commands WHERE world_id = ? AND {OPEN_EXPR}
-    ORDER BY sequence LIMIT ?"""
+OPEN_SEQUENCES = f"""SELECT sequence FROM ({open_commands("?1", "sequence")}) ORDER BY sequence LIMIT ?2"""
 HISTORY = f"""WITH {HELD_CTE.format(world="?1")} SELECT {COMMAND_VALUE_COLUMNS} FROM {COMMANDS_NOW_JOIN}
     WHERE c.world_id = ?1 AND c.sequence > ?2 AND (?3 IS NULL OR {COMMAND_STATUS_EXPR} = ?4) AND (?5 IS NULL OR c.scope = ?6)
     ORDER BY c.sequence LIMIT ?7"""
@@ -363,7 +402,7 @@ APPEND_WORLD_EVENT = outbox_append("""SELECT world_id, CAST(?1 AS INTEGER) AS fi
             '' || json_object('attempts', CAST(?5 AS INTEGER), 'max_attempts', NULL, 'error', ?6,
                 'since', CAST(?7 AS INTEGER), 'actor', ?9), CAST(?4 AS INTEGER))) AS events
     FROM worlds WHERE world_id = ?8""")
-# -- `admitted` events read off command rows (schema version 20: docs/storage.md, "Schema version 20") --
+# -- `admitted` events read off command rows (schema version 21: docs/storage.md, "Schema version 21") --
 # An admission writes no outbox row: the command row carries its event's number (`admitted_event_seq`),
 # its time is the row's `created_at`, and its fields are what APPEND_EVENTS wrote for a command just
 # admitted, each a column no later write changes (id, operation, scheduled tick, principal, origin,
@@ -468,9 +507,10 @@ INSERT_MIGRATION = f"""INSERT INTO component_migrations (world_id, {MIGRATION_CO
     VALUES (?, ?, ?, ?, ?, ?, ?, ?)"""
 # What a migration must rewrite: a fingerprint is 64 hex digits, so its text found in a payload or
 # an entity's components is a reference to it (the ledger then checks each one structurally).
-# (through the open-commands index: a world's settled commands are never visited)
-OPEN_COMMANDS_NAMING = f"""SELECT sequence FROM commands INDEXED BY commands_due
-    WHERE world_id = ? AND {OPEN_EXPR} AND instr(payload, ?) > 0 ORDER BY sequence"""
+# (where open commands are found: the due index and the walk from the floor, so a world's settled
+# commands are visited only above its floor)
+OPEN_COMMANDS_NAMING = f"""SELECT sequence FROM ({open_commands("?1", "sequence", "instr(payload, ?2) > 0")})
+    ORDER BY sequence"""
 # (the entities naming it are found in the state load_state reads: snapshot chunks under their deltas)
 # A migration's rewritten entities are a delta at the world's tick head, after that tick's own parts.
 NEXT_DELTA_PART = "SELECT coalesce(max(part) + 1, 0) FROM state_deltas WHERE world_id = ? AND tick = ?"
@@ -497,10 +537,10 @@ GET_FORK_ORIGIN = "SELECT forked_from, forked_at_tick FROM worlds WHERE world_id
 # (the source's values bound: on the Durable Object the fork's object has no source row)
 INSERT_FORK = """INSERT INTO worlds (world_id, name, status, tick_head, next_entity_id, writer_epoch, next_sequence,
         next_event_seq, projected_seq, created_at, updated_at, clock_tick, clock_ms, tick_mode, tick_interval_ms,
-        state_from_tick, forked_from, forked_at_tick, projected_through_sequence)
+        state_from_tick, forked_from, forked_at_tick, due_floor, projected_through_sequence)
     VALUES (?1, ?2, 'ACTIVE', CAST(?3 AS INTEGER), CAST(?4 AS INTEGER), 0, CAST(?5 AS INTEGER), CAST(?6 AS INTEGER),
         CAST(?6 AS INTEGER) - 1, ?7, ?7, CAST(?3 AS INTEGER), ?7, ?8, CAST(?9 AS INTEGER), CAST(?3 AS INTEGER), ?10,
-        CAST(?3 AS INTEGER), CAST(?5 AS INTEGER) - 1)"""
+        CAST(?3 AS INTEGER), CAST(?5 AS INTEGER), CAST(?5 AS INTEGER) - 1)"""
 COPY_STATE_SNAPSHOT = """INSERT INTO state_snapshots (world_id, tick, first_entity_id, body)
     SELECT ?1, tick, first_entity_id, body FROM state_snapshots WHERE world_id = ?2 AND tick = ?3"""
 COPY_STATE_DELTAS = """INSERT INTO state_deltas (world_id, tick, part, body, replaces)
@@ -518,11 +558,13 @@ LEFT_TICK_AT = "SELECT min(published_at) FROM ticks WHERE world_id = ? AND tick 
 OPEN_AT_TICK = f"""SELECT {COMMAND_COLUMNS}, scope FROM commands
     WHERE world_id = ?1 AND scheduled_tick > ?2 AND created_at <= ?3 AND NOT (status = 'CANCELLED' AND updated_at <= ?3)
     ORDER BY sequence"""
-# Each forked command is a JSON array [scope, sequence, <INSERTED_COMMAND_FIELDS>..., forked_from].
+# Each forked command is a JSON array [scope, sequence, <INSERTED_COMMAND_FIELDS>..., forked_from]. The
+# copies are below the fork's floor (its next sequence: INSERT_FORK) and in the due index whatever their
+# tick (on the Durable Object they are written before the fork's world row).
 INSERT_FORKED_COMMANDS = f"""INSERT INTO commands (world_id, scope, sequence, {", ".join(INSERTED_COMMAND_FIELDS)},
-        forked_from, status, is_open, created_at, updated_at)
+        forked_from, status, is_open, due_later, created_at, updated_at)
     SELECT ?1, {", ".join(f"json_extract(j.value, '$[{i}]')" for i in range(len(INSERTED_COMMAND_FIELDS) + 3))},
-        'PENDING', 1, ?2, ?2
+        'PENDING', 1, 1, ?2, ?2
     FROM json_each(?3) AS j"""
 
 # -- forks on the Durable Object (docs/ledger.md, "Forks on the Durable Object"): the source fixes a

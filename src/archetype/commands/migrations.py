@@ -554,7 +554,27 @@ V19_OUTBOX_TAIL = Migration(19, "outbox rows that take appends, each event's own
     "CREATE INDEX state_deltas_replacing ON state_deltas (world_id, tick) WHERE replaces = 1",
 ))  # fmt: skip
 
-# Version 20: an admission writes no outbox row (docs/storage.md, "Schema version 20"). Its `admitted`
+# Version 20: a command due at once enters no index (docs/storage.md, "Schema version 20"). A command
+# scheduled at or before the tick after the head when it is inserted is found by walking the commands'
+# key from the world's `due_floor` (the lowest sequence that may still be such an open command; the
+# publication moves it up); only a command due later (`due_later` = 1) enters `commands_due`, now
+# partial on it too: one index entry fewer per command admitted at once. The upgrade marks the open
+# commands due after the tick after their world's head as due later and sets each world's floor to
+# its lowest open command due at once (past its last command when there is none), which is what the
+# code of this version would have written.
+V20_DUE_FLOOR = Migration(20, "commands due at once found from a floor on the world row; the due index holds those due later", (
+    "ALTER TABLE commands ADD COLUMN due_later INTEGER",
+    "ALTER TABLE worlds ADD COLUMN due_floor INTEGER NOT NULL DEFAULT 0",
+    """UPDATE commands SET due_later = 1
+    WHERE is_open = 1 AND scheduled_tick > (SELECT w.tick_head + 1 FROM worlds AS w WHERE w.world_id = commands.world_id)""",
+    """UPDATE worlds SET due_floor = coalesce(
+        (SELECT min(c.sequence) FROM commands AS c WHERE c.world_id = worlds.world_id AND c.is_open = 1 AND c.due_later IS NULL),
+        (SELECT max(c.sequence) + 1 FROM commands AS c WHERE c.world_id = worlds.world_id), 0)""",
+    "DROP INDEX commands_due",
+    "CREATE INDEX commands_due ON commands (world_id, scheduled_tick, priority, sequence) WHERE is_open = 1 AND due_later = 1",
+))  # fmt: skip
+
+# Version 21: an admission writes no outbox row (docs/storage.md, "Schema version 21"). Its `admitted`
 # event is read off the command row it inserts: `admitted_event_seq` is that event's number (its time
 # is the row's `created_at`, its fields what the row held when admitted, none of which changes after).
 # NULL for every row written before (its events are outbox rows) and for the rows whose first event
@@ -562,7 +582,7 @@ V19_OUTBOX_TAIL = Migration(19, "outbox rows that take appends, each event's own
 # world row: every command up to it has its `admitted` event acknowledged, so the readers of pending
 # events start after it (an acknowledgement moves it, in the world-row write it makes anyway); an
 # upgraded world starts it at its last command.
-V20_ADMITTED_EVENTS = Migration(20, "admitted events read off the command rows, not written to the outbox", (
+V21_ADMITTED_EVENTS = Migration(21, "admitted events read off the command rows, not written to the outbox", (
     "ALTER TABLE commands ADD COLUMN admitted_event_seq INTEGER",
     "ALTER TABLE worlds ADD COLUMN projected_through_sequence INTEGER NOT NULL DEFAULT 0",
     """UPDATE worlds SET projected_through_sequence = coalesce(
@@ -572,7 +592,7 @@ V20_ADMITTED_EVENTS = Migration(20, "admitted events read off the command rows, 
 MIGRATIONS = (V1_SCHEMA, V2_EXACTLY_ONCE, V3_STATE_CHUNKS, V4_HEALTH_AND_REDRIVE, V5_RETENTION, V6_COMPONENT_SCHEMAS,
               V7_TICK_CLOCK, V8_WORLD_LEASES, V9_DERIVED_SEQUENCES, V10_RUNNER_REGISTRY, V11_DURABLE_FACTS,
               V12_TICK_MODES, V13_FEWER_ROWS, V14_STATE_HISTORY, V15_COMMAND_ID_FIRST, V16_FORK_COPIES,
-              V17_LEASE_MAP, V18_NO_SETTLED_INDEX, V19_OUTBOX_TAIL, V20_ADMITTED_EVENTS)  # fmt: skip
+              V17_LEASE_MAP, V18_NO_SETTLED_INDEX, V19_OUTBOX_TAIL, V20_DUE_FLOOR, V21_ADMITTED_EVENTS)  # fmt: skip
 SCHEMA_VERSION = MIGRATIONS[-1].version
 
 HAS_META = "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'"

@@ -1,0 +1,44 @@
+"""What an admission writes on the real Durable Object SQL engine, which bills index entries as rows
+(docs/storage.md, "Schema version 20"): a command due at once is its row and its `commands_by_id`
+entry; only a command due later than the tick after the head enters `commands_due` too. The index
+of every open command that version 19 had coming back fails here, not only as a bench figure."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+
+from archetype.commands import ledger_sql, migrations
+from tests.support.workerd.engine import WorkerdSqlEngine, shared_server
+
+pytestmark = pytest.mark.timeout(120)
+
+WORLD = "w"
+COMMANDS = 10
+# the index of open commands versions 13 to 19 had (every open command an entry)
+V19_DUE_INDEX = ("DROP INDEX commands_due",
+                 "CREATE INDEX commands_due ON commands (world_id, scheduled_tick, priority, sequence) WHERE is_open = 1")
+
+
+def _admission_rows(scheduled_tick: int, extra_schema: tuple[str, ...] = ()) -> int:
+    """Rows the ledger's INSERT_COMMANDS writes admitting COMMANDS commands for `scheduled_tick` into
+    a world at tick head -1, on a fresh object."""
+    sql = WorkerdSqlEngine(shared_server(), f"admit-{uuid.uuid4().hex}").sql
+    for migration in migrations.MIGRATIONS:
+        for statement in migration.statements:
+            sql.exec(statement)
+    for statement in extra_schema:
+        sql.exec(statement)
+    sql.exec(ledger_sql.INSERT_WORLD, WORLD, WORLD, 1, 1, 1, "realtime", None)
+    rows = [[f"c-{i}", 1, scheduled_tick, 0, "spawn", '{"n":1}', "d" * 64, None, "local", 3, None] for i in range(COMMANDS)]
+    assert len(rows[0]) == len(ledger_sql.INSERTED_COMMAND_FIELDS)
+    return int(sql.exec(ledger_sql.INSERT_COMMANDS, WORLD, "", 1, 2, json.dumps(rows)).rowsWritten)
+
+
+def test_a_command_due_at_once_writes_its_row_and_its_id_entry_alone():
+    assert _admission_rows(0) == 2 * COMMANDS  # tick 0 follows the head (-1): due at once
+    assert _admission_rows(1) == 3 * COMMANDS  # due later: the due index's entry too
+    # the layout before version 20: every open command in the due index
+    assert _admission_rows(0, V19_DUE_INDEX) == 3 * COMMANDS
