@@ -4,8 +4,8 @@
 Each variant is a catalog of the current schema (every migration), changed as the variant says,
 holding `--prefill` commands of the raw world (one batch) and `--warm` single admissions; then
 the WAL is truncated and `--commits` single admissions by `archetype.bench.RawLedger` (the
-ledger's row writes for one command: its row, with every index the schema has, and its
-`admitted` outbox row) are counted by the b-tree and kind (leaf, internal) of each page they wrote
+ledger's row writes for one command: its row, with every index the schema has, carrying its
+`admitted` event since schema version 21) are counted by the b-tree and kind (leaf, internal) of each page they wrote
 (`archetype.bench.wal_pages_by_kind`). The ledger's own admission writes these pages (bench/cost.py
 measures it: `wal_pages_by_btree` in bench/admission_bench.py's output lists the same b-trees).
 
@@ -48,23 +48,21 @@ def _rowid_commands(conn: sqlite3.Connection) -> None:
         conn.execute(statement)
 
 
-class WithoutEvents(RawLedger):
-    """The row writes without the `admitted` outbox row: what an admission would write if that event
-    were read off the command row instead of stored (docs/storage.md weighs it)."""
+class WithAdmittedEvents(RawLedger):
+    """The row writes with the `admitted` outbox row, as an admission wrote them before schema version
+    21 read that event off the command row (docs/storage.md, "Schema version 21")."""
 
-    def _events(self, ids: list[str], event_type: str, status: str, tick: int, now: int) -> None:
-        pass
+    def _admitted_events(self, ids: list[str], tick: int, now: int) -> None:
+        self._events(ids, "admitted", "PENDING", tick, now)
 
 
 # variant -> (its change to the current schema, the raw ledger class)
 VARIANTS: dict[str, tuple[Callable[[sqlite3.Connection], None], Callable[[Path, str], RawLedger]]] = {
     "as shipped": (_as_is, RawLedger),
+    "with the admitted outbox row (version 19)": (_as_is, WithAdmittedEvents),
     "without commands_by_id": (_drop("commands_by_id"), RawLedger),
     "without commands_due": (_drop("commands_due"), RawLedger),
     "commands a rowid table (+ its key index)": (_rowid_commands, RawLedger),
-    "without the admitted outbox row": (_as_is, WithoutEvents),
-    "without the outbox row and commands_due": (_drop("commands_due"), WithoutEvents),
-    "without the outbox row and commands_by_id": (_drop("commands_by_id"), WithoutEvents),
 }
 
 

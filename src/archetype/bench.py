@@ -130,6 +130,11 @@ class RawLedger:
             (RAW_WORLD, self.event_seq - 1, first, now, events),
         )
 
+    def _admitted_events(self, ids: list[str], tick: int, now: int) -> None:
+        """An admission's events: numbered, not written (schema version 21: each is read off its
+        command row, which carries its number)."""
+        self.event_seq += len(ids)
+
     def admit(self, rows: list[dict[str, Any]]) -> None:
         def run() -> None:
             now = time.time_ns() // 1_000_000
@@ -138,12 +143,12 @@ class RawLedger:
             self.conn.executemany(
                 "INSERT INTO commands (world_id, command_id, sequence, schema_version, scheduled_tick, priority, "
                 "operation, payload, digest, principal, origin, max_attempts, reserved_entity_id, status, is_open, scope, "
-                "created_at, updated_at, due_later) "
-                "VALUES (?, ?, ?, 1, ?, 0, 'spawn', ?, ?, NULL, 'local', 3, NULL, 'PENDING', 1, '', ?, ?, ?)",
+                "created_at, updated_at, due_later, admitted_event_seq) "
+                "VALUES (?, ?, ?, 1, ?, 0, 'spawn', ?, ?, NULL, 'local', 3, NULL, 'PENDING', 1, '', ?, ?, ?, ?)",
                 [(RAW_WORLD, r["command_id"], first + i, r["scheduled_tick"], r["payload"], r["digest"], now, now,
-                  1 if r["scheduled_tick"] > self.tick + 1 else None) for i, r in enumerate(rows)],
+                  1 if r["scheduled_tick"] > self.tick + 1 else None, self.event_seq + i) for i, r in enumerate(rows)],
             )  # fmt: skip
-            self._events([r["command_id"] for r in rows], "admitted", "PENDING", rows[0]["scheduled_tick"], now)
+            self._admitted_events([r["command_id"] for r in rows], rows[0]["scheduled_tick"], now)
 
         self._tx(run)
 

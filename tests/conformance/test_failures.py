@@ -207,6 +207,18 @@ async def test_a_redrive_is_a_new_linked_command_with_a_fresh_budget_and_the_dea
     assert (await authority.command(world_id, "d"))["status"] == "DEAD_LETTER"
 
 
+async def test_a_redrive_after_an_admission_takes_the_next_event_number(rt, world_id, authority):
+    """Event numbers are handed out once, in order, whatever appended them: a redrive's `redriven`
+    event follows an admission's `admitted` one (since schema version 21 read off its command row)."""
+    await dead_letter(rt, world_id, "d")
+    await rt.dispatcher.defer(probe(world_id, "later"), at(10**6), command_id="later")
+    await authority.redrive(world_id, "d")
+    events = await outbox(authority, world_id)
+    assert [e["event_seq"] for e in events] == list(range(1, len(events) + 1))
+    assert [(e["command_id"], e["event_type"]) for e in events[-2:]] == [("later", "admitted"), ("d.redrive", "redriven")]
+    assert (await authority.watermark(world_id))["committed_seq"] == len(events)
+
+
 async def test_a_redrive_is_idempotent_by_its_key_and_happens_once(rt, world_id, authority):
     await dead_letter(rt, world_id, "d")
     first = await authority.redrive(world_id, "d", new_command_id="again-1")

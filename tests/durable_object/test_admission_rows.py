@@ -34,7 +34,7 @@ def _admission_rows(scheduled_tick: int, extra_schema: tuple[str, ...] = ()) -> 
     sql.exec(ledger_sql.INSERT_WORLD, WORLD, WORLD, 1, 1, 1, "realtime", None)
     rows = [[f"c-{i}", 1, scheduled_tick, 0, "spawn", '{"n":1}', "d" * 64, None, "local", 3, None] for i in range(COMMANDS)]
     assert len(rows[0]) == len(ledger_sql.INSERTED_COMMAND_FIELDS)
-    return int(sql.exec(ledger_sql.INSERT_COMMANDS, WORLD, "", 1, 2, json.dumps(rows)).rowsWritten)
+    return int(sql.exec(ledger_sql.INSERT_COMMANDS, WORLD, "", 1, 2, json.dumps(rows), 1).rowsWritten)
 
 
 def test_a_command_due_at_once_writes_its_row_and_its_id_entry_alone():

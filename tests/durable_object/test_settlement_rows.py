@@ -33,7 +33,7 @@ def _settlement_rows(extra_schema: tuple[str, ...]) -> int:
     sql.exec(ledger_sql.INSERT_WORLD, WORLD, WORLD, 1, 1, 1, "realtime", None)
     rows = [[f"c-{i}", 1, 0, 0, "spawn", '{"n":1}', "d" * 64, None, "local", 3, None] for i in range(COMMANDS)]
     assert len(rows[0]) == len(ledger_sql.INSERTED_COMMAND_FIELDS)
-    sql.exec(ledger_sql.INSERT_COMMANDS, WORLD, "", 1, 2, json.dumps(rows))
+    sql.exec(ledger_sql.INSERT_COMMANDS, WORLD, "", 1, 2, json.dumps(rows), 1)
     settled = json.dumps([[sequence, "applied", None] for sequence in range(1, COMMANDS + 1)])
     return int(sql.exec(ledger_sql.SETTLE, 0, 3, settled, WORLD).rowsWritten)
 

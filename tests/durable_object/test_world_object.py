@@ -496,9 +496,10 @@ async def test_a_lease_writes_one_row_whatever_it_leases(namespace, authority):
     assert await lease(60, "many", 1) == 1
 
 async def test_one_command_per_tick_fills_one_outbox_row_that_its_acknowledgement_keeps(namespace, authority, queue, clock):
-    """Schema 19 (docs/storage.md, "Schema version 19"): at one command per tick its two events share
-    one outbox row, and the delivery that acknowledges them deletes no row (the next admission
-    takes the row over): the delivery writes the watermark alone, and the world holds one outbox row."""
+    """Schema 19 (docs/storage.md, "Schema version 19"): at one command per tick the delivery that
+    acknowledges its events deletes no outbox row (the next append takes the row over): the delivery
+    writes the watermark alone, and the world holds one outbox row. From schema 21 that row holds the
+    settlement's event alone: the `admitted` one is read off the command row."""
     rt = Runtime(authority, owner="runner-do", lease_ms=30_000, origin="gateway")
     await rt.dispatcher.apply(CreateWorld(name="durable", world_id=WORLD))
     sql = namespace.storage(WORLD).sql
@@ -509,7 +510,7 @@ async def test_one_command_per_tick_fills_one_outbox_row_that_its_acknowledgemen
                                   command_id=f"c-{tick}")  # fmt: skip
         await rt.dispatcher.apply(Step(world_id=WORLD))
         rows = outbox_rows.execute("SELECT first_seq, last_seq FROM outbox WHERE world_id = ?", (WORLD,))
-        assert [tuple(r) for r in rows] == [(2 * tick + 1, 2 * tick + 2)]  # admitted and applied: one row
+        assert [tuple(r) for r in rows] == [(2 * tick + 2, 2 * tick + 2)]  # applied; admitted is the command row
         before = sql.rows_written
         while await namespace.run_alarm(WORLD):
             pass
@@ -526,7 +527,8 @@ async def test_one_command_per_tick_fills_one_outbox_row_that_its_acknowledgemen
 
 # Rows each statement of a tick writes per run on the real engine, at one command per tick (docs/storage.md,
 # "Schema version 19" and "Schema version 20": the command due at once is its row and its id's entry,
-# settled its row again).
+# settled its row again). APPEND_EVENTS runs once a tick, at publication: an admission appends nothing
+# (schema version 21).
 PER_TICK_ROWS = {"INSERT_COMMANDS": 2, "APPEND_EVENTS": 1, "SET_LEASES": 1, "INSERT_TICK": 1, "INSERT_STATE_DELTA": 1,
                  "INSERT_STATE_CHUNK": 1, "SETTLE": 1, "PUBLISH_HEAD": 1, "SET_PROJECTED_SEQ": 1,
                  "DELETE_OUTBOX_UPTO": 0}  # fmt: skip
@@ -565,6 +567,7 @@ async def test_a_tick_writes_one_row_per_state_chunk_and_outbox_append_on_the_re
     assert {"INSERT_COMMANDS", "APPEND_EVENTS", "INSERT_TICK", "INSERT_STATE_DELTA", "SETTLE", "PUBLISH_HEAD",
             "SET_PROJECTED_SEQ", "DELETE_OUTBOX_UPTO"} <= set(written)
     assert {name: set(rows) for name, rows in written.items()} == {name: {PER_TICK_ROWS[name]} for name in written}
+    assert len(written["APPEND_EVENTS"]) == 4  # the settlements'; the admissions' events are their command rows
 
 
 # -- destroy survives the object dying between its transactions --

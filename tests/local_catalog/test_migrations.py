@@ -279,13 +279,10 @@ def test_version_19_keeps_each_event_and_its_time_and_every_state_row(tmp_path):
     with ledgers_on_every_host(tmp_path, version_18_with_events) as ledgers:
         for ledger in ledgers:
             port, now = ledger._port, ledger._clock.now_ms()
-            ledger.admit("w", [{"command_id": "c", "schema_version": 1, "scheduled_tick": 0, "priority": 0,
-                                "operation": "despawn", "payload": '{"entity_id":1,"world_id":"w"}', "principal": None,
-                                "origin": "local", "max_attempts": 3, "reserved_entity_id": None,
-                                "request_digest": None}])  # fmt: skip
+            ledger.record_tick_failure("w", "o", "s", 0, 0, "boom")  # an outbox append (an admission's is not, from 20)
             events = ledger.read_outbox("w")
-            assert [(e["event_seq"], e["command_id"], e["occurred_at"]) for e in events] == [
-                (1, "a", 5), (2, "b", 5), (3, "c", now)]
+            assert [(e["event_seq"], e["command_id"], e["event_type"], e["occurred_at"]) for e in events] == [
+                (1, "a", "admitted", 5), (2, "b", "admitted", 5), (3, "", "world_stalled", now)]
             assert [tuple(r) for r in port.execute("SELECT first_seq, last_seq FROM outbox")] == [(1, 3)]  # appended
             ledger.acknowledge_outbox("w", 3)
             assert ledger.read_outbox("w") == [] and ledger.watermark("w")["pending"] == 0
@@ -339,3 +336,62 @@ def test_version_20_keeps_every_open_command_due_in_its_order(tmp_path):
             assert [r["command_id"] for r in leased] == ["soon", "retry", "later"]
             leased = ledger.lease("w", "o", "s", epoch, 20, 10, 30_000)
             assert [r["command_id"] for r in leased] == ["soon", "retry", "later", "last"]
+
+
+def version_20_with_pending_and_acknowledged_events(execute) -> None:
+    """A catalog as version 20 left it: world `w` with 40 commands of long ago (`old-0`..`old-39`,
+    settled, their events acknowledged and deleted), `a` (41, settled) and `b` (42, pending); its
+    outbox holds one row of events 41 (a admitted, acknowledged), 42 (b admitted) and 43 (a applied),
+    each at its own time, the watermark at 41."""
+    for migration in MIGRATIONS[:20]:
+        for statement in migration.statements:
+            execute(statement)
+    execute("INSERT INTO meta (key, value) VALUES ('schema_version', '20')")
+    execute("""INSERT INTO worlds (world_id, name, status, projected_seq, created_at, updated_at)
+        VALUES ('w', 'w', 'ACTIVE', 41, 1, 1)""")
+    rows = [(i + 1, f"old-{i}", "APPLIED", "NULL") for i in range(40)] + [(41, "a", "APPLIED", "NULL"), (42, "b", "PENDING", 1)]
+    for sequence, command_id, status, is_open in rows:
+        execute(f"""INSERT INTO commands (world_id, sequence, scope, command_id, schema_version, scheduled_tick, priority,
+                operation, payload, digest, origin, max_attempts, status, is_open, created_at, updated_at)
+            VALUES ('w', {sequence}, '', '{command_id}', 1, 0, 0, 'despawn', '{{}}', 'x', 'local', 3, '{status}',
+                {is_open}, {sequence}, {sequence})""")  # fmt: skip
+    admitted = """json_array('{0}', 'admitted', 'PENDING', 'despawn', 0, NULL, 'local',
+        '{{"attempts":0,"max_attempts":3,"error":null}}', {1})"""
+    applied = """json_array('a', 'applied', 'APPLIED', 'despawn', 0, NULL, 'local',
+        '{"attempts":1,"max_attempts":3,"error":null}', 43)"""
+    execute(f"""INSERT INTO outbox (world_id, last_seq, first_seq, occurred_at, events)
+        VALUES ('w', 43, 41, 41, json_array({admitted.format("a", 41)}, {admitted.format("b", 42)}, {applied}))""")
+
+
+def test_version_21_reads_admitted_events_off_the_command_rows_keeping_every_event(tmp_path):
+    """From version 21 an admission writes no outbox row (docs/storage.md, "Schema version 21"): the
+    events an upgraded catalog holds, pending or acknowledged, read as they did, a new admission's
+    event follows them in number and reads with the same fields, and the readers of pending events
+    start after the world's last command of the upgrade, never walking the commands before it;
+    alike on every SQLite host."""
+    with ledgers_on_every_host(tmp_path, version_20_with_pending_and_acknowledged_events) as ledgers:
+        for ledger in ledgers:
+            port, now = ledger._port, ledger._clock.now_ms()
+            assert [tuple(r) for r in port.execute("SELECT projected_through_sequence FROM worlds")] == [(42,)]
+            fields = ("event_id", "event_seq", "command_id", "event_type", "status", "tick", "occurred_at", "payload")
+            pending = [tuple(e[f] for f in fields) for e in ledger.read_outbox("w")]  # type: ignore[literal-required]
+            assert pending == [("w/42", 42, "b", "admitted", "PENDING", 0, 42, '{"attempts":0,"max_attempts":3,"error":null}'),
+                               ("w/43", 43, "a", "applied", "APPLIED", 0, 43, '{"attempts":1,"max_attempts":3,"error":null}')]  # fmt: skip
+            assert ledger.watermark("w") == {"world_id": "w", "committed_seq": 43, "projected_seq": 41, "pending": 2}
+            (admitted,) = ledger.admit("w", [{"command_id": "c", "schema_version": 1, "scheduled_tick": 0, "priority": 0,
+                                              "operation": "despawn", "payload": '{"entity_id":1,"world_id":"w"}',
+                                              "principal": None, "origin": "local", "max_attempts": 3,
+                                              "reserved_entity_id": None, "request_digest": None}])  # fmt: skip
+            assert admitted["sequence"] == 43
+            events = ledger.read_outbox("w")
+            assert [tuple(e[f] for f in fields) for e in events] == pending + [  # type: ignore[literal-required]
+                ("w/44", 44, "c", "admitted", "PENDING", 0, now, '{"attempts":0,"max_attempts":3,"error":null}')]
+            assert events[0].keys() == events[2].keys() and events[2]["origin"] == "local" and events[2]["principal"] is None
+            assert [tuple(r) for r in port.execute("SELECT first_seq, last_seq FROM outbox")] == [(41, 43)]  # no append
+            assert [e["event_seq"] for e in ledger.read_outbox("w", after_seq=42, limit=1)] == [43]
+            ledger.acknowledge_outbox("w", 43)
+            assert [e["event_seq"] for e in ledger.read_outbox("w")] == [44]
+            ledger.acknowledge_outbox("w", 44)
+            assert ledger.read_outbox("w") == [] and ledger.watermark("w")["pending"] == 0
+            assert ledger.world_info("w")["next_event_seq"] == 45
+            assert [tuple(r) for r in port.execute("SELECT projected_through_sequence FROM worlds")] == [(43,)]

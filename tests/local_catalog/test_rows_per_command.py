@@ -44,27 +44,34 @@ def _row(i: int, tick: int) -> dict[str, object]:
 
 
 def test_the_outbox_holds_a_row_per_append_and_reads_its_events_one_by_one(tmp_path):
+    """An append is one row however many events it holds; admissions append none (schema version 20:
+    each command row carries its `admitted` event), and a read merges both by number."""
     port = SqliteSqlPort(tmp_path / CATALOG_FILE)
     ledger = Ledger(port, ManualClock())
     ledger.create_world("w", "w")
     ledger.admit("w", [_row(i, 0) for i in range(50)])
-    ledger.admit("w", [_row(50, 0)])
 
     def rows() -> list[tuple[int, int]]:
         return port.execute("SELECT first_seq, last_seq FROM outbox WHERE world_id = 'w' ORDER BY last_seq")
 
-    assert rows() == [(1, 50), (51, 51)]
+    assert rows() == []
+    ledger.destroy("w")  # 50 cancellations: one append
+    assert rows() == [(51, 100)]
     events = ledger.read_outbox("w", limit=1000)
-    assert [e["event_seq"] for e in events] == list(range(1, 52))
+    assert [e["event_seq"] for e in events] == list(range(1, 101))
     assert [e["event_id"] for e in events[:2]] == ["w/1", "w/2"] and events[7]["command_id"] == "c-7"
-    # a watermark inside a row: the row stays, its acknowledged events are not read again
+    assert [e["event_type"] for e in events] == ["admitted"] * 50 + ["cancelled"] * 50
+    assert [e["command_id"] for e in events[50:]] == [f"c-{i}" for i in range(50)]
+    # pages across both: the admitted events' and the outbox row's
+    assert [e["event_seq"] for e in ledger.read_outbox("w", after_seq=48, limit=4)] == [49, 50, 51, 52]
     ledger.acknowledge_outbox("w", 20)
-    assert rows() == [(1, 50), (51, 51)]
-    assert [e["event_seq"] for e in ledger.read_outbox("w", limit=1000)] == list(range(21, 52))
+    assert [e["event_seq"] for e in ledger.read_outbox("w", limit=1000)] == list(range(21, 101))
     assert [e["event_seq"] for e in ledger.read_outbox("w", after_seq=40, limit=3)] == [41, 42, 43]
-    ledger.acknowledge_outbox("w", 50)
-    assert rows() == [(51, 51)]
-    assert ledger.world_info("w")["next_event_seq"] == 52
+    # a watermark inside a row: the row stays, its acknowledged events are not read again
+    ledger.acknowledge_outbox("w", 75)
+    assert rows() == [(51, 100)]
+    assert [e["event_seq"] for e in ledger.read_outbox("w", limit=1000)] == list(range(76, 101))
+    assert ledger.world_info("w")["next_event_seq"] == 101
     port.close()
 
 
@@ -183,3 +190,33 @@ async def _commands_due_at_once_out_of_order(authority) -> None:
     while await authority.next_due_tick("floor") is not None:
         await step(rt, "floor")
     await rt.close()
+
+
+# Schema 21: an admission's `admitted` event is its command row, which prune must keep until it is delivered.
+
+
+def test_prune_keeps_a_command_whose_admitted_event_is_pending_even_after_the_clock_stepped_back(tmp_path):
+    """The horizon reads the ledger's clock as not going backwards (docs/ledger.md, "Retention"): when
+    it steps back, a settled command may be pruned while its settlement event, an outbox row, is
+    pending. Its `admitted` event is the row itself: the first pending event's time that the horizon
+    stays under is that event's, so prune's walk stops at its command."""
+    clock = ManualClock(10_000)
+    port = SqliteSqlPort(tmp_path / CATALOG_FILE)
+    ledger = Ledger(port, clock)
+    ledger.create_world("w", "w")
+    epoch = ledger.acquire_writer("w")["writer_epoch"]
+    ledger.record_tick_failure("w", "o", "s", epoch, 0, "boom")  # event 1, an outbox row at 10,000
+    clock.advance(-9_000)  # the clock steps back
+    ledger.admit("w", [_row(0, 0)])  # event 2, at 1,000: the command row
+    leased = ledger.lease("w", "o", "s", epoch, 0, 10, 5_000)
+    settlements = [{"sequence": r["sequence"], "command_id": r["command_id"], "outcome": "applied", "error": None}
+                   for r in leased]  # fmt: skip
+    manifest = {"world_id": "w", "tick": 0, "writer_epoch": epoch, "settlements": settlements, "written_runs": [],
+                "commit_token": "t0"}  # fmt: skip
+    ledger.publish("w", "o", "s", manifest, {"snapshot": False, "chunks": []})  # c-0 applied at 1,000
+    assert ledger.prune("w", keep_ticks=1, idempotency_window_ms=0)["commands"] == 0
+    events = [(e["event_seq"], e["command_id"], e["event_type"]) for e in ledger.read_outbox("w")]
+    assert events[:3] == [(1, "", "world_stalled"), (2, "c-0", "admitted"), (3, "c-0", "applied")], events
+    ledger.acknowledge_outbox("w", ledger.watermark("w")["committed_seq"])
+    assert ledger.prune("w", keep_ticks=1, idempotency_window_ms=0)["commands"] == 1  # delivered: it goes
+    port.close()

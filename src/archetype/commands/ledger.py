@@ -1058,11 +1058,11 @@ class Ledger:
                 row["sequence"] = next_sequence + offset
             if fresh:
                 # the sequence numbers read above are current (this transaction has written no
-                # command or event yet), and the rows written here take them: no world row to update
+                # command or event yet), and the rows written here take them: no world row to update,
+                # and no outbox row (each row carries its `admitted` event: ledger_sql.READ_OUTBOX)
                 now = self._clock.now_ms()
                 inserted = canonical_text([_INSERTED(r) for r in fresh])
-                self._port.execute(q.INSERT_COMMANDS, (world_id, scope, next_sequence, now, inserted))
-                self._write_events(world_id, next_event_seq, canonical_text([r["sequence"] for r in fresh]), now)
+                self._port.execute(q.INSERT_COMMANDS, (world_id, scope, next_sequence, now, inserted, next_event_seq))
             return [
                 {
                     "command_id": r["command_id"],
@@ -1510,7 +1510,9 @@ class Ledger:
             self._port.execute(q.INSERT_REDRIVE, (sequence, new_id, tick, command_digest(identity), now, now, world_id,
                                                   dead["sequence"]))  # fmt: skip
             self._port.execute(q.MARK_REDRIVEN, (sequence, world_id, dead["sequence"]))
-            self._append_events(world_id, [sequence], now, _asked_by(actor))
+            # numbered as read before the row went in: the world's next event number reads the last
+            # command's `admitted` event, and this row, now the last, carries none (its event is written)
+            self._write_events(world_id, world["next_event_seq"], canonical_text([sequence]), now, _asked_by(actor))
             created = self._command_at(world_id, sequence)
             assert created is not None
             return self._redriven(created, replayed=False)
@@ -1659,7 +1661,7 @@ class Ledger:
             world = self._world(world_id)
             if up_to_seq >= world["next_event_seq"]:
                 raise InvalidCommandError(f"event {up_to_seq} of world {world_id!r} was never written")
-            self._port.execute(q.SET_PROJECTED_SEQ, (up_to_seq, world_id, up_to_seq))
+            self._port.execute(q.SET_PROJECTED_SEQ, (up_to_seq, world_id))
             self._port.execute(q.DELETE_OUTBOX_UPTO, (world_id, up_to_seq))
             return self._watermark(world_id)
 

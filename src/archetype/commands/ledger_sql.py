@@ -58,13 +58,19 @@ WORLD_COLUMNS = (
     "tick_interval_ms, tick_lag_ms"
 )
 # A world's next command and event sequence numbers are read off the keys they number (docs/ledger.md,
-# "Sequence numbers"): the last command's sequence and the last event's in the outbox, one index
-# seek each, so an admission writes no world row. The row's columns are floors for what the keys no
-# longer show: prune raises `next_sequence` before it deletes commands, and an acknowledgement's
-# `projected_seq` covers the events it deleted.
+# "Sequence numbers"): the last command's sequence, the last event's in the outbox and the last
+# command's `admitted` event (read off its row since version 21: the last command's is the latest of
+# them), one index seek each, so an admission writes no world row. The row's columns are floors for
+# what the keys no longer show: prune raises `next_sequence` before it deletes commands, and an
+# acknowledgement's `projected_seq` covers the events it deleted (prune deletes no command whose
+# `admitted` event is not acknowledged). A command row carrying no number (a redrive) has its first
+# event numbered as read before the row went in, and written to the outbox: read after, the last
+# command would show no number and hand out an `admitted` event's again.
 NEXT_SEQUENCE_EXPR = "max(w.next_sequence, coalesce((SELECT max(c.sequence) FROM commands AS c WHERE c.world_id = w.world_id), 0) + 1)"
 NEXT_EVENT_SEQ_EXPR = ("max(w.next_event_seq, w.projected_seq + 1, "
-                  "coalesce((SELECT max(o.last_seq) FROM outbox AS o WHERE o.world_id = w.world_id), 0) + 1)")  # fmt: skip
+                  "coalesce((SELECT max(o.last_seq) FROM outbox AS o WHERE o.world_id = w.world_id), 0) + 1, "
+                  "coalesce((SELECT a.admitted_event_seq FROM commands AS a WHERE a.world_id = w.world_id AND a.sequence = "
+                  "(SELECT max(l.sequence) FROM commands AS l WHERE l.world_id = w.world_id)), 0) + 1)")  # fmt: skip
 WORLD_VALUE_COLUMNS = ", ".join(
     {"next_sequence": NEXT_SEQUENCE_EXPR, "next_event_seq": NEXT_EVENT_SEQ_EXPR}.get(name, f"w.{name}")
     for name in (column.strip() for column in WORLD_COLUMNS.split(","))
@@ -135,7 +141,14 @@ PUBLISH_HEAD = f"""UPDATE worlds SET tick_head = ?1, updated_at = ?2, guard_sequ
         clock_ms = CASE WHEN tick_mode = 'lockstep' THEN ?3 ELSE clock_ms END,
         tick_lag_ms = CASE WHEN tick_mode = 'lockstep' THEN ?4 ELSE tick_lag_ms END
     WHERE world_id = ?5"""
-SET_PROJECTED_SEQ = "UPDATE worlds SET projected_seq = ? WHERE world_id = ? AND projected_seq < ?"
+# The watermark, and with it the last command up to which every `admitted` event read off a command row
+# is acknowledged (the first one after it not acknowledged, less one; all of them: the last command):
+# the readers of pending events start after it. It walks the commands the watermark passed, once.
+SET_PROJECTED_SEQ = """UPDATE worlds SET projected_seq = ?1, projected_through_sequence = max(projected_through_sequence,
+        coalesce((SELECT c.sequence - 1 FROM commands AS c WHERE c.world_id = ?2
+                AND c.sequence > worlds.projected_through_sequence AND c.admitted_event_seq > ?1 ORDER BY c.sequence LIMIT 1),
+            (SELECT max(l.sequence) FROM commands AS l WHERE l.world_id = ?2), 0))
+    WHERE world_id = ?2 AND projected_seq < ?1"""
 SET_GUARD = "UPDATE worlds SET guard_sequence = ?, guard_session = ? WHERE world_id = ?"
 # A tick failed before it was prepared: one more failed attempt; the first one stalls the world.
 RECORD_TICK_FAILURE = """UPDATE worlds SET failed_attempts = failed_attempts + 1, health_error = ?,
@@ -192,16 +205,17 @@ DROP_SESSION_LEASES = f"UPDATE worlds SET leases = {LEASES_WITHOUT_SESSION_EXPR.
 # Each inserted command is a JSON array of these fields, in this order: reading an array element
 # by position is markedly cheaper for SQLite than looking a key up in an object, and each element
 # read parses the whole array again, so what a batch shares is bound once instead: its scope (one
-# principal per batch) and its first sequence (the rest follow in array order).
+# principal per batch), its first sequence and its first `admitted` event's number (?6; the rest
+# follow in array order. The event is read off the row, no outbox row is written: READ_OUTBOX).
 INSERTED_COMMAND_FIELDS = (
     "command_id", "schema_version", "scheduled_tick", "priority", "operation", "payload", "digest", "principal",
     "origin", "max_attempts", "reserved_entity_id",
 )  # fmt: skip
 INSERT_COMMANDS = f"""INSERT INTO commands (world_id, scope, sequence, {", ".join(INSERTED_COMMAND_FIELDS)}, status,
-        is_open, created_at, updated_at, due_later)
+        is_open, created_at, updated_at, due_later, admitted_event_seq)
     SELECT ?1, ?2, CAST(?3 AS INTEGER) + j.key,
         {", ".join(f"json_extract(j.value, '$[{i}]')" for i in range(len(INSERTED_COMMAND_FIELDS)))}, 'PENDING', 1, ?4, ?4,
-        {DUE_LATER_VALUE_EXPR.format(tick="json_extract(j.value, '$[2]')", world="?1")}
+        {DUE_LATER_VALUE_EXPR.format(tick="json_extract(j.value, '$[2]')", world="?1")}, CAST(?6 AS INTEGER) + j.key
     FROM json_each(?5) AS j"""
 GET_COMMAND = f"""WITH {HELD_CTE.format(world="?1")} SELECT {COMMAND_VALUE_COLUMNS} FROM {COMMANDS_NOW_JOIN}
     WHERE c.world_id = ?1 AND c.scope = ?2 AND c.command_id = ?3"""
@@ -388,18 +402,36 @@ APPEND_WORLD_EVENT = outbox_append("""SELECT world_id, CAST(?1 AS INTEGER) AS fi
             '' || json_object('attempts', CAST(?5 AS INTEGER), 'max_attempts', NULL, 'error', ?6,
                 'since', CAST(?7 AS INTEGER), 'actor', ?9), CAST(?4 AS INTEGER))) AS events
     FROM worlds WHERE world_id = ?8""")
-# The events after a sequence number, in order: the rows from the one holding the next event on
-# (through the key), each row's events in array order (json_each's; the ledger checks the order,
-# never assumes it: sorting on e.key too would sort the whole backlog before the LIMIT).
-READ_OUTBOX = """SELECT o.world_id || '/' || (o.first_seq + e.key) AS event_id, o.world_id AS world_id,
-        o.first_seq + e.key AS event_seq, json_extract(e.value, '$[0]') AS command_id,
-        json_extract(e.value, '$[1]') AS event_type, json_extract(e.value, '$[2]') AS status,
-        json_extract(e.value, '$[3]') AS operation, json_extract(e.value, '$[4]') AS tick,
-        json_extract(e.value, '$[5]') AS principal, json_extract(e.value, '$[6]') AS origin,
-        coalesce(json_extract(e.value, '$[8]'), o.occurred_at) AS occurred_at, json_extract(e.value, '$[7]') AS payload
-    FROM outbox AS o CROSS JOIN json_each(o.events) AS e
-    WHERE o.world_id = ?1 AND o.last_seq > ?2 AND o.first_seq + e.key > ?2
-    ORDER BY o.last_seq LIMIT ?3"""
+# -- `admitted` events read off command rows (schema version 21: docs/storage.md, "Schema version 21") --
+# An admission writes no outbox row: the command row carries its event's number (`admitted_event_seq`),
+# its time is the row's `created_at`, and its fields are what APPEND_EVENTS wrote for a command just
+# admitted, each a column no later write changes (id, operation, scheduled tick, principal, origin,
+# attempt budget) or a constant then (status PENDING, no attempt, no error, no actor). Event numbers
+# follow sequences among these rows (both are taken in admission order), so the pending ones are the
+# commands after the world's `projected_through_sequence` (the acknowledgement moves it) whose number
+# is past the position read, in key order: a read starts at the first of them.
+# {world} and {after} name the statement's parameters; `d` is a commands row.
+PENDING_ADMITTED_JOIN = """worlds AS pw CROSS JOIN commands AS d ON d.world_id = pw.world_id
+        AND d.sequence > pw.projected_through_sequence
+    WHERE pw.world_id = {world} AND d.admitted_event_seq > {after}"""
+# The events after a sequence number, in order: both streams, each up to the page's limit, merged by
+# number. The outbox's from the row holding the next event on (through the key), each row's events
+# in array order (json_each's; the ledger checks the order, never assumes it: sorting on e.key too
+# would sort the whole backlog before the LIMIT); the admitted ones from the first pending command on.
+READ_OUTBOX = f"""SELECT ?1 || '/' || e.event_seq AS event_id, ?1 AS world_id, e.* FROM (
+    SELECT * FROM (SELECT o.first_seq + e.key AS event_seq, json_extract(e.value, '$[0]') AS command_id,
+            json_extract(e.value, '$[1]') AS event_type, json_extract(e.value, '$[2]') AS status,
+            json_extract(e.value, '$[3]') AS operation, json_extract(e.value, '$[4]') AS tick,
+            json_extract(e.value, '$[5]') AS principal, json_extract(e.value, '$[6]') AS origin,
+            coalesce(json_extract(e.value, '$[8]'), o.occurred_at) AS occurred_at, json_extract(e.value, '$[7]') AS payload
+        FROM outbox AS o CROSS JOIN json_each(o.events) AS e
+        WHERE o.world_id = ?1 AND o.last_seq > ?2 AND o.first_seq + e.key > ?2
+        ORDER BY o.last_seq LIMIT ?3)
+    UNION ALL
+    SELECT * FROM (SELECT d.admitted_event_seq, d.command_id, 'admitted', 'PENDING', d.operation, d.scheduled_tick,
+            d.principal, d.origin, d.created_at, '' || json_object('attempts', 0, 'max_attempts', d.max_attempts, 'error', NULL)
+        FROM {PENDING_ADMITTED_JOIN.format(world="?1", after="?2")} ORDER BY d.sequence LIMIT ?3)) AS e
+    ORDER BY e.event_seq LIMIT ?3"""
 # The same page as one row of JSON arrays, one per column: no Python tuple per event.
 READ_OUTBOX_COLUMNS = (
     "SELECT " + ", ".join(f"json_group_array({column.strip()})" for column in OUTBOX_COLUMNS.split(","))
@@ -411,16 +443,23 @@ READ_OUTBOX_COLUMNS = (
 DELETE_OUTBOX_UPTO = """DELETE FROM outbox WHERE world_id = ?1 AND last_seq <= ?2
     AND last_seq < (SELECT max(o.last_seq) FROM outbox AS o WHERE o.world_id = ?1)"""
 # The catalog's worlds with events left to project, with their watermarks: a skip-scan of the outbox
-# key, one look-up per world holding a row. An acknowledgement leaves a world's last row for its
+# key and of the commands' (an admission's event is read off its command row), one look-up per world
+# holding a row. An acknowledgement leaves a world's last row for its
 # next append (above), so the worlds that ever had events are visited, one seek each, and those
 # with nothing pending left out; a world without events (or one only forked) costs nothing.
-BACKLOG_WORLDS = f"""WITH RECURSIVE pending(world_id) AS (
+BACKLOG_WORLDS = f"""WITH RECURSIVE in_outbox(world_id) AS (
         SELECT min(world_id) FROM outbox
         UNION ALL
-        SELECT (SELECT min(o.world_id) FROM outbox AS o WHERE o.world_id > pending.world_id) FROM pending
-        WHERE pending.world_id IS NOT NULL)
+        SELECT (SELECT min(o.world_id) FROM outbox AS o WHERE o.world_id > in_outbox.world_id) FROM in_outbox
+        WHERE in_outbox.world_id IS NOT NULL),
+    in_commands(world_id) AS (
+        SELECT min(world_id) FROM commands
+        UNION ALL
+        SELECT (SELECT min(k.world_id) FROM commands AS k WHERE k.world_id > in_commands.world_id) FROM in_commands
+        WHERE in_commands.world_id IS NOT NULL)
     SELECT * FROM (SELECT w.world_id, w.status, w.health, {NEXT_EVENT_SEQ_EXPR} - 1 AS committed_seq, w.projected_seq
-        FROM pending JOIN worlds AS w ON w.world_id = pending.world_id)
+        FROM (SELECT world_id FROM in_outbox UNION SELECT world_id FROM in_commands) AS pending
+        JOIN worlds AS w ON w.world_id = pending.world_id)
     WHERE committed_seq > projected_seq ORDER BY world_id"""
 
 # -- component schemas and migrations --
@@ -498,10 +537,10 @@ GET_FORK_ORIGIN = "SELECT forked_from, forked_at_tick FROM worlds WHERE world_id
 # (the source's values bound: on the Durable Object the fork's object has no source row)
 INSERT_FORK = """INSERT INTO worlds (world_id, name, status, tick_head, next_entity_id, writer_epoch, next_sequence,
         next_event_seq, projected_seq, created_at, updated_at, clock_tick, clock_ms, tick_mode, tick_interval_ms,
-        state_from_tick, forked_from, forked_at_tick, due_floor)
+        state_from_tick, forked_from, forked_at_tick, due_floor, projected_through_sequence)
     VALUES (?1, ?2, 'ACTIVE', CAST(?3 AS INTEGER), CAST(?4 AS INTEGER), 0, CAST(?5 AS INTEGER), CAST(?6 AS INTEGER),
         CAST(?6 AS INTEGER) - 1, ?7, ?7, CAST(?3 AS INTEGER), ?7, ?8, CAST(?9 AS INTEGER), CAST(?3 AS INTEGER), ?10,
-        CAST(?3 AS INTEGER), CAST(?5 AS INTEGER))"""
+        CAST(?3 AS INTEGER), CAST(?5 AS INTEGER), CAST(?5 AS INTEGER) - 1)"""
 COPY_STATE_SNAPSHOT = """INSERT INTO state_snapshots (world_id, tick, first_entity_id, body)
     SELECT ?1, tick, first_entity_id, body FROM state_snapshots WHERE world_id = ?2 AND tick = ?3"""
 COPY_STATE_DELTAS = """INSERT INTO state_deltas (world_id, tick, part, body, replaces)
@@ -571,11 +610,18 @@ PRUNABLE_STATUSES = "('APPLIED', 'REJECTED', 'CANCELLED')"
 # The first unacknowledged event's time: a command settled no earlier than this may still have an
 # event in the outbox, so it is not yet readable from the audit table. (Through the key: the first
 # row holding one, and the least time of its pending events, which is the first's: the clock does
-# not go backwards. A minimum over the whole backlog would read all of it.)
-FIRST_PENDING_EVENT = """SELECT min(coalesce(json_extract(e.value, '$[8]'), o.occurred_at))
+# not go backwards. A minimum over the whole backlog would read all of it.) The first pending
+# `admitted` event read off a command row is the first command's after the world's
+# `projected_through_sequence` whose number is past the watermark: one more seek, and the earlier of
+# the two is the first pending event's.
+FIRST_PENDING_EVENT = f"""SELECT min(at) FROM (
+    SELECT min(coalesce(json_extract(e.value, '$[8]'), o.occurred_at)) AS at
     FROM (SELECT first_seq, occurred_at, events FROM outbox WHERE world_id = ?1 AND last_seq > ?2
         ORDER BY last_seq LIMIT 1) AS o CROSS JOIN json_each(o.events) AS e
-    WHERE o.first_seq + e.key > ?2"""
+    WHERE o.first_seq + e.key > ?2
+    UNION ALL
+    SELECT * FROM (SELECT d.created_at FROM {PENDING_ADMITTED_JOIN.format(world="?1", after="?2")}
+        ORDER BY d.sequence LIMIT 1))"""
 PRUNE_TICKS = """DELETE FROM ticks WHERE world_id = ?1 AND tick IN
     (SELECT tick FROM ticks WHERE world_id = ?1 AND tick <= ?2 ORDER BY tick LIMIT ?3) RETURNING 1"""
 # The prunable commands, oldest settlement first, without an index of settlements (schema version 18:
@@ -584,7 +630,8 @@ PRUNE_TICKS = """DELETE FROM ticks WHERE world_id = ?1 AND tick IN
 # reads it, does not go backwards), so they all come before the first command admitted after it: the
 # key is walked up to that one (none admitted since: past every sequence), which reads the commands
 # older than the horizon (what prune takes, and what it never takes: dead letters, commands still
-# open), never the window's.
+# open), never the window's. (Nor any command from the first whose `admitted` event, read off its row, is
+# pending: that command was admitted after the horizon, which is before the first pending event.)
 PRUNE_COMMANDS = f"""DELETE FROM commands WHERE world_id = ?1 AND sequence IN
     (SELECT sequence FROM commands WHERE world_id = ?1
         AND sequence < coalesce((SELECT sequence FROM commands WHERE world_id = ?1 AND created_at > ?2

@@ -574,10 +574,25 @@ V20_DUE_FLOOR = Migration(20, "commands due at once found from a floor on the wo
     "CREATE INDEX commands_due ON commands (world_id, scheduled_tick, priority, sequence) WHERE is_open = 1 AND due_later = 1",
 ))  # fmt: skip
 
+# Version 21: an admission writes no outbox row (docs/storage.md, "Schema version 21"). Its `admitted`
+# event is read off the command row it inserts: `admitted_event_seq` is that event's number (its time
+# is the row's `created_at`, its fields what the row held when admitted, none of which changes after).
+# NULL for every row written before (its events are outbox rows) and for the rows whose first event
+# is still written (a redrive's `redriven`, a fork's copies). `projected_through_sequence` on the
+# world row: every command up to it has its `admitted` event acknowledged, so the readers of pending
+# events start after it (an acknowledgement moves it, in the world-row write it makes anyway); an
+# upgraded world starts it at its last command.
+V21_ADMITTED_EVENTS = Migration(21, "admitted events read off the command rows, not written to the outbox", (
+    "ALTER TABLE commands ADD COLUMN admitted_event_seq INTEGER",
+    "ALTER TABLE worlds ADD COLUMN projected_through_sequence INTEGER NOT NULL DEFAULT 0",
+    """UPDATE worlds SET projected_through_sequence = coalesce(
+        (SELECT max(c.sequence) FROM commands AS c WHERE c.world_id = worlds.world_id), 0)""",
+))  # fmt: skip
+
 MIGRATIONS = (V1_SCHEMA, V2_EXACTLY_ONCE, V3_STATE_CHUNKS, V4_HEALTH_AND_REDRIVE, V5_RETENTION, V6_COMPONENT_SCHEMAS,
               V7_TICK_CLOCK, V8_WORLD_LEASES, V9_DERIVED_SEQUENCES, V10_RUNNER_REGISTRY, V11_DURABLE_FACTS,
               V12_TICK_MODES, V13_FEWER_ROWS, V14_STATE_HISTORY, V15_COMMAND_ID_FIRST, V16_FORK_COPIES,
-              V17_LEASE_MAP, V18_NO_SETTLED_INDEX, V19_OUTBOX_TAIL, V20_DUE_FLOOR)  # fmt: skip
+              V17_LEASE_MAP, V18_NO_SETTLED_INDEX, V19_OUTBOX_TAIL, V20_DUE_FLOOR, V21_ADMITTED_EVENTS)  # fmt: skip
 SCHEMA_VERSION = MIGRATIONS[-1].version
 
 HAS_META = "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'"
