@@ -5,14 +5,17 @@ with the WAL pages each commit writes.
 Contestants, each on its own database file in a fresh directory:
 
 - ours: `dispatcher.defer` / `defer_batch` (validation, canonical payload, identity digest with
-  conflict detection, sequence numbers, the `admitted` outbox event) on the local authority;
+  conflict detection, sequence and event numbers) on the local authority;
 - raw sqlite3: `archetype.bench.RawLedger`, plain sqlite3 making the same row writes on the same
-  schema (command row, counters, outbox event), with none of the checks;
+  schema (the command row and its keys), with none of the checks;
 - huey (`SqliteHuey`, a task enqueued), persist-queue (`SQLiteQueue.put`) and litequeue
   (`LiteQueue.put`), each putting the same payload text. huey has no batch put: it is single only.
 
 The peers are bench-only packages: run this with the bench environment (`bench/setup-env`, then
 `bench/.venv/bin/python bench/admission_bench.py`); a peer that is not installed says so.
+
+The commands are due at a far tick unless `run` is given another (`NEXT_TICK`: due at once, as a
+command for the tick after the head is; schema version 20 puts such a command in no due index).
 
 Every round runs every contestant in turn (interleaved, so background load hits all of them
 alike); a figure is the best round of `--rounds`. WAL pages per commit: the WAL is truncated
@@ -41,7 +44,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from archetype.bench import BENCH_WORLD, FAR_TICK, RawLedger, _items, _raw_rows, build_ledger, wal_pages_by_btree
+from archetype.bench import (
+    BENCH_WORLD,
+    FAR_TICK,
+    RawLedger,
+    _items,
+    _raw_rows,
+    build_ledger,
+    wal_pages_by_btree,
+)
 from archetype.commands import default_registry
 from archetype.commands.ledger import Ledger
 from archetype.commands.ledger_rows import AdmissionRow
@@ -107,12 +118,12 @@ class Ours(Contestant):
     name = "ours (defer)"
 
     @classmethod
-    async def open(cls, directory: Path, sync: str, count: int) -> Ours:
+    async def open(cls, directory: Path, sync: str, count: int, tick: int = FAR_TICK) -> Ours:
         self = cls()
         await build_ledger(directory, BATCH)  # the world exists and already holds commands
         self.rt = await Runtime.open_local(directory, synchronous=sync)
         self.db = directory / CATALOG_FILE
-        self.items = _items(BENCH_WORLD, "c", count, FAR_TICK)  # built outside any timing
+        self.items = _items(BENCH_WORLD, "c", count, tick)  # built outside any timing
         return self
 
     async def put(self, i: int) -> None:
@@ -212,9 +223,9 @@ class Litequeue(Contestant):
         self.q.close()
 
 
-async def contestants(directory: Path, sync: str, count: int) -> list[Contestant]:
-    ours = await Ours.open(directory / "ours", sync, count)
-    raw_rows = _raw_rows(_items("raw", "c", count, FAR_TICK), ours.rt.registry)
+async def contestants(directory: Path, sync: str, count: int, tick: int) -> list[Contestant]:
+    ours = await Ours.open(directory / "ours", sync, count, tick)
+    raw_rows = _raw_rows(_items("raw", "c", count, tick), ours.rt.registry)
     raw_dir = directory / "raw"
     await build_ledger(raw_dir, BATCH)
     payload = raw_rows[0]["payload"]
@@ -228,10 +239,11 @@ async def contestants(directory: Path, sync: str, count: int) -> list[Contestant
     return found
 
 
-async def run(sync: str, single: int, batches: int, rounds: int, wal_commits: int, directory: Path) -> dict[str, Any]:
+async def run(sync: str, single: int, batches: int, rounds: int, wal_commits: int, directory: Path,
+              tick: int = FAR_TICK) -> dict[str, Any]:
     per_round = single + batches * BATCH
     count = per_round * rounds + wal_commits + BATCH + 10
-    group = await contestants(directory, sync, count)
+    group = await contestants(directory, sync, count, tick)
     best: dict[tuple[str, str], float] = {}
     used = 0
 

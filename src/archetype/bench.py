@@ -40,6 +40,7 @@ from local_catalog import CATALOG_FILE, open_local_authority
 BENCH_WORLD = "bench"
 RAW_WORLD = "raw-baseline"
 FAR_TICK = 2**40  # filler rows are due long after any tick a run reaches
+NEXT_TICK = 0  # the tick after a new world's head (-1): a command for it is due at once
 BATCH = 1_000
 E2E_COMMANDS = 10_000
 SYNC_MODES = ("FULL", "NORMAL")
