@@ -48,19 +48,29 @@ class HeadDeadline(HttpToolsProtocol):
     answer, is closed. uvicorn has no such limit: a client trickling its headers would hold a
     connection forever. (A slow body is the app's to refuse: 408 `request_timeout`,
     archetype.api.limits.) Each answer is one write (OneWrite), and uvicorn's access line is not
-    formatted per request when its logger would drop it."""
+    formatted per request when its logger would drop it.
+
+    uvicorn's keep-alive timeout (a connection that sends nothing for `timeout_keep_alive` after
+    an answer is closed) is kept, on the same one timer: uvicorn sets a timer per answer and
+    cancels it when the next request's bytes arrive (uvloop's `call_later` alone was ~6k
+    instructions per admission, docs/performance.md)."""
 
     def __init__(self, *args: Any, head_timeout_s: float, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.access_log = self.access_log and self.access_logger.isEnabledFor(logging.INFO)
         self.head_timeout_s = head_timeout_s
         self._head_due = 0.0  # loop time by which the awaited head must be complete
-        self._head_timer: asyncio.TimerHandle | None = None
+        self._idle_due: float | None = None  # loop time by which bytes must come after the last answer (None: they came)
+        self._timer: asyncio.TimerHandle | None = None
         self._heads = self._answers = 0  # a head beyond the answered ones is complete (pipelined ones too)
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._await_head()
+
+    def data_received(self, data: bytes) -> None:
+        self._idle_due = None
+        super().data_received(data)
 
     def on_headers_complete(self) -> None:
         self._heads += 1
@@ -70,20 +80,40 @@ class HeadDeadline(HttpToolsProtocol):
             self.cycle.transport = OneWrite(self.transport, self.cycle)  # type: ignore[assignment]  # what the cycle calls
 
     def on_response_complete(self) -> None:
+        # uvicorn's, but for its keep-alive timer: the idle deadline below takes its place
         self._answers += 1
-        super().on_response_complete()
-        self._await_head()
+        self.server_state.total_requests += 1
+        if self.transport.is_closing():
+            return
+        self.flow.resume_reading()
+        if self.pipeline:  # a pipelined request waits for this answer: it starts now
+            cycle, app = self.pipeline.pop()
+            self._start_asgi_task(cycle, app)
+            self._await_head()
+        else:
+            self._await_head(idle=True)
 
-    def _await_head(self) -> None:
+    def _await_head(self, *, idle: bool = False) -> None:
         # One timer per connection, moved on lazily: a timer per answer (each living head_timeout_s)
         # kept tens of thousands alive at 32 in flight, each a callback the loop and the collector carry.
-        self._head_due = self.loop.time() + self.head_timeout_s
-        if self._head_timer is None:
-            self._head_timer = self.loop.call_at(self._head_due, self._head_late)
+        now = self.loop.time()
+        self._head_due = now + self.head_timeout_s
+        self._idle_due = now + self.timeout_keep_alive if idle else None
+        due = self._due()
+        if self._timer is not None and self._timer.when() > due:  # set for later (a first answer's idle wait is shorter)
+            self._timer.cancel()
+            self._timer = None
+        if self._timer is None:
+            self._timer = self.loop.call_at(due, self._late)
 
-    def _head_late(self) -> None:
-        self._head_timer = None
-        if self.loop.time() < self._head_due:  # an answer since the timer was set: the wait began again then
-            self._head_timer = self.loop.call_at(self._head_due, self._head_late)
-        elif self._heads == self._answers and not self.transport.is_closing():
+    def _due(self) -> float:
+        return self._head_due if self._idle_due is None else min(self._head_due, self._idle_due)
+
+    def _late(self) -> None:
+        self._timer = None
+        if self._heads != self._answers or self.transport.is_closing():
+            return  # a request in flight: its answer sets the next deadline
+        if self.loop.time() >= self._due():  # no complete head in time, or no bytes at all (uvicorn's keep-alive timeout)
             self.transport.close()
+        else:  # bytes or an answer since the timer was set: wait on
+            self._timer = self.loop.call_at(self._due(), self._late)

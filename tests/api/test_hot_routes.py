@@ -11,7 +11,9 @@ import pytest
 from archetype.api import create_app
 from archetype.api.auth import TokenTable
 from archetype.api.hot import ACTORS_KEPT, HotRoutes
+from archetype.api.models import CommandAccepted
 from archetype.commands.options import Role
+from archetype.commands.scheduler import CommandIdentity
 from local_catalog import open_local_authority
 from tests.api.conftest import MAX_BODY, QUOTA, TOKENS, auth
 from tests.api.test_routes import value
@@ -187,3 +189,13 @@ async def test_an_unexpected_failure_is_answered_as_the_frameworks_error_page(au
         assert count == ({} if telemetry else {"hot": 1})
     assert answered[0] == answered[1]
     assert answered[0][0] == 500 and b'"code":"internal_error"' in answered[0][2] and b"RuntimeError" in answered[0][2]
+
+
+@pytest.mark.parametrize("entity_id", [None, 1, 2**53 - 1])
+@pytest.mark.parametrize("replayed", [False, True])
+def test_an_admissions_json_is_the_json_of_its_model(entity_id, replayed):
+    """HotRoutes writes CommandAccepted's JSON from the identity's own (CommandAccepted.json_of)."""
+    identity = CommandIdentity(command_id="k-1.a:b_c", world_id="w.1_x-y", sequence=2**53 - 1, digest="ab" * 32,
+                               replayed=replayed)  # fmt: skip
+    accepted = CommandAccepted.of(identity, entity_id)
+    assert CommandAccepted.json_of(identity, entity_id) == accepted.__pydantic_serializer__.to_json(accepted)

@@ -1,6 +1,7 @@
 """serve's HTTP protocol (archetype.http_protocol.HeadDeadline) writes each answer once: the head goes out
 with the body's first write (OneWrite), and nothing an answer sends is held back or reordered; its
-head deadline counts from the connection's last answer, on one timer per connection."""
+head deadline counts from the connection's last answer, and uvicorn's keep-alive timeout (no bytes
+at all after an answer) stands, both on one timer per connection."""
 
 from __future__ import annotations
 
@@ -55,6 +56,7 @@ STREAM = {"type": "http.response.start", "status": 200, "headers": [(b"content-t
 
 
 HEAD_TIMEOUT_S = 2.0
+KEEP_ALIVE_S = 0.3
 
 
 async def settle() -> None:
@@ -62,9 +64,10 @@ async def settle() -> None:
         await asyncio.sleep(0)
 
 
-async def serving(app: Any, request: bytes, head_timeout_s: float = 5.0) -> tuple[HeadDeadline, Transport]:
-    protocol = HeadDeadline(config=uvicorn.Config(app, lifespan="off", log_level="warning"), server_state=ServerState(),
-                            app_state={}, head_timeout_s=head_timeout_s)  # fmt: skip
+async def serving(app: Any, request: bytes, head_timeout_s: float = 5.0,
+                  keep_alive_s: float = 5.0) -> tuple[HeadDeadline, Transport]:  # fmt: skip
+    config = uvicorn.Config(app, lifespan="off", log_level="warning", timeout_keep_alive=keep_alive_s)
+    protocol = HeadDeadline(config=config, server_state=ServerState(), app_state={}, head_timeout_s=head_timeout_s)
     transport = Transport()
     protocol.connection_made(transport)  # type: ignore[arg-type]
     protocol.data_received(request)
@@ -132,3 +135,29 @@ async def test_the_head_deadline_counts_from_the_last_answer():
     assert transport.closed  # no head came within HEAD_TIMEOUT_S of the answer
     # and not at the opening's deadline: these bounds only grow on a busy machine
     assert loop.time() >= answered + HEAD_TIMEOUT_S > opened + HEAD_TIMEOUT_S
+
+
+async def closed_after(transport: Transport, since: float) -> float:
+    """Seconds from `since` until the protocol closed the connection (waiting up to a generous minute)."""
+    loop = asyncio.get_running_loop()
+    while not transport.closed and loop.time() < since + 60:
+        await asyncio.sleep(0.02)
+    assert transport.closed
+    return loop.time() - since
+
+
+async def test_an_idle_connection_is_closed_at_the_keep_alive_timeout():
+    """No bytes after an answer: closed `timeout_keep_alive` after it, before the head deadline."""
+    loop = asyncio.get_running_loop()
+    protocol, transport = await serving(answer(START, BODY), GET, head_timeout_s=60.0, keep_alive_s=KEEP_ALIVE_S)
+    assert len(transport.writes) == 1
+    assert KEEP_ALIVE_S <= await closed_after(transport, loop.time()) < 30  # never early; far before the head deadline
+
+
+async def test_bytes_after_an_answer_leave_the_connection_to_the_head_deadline():
+    """A head begun after an answer is no idle connection: only the head deadline closes it."""
+    loop = asyncio.get_running_loop()
+    protocol, transport = await serving(answer(START, BODY), GET, head_timeout_s=HEAD_TIMEOUT_S, keep_alive_s=KEEP_ALIVE_S)
+    answered = loop.time()
+    protocol.data_received(b"GET /health HTTP/1.1\r\n")  # and the rest never comes
+    assert await closed_after(transport, answered) >= HEAD_TIMEOUT_S > 2 * KEEP_ALIVE_S

@@ -84,7 +84,7 @@ from archetype.commands.ledger_rows import CommandRow
 from archetype.commands.options import ActorCtx, Role
 from archetype.commands.port import StorageFault
 from archetype.commands.registry import OperationRegistry
-from archetype.commands.scheduler import CommandScheduler, CommandStatus
+from archetype.commands.scheduler import CommandIdentity, CommandScheduler, CommandStatus
 from archetype.world.error_text import error_text
 from archetype.world.family import create_world_row, fork_world_row
 from archetype.world.operations import WORLD_ID_PATTERN, DestroyWorld, Name, Spawn
@@ -227,19 +227,24 @@ def create_app(
     install_error_handlers(app)
 
     # The work of the two routes HotRoutes may answer as well (archetype.api.hot).
-    async def admit_one(world_id: str, body: SubmitCommand, actor: ActorCtx, idempotency_key: str | None) -> CommandAccepted:
+    async def admit_one(world_id: str, body: SubmitCommand, actor: ActorCtx,
+                        idempotency_key: str | None) -> tuple[CommandIdentity, int | None]:  # fmt: skip
+        """The admitted command and, for a spawn, its entity id: CommandAccepted's fields."""
         item = translate(world_id, body, idempotency_key=idempotency_key)
         if type(item.op) is Spawn:
             admission = await dispatcher.defer_spawn_as(actor, item.op, item.options, command_id=item.command_id)
-            return CommandAccepted.of(admission.command, admission.entity_id)
-        return CommandAccepted.of(await coalesced.admit_as(actor, item))
+            return admission.command, admission.entity_id
+        return await coalesced.admit_as(actor, item), None
+
+    async def admit_hot(world_id: str, body: SubmitCommand, actor: ActorCtx, idempotency_key: str | None) -> bytes:
+        return CommandAccepted.json_of(*await admit_one(world_id, body, actor, idempotency_key))
 
     async def create_one(_: None, body: CreateWorldRequest, actor: ActorCtx, __: str | None) -> WorldView:
         op = body.operation()
         dispatcher.authorize_as(actor, op)  # then the handler's own ledger call, whose row is the answer
         return WorldView.of(await create_world_row(authority, op))
 
-    hot = (hot_route("/worlds/{world_id}/commands", Role.player, SubmitCommand, 202, admit_one, keyed=True),
+    hot = (hot_route("/worlds/{world_id}/commands", Role.player, SubmitCommand, 202, admit_hot, keyed=True),
            hot_route("/worlds", Role.admin, CreateWorldRequest, 201, create_one, keyed=False))  # fmt: skip
     # BodyLimit runs first: HotRoutes gets the body read, checked and parsed
     if not telemetry:
@@ -346,7 +351,7 @@ def create_app(
               responses=error_responses(WORLD_PATH, SUBMITTING))
     async def submit(world_id: WorldIdPath, body: SubmitCommand, actor: ActorCtx = player, _: None = admitting,
                      idempotency_key: IdempotencyKey = None) -> CommandAccepted:  # fmt: skip
-        return await admit_one(world_id, body, actor, idempotency_key)
+        return CommandAccepted.of(*await admit_one(world_id, body, actor, idempotency_key))
 
     @app.post("/worlds/{world_id}/commands:batch", status_code=202, response_model=BatchAccepted,
               responses=error_responses(WORLD_PATH, SUBMITTING))

@@ -42,8 +42,9 @@ JSON_TYPE = (b"content-type", b"application/json")
 # header, hashes the token and checks the roles on every request. Bounded (cleared when full), so
 # that clients sending ever new tokens cannot grow it; unknown tokens are never kept.
 ACTORS_KEPT = 1024
-# (world id from the path or None, the body, the actor, the Idempotency-Key or None) -> the answer
-Handler = Callable[[Any, Any, ActorCtx, "str | None"], Awaitable[BaseModel]]
+# (world id from the path or None, the body, the actor, the Idempotency-Key or None) -> the answer:
+# the route's response model, or its JSON already written
+Handler = Callable[[Any, Any, ActorCtx, "str | None"], Awaitable[BaseModel | bytes]]
 
 
 @dataclass(frozen=True)
@@ -121,7 +122,7 @@ class HotRoutes:
         if key is not None and not COMMAND_ID_PATTERN.fullmatch(key.decode("latin-1")):
             return False
         try:
-            body = hot.body.model_validate(scope[PARSED_BODY])
+            body = hot.body.__pydantic_validator__.validate_python(scope[PARSED_BODY])  # model_validate without its Python frame
         except Exception:  # whatever refuses it, the framework answers it as it always does
             return False
         scope["route"] = self.route("POST", hot.template)
@@ -136,7 +137,7 @@ class HotRoutes:
             await self.on_error(scope["method"], scope["path"], exc)(scope, receive, send)
             raise
         else:
-            await send_json(send, hot.status, answer.__pydantic_serializer__.to_json(answer))
+            await send_json(send, hot.status, answer if isinstance(answer, bytes) else answer.__pydantic_serializer__.to_json(answer))
         return True
 
     def _actor(self, authorization: bytes | None, role: Role) -> ActorCtx | None:

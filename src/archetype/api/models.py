@@ -221,7 +221,19 @@ class CommandAccepted(BaseModel):
 
     @classmethod
     def of(cls, identity: CommandIdentity, entity_id: int | None = None) -> CommandAccepted:
-        return cls(**identity.__dict__, entity_id=entity_id)  # its fields as they are: no dump of them first
+        # its fields as they are (no dump of them first), through the validator without the Python __init__'s frame
+        return cls.__pydantic_validator__.validate_python({**identity.__dict__, "entity_id": entity_id})
+
+    @staticmethod
+    def json_of(identity: CommandIdentity, entity_id: int | None = None) -> bytes:
+        """The JSON of `CommandAccepted.of(identity, entity_id)`, written from the identity's own (whose
+        fields are this model's first five, in its order) without building the model: building it cost
+        an HTTP admission three times what writing its JSON does."""
+        entity = b"null" if entity_id is None else b"%d" % entity_id
+        return _IDENTITY_JSON(identity)[:-1] + b',"entity_id":' + entity + b"}"
+
+
+_IDENTITY_JSON = CommandIdentity.__pydantic_serializer__.to_json
 
 
 class RedriveAccepted(BaseModel):
