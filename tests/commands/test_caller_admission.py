@@ -32,7 +32,9 @@ class Answering:
     """Answers admission at once (`answer` shapes each answer); keeps what it was sent."""
 
     def __init__(self, answer: Any = None) -> None:
-        self.answer = answer or (lambda command, i: {"command_id": command["command_id"], "sequence": i, "digest": "0" * 64, "replayed": False})
+        self.answer = answer or (
+            lambda command, i: {"command_id": command["command_id"], "sequence": i, "digest": "0" * 64, "replayed": False}
+        )
         self.admitted: list[dict[str, Any]] = []
         self.recorded: list[str] = []
 
@@ -72,7 +74,9 @@ async def test_a_single_defer_admits_what_a_deferred_item_admits(options, comman
     assert alone.admitted[0]["scheduled_tick"] == 4 and alone.admitted[0]["priority"] == 2
 
 
-@pytest.mark.parametrize(("options", "command_id"), [({"tick": -1}, None), ({"tick": True}, None), (None, None), (DurableOptions(tick=0), 5)])
+@pytest.mark.parametrize(
+    ("options", "command_id"), [({"tick": -1}, None), ({"tick": True}, None), (None, None), (DurableOptions(tick=0), 5)]
+)
 async def test_a_single_defer_refuses_what_a_deferred_item_refuses_before_the_role(options, command_id):
     with pytest.raises(pydantic.ValidationError):
         DeferredItem(op=None, options=options, command_id=command_id)
