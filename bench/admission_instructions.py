@@ -9,7 +9,8 @@ admissions, then `count` single `defer`s of a Spawn of one Position (bench/admis
 `Ours`). Both runs of a pair build the larger run's inputs (operations, options, items) before
 the first admission, so that building them is not counted as admitting them. Instructions per
 admission are the difference of the two runs over the difference of their counts, so start-up
-and warm-up cancel: the event loop's thread (the caller's validation, the scheduler, the hand-over) and the catalog's writer thread (the ledger's transaction, SQLite).
+and warm-up cancel: the event loop's thread (the caller's validation, the scheduler, the
+hand-over) and the catalog's writer thread (the ledger's transaction, SQLite).
 With `--baseline-src`, the same with that tree's `src` first on PYTHONPATH (this script and the
 bench helpers stay this tree's).
 
