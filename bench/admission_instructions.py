@@ -6,9 +6,11 @@ run to run, where wall-clock figures on this machine move by tens of percent.
 Each count runs in a process of its own under `valgrind --tool=callgrind` (one file per thread):
 a local authority at synchronous=NORMAL whose world already holds 1,000 commands, warmed by 50
 admissions, then `count` single `defer`s of a Spawn of one Position (bench/admission_bench.py's
-`Ours`). Instructions per admission are the difference of the two runs over the difference of
-their counts, so start-up and warm-up cancel: the event loop's thread (the caller's validation,
-the scheduler, the hand-over) and the catalog's writer thread (the ledger's transaction, SQLite).
+`Ours`). Both runs of a pair build the larger run's inputs (operations, options, items) before
+the first admission, so that building them is not counted as admitting them. Instructions per
+admission are the difference of the two runs over the difference of their counts, so start-up
+and warm-up cancel: the event loop's thread (the caller's validation, the scheduler, the
+hand-over) and the catalog's writer thread (the ledger's transaction, SQLite).
 With `--baseline-src`, the same with that tree's `src` first on PYTHONPATH (this script and the
 bench helpers stay this tree's).
 
@@ -79,10 +81,10 @@ def ledger(count: int, directory: Path) -> None:
     port.close()
 
 
-async def admit(count: int, directory: Path) -> None:
+async def admit(count: int, directory: Path, items: int) -> None:
     from admission_bench import Ours
 
-    ours = await Ours.open(directory, "NORMAL", WARM_UP + count)
+    ours = await Ours.open(directory, "NORMAL", items)  # built alike whatever the count: `items` is the larger run's
     try:
         for i in range(WARM_UP + count):
             await ours.put(i)
@@ -90,13 +92,15 @@ async def admit(count: int, directory: Path) -> None:
         await ours.rt.close()
 
 
-def instructions(count: int, src: Path | None, part: str = "defer") -> dict[str, int]:
-    """Instructions of a run of `count` admissions under callgrind, by thread (1: the event loop's)."""
+def instructions(count: int, src: Path | None, part: str = "defer", items: int = 0) -> dict[str, int]:
+    """Instructions of a run of `count` admissions under callgrind, by thread (1: the event loop's),
+    `items` of them built first (the larger run's: so both runs of a pair build the same inputs)."""
     with tempfile.TemporaryDirectory(prefix="archetype-callgrind-") as tmp:
         out = Path(tmp) / "callgrind.out"
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(src) if src else "", str(BENCH)])))
         subprocess.run(["valgrind", "--tool=callgrind", "--separate-threads=yes", f"--callgrind-out-file={out}",
-                        sys.executable, __file__, "--run", str(count), "--part", part, "--directory", tmp],
+                        sys.executable, __file__, "--run", str(count), "--part", part, "--items", str(max(items, WARM_UP + count)),
+                        "--directory", tmp],
                        check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
         totals = {}
         for path in Path(tmp).glob("callgrind.out-*"):
@@ -108,7 +112,7 @@ def instructions(count: int, src: Path | None, part: str = "defer") -> dict[str,
 
 def per_admission(counts: tuple[int, int], src: Path | None) -> tuple[float, float]:
     """(event loop thread, every other thread) instructions per admission."""
-    small, large = (instructions(count, src) for count in counts)
+    small, large = (instructions(count, src, items=WARM_UP + max(counts)) for count in counts)
     span = counts[1] - counts[0]
     loop = (large.get("01", 0) - small.get("01", 0)) / span
     others = (sum(large.values()) - large.get("01", 0) - sum(small.values()) + small.get("01", 0)) / span
@@ -128,6 +132,7 @@ def main() -> None:
     parser.add_argument("--parts", action="store_true", help="count the caller's and the ledger's piece, each on one thread")
     parser.add_argument("--run", type=int, help=argparse.SUPPRESS)  # the child under callgrind
     parser.add_argument("--part", default="defer", help=argparse.SUPPRESS)
+    parser.add_argument("--items", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--directory", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.run is not None:
@@ -135,7 +140,7 @@ def main() -> None:
         if args.part == "ledger":
             ledger(args.run, directory)
         else:
-            asyncio.run((caller if args.part == "caller" else admit)(args.run, directory))
+            asyncio.run(caller(args.run, directory) if args.part == "caller" else admit(args.run, directory, args.items))
         return
     trees = [("this tree", None)] + ([(f"baseline ({args.baseline_src})", args.baseline_src)] if args.baseline_src else [])
     if args.parts:

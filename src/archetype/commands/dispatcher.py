@@ -14,7 +14,7 @@ from archetype.commands.errors import OperationUnavailableError, PermissionDenie
 from archetype.commands.ledger_rows import AdmissionRow
 from archetype.commands.options import ActorCtx, DurableOptions
 from archetype.commands.registry import OperationRegistry, OperationSpec
-from archetype.commands.scheduler import CommandIdentity, CommandScheduler, DeferredItem, SpawnAdmission
+from archetype.commands.scheduler import CommandIdentity, CommandScheduler, DeferredItem, OneItem, SpawnAdmission
 from archetype.world.operations import Spawn
 
 
@@ -70,10 +70,14 @@ class CommandDispatcher:
 
     # -- durable --
     async def defer(self, op: object, options: DurableOptions, *, command_id: str | None = None) -> CommandIdentity:
-        return (await self.defer_batch([DeferredItem(op=op, options=options, command_id=command_id)]))[0]
+        item = OneItem.of(op, options, command_id)  # (its refusal before the role's, as a DeferredItem's was)
+        self._authorize(op, None, durable=True)
+        return (await self.scheduler.admit([item], None, self.origin))[0]
 
     async def defer_as(self, actor: ActorCtx, op: object, options: DurableOptions, *, command_id: str | None = None) -> CommandIdentity:
-        return (await self.defer_batch_as(actor, [DeferredItem(op=op, options=options, command_id=command_id)]))[0]
+        item = OneItem.of(op, options, command_id)
+        self._authorize(op, actor, durable=True)
+        return (await self.scheduler.admit([item], actor, self.origin))[0]
 
     async def defer_batch(self, items: list[DeferredItem]) -> list[CommandIdentity]:
         for item in items:

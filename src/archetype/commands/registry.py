@@ -260,22 +260,26 @@ class OperationSpec:
         for index, name, component_type, data in values:
             if component_type is None:
                 continue
-            where = f"$.components[{index}].data"
             try:
                 live_from_data(component_type, data, context=admission_context())
             except NonCanonicalValueError as exc:
-                raise NonCanonicalCommandError.at(where, exc) from None
+                raise NonCanonicalCommandError.at(_data_path(index), exc) from None
             except ValidationError as exc:
                 refusal = non_canonical_refusal(exc.errors())
                 if refusal is not None:
-                    raise NonCanonicalCommandError.at(where, refusal) from None
+                    raise NonCanonicalCommandError.at(_data_path(index), refusal) from None
                 first = exc.errors(include_url=False, include_input=False)[0]
-                at = where + "".join(path_step(step) for step in first["loc"])
+                at = _data_path(index) + "".join(path_step(step) for step in first["loc"])
                 raise InvalidComponentDataError(safe_text(f"{at}: does not validate as {name}: {_errors(exc)}")) from None
             except (SystemExit, KeyboardInterrupt):
                 raise
             except BaseException as exc:  # the class's own code (a validator) raised: it refuses this command, whatever it is
-                raise InvalidCommandError(safe_text(f"{where}: {name} cannot be built from it: {error_text(exc)}")) from None
+                raise InvalidCommandError(safe_text(f"{_data_path(index)}: {name} cannot be built from it: {error_text(exc)}")) from None
+
+
+def _data_path(index: int) -> str:
+    """Where a refused value's data is, written only when one is refused."""
+    return f"$.components[{index}].data"
 
 
 _LIST_ADAPTERS: dict[type[Component], TypeAdapter[list[Component]]] = {}

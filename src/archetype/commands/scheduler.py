@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from enum import Enum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, TypeAdapter
 
 from archetype.canonical import canonical_json, digest
 from archetype.commands.authority import Authority
@@ -79,6 +79,25 @@ class DeferredItem(BaseModel):
     command_id: str | None = None
 
 
+class OneItem:
+    """What `dispatcher.defer` hands the scheduler for one command whose options are exactly a
+    DurableOptions and whose command id is None or exactly a `str`: the three values a
+    DeferredItem would hold, for which its validation would check and change nothing (`op` is
+    `Any`; a DurableOptions instance is taken as it is; a `str` passes as it is). Any other values
+    go through DeferredItem, which converts or refuses them as before."""
+
+    __slots__ = ("op", "options", "command_id")
+
+    def __init__(self, op: Any, options: DurableOptions, command_id: str | None) -> None:
+        self.op, self.options, self.command_id = op, options, command_id
+
+    @staticmethod
+    def of(op: Any, options: Any, command_id: Any) -> OneItem | DeferredItem:
+        if type(options) is DurableOptions and (command_id is None or type(command_id) is str):
+            return OneItem(op, options, command_id)
+        return DeferredItem(op=op, options=options, command_id=command_id)
+
+
 class CommandIdentity(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -87,6 +106,10 @@ class CommandIdentity(BaseModel):
     sequence: int
     digest: str
     replayed: bool
+
+
+# A batch's answers are validated as one list: one call into pydantic-core instead of one per answer.
+_ANSWERS = TypeAdapter(list[CommandIdentity])
 
 
 class SpawnAdmission(BaseModel):
@@ -163,6 +186,7 @@ class CommandScheduler:
         self._new_session = session_ids
         self._sessions: dict[str, str] = {}
         self._recorded: dict[str, set[str]] = {}  # world id -> the fingerprints this process recorded there
+        self._marks: dict[str, tuple[str, ...]] = {}  # world id -> its recorded fingerprints as marks in text (_all_recorded)
 
     def session(self, world_id: str) -> str:
         """This incarnation's session for a world's leases."""
@@ -217,10 +241,9 @@ class CommandScheduler:
         This runs on every tick's write-set, so the usual answer (nothing new) is found by
         counting: when every identity in the text is one this process recorded, nothing is parsed."""
         texts = list(texts)  # (a snapshot's chunks are the whole state: counted in place, never joined)
-        known = self._recorded.setdefault(world_id, set())
-        marks = sum(text.count(_IDENTITY_MARK) for text in texts)
-        if marks == sum(text.count(_IDENTITY_MARK + fingerprint) for text in texts for fingerprint in known):
+        if self._all_recorded(world_id, texts):
             return
+        known = self._recorded.setdefault(world_id, set())
         classes = []
         for fingerprint, name in {identity for text in texts for identity in _IDENTITY.findall(text)}:
             if fingerprint in known:
@@ -231,37 +254,56 @@ class CommandScheduler:
                 continue
         await self.record_components(world_id, classes, admitting=admitting)
 
+    def _all_recorded(self, world_id: str, texts: list[str]) -> bool:
+        """Whether every component identity in `texts` names a fingerprint this process recorded
+        in the world: each identity mark is counted, and so are the marks of each recorded
+        fingerprint (two can never match at one place: fingerprints are all 64 hex digits)."""
+        marked = self._marks.get(world_id)
+        if marked is None or len(marked) != len(self._recorded.get(world_id, ())):
+            marked = self._marks[world_id] = tuple(_IDENTITY_MARK + fingerprint for fingerprint in self._recorded.get(world_id, ()))
+        for text in texts:
+            unknown = text.count(_IDENTITY_MARK)
+            for mark in marked:
+                if not unknown:
+                    break
+                unknown -= text.count(mark)
+            if unknown:
+                return False
+        return True
+
     # -- admission --
     def _admission_row(
-        self, item: DeferredItem, actor: ActorCtx | None, origin: str, request_digest: str | None = None,
+        self, item: DeferredItem | OneItem, actor: ActorCtx | None, origin: str, request_digest: str | None = None,
         live: list[LiveValue] | None = None,
     ) -> tuple[str, AdmissionRow]:
         """The ledger row of `item`, validated (its live values left in `live`, if given, for the
         caller to build: `OperationSpec.payload_of`). A SpawnReserved's `request_digest` is
         computed unless the caller already has it (admit_spawn, which reserved with it)."""
-        spec = self.registry.resolve(item.op)
+        op, options = item.op, item.options
+        spec = self.registry.resolve(op)
         spec.require_durable()
         command_id = checked_command_id(item.command_id)
         assert spec.world_key is not None  # register() refuses a durable operation without one
-        world_id = spec.world_key(item.op)
+        world_id = spec.world_key(op)
         principal = actor.principal if actor else None
-        reserved = item.op if isinstance(item.op, SpawnReserved) else None
+        # resolve() took the exact type: a subclass of SpawnReserved is no registered operation
+        reserved = op if type(op) is SpawnReserved else None
         row: AdmissionRow = {
             "command_id": command_id,
             "schema_version": spec.version,
-            "scheduled_tick": item.options.tick,
-            "priority": item.options.priority,
+            "scheduled_tick": options.tick,
+            "priority": options.priority,
             "operation": spec.name,
-            "payload": spec.payload_of(item.op, live),
+            "payload": spec.payload_of(op, live),
             "principal": principal,
             "origin": origin,
-            "max_attempts": item.options.max_attempts,
+            "max_attempts": options.max_attempts,
             "reserved_entity_id": reserved.entity_id if reserved else None,
             "request_digest": None,
         }
         if reserved is not None:
             row["request_digest"] = (
-                self.spawn_request_digest(reserved, item.options, principal) if request_digest is None else request_digest
+                self.spawn_request_digest(reserved, options, principal) if request_digest is None else request_digest
             )
         return world_id, row
 
@@ -276,13 +318,17 @@ class CommandScheduler:
         }
         return digest(request)
 
-    async def admit(self, items: list[DeferredItem], actor: ActorCtx | None = None, origin: str = "local") -> list[CommandIdentity]:
+    async def admit(
+        self, items: Sequence[DeferredItem | OneItem], actor: ActorCtx | None = None, origin: str = "local"
+    ) -> list[CommandIdentity]:
         """Validate every item, then admit the batch in one ledger transaction (all or nothing)."""
         if not items:
             raise InvalidCommandError("a batch needs at least one command")
         return await self._admit(self._admission_rows(items, actor, origin), actor)
 
-    def _admission_rows(self, items: list[DeferredItem], actor: ActorCtx | None, origin: str) -> list[tuple[str, AdmissionRow]]:
+    def _admission_rows(
+        self, items: Sequence[DeferredItem | OneItem], actor: ActorCtx | None, origin: str
+    ) -> list[tuple[str, AdmissionRow]]:
         """Every item's row; a batch's live values are built together (check_live_together), and
         should anything be refused, the batch is checked again item by item, which refuses as
         it always did: the first refusal in batch order."""
@@ -307,15 +353,24 @@ class CommandScheduler:
         return world_id, row
 
     async def _admit(self, prepared: list[tuple[str, AdmissionRow]], actor: ActorCtx | None) -> list[CommandIdentity]:
-        worlds = {world_id for world_id, _ in prepared}
-        if len(worlds) != 1:
-            raise InvalidCommandError(f"a batch cannot span worlds (it names {sorted(worlds)})")
-        if len({row["command_id"] for _, row in prepared}) != len(prepared):
-            raise InvalidCommandError("a batch names the same command id twice")
-        (world_id,) = worlds
-        await self.record_named(world_id, [row["payload"] for _, row in prepared])
-        results = await self.authority.admit(world_id, [row for _, row in prepared], self.quota_for(actor))
-        return [CommandIdentity(world_id=world_id, **r) for r in results]
+        if len(prepared) == 1:  # one world, one command id: nothing to compare
+            ((world_id, row),) = prepared
+            rows, payloads = [row], [row["payload"]]
+        else:
+            worlds = {world_id for world_id, _ in prepared}
+            if len(worlds) != 1:
+                raise InvalidCommandError(f"a batch cannot span worlds (it names {sorted(worlds)})")
+            if len({row["command_id"] for _, row in prepared}) != len(prepared):
+                raise InvalidCommandError("a batch names the same command id twice")
+            (world_id,) = worlds
+            rows = [row for _, row in prepared]
+            payloads = [row["payload"] for row in rows]
+        if not self._all_recorded(world_id, payloads):
+            await self.record_named(world_id, payloads)
+        results = await self.authority.admit(world_id, rows, self.quota_for(actor))
+        if len(results) == 1:
+            return [CommandIdentity(world_id=world_id, **results[0])]
+        return _ANSWERS.validate_python([{**r, "world_id": world_id} for r in results])
 
     async def admit_spawn(
         self, op: Spawn, options: DurableOptions, command_id: str | None, actor: ActorCtx | None, origin: str = "local"

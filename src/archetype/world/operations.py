@@ -262,6 +262,7 @@ def payload_encoder(model: type[Operation]) -> Callable[[Any], tuple[str, Compon
             )  # fmt: skip
         parts: ComponentParts = []
         order = PLAIN_SORTED
+        seen = True  # whether every value's class (if loaded) may see its data as it is (_may_see)
         if has_values:
             values = fields_of["components"]
             if not _sized(values):
@@ -275,6 +276,7 @@ def payload_encoder(model: type[Operation]) -> Callable[[Any], tuple[str, Compon
                 if not plain:
                     return None
                 order = min(order, plain)
+                seen = seen and _may_see(value.name, value.fingerprint)
                 parts.append((value.name, value.fingerprint, data))
                 texts.append(f'{{"data":{canonical_text(data)},"fingerprint":"{value.fingerprint}","name":"{value.name}"}}')
             members.append('"components":[' + ",".join(texts) + "]")
@@ -286,7 +288,7 @@ def payload_encoder(model: type[Operation]) -> Callable[[Any], tuple[str, Compon
         members.append(operation)
         members.append(f'"world_id":"{world_id}"')
         payload = "{" + ",".join(members) + "}"
-        if order != PLAIN_SORTED or not all(_may_see(name, fingerprint) for name, fingerprint, _ in parts):
+        if order != PLAIN_SORTED or not seen:
             # as the decoder would hand them on: keys in payload (sorted) order, and fresh
             # containers, never the caller's own, for a validator that might change them
             parts = [(v["name"], v["fingerprint"], v["data"]) for v in json.loads(payload)["components"]]
