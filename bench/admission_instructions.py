@@ -9,8 +9,9 @@ admissions, then `count` single `defer`s of a Spawn of one Position (bench/admis
 `Ours`). Instructions per admission are the difference of the two runs over the difference of
 their counts, so start-up and warm-up cancel: the event loop's thread (the caller's validation,
 the scheduler, the hand-over) and the catalog's writer thread (the ledger's transaction, SQLite).
-With `--baseline-src`, the same with that tree's `src` first on PYTHONPATH (this script and the
-bench helpers stay this tree's).
+This tree's `src` comes first on PYTHONPATH (not whatever the interpreter's environment installed:
+a worktree may share another's); with `--baseline-src`, the same with that tree's `src` (this
+script and the bench helpers stay this tree's).
 
 The two threads' counts move by several percent with how the threads happen to interleave (a busy
 machine changes it), so `--parts` counts instead the two pieces that run on one thread alone, the
@@ -176,7 +177,7 @@ def main() -> None:
         else:
             asyncio.run((caller if args.part == "caller" else admit)(args.run, directory))
         return
-    trees = [("this tree", None)] + ([(f"baseline ({args.baseline_src})", args.baseline_src)] if args.baseline_src else [])
+    trees = [("this tree", BENCH.parent / "src")] + ([(f"baseline ({args.baseline_src})", args.baseline_src)] if args.baseline_src else [])
     if args.parts:
         if max(args.counts) > PARTS_MAX:
             parser.error(f"--parts counts at most {PARTS_MAX}")
