@@ -2,9 +2,10 @@
 
 Written for the stricter of our two SQLite hosts (the Durable Object): no transaction control,
 no ATTACH, no TEMP objects, no PRAGMA, bulk work through `json_each(?)` so no statement binds
-more than a handful of parameters. The Durable Object's engine binds every number as REAL
-(a JS double), so a bound integer that enters an expression is `CAST(? AS INTEGER)`: compared
-with a column it needs nothing, but `'w/' || (? + 1)` would read `w/2.0` there.
+more than a handful of parameters (but one command's row: INSERT_COMMAND binds its dozen
+fields). The Durable Object's engine binds every number as REAL (a JS double), so a bound
+integer that enters an expression is `CAST(? AS INTEGER)`: compared with a column it needs
+nothing, but `'w/' || (? + 1)` would read `w/2.0` there.
 
 Inside the ledger a command is addressed by its per-world `sequence`; its command id is unique
 only within its `scope` (the admitting principal, or '' for trusted callers).
