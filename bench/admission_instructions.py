@@ -11,23 +11,29 @@ the first admission, so that building them is not counted as admitting them. Ins
 admission are the difference of the two runs over the difference of their counts, so start-up
 and warm-up cancel: the event loop's thread (the caller's validation, the scheduler, the
 hand-over) and the catalog's writer thread (the ledger's transaction, SQLite).
-With `--baseline-src`, the same with that tree's `src` first on PYTHONPATH (this script and the
-bench helpers stay this tree's).
+This tree's `src` comes first on PYTHONPATH (not whatever the interpreter's environment installed:
+a worktree may share another's); with `--baseline-src`, the same with that tree's `src` (this
+script and the bench helpers stay this tree's).
 
 The two threads' counts move by several percent with how the threads happen to interleave (a busy
 machine changes it), so `--parts` counts instead the two pieces that run on one thread alone, the
 same way: `caller`, the `defer` with the authority's `admit` answered at once (the dispatcher's
 and scheduler's validation, no hand-over, no SQL), and `ledger`, `Ledger.admit` of the same rows
 in a transaction of the port on the calling thread (the ledger's checks, SQLite, the write lock;
-not the writer thread's hand-over).
+not the writer thread's hand-over), and `batched`, the same per command of `Ledger.admit`s of
+BATCH rows. The ledger pieces' catalog and rows are made once outside callgrind, each run works
+on a copy of them, and every run has the same hash seed: their counts repeat to a few instructions.
+`--pieces` picks some of the three.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -37,6 +43,10 @@ from typing import Any
 BENCH = Path(__file__).resolve().parent
 WARM_UP = 50
 PARTS_MAX = 250  # --parts: the most admissions a run of one part makes
+BATCH = 100  # the `batched` piece's commands per Ledger.admit
+BATCH_SCALE = 10  # the `batched` piece admits this many times --counts
+PIECES = ("caller", "ledger", "batched")
+ROWS_FILE = "rows.json"
 
 
 async def caller(count: int, directory: Path) -> None:
@@ -59,25 +69,37 @@ async def caller(count: int, directory: Path) -> None:
         await ours.rt.close()
 
 
-def ledger(count: int, directory: Path) -> None:
+def prepare(count: int, directory: Path) -> None:
+    """The `ledger` and `batched` parts' catalog and rows, made once outside callgrind (a runtime
+    and its threads count differently run to run): the catalog in `directory`, the rows in
+    `directory`/rows.json."""
     from admission_bench import Ours
 
-    from archetype.commands.ledger import Ledger
-    from archetype.commands.port import SystemClock
-    from local_catalog import CATALOG_FILE, SqliteSqlPort
-
     async def rows() -> list[tuple[str, Any]]:
-        ours = await Ours.open(directory, "NORMAL", WARM_UP + PARTS_MAX)
+        ours = await Ours.open(directory, "NORMAL", count)
         try:
             return [ours.rt.dispatcher.scheduler._admission_row(item, None, "local") for item in ours.items]
         finally:
             await ours.rt.close()
 
-    prepared = asyncio.run(rows())
+    (directory / ROWS_FILE).write_text(json.dumps(asyncio.run(rows())))
+
+
+def ledger(count: int, directory: Path, batch: int) -> None:
+    """`Ledger.admit` of `count` prepared rows, `batch` a transaction, after WARM_UP rows alone."""
+    from archetype.commands.ledger import Ledger
+    from archetype.commands.port import SystemClock
+    from local_catalog import CATALOG_FILE, SqliteSqlPort
+
+    prepared = json.loads((directory / ROWS_FILE).read_text())
     port = SqliteSqlPort(directory / CATALOG_FILE, synchronous="NORMAL")
     catalog = Ledger(port, SystemClock())
-    for world_id, row in prepared[: WARM_UP + count]:
+    for world_id, row in prepared[:WARM_UP]:
         port.transaction(lambda: catalog.admit(world_id, [row], None))  # noqa: B023 (called at once)
+    rest = prepared[WARM_UP : WARM_UP + count]
+    for start in range(0, count, batch):
+        rows = [row for _, row in rest[start : start + batch]]
+        port.transaction(lambda: catalog.admit(prepared[0][0], rows, None))  # noqa: B023 (called at once)
     port.close()
 
 
@@ -92,22 +114,31 @@ async def admit(count: int, directory: Path, items: int) -> None:
         await ours.rt.close()
 
 
-def instructions(count: int, src: Path | None, part: str = "defer", items: int = 0) -> dict[str, int]:
-    """Instructions of a run of `count` admissions under callgrind, by thread (1: the event loop's),
-    `items` of them built first (the larger run's: so both runs of a pair build the same inputs)."""
+def instructions(count: int, src: Path | None, part: str = "defer", prepared: Path | None = None,
+                 items: int = 0) -> dict[str, int]:
+    """Instructions of a run of `count` admissions under callgrind, by thread (1: the event loop's);
+    `prepared`: a catalog directory (`prepare`) the run works on a copy of; `items` of the
+    admissions built first (the larger run's: so both runs of a pair build the same inputs)."""
     with tempfile.TemporaryDirectory(prefix="archetype-callgrind-") as tmp:
         out = Path(tmp) / "callgrind.out"
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(src) if src else "", str(BENCH)])))
+        if prepared is not None:
+            shutil.copytree(prepared, Path(tmp) / "catalog")
         subprocess.run(["valgrind", "--tool=callgrind", "--separate-threads=yes", f"--callgrind-out-file={out}",
                         sys.executable, __file__, "--run", str(count), "--part", part, "--items", str(max(items, WARM_UP + count)),
                         "--directory", tmp],
-                       check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+                       check=True, env=_env(src), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
         totals = {}
         for path in Path(tmp).glob("callgrind.out-*"):
             thread = path.name.rsplit("-", 1)[1]
             match = re.search(r"^(?:summary|totals): (\d+)", path.read_text(errors="replace"), re.MULTILINE)
             totals[thread] = int(match.group(1)) if match else 0
         return totals
+
+
+def _env(src: Path | None) -> dict[str, str]:
+    # (a fixed hash seed: sets and dicts of strings then iterate alike in every run)
+    path = os.pathsep.join(filter(None, [str(src) if src else "", str(BENCH)]))
+    return dict(os.environ, PYTHONPATH=path, PYTHONHASHSEED="0")
 
 
 def per_admission(counts: tuple[int, int], src: Path | None) -> tuple[float, float]:
@@ -121,7 +152,13 @@ def per_admission(counts: tuple[int, int], src: Path | None) -> tuple[float, flo
 
 def one_thread(counts: tuple[int, int], src: Path | None, part: str) -> float:
     """Instructions per admission of a piece that runs on one thread (every thread counted)."""
-    small, large = (sum(instructions(count, src, part).values()) for count in counts)
+    if part == "caller":
+        small, large = (sum(instructions(count, src, part).values()) for count in counts)
+        return (large - small) / (counts[1] - counts[0])
+    with tempfile.TemporaryDirectory(prefix="archetype-prepared-") as prepared:
+        subprocess.run([sys.executable, __file__, "--run", str(WARM_UP + counts[1]), "--part", "prepare",
+                        "--directory", prepared], check=True, env=_env(src), stdout=subprocess.DEVNULL)  # fmt: skip
+        small, large = (sum(instructions(count, src, part, Path(prepared) / "catalog").values()) for count in counts)
     return (large - small) / (counts[1] - counts[0])
 
 
@@ -130,6 +167,8 @@ def main() -> None:
     parser.add_argument("--counts", type=int, nargs=2, default=(100, 600))
     parser.add_argument("--baseline-src", type=Path)
     parser.add_argument("--parts", action="store_true", help="count the caller's and the ledger's piece, each on one thread")
+    parser.add_argument("--pieces", nargs="+", choices=PIECES, default=PIECES,
+                        help=f"with --parts, which (batched: per command of Ledger.admit of {BATCH}, {BATCH_SCALE}x the counts)")
     parser.add_argument("--run", type=int, help=argparse.SUPPRESS)  # the child under callgrind
     parser.add_argument("--part", default="defer", help=argparse.SUPPRESS)
     parser.add_argument("--items", type=int, default=0, help=argparse.SUPPRESS)
@@ -137,20 +176,23 @@ def main() -> None:
     args = parser.parse_args()
     if args.run is not None:
         directory = args.directory / "catalog"
-        if args.part == "ledger":
-            ledger(args.run, directory)
+        if args.part == "prepare":
+            prepare(args.run, directory)
+        elif args.part in ("ledger", "batched"):
+            ledger(args.run, directory, BATCH if args.part == "batched" else 1)
         else:
             asyncio.run(caller(args.run, directory) if args.part == "caller" else admit(args.run, directory, args.items))
         return
-    trees = [("this tree", None)] + ([(f"baseline ({args.baseline_src})", args.baseline_src)] if args.baseline_src else [])
+    trees = [("this tree", BENCH.parent / "src")] + ([(f"baseline ({args.baseline_src})", args.baseline_src)] if args.baseline_src else [])
     if args.parts:
         if max(args.counts) > PARTS_MAX:
             parser.error(f"--parts counts at most {PARTS_MAX}")
         print(f"instructions per admission of each piece on one thread, callgrind, runs of {args.counts[0]} and {args.counts[1]}")
-        print(f"  {'tree':<40} {'caller':>10} {'ledger':>10}")
+        print(f"  {'tree':<40}" + "".join(f" {piece:>10}" for piece in args.pieces))
         for name, src in trees:
-            caller_part, ledger_part = (one_thread(tuple(args.counts), src, part) for part in ("caller", "ledger"))
-            print(f"  {name:<40} {caller_part:10,.0f} {ledger_part:10,.0f}")
+            figures = [one_thread(tuple(count * (BATCH_SCALE if piece == "batched" else 1) for count in args.counts), src, piece)
+                       for piece in args.pieces]  # fmt: skip
+            print(f"  {name:<40}" + "".join(f" {figure:10,.0f}" for figure in figures))
         return
     print(f"instructions per single admission (defer, NORMAL), callgrind, runs of {args.counts[0]} and {args.counts[1]}")
     print(f"  {'tree':<40} {'event loop':>12} {'writer (ledger)':>16} {'total':>10}")

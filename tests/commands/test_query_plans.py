@@ -114,3 +114,23 @@ def test_every_read_of_open_commands_reads_the_due_index_and_walks_from_the_floo
     steps = plan(statements()[name])
     assert any("USING INDEX commands_due" in step for step in steps), steps
     assert any(re.match(r"SEARCH \w+ " + re.escape(FROM_THE_FLOOR), step) for step in steps), steps
+
+
+# The statements every admission runs: a temporary b-tree (DISTINCT, ORDER BY or GROUP BY without an
+# index to follow) is built and torn down on every run, quota or not, however few rows it sorts.
+ADMISSION = ("ADMISSION_READ", "INSERT_COMMANDS")
+
+
+@pytest.mark.parametrize("name", ADMISSION)
+def test_admission_builds_no_temporary_b_tree(name):
+    steps = plan(statements()[name])
+    assert not any("TEMP B-TREE" in step for step in steps), steps
+
+
+def test_admission_reads_the_last_command_once():
+    """Its next command and event numbers both read the world's last command: one seek of it."""
+    sql = ledger_sql.ADMISSION_READ
+    tables = growing_tables(sql)
+    keyed = [step for step in plan(sql) if re.match(r"SEARCH \w+ USING PRIMARY KEY \(world_id=\?(?: AND sequence=\?)?\)", step)
+             and tables.get(step.split()[1]) == "commands"]  # fmt: skip
+    assert len(keyed) == 2, keyed  # its sequence, the last entry of the key; its row, by that sequence

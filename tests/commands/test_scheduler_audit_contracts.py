@@ -6,7 +6,7 @@ import pytest
 
 from archetype.commands import CommandRecord, CommandStatus, DurableOptions
 from archetype.commands.errors import StorageUnavailableError
-from archetype.commands.ledger_sql import APPEND_EVENTS, INSERT_COMMANDS
+from archetype.commands.ledger_sql import APPEND_EVENTS, INSERT_COMMAND, INSERT_COMMANDS
 from archetype.runtime import Runtime
 from archetype.world import CreateWorld, Despawn, DestroyWorld, Spawn, Step, TickOutcomeUnknownError, Update
 from local_catalog import CATALOG_FILE, SqliteSqlPort, open_local_authority
@@ -64,7 +64,7 @@ class FailingEventsPort(SqliteSqlPort):
     fail = False
 
     def execute(self, sql, params=()):
-        if self.fail and sql in (APPEND_EVENTS, INSERT_COMMANDS):
+        if self.fail and sql in (APPEND_EVENTS, INSERT_COMMAND, INSERT_COMMANDS):
             raise sqlite3.OperationalError("disk I/O error")
         return super().execute(sql, params)
 

@@ -527,9 +527,9 @@ async def test_one_command_per_tick_fills_one_outbox_row_that_its_acknowledgemen
 
 # Rows each statement of a tick writes per run on the real engine, at one command per tick (docs/storage.md,
 # "Schema version 19" and "Schema version 20": the command due at once is its row and its id's entry,
-# settled its row again). APPEND_EVENTS runs once a tick, at publication: an admission appends nothing
-# (schema version 21).
-PER_TICK_ROWS = {"INSERT_COMMANDS": 2, "APPEND_EVENTS": 1, "SET_LEASES": 1, "INSERT_TICK": 1, "INSERT_STATE_DELTA": 1,
+# settled its row again; a single command's admission is INSERT_COMMAND). APPEND_EVENTS runs once a tick,
+# at publication: an admission appends nothing (schema version 21).
+PER_TICK_ROWS = {"INSERT_COMMAND": 2, "APPEND_EVENTS": 1, "SET_LEASES": 1, "INSERT_TICK": 1, "INSERT_STATE_DELTA": 1,
                  "INSERT_STATE_CHUNK": 1, "SETTLE": 1, "PUBLISH_HEAD": 1, "SET_PROJECTED_SEQ": 1,
                  "DELETE_OUTBOX_UPTO": 0}  # fmt: skip
 
@@ -564,7 +564,7 @@ async def test_a_tick_writes_one_row_per_state_chunk_and_outbox_append_on_the_re
         await rt.close()
     finally:
         ns.close()
-    assert {"INSERT_COMMANDS", "APPEND_EVENTS", "INSERT_TICK", "INSERT_STATE_DELTA", "SETTLE", "PUBLISH_HEAD",
+    assert {"INSERT_COMMAND", "APPEND_EVENTS", "INSERT_TICK", "INSERT_STATE_DELTA", "SETTLE", "PUBLISH_HEAD",
             "SET_PROJECTED_SEQ", "DELETE_OUTBOX_UPTO"} <= set(written)
     assert {name: set(rows) for name, rows in written.items()} == {name: {PER_TICK_ROWS[name]} for name in written}
     assert len(written["APPEND_EVENTS"]) == 4  # the settlements'; the admissions' events are their command rows

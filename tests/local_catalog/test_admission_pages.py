@@ -58,3 +58,27 @@ def test_an_admission_transaction_is_one_read_one_write(tmp_path):
                       "BEGIN", read, quota, insert, "COMMIT",
                       "BEGIN", read, "COMMIT"], shapes  # fmt: skip
     port.close()
+
+
+def test_a_command_admitted_alone_is_stored_as_one_admitted_in_a_batch(tmp_path):
+    """A single admission binds its row's fields (ledger_sql.INSERT_COMMAND), a batch reads them from
+    one JSON array (INSERT_COMMANDS): the rows they store are the same, value and type, column by column."""
+    port = SqliteSqlPort(tmp_path / "catalog.db")
+    ledger = Ledger(port, ManualClock())
+    rows = [_row(1), {**_row(2), "scheduled_tick": 0, "principal": "alice", "priority": -3},  # due later; due at once
+            {**_row(3), "payload": '{"note":"\\u00e9 \\"quoted\\"","world_id":"w"}', "max_attempts": 1}]  # fmt: skip
+    for row in rows:
+        ledger.create_world(f"alone-{row['command_id']}", "w")
+        ledger.create_world(f"batch-{row['command_id']}", "w")
+        ledger.admit(f"alone-{row['command_id']}", [row])
+        ledger.admit(f"batch-{row['command_id']}", [row, {**_row(9), "principal": row["principal"]}])
+    # every column but the world's id and the digest (which covers the world's id)
+    names = [name for (name,) in port.execute("SELECT name FROM pragma_table_info('commands')") if name not in ("world_id", "digest")]
+    compared = ", ".join(f"{name}, typeof({name})" for name in names)
+    stored = {world_id: values for world_id, *values in port.execute(
+        f"SELECT world_id, {compared} FROM commands WHERE command_id != 'c-9'")}  # fmt: skip
+    assert len(stored) == 2 * len(rows)
+    for row in rows:
+        assert stored[f"alone-{row['command_id']}"] == stored[f"batch-{row['command_id']}"]
+    assert {values[2 * names.index("due_later")] for values in stored.values()} == {1, None}  # both places an open command is found
+    port.close()

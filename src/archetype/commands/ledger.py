@@ -128,7 +128,7 @@ COMMAND_FIELDS = tuple(name.strip() for name in q.COMMAND_COLUMNS.split(","))
 WORLD_FIELDS = tuple(name.strip() for name in q.WORLD_COLUMNS.split(","))
 OUTBOX_FIELDS = tuple(name.strip() for name in q.OUTBOX_COLUMNS.split(","))
 ADMISSION_KEYS = frozenset(AdmissionRow.__annotations__)
-_INSERTED = operator.itemgetter(*q.INSERTED_COMMAND_FIELDS)  # a command row's INSERT_COMMANDS array
+_INSERTED = operator.itemgetter(*q.INSERTED_COMMAND_FIELDS)  # a command row's INSERT_COMMANDS array, INSERT_COMMAND's values
 ORIGINS = ("local", "gateway")
 RUNNER_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@:-]{0,127}")
 RUNNER_FIELDS = tuple(name.strip() for name in q.RUNNER_COLUMNS.split(","))
@@ -1061,8 +1061,11 @@ class Ledger:
                 # command or event yet), and the rows written here take them: no world row to update,
                 # and no outbox row (each row carries its `admitted` event: ledger_sql.READ_OUTBOX)
                 now = self._clock.now_ms()
-                inserted = canonical_text([_INSERTED(r) for r in fresh])
-                self._port.execute(q.INSERT_COMMANDS, (world_id, scope, next_sequence, now, inserted, next_event_seq))
+                if len(fresh) == 1:
+                    self._port.execute(q.INSERT_COMMAND, (world_id, scope, next_sequence, now, next_event_seq, *_INSERTED(fresh[0])))
+                else:
+                    inserted = canonical_text([_INSERTED(r) for r in fresh])
+                    self._port.execute(q.INSERT_COMMANDS, (world_id, scope, next_sequence, now, inserted, next_event_seq))
             return [
                 {
                     "command_id": r["command_id"],

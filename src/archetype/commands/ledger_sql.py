@@ -2,9 +2,10 @@
 
 Written for the stricter of our two SQLite hosts (the Durable Object): no transaction control,
 no ATTACH, no TEMP objects, no PRAGMA, bulk work through `json_each(?)` so no statement binds
-more than a handful of parameters. The Durable Object's engine binds every number as REAL
-(a JS double), so a bound integer that enters an expression is `CAST(? AS INTEGER)`: compared
-with a column it needs nothing, but `'w/' || (? + 1)` would read `w/2.0` there.
+more than a handful of parameters (but one command's row: INSERT_COMMAND binds its dozen
+fields). The Durable Object's engine binds every number as REAL (a JS double), so a bound
+integer that enters an expression is `CAST(? AS INTEGER)`: compared with a column it needs
+nothing, but `'w/' || (? + 1)` would read `w/2.0` there.
 
 Inside the ledger a command is addressed by its per-world `sequence`; its command id is unique
 only within its `scope` (the admitting principal, or '' for trusted callers).
@@ -66,11 +67,25 @@ WORLD_COLUMNS = (
 # `admitted` event is not acknowledged). A command row carrying no number (a redrive) has its first
 # event numbered as read before the row went in, and written to the outbox: read after, the last
 # command would show no number and hand out an `admitted` event's again.
-NEXT_SEQUENCE_EXPR = "max(w.next_sequence, coalesce((SELECT max(c.sequence) FROM commands AS c WHERE c.world_id = w.world_id), 0) + 1)"
-NEXT_EVENT_SEQ_EXPR = ("max(w.next_event_seq, w.projected_seq + 1, "
-                  "coalesce((SELECT max(o.last_seq) FROM outbox AS o WHERE o.world_id = w.world_id), 0) + 1, "
-                  "coalesce((SELECT a.admitted_event_seq FROM commands AS a WHERE a.world_id = w.world_id AND a.sequence = "
-                  "(SELECT max(l.sequence) FROM commands AS l WHERE l.world_id = w.world_id)), 0) + 1)")  # fmt: skip
+# The world's last command: `lc` of a statement that joins it (LAST_COMMAND_JOIN, one seek for both
+# numbers), or its columns read by subqueries (one seek each).
+LAST_SEQUENCE_EXPR = "(SELECT max(l.sequence) FROM commands AS l WHERE l.world_id = w.world_id)"
+LAST_COMMAND_JOIN = f"commands AS lc ON lc.world_id = w.world_id AND lc.sequence = {LAST_SEQUENCE_EXPR}"
+
+
+def next_numbers(last_sequence: str, last_admitted_event: str) -> tuple[str, str]:
+    """The world row `w`'s next command and event sequence numbers, given how the statement reads
+    its last command's sequence and `admitted_event_seq` (NULL: it has none)."""
+    return (f"max(w.next_sequence, coalesce({last_sequence}, 0) + 1)",
+            "max(w.next_event_seq, w.projected_seq + 1, "
+            "coalesce((SELECT max(o.last_seq) FROM outbox AS o WHERE o.world_id = w.world_id), 0) + 1, "
+            f"coalesce({last_admitted_event}, 0) + 1)")  # fmt: skip
+
+
+NEXT_SEQUENCE_EXPR, NEXT_EVENT_SEQ_EXPR = next_numbers(
+    LAST_SEQUENCE_EXPR,
+    f"(SELECT a.admitted_event_seq FROM commands AS a WHERE a.world_id = w.world_id AND a.sequence = {LAST_SEQUENCE_EXPR})",
+)
 WORLD_VALUE_COLUMNS = ", ".join(
     {"next_sequence": NEXT_SEQUENCE_EXPR, "next_event_seq": NEXT_EVENT_SEQ_EXPR}.get(name, f"w.{name}")
     for name in (column.strip() for column in WORLD_COLUMNS.split(","))
@@ -211,12 +226,28 @@ INSERTED_COMMAND_FIELDS = (
     "command_id", "schema_version", "scheduled_tick", "priority", "operation", "payload", "digest", "principal",
     "origin", "max_attempts", "reserved_entity_id",
 )  # fmt: skip
-INSERT_COMMANDS = f"""INSERT INTO commands (world_id, scope, sequence, {", ".join(INSERTED_COMMAND_FIELDS)}, status,
+
+
+def _insert_commands(fields: list[str], sequence: str, event: str, source: str = "") -> str:
+    """The INSERT of admitted commands whose INSERTED_COMMAND_FIELDS are the expressions `fields`,
+    numbered from `sequence` and `event` (the world ?1, the scope ?2, the time ?4), `source` the rows."""
+    return f"""INSERT INTO commands (world_id, scope, sequence, {", ".join(INSERTED_COMMAND_FIELDS)}, status,
         is_open, created_at, updated_at, due_later, admitted_event_seq)
-    SELECT ?1, ?2, CAST(?3 AS INTEGER) + j.key,
-        {", ".join(f"json_extract(j.value, '$[{i}]')" for i in range(len(INSERTED_COMMAND_FIELDS)))}, 'PENDING', 1, ?4, ?4,
-        {DUE_LATER_VALUE_EXPR.format(tick="json_extract(j.value, '$[2]')", world="?1")}, CAST(?6 AS INTEGER) + j.key
-    FROM json_each(?5) AS j"""
+    SELECT ?1, ?2, {sequence}, {", ".join(fields)}, 'PENDING', 1, ?4, ?4,
+        {DUE_LATER_VALUE_EXPR.format(tick=fields[2], world="?1")}, {event}{source}"""
+
+
+INSERT_COMMANDS = _insert_commands(
+    [f"json_extract(j.value, '$[{i}]')" for i in range(len(INSERTED_COMMAND_FIELDS))],
+    "CAST(?3 AS INTEGER) + j.key", "CAST(?6 AS INTEGER) + j.key", "\n    FROM json_each(?5) AS j",
+)
+# One command: its fields bound as they are (?6 on, in the same order), its sequence ?3, its event's
+# number ?5. The JSON array's parse, json_each's cursor and a path per field cost SQLite more than
+# the row's b-tree inserts (callgrind: 117k instructions a run of INSERT_COMMANDS for one row,
+# 57k of INSERT_COMMAND, the caller's JSON text not counted): a single admission is the common
+# one, and it binds a dozen values where bulk work binds one array.
+INSERT_COMMAND = _insert_commands([f"?{6 + i}" for i in range(len(INSERTED_COMMAND_FIELDS))],
+                                  "CAST(?3 AS INTEGER)", "CAST(?5 AS INTEGER)")  # fmt: skip
 GET_COMMAND = f"""WITH {HELD_CTE.format(world="?1")} SELECT {COMMAND_VALUE_COLUMNS} FROM {COMMANDS_NOW_JOIN}
     WHERE c.world_id = ?1 AND c.scope = ?2 AND c.command_id = ?3"""
 # the commands of one id in every scope, in scope order (the unique index's), at most ? of them
@@ -472,15 +503,18 @@ FIND_COMPONENTS = f"""SELECT {COMPONENT_COLUMNS} FROM json_each(?1) AS j
 FIND_COMPONENTS_AT_TICK = f"{FIND_COMPONENTS} AND m.tick <= ?3"
 # Everything an admission reads, in one statement (each statement is a round of the SQL engine, and
 # on the Durable Object a crossing into JavaScript): rows tagged by what they answer.
-# - 'world': the world's status, its next command and event sequence numbers and its tick head (no row: no world);
+# - 'world': the world's status, its next command and event sequence numbers (its last command joined:
+#   one seek for both) and its tick head (no row: no world);
 # - 'command': a command id of the batch (?3) already admitted in this scope (?2), or bound to a
 #   spawn reservation there: its digest and sequence, the reserved entity and the request digest
 #   (NULLs where there is none); ids with neither are not answered;
 # - 'component': a recorded schema among the fingerprints ?4, as FIND_COMPONENTS answers it;
 # - 'quota': this scope's admitted count for the tick each target tick in ?5 runs at (a passed tick runs
-#   at the next one: max(target, tick head + 1)), for those that have one.
-ADMISSION_READ = f"""SELECT 'world', w.status, {NEXT_SEQUENCE_EXPR}, {NEXT_EVENT_SEQ_EXPR}, w.tick_head, NULL
-    FROM worlds AS w WHERE w.world_id = ?1
+#   at the next one: max(target, tick head + 1)), for those that have one; target ticks running at
+#   one tick answer it once each, with the same count (DISTINCT would sort every admission's rows in
+#   a temporary b-tree, with a quota or not: a quarter of this statement's cost).
+ADMISSION_READ = f"""SELECT 'world', w.status, {", ".join(next_numbers("lc.sequence", "lc.admitted_event_seq"))}, w.tick_head, NULL
+    FROM worlds AS w LEFT JOIN {LAST_COMMAND_JOIN} WHERE w.world_id = ?1
     UNION ALL
     SELECT 'command', j.value, c.digest, c.sequence, r.entity_id, r.request_digest FROM json_each(?3) AS j
         LEFT JOIN commands AS c ON c.world_id = ?1 AND c.scope = ?2 AND c.command_id = j.value
@@ -490,7 +524,7 @@ ADMISSION_READ = f"""SELECT 'world', w.status, {NEXT_SEQUENCE_EXPR}, {NEXT_EVENT
     SELECT 'component', {COMPONENT_COLUMNS} FROM json_each(?4) AS j
         CROSS JOIN world_components AS c ON c.world_id = ?1 AND c.fingerprint = j.value {_SUPERSEDED_JOIN}
     UNION ALL
-    SELECT DISTINCT 'quota', u.scheduled_tick, u.used, NULL, NULL, NULL FROM json_each(?5) AS j
+    SELECT 'quota', u.scheduled_tick, u.used, NULL, NULL, NULL FROM json_each(?5) AS j
         CROSS JOIN worlds AS w ON w.world_id = ?1
         CROSS JOIN quota_usage AS u ON u.world_id = ?1 AND u.principal = ?2 AND u.scheduled_tick = max(j.value, w.tick_head + 1)"""
 LIST_COMPONENTS = f"""SELECT {COMPONENT_COLUMNS} FROM world_components AS c {_SUPERSEDED_JOIN}
