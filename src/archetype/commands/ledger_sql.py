@@ -496,10 +496,10 @@ DELETE_OUTBOX_UPTO = """DELETE FROM outbox WHERE world_id = ?1 AND last_seq <= ?
 # key and of the commands' (an admission's event is read off its command row), one look-up per world
 # holding a row. An acknowledgement leaves a world's last row for its
 # next append (above), so the worlds that ever had events are visited, one seek each, and those
-# with nothing pending left out; a world without events (or one only forked) costs nothing. And the
-# worlds whose row holds an outbox tail (version 22; an acknowledgement of all of it clears it): a
-# scan of the worlds, not of a growing table. (A world's pending tail has its commands beside it,
-# unless the clock stepped back and prune took them: docs/ledger.md, "Retention".)
+# with nothing pending left out; a world without events (or one only forked) costs nothing. A world
+# whose events pending are on its row's tail (version 22) is among those holding commands: the tail
+# holds settlements' events, and prune keeps a command whose settlement event is pending there
+# (FIRST_PENDING_EVENT reads the earliest of the tail's pending events, whatever the clock did).
 BACKLOG_WORLDS = f"""WITH RECURSIVE in_outbox(world_id) AS (
         SELECT min(world_id) FROM outbox
         UNION ALL
@@ -511,8 +511,7 @@ BACKLOG_WORLDS = f"""WITH RECURSIVE in_outbox(world_id) AS (
         SELECT (SELECT min(k.world_id) FROM commands AS k WHERE k.world_id > in_commands.world_id) FROM in_commands
         WHERE in_commands.world_id IS NOT NULL)
     SELECT * FROM (SELECT w.world_id, w.status, w.health, {NEXT_EVENT_SEQ_EXPR} - 1 AS committed_seq, w.projected_seq
-        FROM (SELECT world_id FROM in_outbox UNION SELECT world_id FROM in_commands
-            UNION SELECT world_id FROM worlds WHERE tail_events IS NOT NULL) AS pending
+        FROM (SELECT world_id FROM in_outbox UNION SELECT world_id FROM in_commands) AS pending
         JOIN worlds AS w ON w.world_id = pending.world_id)
     WHERE committed_seq > projected_seq ORDER BY world_id"""
 
@@ -666,8 +665,10 @@ PRUNABLE_STATUSES = "('APPLIED', 'REJECTED', 'CANCELLED')"
 # row holding one, and the least time of its pending events, which is the first's: the clock does
 # not go backwards. A minimum over the whole backlog would read all of it.) The first pending
 # `admitted` event read off a command row is the first command's after the world's
-# `projected_through_sequence` whose number is past the watermark: one more seek; the world row's tail
-# holds a few (version 22). The earliest of the three is the first pending event's.
+# `projected_through_sequence` whose number is past the watermark: one more seek. The world row's
+# tail (version 22) holds a few events: the earliest of its pending ones, so a command whose
+# settlement event is pending there is never pruned, even if the clock stepped back between two of
+# them (the audit projector's backlog finds the world by its commands: BACKLOG_WORLDS).
 FIRST_PENDING_EVENT = f"""SELECT min(at) FROM (
     SELECT min(coalesce(json_extract(e.value, '$[8]'), o.occurred_at)) AS at
     FROM (SELECT first_seq, occurred_at, events FROM outbox WHERE world_id = ?1 AND last_seq > ?2
