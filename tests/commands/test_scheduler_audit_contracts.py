@@ -6,7 +6,13 @@ import pytest
 
 from archetype.commands import CommandRecord, CommandStatus, DurableOptions
 from archetype.commands.errors import StorageUnavailableError
-from archetype.commands.ledger_sql import APPEND_EVENTS, INSERT_COMMAND, INSERT_COMMANDS
+from archetype.commands.ledger_sql import (
+    APPEND_EVENTS,
+    APPEND_SPILLED_EVENTS,
+    INSERT_COMMAND,
+    INSERT_COMMANDS,
+    PUBLISH_HEAD,
+)
 from archetype.runtime import Runtime
 from archetype.world import CreateWorld, Despawn, DestroyWorld, Spawn, Step, TickOutcomeUnknownError, Update
 from local_catalog import CATALOG_FILE, SqliteSqlPort, open_local_authority
@@ -58,13 +64,14 @@ async def test_history_filters_and_pages(runtime):
 
 class FailingEventsPort(SqliteSqlPort):
     """Fails the statement writing the events (an outbox append; at admission the command rows, which
-    carry their `admitted` events since schema version 21): the state change of the same transaction
-    must roll back with it."""
+    carry their `admitted` events since schema version 21; at publication the world row's write, which
+    carries its few events since schema version 22, and the append of those that do not fit): the state
+    change of the same transaction must roll back with it."""
 
     fail = False
 
     def execute(self, sql, params=()):
-        if self.fail and sql in (APPEND_EVENTS, INSERT_COMMAND, INSERT_COMMANDS):
+        if self.fail and sql in (APPEND_EVENTS, INSERT_COMMAND, INSERT_COMMANDS, PUBLISH_HEAD, APPEND_SPILLED_EVENTS):
             raise sqlite3.OperationalError("disk I/O error")
         return super().execute(sql, params)
 

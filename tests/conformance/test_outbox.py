@@ -124,3 +124,26 @@ async def test_the_columnar_read_is_the_same_page_column_by_column(rt, world_id,
     assert [e["event_seq"] for e in rows] == [2, 3, 4]
     empty = await authority.read_outbox_columns(world_id=world_id, after_seq=5)
     assert set(empty) == set(rows[0]) and all(values == [] for values in empty.values())
+
+
+async def test_events_read_in_order_one_by_one_wherever_they_are_kept(rt, world_id, authority):
+    """An admission's event is its command row, a small tick's settlements go on the world row, a
+    tick's that do not follow them and a destroy's are outbox rows (docs/storage.md, "Schema version
+    22"): read a page of one at a time and acknowledged one by one, every event comes once, in order."""
+    for tick in range(3):
+        await rt.dispatcher.defer(Spawn(world_id=world_id, components=[Health(hp=tick)]), at(tick), command_id=f"c{tick}")
+        await step(rt, world_id)
+        if tick == 0:
+            await authority.acknowledge_outbox(world_id=world_id, up_to_seq=2)
+    await rt.dispatcher.defer(Despawn(world_id=world_id, entity_id=1), at(9), command_id="cancelled")
+    await rt.dispatcher.apply(DestroyWorld(world_id=world_id))
+    seen = []
+    for seq in range(3, 9):
+        (event,) = await authority.read_outbox(world_id=world_id, limit=1)
+        assert (event["event_seq"], event["event_id"]) == (seq, f"{world_id}/{seq}")
+        seen.append((event["command_id"], event["event_type"]))
+        await authority.acknowledge_outbox(world_id=world_id, up_to_seq=seq)
+    assert seen == [("c1", "admitted"), ("c1", "applied"), ("c2", "admitted"), ("c2", "applied"),
+                    ("cancelled", "admitted"), ("cancelled", "cancelled")]  # fmt: skip
+    assert await authority.read_outbox(world_id=world_id) == []
+    assert (await authority.watermark(world_id=world_id))["pending"] == 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 
 import pytest
@@ -495,49 +496,52 @@ async def test_a_lease_writes_one_row_whatever_it_leases(namespace, authority):
     assert await lease(1, "one", 0) == 1
     assert await lease(60, "many", 1) == 1
 
-async def test_one_command_per_tick_fills_one_outbox_row_that_its_acknowledgement_keeps(namespace, authority, queue, clock):
-    """Schema 19 (docs/storage.md, "Schema version 19"): at one command per tick the delivery that
-    acknowledges its events deletes no outbox row (the next append takes the row over): the delivery
-    writes the watermark alone, and the world holds one outbox row. From schema 21 that row holds the
-    settlement's event alone: the `admitted` one is read off the command row."""
+async def test_one_command_per_tick_writes_no_outbox_row(namespace, authority, queue, clock):
+    """Schema 22 (docs/storage.md, "Schema version 22"): at one command per tick the settlement's
+    event is written on the world row's outbox tail by the publication's write of that row, and the
+    delivery's watermark write clears it: no outbox row is ever written, the delivery writes the
+    watermark alone, and every event is delivered once, in order. (The `admitted` event is the
+    command row: schema 21.)"""
     rt = Runtime(authority, owner="runner-do", lease_ms=30_000, origin="gateway")
     await rt.dispatcher.apply(CreateWorld(name="durable", world_id=WORLD))
     sql = namespace.storage(WORLD).sql
-    outbox_rows = namespace.instance(WORLD).ledger._port
+    port = namespace.instance(WORLD).ledger._port
     delivered: list[int] = []
     for tick in range(4):  # (tick 0's alarm also prunes, once)
         await rt.dispatcher.defer(Spawn(world_id=WORLD, components=[Position(x=0, y=tick)]), DurableOptions(tick=tick),
                                   command_id=f"c-{tick}")  # fmt: skip
         await rt.dispatcher.apply(Step(world_id=WORLD))
-        rows = outbox_rows.execute("SELECT first_seq, last_seq FROM outbox WHERE world_id = ?", (WORLD,))
-        assert [tuple(r) for r in rows] == [(2 * tick + 2, 2 * tick + 2)]  # applied; admitted is the command row
+        ((first, events),) = port.execute("SELECT tail_first_seq, tail_events FROM worlds WHERE world_id = ?", (WORLD,))
+        assert (first, [e[:2] for e in json.loads(events)]) == (2 * tick + 2, [[f"c-{tick}", "applied"]])
         before = sql.rows_written
         while await namespace.run_alarm(WORLD):
             pass
         if tick > 0:
-            assert sql.rows_written - before == 1  # the watermark; no row deleted
-        assert len(outbox_rows.execute("SELECT 1 FROM outbox WHERE world_id = ?", (WORLD,))) == 1
+            assert sql.rows_written - before == 1  # the watermark, the tail cleared with it
+        assert [tuple(r) for r in port.execute("SELECT tail_events FROM worlds WHERE world_id = ?", (WORLD,))] == [(None,)]
         delivered = [m["event_seq"] for m in queue.messages]
         assert delivered == list(range(1, 2 * tick + 3))
         clock.advance(1_000)
+    assert port.execute("SELECT 1 FROM outbox WHERE world_id = ?", (WORLD,)) == []
     assert [m["event_type"] for m in queue.messages] == ["admitted", "applied"] * 4
     assert [m["event_id"] for m in queue.messages] == [f"{WORLD}/{n}" for n in delivered]
     await rt.close()
 
 
 # Rows each statement of a tick writes per run on the real engine, at one command per tick (docs/storage.md,
-# "Schema version 19" and "Schema version 20": the command due at once is its row and its id's entry,
-# settled its row again; a single command's admission is INSERT_COMMAND). APPEND_EVENTS runs once a tick,
-# at publication: an admission appends nothing (schema version 21).
-PER_TICK_ROWS = {"INSERT_COMMAND": 2, "APPEND_EVENTS": 1, "SET_LEASES": 1, "INSERT_TICK": 1, "INSERT_STATE_DELTA": 1,
-                 "INSERT_STATE_CHUNK": 1, "SETTLE": 1, "PUBLISH_HEAD": 1, "SET_PROJECTED_SEQ": 1,
-                 "DELETE_OUTBOX_UPTO": 0}  # fmt: skip
+# "Schema version 19" to "Schema version 22": the command due at once is its row and its id's entry,
+# settled its row again; a single command's admission is INSERT_COMMAND). An admission appends
+# nothing (schema version 21), and the publication's event goes with its world-row write
+# (PUBLISH_HEAD), so APPEND_SPILLED_EVENTS writes nothing (schema version 22).
+PER_TICK_ROWS = {"INSERT_COMMAND": 2, "APPEND_SPILLED_EVENTS": 0, "SET_LEASES": 1, "INSERT_TICK": 1,
+                 "INSERT_STATE_DELTA": 1, "INSERT_STATE_CHUNK": 1, "SETTLE": 1, "PUBLISH_HEAD": 1,
+                 "SET_PROJECTED_SEQ": 1, "DELETE_OUTBOX_UPTO": 0, "APPEND_EVENTS": 0}  # fmt: skip
 
 
 async def test_a_tick_writes_one_row_per_state_chunk_and_outbox_append_on_the_real_engine(tmp_path, clock, queue):
     """The state tables are clustered on their keys (a chunk is one row, not a row and its key's
-    entry) and the outbox appends into its kept row: counted by the real Durable Object engine,
-    which bills index entries, statement by statement."""
+    entry) and the publication's event rides on its world-row write: counted by the real Durable
+    Object engine, which bills index entries, statement by statement, 8 rows per command."""
     names = {text: name for name, text in vars(ledger_sql).items() if name in PER_TICK_ROWS}
     ns = world_namespace(tmp_path / "objects", clock, queue=queue, sql_engine=workerd_sql_engines())
     try:
@@ -564,10 +568,11 @@ async def test_a_tick_writes_one_row_per_state_chunk_and_outbox_append_on_the_re
         await rt.close()
     finally:
         ns.close()
-    assert {"INSERT_COMMAND", "APPEND_EVENTS", "INSERT_TICK", "INSERT_STATE_DELTA", "SETTLE", "PUBLISH_HEAD",
+    assert {"INSERT_COMMAND", "APPEND_SPILLED_EVENTS", "INSERT_TICK", "INSERT_STATE_DELTA", "SETTLE", "PUBLISH_HEAD",
             "SET_PROJECTED_SEQ", "DELETE_OUTBOX_UPTO"} <= set(written)
     assert {name: set(rows) for name, rows in written.items()} == {name: {PER_TICK_ROWS[name]} for name in written}
-    assert len(written["APPEND_EVENTS"]) == 4  # the settlements'; the admissions' events are their command rows
+    assert len(written["APPEND_SPILLED_EVENTS"]) == 4  # each publication's; the admissions' events are their rows
+    assert sum(sum(rows) for rows in written.values()) == 4 * 8  # rows written per command lifecycle
 
 
 # -- destroy survives the object dying between its transactions --

@@ -395,3 +395,53 @@ def test_version_21_reads_admitted_events_off_the_command_rows_keeping_every_eve
             assert ledger.read_outbox("w") == [] and ledger.watermark("w")["pending"] == 0
             assert ledger.world_info("w")["next_event_seq"] == 45
             assert [tuple(r) for r in port.execute("SELECT projected_through_sequence FROM worlds")] == [(43,)]
+
+
+def version_21_with_pending_and_acknowledged_events(execute) -> None:
+    """A catalog as version 21 left it: world `w` whose outbox holds events 41 (`a` admitted,
+    acknowledged), 42 (`b` admitted, before version 21) and 43 (`a` applied), and whose command `c`
+    carries its `admitted` event 44 on its row; `b` and `c` pending for tick 0, the watermark at 41."""
+    version_20_with_pending_and_acknowledged_events(execute)
+    for statement in MIGRATIONS[20].statements:
+        execute(statement)
+    execute("UPDATE meta SET value = '21' WHERE key = 'schema_version'")
+    execute("""INSERT INTO commands (world_id, sequence, scope, command_id, schema_version, scheduled_tick, priority,
+            operation, payload, digest, origin, max_attempts, status, is_open, admitted_event_seq, created_at, updated_at)
+        VALUES ('w', 43, '', 'c', 1, 0, 0, 'despawn', '{}', 'x', 'local', 3, 'PENDING', 1, 44, 44, 44)""")
+
+
+def test_version_22_keeps_every_event_and_puts_a_publication_s_on_the_world_row(tmp_path):
+    """From version 22 a publication's few events are written on the world row's tail (docs/storage.md,
+    "Schema version 22"): an upgraded catalog's events, pending or acknowledged, read as they did; a
+    publication's follow them in number, on the tail, not in the outbox; a partial acknowledgement
+    keeps the tail, a whole one clears it; alike on every SQLite host."""
+    with ledgers_on_every_host(tmp_path, version_21_with_pending_and_acknowledged_events) as ledgers:
+        for ledger in ledgers:
+            port, now = ledger._port, ledger._clock.now_ms()
+            assert [tuple(r) for r in port.execute("SELECT tail_first_seq, tail_events FROM worlds")] == [(None, None)]
+            fields = ("event_id", "event_seq", "command_id", "event_type", "status", "tick", "occurred_at")
+            pending = [tuple(e[f] for f in fields) for e in ledger.read_outbox("w")]  # type: ignore[literal-required]
+            assert pending == [("w/42", 42, "b", "admitted", "PENDING", 0, 42), ("w/43", 43, "a", "applied", "APPLIED", 0, 43),
+                               ("w/44", 44, "c", "admitted", "PENDING", 0, 44)]  # fmt: skip
+            epoch = ledger.acquire_writer("w")["writer_epoch"]
+            leased = ledger.lease("w", "o", "s", epoch, 0, 10, 30_000)
+            assert [r["command_id"] for r in leased] == ["b", "c"]
+            settlements = [{"sequence": r["sequence"], "command_id": r["command_id"], "outcome": "applied", "error": None}
+                           for r in leased]  # fmt: skip
+            manifest = {"world_id": "w", "tick": 0, "writer_epoch": epoch, "settlements": settlements,
+                        "written_runs": [], "commit_token": "t0"}  # fmt: skip
+            ledger.publish("w", "o", "s", manifest, {"snapshot": False, "chunks": []})
+            assert [tuple(r) for r in port.execute("SELECT first_seq, last_seq FROM outbox")] == [(41, 43)]  # no append
+            assert port.execute("SELECT tail_first_seq FROM worlds")[0][0] == 45
+            events = [tuple(e[f] for f in fields) for e in ledger.read_outbox("w")]  # type: ignore[literal-required]
+            assert events == pending + [("w/45", 45, "b", "applied", "APPLIED", 0, now),
+                                        ("w/46", 46, "c", "applied", "APPLIED", 0, now)]  # fmt: skip
+            assert [e["event_seq"] for e in ledger.read_outbox("w", after_seq=43, limit=2)] == [44, 45]
+            assert ledger.watermark("w") == {"world_id": "w", "committed_seq": 46, "projected_seq": 41, "pending": 5}
+            ledger.acknowledge_outbox("w", 45)
+            assert [e["event_seq"] for e in ledger.read_outbox("w")] == [46]
+            assert port.execute("SELECT tail_first_seq FROM worlds")[0][0] == 45  # covered in part: kept
+            ledger.acknowledge_outbox("w", 46)
+            assert ledger.read_outbox("w") == [] and ledger.watermark("w")["pending"] == 0
+            assert [tuple(r) for r in port.execute("SELECT tail_first_seq, tail_events FROM worlds")] == [(None, None)]
+            assert ledger.world_info("w")["next_event_seq"] == 47

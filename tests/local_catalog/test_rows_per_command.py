@@ -220,3 +220,35 @@ def test_prune_keeps_a_command_whose_admitted_event_is_pending_even_after_the_cl
     ledger.acknowledge_outbox("w", ledger.watermark("w")["committed_seq"])
     assert ledger.prune("w", keep_ticks=1, idempotency_window_ms=0)["commands"] == 1  # delivered: it goes
     port.close()
+
+
+def test_prune_keeps_the_commands_of_the_world_row_s_pending_tail_after_the_clock_stepped_back(tmp_path):
+    """Schema 22 (docs/storage.md, "Schema version 22"): the settlements' events of two publications
+    share the world row's tail, the second's written after the clock stepped back, so it is earlier
+    than the first. The horizon stays under the earliest pending event of the tail, not its first, so
+    neither command is pruned before its event is delivered (the audit projector's backlog finds the
+    world by its commands)."""
+    clock = ManualClock(1_000)
+    port = SqliteSqlPort(tmp_path / CATALOG_FILE)
+    ledger = Ledger(port, clock)
+    ledger.create_world("w", "w")
+    epoch = ledger.acquire_writer("w")["writer_epoch"]
+    ledger.admit("w", [_row(0, 0), _row(1, 1)])  # events 1 and 2, at 1,000
+    for tick, step_ms in ((0, 9_000), (1, -9_000)):  # the clock steps on, then back
+        clock.advance(step_ms)
+        (leased,) = ledger.lease("w", "o", "s", epoch, tick, 10, 5_000)
+        settlement = {"sequence": leased["sequence"], "command_id": leased["command_id"], "outcome": "applied", "error": None}
+        manifest = {"world_id": "w", "tick": tick, "writer_epoch": epoch, "settlements": [settlement],
+                    "written_runs": [], "commit_token": f"t{tick}"}  # fmt: skip
+        ledger.publish("w", "o", "s", manifest, {"snapshot": False, "chunks": []})  # c-0 at 10,000, c-1 at 1,000
+    assert port.execute("SELECT tail_first_seq, json_array_length(tail_events) FROM worlds") == [(3, 2)]
+    assert port.execute("SELECT 1 FROM outbox") == []
+    ledger.acknowledge_outbox("w", 2)  # the admissions'
+    assert ledger.prune("w", keep_ticks=1, idempotency_window_ms=0)["commands"] == 0
+    events = [(e["event_seq"], e["command_id"], e["event_type"], e["occurred_at"]) for e in ledger.read_outbox("w")]
+    assert events == [(3, "c-0", "applied", 10_000), (4, "c-1", "applied", 1_000)]
+    ledger.acknowledge_outbox("w", 4)
+    assert port.execute("SELECT tail_events FROM worlds") == [(None,)]
+    clock.advance(9_000)
+    assert ledger.prune("w", keep_ticks=1, idempotency_window_ms=0)["commands"] == 2  # delivered: they go
+    port.close()

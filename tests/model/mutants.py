@@ -124,8 +124,8 @@ MUTANTS.update({
         (LEDGER, 'if world["tick_mode"] == "lockstep" and tick != world["tick_head"] + 1:', "if False:"),
     )),
     "lockstep-anchor-stays": ("a lockstep world's clock anchor keeps its old due time", (
-        (LEDGER, "self._port.execute(q.PUBLISH_HEAD, (tick, now, due, max(0, now - due), world_id, owner, session))",
-         'self._port.execute(q.PUBLISH_HEAD, (tick, now, world["clock_ms"], max(0, now - due), world_id, owner, session))'),
+        (LEDGER, "self._port.execute(q.PUBLISH_HEAD, (tick, now, due, max(0, now - due), world_id, owner, session,",
+         'self._port.execute(q.PUBLISH_HEAD, (tick, now, world["clock_ms"], max(0, now - due), world_id, owner, session,'),
     )),
     "lockstep-no-pause": ("a host runs a pause's missed lockstep ticks back to back", (
         (CLOCK, "now_ms - ready > max(self.interval_ms, PAUSE_MS)", "now_ms - ready > 10**12"),

@@ -1330,15 +1330,20 @@ class Ledger:
             now = self._clock.now_ms()
             self._port.execute(q.INSERT_TICK, (world_id, tick, token, json.dumps(manifest, sort_keys=True), now))
             self._write_state(world_id, tick, writes)
+            settled_sequences = [s["sequence"] for s in settlements]
+            events = canonical_text(settled_sequences)
             if settlements:
                 settled = [[s["sequence"], s["outcome"], s["error"]] for s in settlements]
                 self._port.execute(q.SETTLE, (tick, now, json.dumps(settled), world_id))
-                self._append_events(world_id, [s["sequence"] for s in settlements], now)
-            settled_sequences = {s["sequence"] for s in settlements}
-            self._release_rows(world_id, owner, session, now, settled_sequences)
+            first_event = self._world(world_id)["next_event_seq"] if settlements else None
+            self._release_rows(world_id, owner, session, now, set(settled_sequences))
             due = now if due_ms is None else min(due_ms, now)  # never due after it published (clock skew)
-            # (the session's lease entries go with the head's write)
-            self._port.execute(q.PUBLISH_HEAD, (tick, now, due, max(0, now - due), world_id, owner, session))
+            # The session's lease entries go with the head's write, and the settlements' events with it
+            # when they fit in the world row's outbox tail; otherwise they are an outbox row's.
+            self._port.execute(q.PUBLISH_HEAD, (tick, now, due, max(0, now - due), world_id, owner, session,
+                                                first_event, events))  # fmt: skip
+            if settlements:
+                self._port.execute(q.APPEND_SPILLED_EVENTS, (first_event, now, events, world_id))
             if world["health"] == "STALLED":
                 self._port.execute(q.CLEAR_HEALTH, (world_id,))
                 self._world_event(world_id, "world_recovered", tick, world["failed_attempts"], world["health_error"],

@@ -61,12 +61,13 @@ WORLD_COLUMNS = (
 # A world's next command and event sequence numbers are read off the keys they number (docs/ledger.md,
 # "Sequence numbers"): the last command's sequence, the last event's in the outbox and the last
 # command's `admitted` event (read off its row since version 21: the last command's is the latest of
-# them), one index seek each, so an admission writes no world row. The row's columns are floors for
-# what the keys no longer show: prune raises `next_sequence` before it deletes commands, and an
-# acknowledgement's `projected_seq` covers the events it deleted (prune deletes no command whose
-# `admitted` event is not acknowledged). A command row carrying no number (a redrive) has its first
-# event numbered as read before the row went in, and written to the outbox: read after, the last
-# command would show no number and hand out an `admitted` event's again.
+# them) and the world row's outbox tail (version 22), one index seek each, so an admission writes no
+# world row. The row's columns are floors for what the keys no longer show: prune raises
+# `next_sequence` before it deletes commands, and an acknowledgement's `projected_seq` covers the
+# events it deleted or cleared off the tail (prune deletes no command whose `admitted` event is not
+# acknowledged). A command row carrying no number (a redrive) has its first event numbered as read
+# before the row went in, and written to the outbox: read after, the last command would show no
+# number and hand out an `admitted` event's again.
 # The world's last command: `lc` of a statement that joins it (LAST_COMMAND_JOIN, one seek for both
 # numbers), or its columns read by subqueries (one seek each).
 LAST_SEQUENCE_EXPR = "(SELECT max(l.sequence) FROM commands AS l WHERE l.world_id = w.world_id)"
@@ -79,6 +80,7 @@ def next_numbers(last_sequence: str, last_admitted_event: str) -> tuple[str, str
     return (f"max(w.next_sequence, coalesce({last_sequence}, 0) + 1)",
             "max(w.next_event_seq, w.projected_seq + 1, "
             "coalesce((SELECT max(o.last_seq) FROM outbox AS o WHERE o.world_id = w.world_id), 0) + 1, "
+            "coalesce(w.tail_first_seq + json_array_length(w.tail_events), 0), "
             f"coalesce({last_admitted_event}, 0) + 1)")  # fmt: skip
 
 
@@ -142,27 +144,75 @@ HOSTED_WORLDS = f"SELECT {WORLD_COLUMNS} FROM worlds WHERE host_owner = ? ORDER 
 TAKE_ENTITY_IDS = "UPDATE worlds SET next_entity_id = next_entity_id + ?, updated_at = ? WHERE world_id = ?"
 # Before commands are deleted: the next sequence stays above every sequence ever handed out.
 RAISE_SEQUENCE_FLOOR = "UPDATE worlds SET next_sequence = ?1 WHERE world_id = ?2 AND next_sequence < ?1"
+# -- the outbox's tail on the world row (schema version 22: docs/storage.md, "Schema version 22") --
+# The events of one transition of commands: one per command sequence in the JSON array {sequences},
+# in array order, numbered from {first}, at time {at}, as one row (world_id, first_seq, occurred_at,
+# events: a JSON array), none when there is no command; the event type follows from the status the
+# transition left the command in. (A payload enters as plain text, `'' || json_object(...)`, so it is
+# read back as the very text written.) An operator's call binds {asked_by}, `{{"actor": ...}}`: its
+# events' payloads name who asked.
+def command_events(*, first: str, at: str, sequences: str, world: str, asked_by: str) -> str:
+    return f"""SELECT {world} AS world_id, CAST({first} AS INTEGER) AS first_seq, {at} AS occurred_at,
+        json_group_array(json(event)) AS events
+    FROM (SELECT json_array(c.command_id,
+            CASE c.status WHEN 'PENDING' THEN CASE WHEN c.redriven_from IS NULL THEN 'admitted' ELSE 'redriven' END
+                WHEN 'APPLIED' THEN 'applied' WHEN 'REJECTED' THEN 'rejected'
+                WHEN 'RETRYABLE' THEN 'retry_scheduled' WHEN 'DEAD_LETTER' THEN 'dead_lettered'
+                WHEN 'CANCELLED' THEN 'cancelled' END,
+            c.status, c.operation, coalesce(c.applied_tick, c.scheduled_tick), c.principal, c.origin,
+            '' || CASE WHEN {asked_by} IS NULL
+                THEN json_object('attempts', c.attempts, 'max_attempts', c.max_attempts, 'error', c.last_error)
+                ELSE json_object('attempts', c.attempts, 'max_attempts', c.max_attempts, 'error', c.last_error,
+                                 'actor', json_extract({asked_by}, '$.actor')) END,
+            CAST({at} AS INTEGER)) AS event
+        FROM json_each({sequences}) AS j CROSS JOIN commands AS c ON c.world_id = {world} AND c.sequence = j.value ORDER BY j.key)
+    HAVING count(*) > 0"""
+
+
+# The tail (`tail_first_seq`, `tail_events`: events numbered from the first, as an outbox row's) holds
+# the events of publications that fit in OUTBOX_APPEND_LIMIT characters, written in the statement
+# that writes the world row anyway (on the Durable Object a row written by two statements counts
+# twice). {w} qualifies the world row's columns.
+TAIL_LAST_EXPR = "{w}tail_first_seq + json_array_length({w}tail_events) - 1"
+# The new events fit when the tail's every event is acknowledged (they take it over) or when they
+# follow its last and both stay small; NULL (no event) fits nowhere.
+OUTBOX_APPEND_LIMIT = 700
+WORLD_TAIL_LAST_EXPR = TAIL_LAST_EXPR.format(w="worlds.")
+TAIL_TAKEN_OVER_EXPR = f"(worlds.tail_events IS NULL OR {WORLD_TAIL_LAST_EXPR} <= worlds.projected_seq)"
+TAIL_FITS_EXPR = f"""length(n.events) + CASE WHEN {TAIL_TAKEN_OVER_EXPR} THEN 0
+        WHEN {WORLD_TAIL_LAST_EXPR} = n.first_seq - 1 THEN length(worlds.tail_events) ELSE {OUTBOX_APPEND_LIMIT} + 1 END
+        <= {OUTBOX_APPEND_LIMIT}"""
 # A published tick: the new head, the crash guard cleared, the publishing session's leases given back
 # (its settled commands' and its released tail's), and a lockstep world's clock anchor
-# following its head (the tick, when it was due, how late it published), and the floor of open commands
-# due at once moved up to the first still open (past the last command when none is). One statement: on
-# the Durable Object each is a row written.
+# following its head (the tick, when it was due, how late it published), the floor of open commands
+# due at once moved up to the first still open (past the last command when none is), and the
+# settlements' events (?9: their sequences, numbered from ?8) in the outbox's tail when they fit
+# (APPEND_SPILLED_EVENTS appends them to the outbox otherwise). One statement: on the Durable Object
+# each is a row written.
 DUE_FLOOR_EXPR = """coalesce((SELECT c.sequence FROM commands AS c WHERE c.world_id = worlds.world_id
         AND c.sequence >= worlds.due_floor AND c.is_open = 1 AND c.due_later IS NULL ORDER BY c.sequence LIMIT 1),
     (SELECT max(c.sequence) + 1 FROM commands AS c WHERE c.world_id = worlds.world_id), worlds.due_floor)"""
-PUBLISH_HEAD = f"""UPDATE worlds SET tick_head = ?1, updated_at = ?2, guard_sequence = NULL, guard_session = NULL,
+PUBLISH_HEAD = f"""WITH n AS MATERIALIZED ({command_events(first="?8", at="?2", sequences="?9", world="?5", asked_by="NULL")})
+    UPDATE worlds SET tick_head = ?1, updated_at = ?2, guard_sequence = NULL, guard_session = NULL,
         leases = {LEASES_WITHOUT_SESSION_EXPR.format(owner='?6', session='?7')}, due_floor = {DUE_FLOOR_EXPR},
         clock_tick = CASE WHEN tick_mode = 'lockstep' THEN ?1 ELSE clock_tick END,
         clock_ms = CASE WHEN tick_mode = 'lockstep' THEN ?3 ELSE clock_ms END,
-        tick_lag_ms = CASE WHEN tick_mode = 'lockstep' THEN ?4 ELSE tick_lag_ms END
+        tick_lag_ms = CASE WHEN tick_mode = 'lockstep' THEN ?4 ELSE tick_lag_ms END,
+        (tail_first_seq, tail_events) = (SELECT CASE WHEN NOT coalesce({TAIL_FITS_EXPR}, 0) THEN worlds.tail_first_seq
+                WHEN {TAIL_TAKEN_OVER_EXPR} THEN n.first_seq ELSE worlds.tail_first_seq END,
+            CASE WHEN NOT coalesce({TAIL_FITS_EXPR}, 0) THEN worlds.tail_events WHEN {TAIL_TAKEN_OVER_EXPR} THEN n.events
+                ELSE substr(worlds.tail_events, 1, length(worlds.tail_events) - 1) || ',' || substr(n.events, 2) END
+            FROM (SELECT 1) LEFT JOIN n ON true)
     WHERE world_id = ?5"""
 # The watermark, and with it the last command up to which every `admitted` event read off a command row
 # is acknowledged (the first one after it not acknowledged, less one; all of them: the last command):
 # the readers of pending events start after it. It walks the commands the watermark passed, once.
-SET_PROJECTED_SEQ = """UPDATE worlds SET projected_seq = ?1, projected_through_sequence = max(projected_through_sequence,
+SET_PROJECTED_SEQ = f"""UPDATE worlds SET projected_seq = ?1, projected_through_sequence = max(projected_through_sequence,
         coalesce((SELECT c.sequence - 1 FROM commands AS c WHERE c.world_id = ?2
                 AND c.sequence > worlds.projected_through_sequence AND c.admitted_event_seq > ?1 ORDER BY c.sequence LIMIT 1),
-            (SELECT max(l.sequence) FROM commands AS l WHERE l.world_id = ?2), 0))
+            (SELECT max(l.sequence) FROM commands AS l WHERE l.world_id = ?2), 0)),
+        tail_first_seq = CASE WHEN {WORLD_TAIL_LAST_EXPR} <= ?1 THEN NULL ELSE tail_first_seq END,
+        tail_events = CASE WHEN {WORLD_TAIL_LAST_EXPR} <= ?1 THEN NULL ELSE tail_events END
     WHERE world_id = ?2 AND projected_seq < ?1"""
 SET_GUARD = "UPDATE worlds SET guard_sequence = ?, guard_session = ? WHERE world_id = ?"
 # A tick failed before it was prepared: one more failed attempt; the first one stalls the world.
@@ -379,7 +429,6 @@ LIST_STATE_DELTAS = "SELECT body FROM state_deltas WHERE world_id = ? AND tick >
 # OUTBOX_APPEND_LIMIT characters of events: an append rewrites the row whole, and a clustered row
 # spills to overflow pages past about 1,000 bytes; at 700 a leaf page holds five, and a single
 # admission on the local catalog writes no more WAL pages than a row per append did (docs/storage.md).
-OUTBOX_APPEND_LIMIT = 700
 OUTBOX_TAIL_ACKNOWLEDGED_EXPR = "outbox.last_seq <= (SELECT w.projected_seq FROM worlds AS w WHERE w.world_id = outbox.world_id)"
 
 
@@ -404,25 +453,15 @@ def outbox_append(new_events: str) -> str:
             ELSE substr(outbox.events, 1, length(outbox.events) - 1) || ',' || substr(excluded.events, 2) END"""
 
 
-# One event per command sequence in a JSON array (?3), in array order, numbered from ?1, at time ?2;
-# the event type follows from the status the transition left the command in. (A payload enters as
-# plain text, `'' || json_object(...)`, so it is read back as the very text written.) An operator's
-# call binds ?5, `{"actor": ...}`: its events' payloads name who asked.
-APPEND_EVENTS = outbox_append("""SELECT ?4 AS world_id, CAST(?1 AS INTEGER) AS first_seq, ?2 AS occurred_at,
-        json_group_array(json(event)) AS events
-    FROM (SELECT json_array(c.command_id,
-            CASE c.status WHEN 'PENDING' THEN CASE WHEN c.redriven_from IS NULL THEN 'admitted' ELSE 'redriven' END
-                WHEN 'APPLIED' THEN 'applied' WHEN 'REJECTED' THEN 'rejected'
-                WHEN 'RETRYABLE' THEN 'retry_scheduled' WHEN 'DEAD_LETTER' THEN 'dead_lettered'
-                WHEN 'CANCELLED' THEN 'cancelled' END,
-            c.status, c.operation, coalesce(c.applied_tick, c.scheduled_tick), c.principal, c.origin,
-            '' || CASE WHEN ?5 IS NULL
-                THEN json_object('attempts', c.attempts, 'max_attempts', c.max_attempts, 'error', c.last_error)
-                ELSE json_object('attempts', c.attempts, 'max_attempts', c.max_attempts, 'error', c.last_error,
-                                 'actor', json_extract(?5, '$.actor')) END,
-            CAST(?2 AS INTEGER)) AS event
-        FROM json_each(?3) AS j CROSS JOIN commands AS c ON c.world_id = ?4 AND c.sequence = j.value ORDER BY j.key)
-    HAVING count(*) > 0""")
+# One event per command sequence in a JSON array (?3), in array order, numbered from ?1, at time ?2
+# (an operator's call binds ?5: command_events). The publication's settlements append theirs to the
+# world row's tail when they fit there (PUBLISH_HEAD, above), and APPEND_SPILLED_EVENTS the ones
+# that did not: when the tail holds ?1 it reads no command and appends nothing.
+APPEND_EVENTS = outbox_append(command_events(first="?1", at="?2", sequences="?3", world="?4", asked_by="?5"))
+SPILLED_SEQUENCES_EXPR = f"""(SELECT ?3 FROM worlds AS tw WHERE tw.world_id = ?4
+        AND NOT coalesce(?1 BETWEEN tw.tail_first_seq AND {TAIL_LAST_EXPR.format(w='tw.')}, 0))"""
+APPEND_SPILLED_EVENTS = outbox_append(
+    command_events(first="?1", at="?2", sequences=SPILLED_SEQUENCES_EXPR, world="?4", asked_by="NULL"))
 OUTBOX_COLUMNS = (
     "event_id, world_id, event_seq, command_id, event_type, status, operation, tick, principal, origin, "
     "occurred_at, payload"
@@ -445,19 +484,30 @@ APPEND_WORLD_EVENT = outbox_append("""SELECT world_id, CAST(?1 AS INTEGER) AS fi
 PENDING_ADMITTED_JOIN = """worlds AS pw CROSS JOIN commands AS d ON d.world_id = pw.world_id
         AND d.sequence > pw.projected_through_sequence
     WHERE pw.world_id = {world} AND d.admitted_event_seq > {after}"""
-# The events after a sequence number, in order: both streams, each up to the page's limit, merged by
-# number. The outbox's from the row holding the next event on (through the key), each row's events
-# in array order (json_each's; the ledger checks the order, never assumes it: sorting on e.key too
-# would sort the whole backlog before the LIMIT); the admitted ones from the first pending command on.
-READ_OUTBOX = f"""SELECT ?1 || '/' || e.event_seq AS event_id, ?1 AS world_id, e.* FROM (
-    SELECT * FROM (SELECT o.first_seq + e.key AS event_seq, json_extract(e.value, '$[0]') AS command_id,
+# The events of the JSON arrays `{rows}.{events}` of `{table}` (the outbox's rows, or the world row's
+# tail), each numbered from `{rows}.{first}`; an event's time is its own (index 8) or, written before
+# version 19, its row's `{at}`. `e` is the json_each of each array.
+def unfolded_events(table: str, rows: str, first: str, events: str, at: str) -> str:
+    return f"""SELECT {rows}.{first} + e.key AS event_seq, json_extract(e.value, '$[0]') AS command_id,
             json_extract(e.value, '$[1]') AS event_type, json_extract(e.value, '$[2]') AS status,
             json_extract(e.value, '$[3]') AS operation, json_extract(e.value, '$[4]') AS tick,
             json_extract(e.value, '$[5]') AS principal, json_extract(e.value, '$[6]') AS origin,
-            coalesce(json_extract(e.value, '$[8]'), o.occurred_at) AS occurred_at, json_extract(e.value, '$[7]') AS payload
-        FROM outbox AS o CROSS JOIN json_each(o.events) AS e
+            coalesce(json_extract(e.value, '$[8]'), {at}) AS occurred_at, json_extract(e.value, '$[7]') AS payload
+        FROM {table} AS {rows} CROSS JOIN json_each({rows}.{events}) AS e"""
+
+
+# The events after a sequence number, in order: the three streams, each up to the page's limit,
+# merged by number. The outbox's from the row holding the next event on (through the key), each
+# row's events in array order (json_each's; the ledger checks the order, never assumes it: sorting
+# on e.key too would sort the whole backlog before the LIMIT); the world row's tail (version 22); the
+# admitted ones from the first pending command on.
+READ_OUTBOX = f"""SELECT ?1 || '/' || e.event_seq AS event_id, ?1 AS world_id, e.* FROM (
+    SELECT * FROM ({unfolded_events("outbox", "o", "first_seq", "events", "o.occurred_at")}
         WHERE o.world_id = ?1 AND o.last_seq > ?2 AND o.first_seq + e.key > ?2
         ORDER BY o.last_seq LIMIT ?3)
+    UNION ALL
+    SELECT * FROM ({unfolded_events("worlds", "tw", "tail_first_seq", "tail_events", "NULL")}
+        WHERE tw.world_id = ?1 AND tw.tail_first_seq + e.key > ?2 LIMIT ?3)
     UNION ALL
     SELECT * FROM (SELECT d.admitted_event_seq, d.command_id, 'admitted', 'PENDING', d.operation, d.scheduled_tick,
             d.principal, d.origin, d.created_at, '' || json_object('attempts', 0, 'max_attempts', d.max_attempts, 'error', NULL)
@@ -477,7 +527,10 @@ DELETE_OUTBOX_UPTO = """DELETE FROM outbox WHERE world_id = ?1 AND last_seq <= ?
 # key and of the commands' (an admission's event is read off its command row), one look-up per world
 # holding a row. An acknowledgement leaves a world's last row for its
 # next append (above), so the worlds that ever had events are visited, one seek each, and those
-# with nothing pending left out; a world without events (or one only forked) costs nothing.
+# with nothing pending left out; a world without events (or one only forked) costs nothing. A world
+# whose events pending are on its row's tail (version 22) is among those holding commands: the tail
+# holds settlements' events, and prune keeps a command whose settlement event is pending there
+# (FIRST_PENDING_EVENT reads the earliest of the tail's pending events, whatever the clock did).
 BACKLOG_WORLDS = f"""WITH RECURSIVE in_outbox(world_id) AS (
         SELECT min(world_id) FROM outbox
         UNION ALL
@@ -646,13 +699,18 @@ PRUNABLE_STATUSES = "('APPLIED', 'REJECTED', 'CANCELLED')"
 # row holding one, and the least time of its pending events, which is the first's: the clock does
 # not go backwards. A minimum over the whole backlog would read all of it.) The first pending
 # `admitted` event read off a command row is the first command's after the world's
-# `projected_through_sequence` whose number is past the watermark: one more seek, and the earlier of
-# the two is the first pending event's.
+# `projected_through_sequence` whose number is past the watermark: one more seek. The world row's
+# tail (version 22) holds a few events: the earliest of its pending ones, so a command whose
+# settlement event is pending there is never pruned, even if the clock stepped back between two of
+# them (the audit projector's backlog finds the world by its commands: BACKLOG_WORLDS).
 FIRST_PENDING_EVENT = f"""SELECT min(at) FROM (
     SELECT min(coalesce(json_extract(e.value, '$[8]'), o.occurred_at)) AS at
     FROM (SELECT first_seq, occurred_at, events FROM outbox WHERE world_id = ?1 AND last_seq > ?2
         ORDER BY last_seq LIMIT 1) AS o CROSS JOIN json_each(o.events) AS e
     WHERE o.first_seq + e.key > ?2
+    UNION ALL
+    SELECT min(json_extract(e.value, '$[8]')) FROM worlds AS tw CROSS JOIN json_each(tw.tail_events) AS e
+    WHERE tw.world_id = ?1 AND tw.tail_first_seq + e.key > ?2
     UNION ALL
     SELECT * FROM (SELECT d.created_at FROM {PENDING_ADMITTED_JOIN.format(world="?1", after="?2")}
         ORDER BY d.sequence LIMIT 1))"""

@@ -589,10 +589,21 @@ V21_ADMITTED_EVENTS = Migration(21, "admitted events read off the command rows, 
         (SELECT max(c.sequence) FROM commands AS c WHERE c.world_id = worlds.world_id), 0)""",
 ))  # fmt: skip
 
+# Version 22: the outbox's tail on the world row (docs/storage.md, "Schema version 22"). A publication
+# whose settlements' events fit in a small tail (`tail_events`, numbered from `tail_first_seq`, as an
+# outbox row's) writes them in the world-row write it makes anyway, and the acknowledgement that
+# covers them clears them in its own: at one command per tick no outbox row is written. No row moves:
+# the outbox's rows stay where they are, and a world starts without a tail.
+V22_WORLD_ROW_TAIL = Migration(22, "the publication's events kept on the world row while they are few", (
+    "ALTER TABLE worlds ADD COLUMN tail_first_seq INTEGER",
+    "ALTER TABLE worlds ADD COLUMN tail_events TEXT",
+))  # fmt: skip
+
 MIGRATIONS = (V1_SCHEMA, V2_EXACTLY_ONCE, V3_STATE_CHUNKS, V4_HEALTH_AND_REDRIVE, V5_RETENTION, V6_COMPONENT_SCHEMAS,
               V7_TICK_CLOCK, V8_WORLD_LEASES, V9_DERIVED_SEQUENCES, V10_RUNNER_REGISTRY, V11_DURABLE_FACTS,
               V12_TICK_MODES, V13_FEWER_ROWS, V14_STATE_HISTORY, V15_COMMAND_ID_FIRST, V16_FORK_COPIES,
-              V17_LEASE_MAP, V18_NO_SETTLED_INDEX, V19_OUTBOX_TAIL, V20_DUE_FLOOR, V21_ADMITTED_EVENTS)  # fmt: skip
+              V17_LEASE_MAP, V18_NO_SETTLED_INDEX, V19_OUTBOX_TAIL, V20_DUE_FLOOR, V21_ADMITTED_EVENTS,
+              V22_WORLD_ROW_TAIL)  # fmt: skip
 SCHEMA_VERSION = MIGRATIONS[-1].version
 
 HAS_META = "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'"
