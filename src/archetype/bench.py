@@ -108,10 +108,12 @@ class RawLedger:
         """Read the counters afresh: another workbench may have written this world meanwhile. (They are
         read off the keys, as the ledger reads them; the row writes keep them in memory.)"""
         row = self.conn.execute(
-            f"SELECT {ledger_sql.NEXT_SEQUENCE_EXPR}, {ledger_sql.NEXT_EVENT_SEQ_EXPR}, w.tick_head FROM worlds AS w "
-            "WHERE w.world_id = ?", (RAW_WORLD,)
+            f"SELECT {ledger_sql.NEXT_SEQUENCE_EXPR}, {ledger_sql.NEXT_EVENT_SEQ_EXPR}, w.tick_head, w.tail_first_seq, "
+            "w.tail_events, json_array_length(w.tail_events) FROM worlds AS w WHERE w.world_id = ?", (RAW_WORLD,)
         ).fetchone()
-        self.sequence, self.event_seq, self.tick = row
+        self.sequence, self.event_seq, self.tick = row[:3]
+        # the world row's outbox tail (schema 22): its first event's number, its events, how many
+        self.tail: tuple[int, str, int] | None = None if row[3] is None else row[3:]
 
     def close(self) -> None:
         self.conn.close()
@@ -122,10 +124,22 @@ class RawLedger:
         self.conn.execute("COMMIT")
 
     def _events(self, ids: list[str], event_type: str, status: str, tick: int, now: int) -> None:
-        """The events of one transition of these commands: one outbox row, as the ledger writes them."""
+        """The events of one transition of these commands, as the ledger keeps them (schema 22): on the
+        world row's tail when they follow its last event and the two stay within OUTBOX_APPEND_LIMIT
+        characters (written by the publication's world-row write), else one outbox row. Nothing here
+        acknowledges events, so a tail is never taken over."""
         first, self.event_seq = self.event_seq, self.event_seq + len(ids)
         payload = json.dumps({"attempts": 0, "error": None, "max_attempts": 3})
-        events = json.dumps([[cid, event_type, status, "spawn", tick, None, "local", payload] for cid in ids])
+        events = json.dumps([[cid, event_type, status, "spawn", tick, None, "local", payload, now] for cid in ids])
+        if self.tail is None:
+            tail: tuple[int, str, int] | None = (first, events, len(ids))
+        elif self.tail[0] + self.tail[2] == first:
+            tail = (self.tail[0], self.tail[1][:-1] + "," + events[1:], self.tail[2] + len(ids))
+        else:
+            tail = None
+        if tail is not None and len(tail[1]) <= ledger_sql.OUTBOX_APPEND_LIMIT:
+            self.tail = tail
+            return
         self.conn.execute(
             "INSERT INTO outbox (world_id, last_seq, first_seq, occurred_at, events) VALUES (?, ?, ?, ?, ?)",
             (RAW_WORLD, self.event_seq - 1, first, now, events),
@@ -194,8 +208,9 @@ class RawLedger:
                 [(tick, now, RAW_WORLD, cid) for cid in due],
             )
             self._events(due, "applied", "APPLIED", tick, now)
-            self.conn.execute(f"UPDATE worlds SET tick_head = ?, leases = NULL, due_floor = {ledger_sql.DUE_FLOOR_EXPR} "
-                              "WHERE world_id = ?", (tick, RAW_WORLD))
+            tail_first, tail_events = self.tail[:2] if self.tail else (None, None)
+            self.conn.execute(f"UPDATE worlds SET tick_head = ?, leases = NULL, due_floor = {ledger_sql.DUE_FLOOR_EXPR}, "
+                              "tail_first_seq = ?, tail_events = ? WHERE world_id = ?", (tick, tail_first, tail_events, RAW_WORLD))
 
         self._tx(lease)
         self._tx(publish)
