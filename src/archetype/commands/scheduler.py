@@ -186,7 +186,7 @@ class CommandScheduler:
         self._new_session = session_ids
         self._sessions: dict[str, str] = {}
         self._recorded: dict[str, set[str]] = {}  # world id -> the fingerprints this process recorded there
-        self._marks: dict[str, tuple[str, ...]] = {}  # world id -> its recorded fingerprints as marks in text (_all_recorded)
+        self._marks: dict[str, tuple[str, ...]] = {}  # world id -> those fingerprints as marks in text (_all_recorded)
 
     def session(self, world_id: str) -> str:
         """This incarnation's session for a world's leases."""
@@ -232,7 +232,9 @@ class CommandScheduler:
                 await self.authority.record_components(world_id, list(fresh.values()))
             except NOT_THERE:
                 return  # the call this records for (admit, reserve_spawn, publish) answers that itself
-            self._recorded.setdefault(world_id, set()).update(fresh)
+            recorded = self._recorded.setdefault(world_id, set())
+            recorded.update(fresh)
+            self._marks[world_id] = tuple(_IDENTITY_MARK + fingerprint for fingerprint in recorded)
 
     async def record_named(self, world_id: str, texts: Iterable[str], *, admitting: bool = True) -> None:
         """Record the schemas of the loaded classes that canonical JSON `texts` name (payloads, an
@@ -258,9 +260,7 @@ class CommandScheduler:
         """Whether every component identity in `texts` names a fingerprint this process recorded
         in the world: each identity mark is counted, and so are the marks of each recorded
         fingerprint (two can never match at one place: fingerprints are all 64 hex digits)."""
-        marked = self._marks.get(world_id)
-        if marked is None or len(marked) != len(self._recorded.get(world_id, ())):
-            marked = self._marks[world_id] = tuple(_IDENTITY_MARK + fingerprint for fingerprint in self._recorded.get(world_id, ()))
+        marked = self._marks.get(world_id, ())
         for text in texts:
             unknown = text.count(_IDENTITY_MARK)
             for mark in marked:
