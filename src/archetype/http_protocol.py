@@ -101,7 +101,7 @@ class HeadDeadline(HttpToolsProtocol):
     /worlds/{id}/commands`, `POST /worlds`) whose whole body comes with its head, that passes
     every check of the app's front layers and of the route, is answered here: no ASGI scope,
     cycle, event or layers (a third of an admission's instructions on the loop). Its answer is
-    the app's own (`HotPath.answer`), written as uvicorn writes one, and timed by the app's
+    the app's own (`HotRoutes.answer`), written as uvicorn writes one, and timed by the app's
     metrics; any other request, or one a check would refuse, is handed to uvicorn as if it had
     just been parsed, and ASGI answers it as ever."""
 
@@ -127,6 +127,10 @@ class HeadDeadline(HttpToolsProtocol):
         super().data_received(data)
         if self._held is not None:  # a held request's body is still to come: ASGI reads it, with its deadline
             self._hand_over(complete=False)
+
+    def on_message_begin(self) -> None:
+        # uvicorn's, but for the ASGI scope, built once ASGI gets the request (`_asgi_request`): a hot one has none
+        self.url, self.expect_100_continue, self.headers = b"", False, []
 
     def on_headers_complete(self) -> None:
         self._heads += 1
@@ -188,9 +192,9 @@ class HeadDeadline(HttpToolsProtocol):
             super().on_message_complete()
 
     async def _answer(self, held: Held, admissible: Admissible, cycle: HotCycle, path: str) -> None:
-        assert self.hot_path is not None
+        assert self.hot_path is not None and self.hot_path.routes is not None
         started = time.perf_counter()
-        answer, raised = await self.hot_path.answer(held.hot, held.world_id, admissible, path)
+        answer, raised = await self.hot_path.routes.answer(held.hot, held.world_id, admissible, path)
         if not cycle.disconnected:
             self.transport.write(self._written(answer, cycle))
             cycle.response_complete = True
@@ -217,6 +221,10 @@ class HeadDeadline(HttpToolsProtocol):
         return b"".join(content)
 
     def _asgi_request(self) -> None:
+        url, headers, expect_100_continue = self.url, self.headers, self.expect_100_continue
+        super().on_message_begin()  # the scope (and a fresh start of what the callbacks gathered: put back)
+        self.url, self.headers, self.expect_100_continue = url, headers, expect_100_continue
+        self.scope["headers"] = headers
         super().on_headers_complete()
         # a cycle for this head (not an upgrade), whose answer has a body write (not HEAD's) to carry its head
         if self.cycle is not None and self.cycle.scope is self.scope and self.scope["method"] != "HEAD":

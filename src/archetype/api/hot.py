@@ -240,10 +240,6 @@ class HotPath:
             return None
         return self.routes.admissible(hot, headers, value)
 
-    async def answer(self, hot: HotRoute, world_id: str | None, admissible: Admissible, path: str) -> tuple[Answer, Exception | None]:
-        assert self.routes is not None
-        return await self.routes.answer(hot, world_id, admissible, path)
-
     def observe(self, method: str, path: str, route: str, status: int, seconds: float) -> None:
         for observer in self.observers:
             observer(method, path, route, status, seconds)
