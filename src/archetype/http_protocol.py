@@ -54,33 +54,25 @@ class OneWrite:
         return self.transport.is_closing()
 
 
-class HotCycle:
-    """What uvicorn's protocol reads and sets of the request in flight (`self.cycle`), for one the
-    hot path answers: it waits on the next request's start (pipelining), is told of a lost
-    connection, and of a shutdown (the answer then closes the connection)."""
+class HotRequest:
+    """A hot route's request the hot path holds (its body gathered within one `data_received`) or
+    answers; while in flight it is also what uvicorn's protocol reads and sets of the request in
+    flight (`self.cycle`): a next request waits on its end (pipelining), and it is told of a lost
+    connection and of a shutdown (its answer then closes the connection)."""
 
-    __slots__ = ("disconnected", "keep_alive", "response_complete")
+    __slots__ = ("body", "disconnected", "headers", "hot", "keep_alive", "prior", "response_complete", "world_id")
 
-    def __init__(self, keep_alive: bool) -> None:
-        self.keep_alive = keep_alive
+    def __init__(self, hot: HotRoute, world_id: str | None, headers: dict[bytes, bytes], prior: Any, keep_alive: bool) -> None:
+        self.hot, self.world_id, self.headers, self.prior, self.keep_alive = hot, world_id, headers, prior, keep_alive
+        self.body = bytearray()
         self.disconnected = self.response_complete = False
 
     @property
-    def message_event(self) -> HotCycle:  # a lost connection wakes the cycle's body reader: there is none
+    def message_event(self) -> HotRequest:  # a lost connection wakes the cycle's body reader: there is none
         return self
 
     def set(self) -> None:
         pass
-
-
-class Held:
-    """A hot route's request between its head and its body's end, within one `data_received`."""
-
-    __slots__ = ("body", "headers", "hot", "prior", "world_id")
-
-    def __init__(self, hot: HotRoute, world_id: str | None, headers: dict[bytes, bytes], prior: Any) -> None:
-        self.hot, self.world_id, self.headers, self.prior = hot, world_id, headers, prior
-        self.body = bytearray()
 
 
 class HeadDeadline(HttpToolsProtocol):
@@ -111,7 +103,7 @@ class HeadDeadline(HttpToolsProtocol):
         # uvicorn's access log names the client as its proxy headers layer rewrites it: ASGI's to write
         usable = hot_path is not None and hot_path.ready and not self.access_log and self.limit_concurrency is None
         self.hot_path = hot_path if usable else None
-        self._held: Held | None = None
+        self._held: HotRequest | None = None
         self.head_timeout_s = head_timeout_s
         self._head_due = 0.0  # loop time by which the awaited head must be complete
         self._idle_due: float | None = None  # loop time by which bytes must come after the last answer (None: they came)
@@ -136,11 +128,11 @@ class HeadDeadline(HttpToolsProtocol):
         self._heads += 1
         self._held = self._hot_request()
         if self._held is not None:
-            self.cycle = HotCycle(self.parser.should_keep_alive())  # type: ignore[assignment]  # what uvicorn reads of it
+            self.cycle = self._held  # type: ignore[assignment]  # what uvicorn reads of it
         else:
             self._asgi_request()
 
-    def _hot_request(self) -> Held | None:
+    def _hot_request(self) -> HotRequest | None:
         """A request the hot path may answer, by its head: a hot route's target, none in flight
         on the connection, every header sent once, a declared body within BodyLimit's limit."""
         path = self.hot_path
@@ -156,7 +148,7 @@ class HeadDeadline(HttpToolsProtocol):
             return None
         if declared is None or not declared.isdigit() or not 0 < int(declared) <= path.max_bytes:  # type: ignore[operator]
             return None
-        return Held(*routed, headers, self.cycle)
+        return HotRequest(*routed, headers, self.cycle, parser.should_keep_alive())
 
     def on_body(self, body: bytes) -> None:
         if self._held is not None:
@@ -175,8 +167,7 @@ class HeadDeadline(HttpToolsProtocol):
             self._hand_over(complete=True)
             return
         self._held = None
-        cycle: HotCycle = self.cycle  # type: ignore[assignment]  # (a pipelined request's takes its place in a moment)
-        task = self.loop.create_task(self._answer(held, admissible, cycle, self.url.decode("ascii")))
+        task = self.loop.create_task(self._answer(held, admissible, self.url.decode("ascii")))
         task.add_done_callback(self.tasks.discard)  # as uvicorn keeps its own: a shutdown waits for them
         self.tasks.add(task)
 
@@ -191,14 +182,14 @@ class HeadDeadline(HttpToolsProtocol):
         if complete:
             super().on_message_complete()
 
-    async def _answer(self, held: Held, admissible: Admissible, cycle: HotCycle, path: str) -> None:
+    async def _answer(self, held: HotRequest, admissible: Admissible, path: str) -> None:
         assert self.hot_path is not None and self.hot_path.routes is not None
         started = time.perf_counter()
         answer, raised = await self.hot_path.routes.answer(held.hot, held.world_id, admissible, path)
-        if not cycle.disconnected:
-            self.transport.write(self._written(answer, cycle))
-            cycle.response_complete = True
-            if not cycle.keep_alive:
+        if not held.disconnected:
+            self.transport.write(self._written(answer, held))
+            held.response_complete = True
+            if not held.keep_alive:
                 self.transport.close()
             self.on_response_complete()
         self.hot_path.observe("POST", path, held.hot.template, answer.status_code, time.perf_counter() - started)
@@ -206,16 +197,16 @@ class HeadDeadline(HttpToolsProtocol):
             self.logger.error("Exception in ASGI application\n", exc_info=raised)
             self.transport.close()
 
-    def _written(self, answer: Answer, cycle: HotCycle) -> bytes:
+    def _written(self, answer: Answer, request: HotRequest) -> bytes:
         """The answer as uvicorn's `RequestResponseCycle.send` writes it (its default headers first,
         `connection: close` added when the connection ends), in one write as OneWrite makes it."""
         content = [STATUS_LINE[answer.status_code]]
         closing = False
         for name, value in (*self.server_state.default_headers, *answer.raw_headers):
             if name == b"connection" and b"close" in (token.strip().lower() for token in value.split(b",")):
-                cycle.keep_alive, closing = False, True
+                request.keep_alive, closing = False, True
             content += (name, b": ", value, b"\r\n")
-        if not cycle.keep_alive and not closing:
+        if not request.keep_alive and not closing:
             content.append(b"connection: close\r\n")
         content += (b"\r\n", answer.body)
         return b"".join(content)
