@@ -14,6 +14,9 @@ which gives every refusal its usual answer. The work and the answer are the rout
 `handler`, the same serialisation as the route's `response_model`, the app's answer to an
 unexpected exception), so the bytes are the same either way (tests/api/test_hot_routes.py holds
 the two paths to identical answers).
+
+`archetype serve` answers the two POST routes a step earlier still, in its HTTP protocol without
+ASGI (`HotPath`, archetype.http_protocol), with these same checks and this same work.
 """
 
 from __future__ import annotations
