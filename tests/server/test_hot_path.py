@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from archetype.api import create_app
 from archetype.api.auth import TokenTable
 from archetype.http_protocol import HeadDeadline
 from archetype.metrics import Metrics, ObservedAuthority
@@ -208,3 +209,24 @@ def test_the_hot_path_answers_every_case_as_the_asgi_path(serves):
     time.sleep(0.2)  # the disconnected client's and the deadline's requests are done with
     assert series(hot.server.url) == series(asgi.server.url)
     assert asgi.answered == 0
+
+
+class Layer:
+    def __init__(self, app) -> None:
+        self.app = app
+
+    async def __call__(self, scope, receive, send) -> None:
+        await self.app(scope, receive, send)
+
+
+async def test_only_an_app_whose_every_front_layer_says_what_it_does_has_a_hot_path(tmp_path):
+    authority = open_local_authority(tmp_path / "data")
+    try:
+        app = create_app(authority, tokens=TOKENS)
+        assert app.hot_path is not None and app.hot_path.ready
+        app.front(Layer)  # a layer a request on the hot path would skip
+        assert app.hot_path is None
+        traced = create_app(authority, tokens=TOKENS, telemetry=True)  # every request through the framework
+        assert traced.hot_path is not None and not traced.hot_path.ready
+    finally:
+        await authority.close()
