@@ -186,6 +186,8 @@ class HeadDeadline(HttpToolsProtocol):
         assert self.hot_path is not None and self.hot_path.routes is not None
         started = time.perf_counter()
         answer, raised = await self.hot_path.routes.answer(held.hot, held.world_id, admissible, path)
+        if self.flow.write_paused and not held.disconnected:  # a client not reading its answers: as uvicorn's send waits
+            await self.flow.drain()
         if not held.disconnected:
             self.transport.write(self._written(answer, held))
             held.response_complete = True
