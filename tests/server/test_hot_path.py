@@ -39,7 +39,8 @@ SOCKET_TIMEOUT_S = 60
 def request(path: str = "/worlds/w1/commands", body: bytes | dict | None = None, *, token: str | None = "t-player",
             key: str | None = None, headers: tuple[str, ...] = (), length: int | None = None,
             content_type: str | None = "application/json", version: str = "1.1") -> bytes:  # fmt: skip
-    """The raw bytes of a request; `body` a dict is sent as JSON, `length` overrides the declared one."""
+    """The raw bytes of a request; `body` a dict is sent as JSON, `length` overrides the declared one
+    (-1: none declared)."""
     data = json.dumps(body).encode() if isinstance(body, dict) else (body or b"")
     lines = [f"POST {path} HTTP/{version}", "Host: edge"]
     lines += [f"Authorization: Bearer {token}"] if token else []
@@ -100,6 +101,7 @@ CASES = [
     one(request(body=b"x" * (MAX_BODY + 1), key="l1"), None, name="too large body"),
     one(request(body=despawn(), key="l2", length=MAX_BODY + 1), None, name="too large declared"),
     one(request(body=b"", key="e1"), name="empty body"),
+    one(request(body=b"", key="m1", length=-1), name="no content-length"),
     one(CHUNKED + b"%x\r\n" % len(CHUNKED_BODY) + CHUNKED_BODY + b"\r\n0\r\n\r\n", name="chunked body"),
     one(request(body=despawn(11), key="x1", headers=("Expect: 100-continue",)), name="expect 100-continue"),
     one(request(body=despawn(12), key="v1", version="1.0"), None, name="HTTP/1.0"),
