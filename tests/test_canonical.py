@@ -274,6 +274,24 @@ def test_parse_json_reads_text_as_json_loads_does(value, encoding, ensure_ascii)
         assert _outcome(parse_json, form) == _outcome(json.loads, form)
 
 
+@given(st.dictionaries(st.text(max_size=5), st.integers(-9, 9), max_size=3) | st.lists(st.integers(-9, 9), max_size=3),
+       st.sampled_from(["", " ", "\n\t"]), st.sampled_from(["", " ", "\r\n", "x", "{}", "]"]), st.integers(0, 3),
+       st.sampled_from(["utf-8", "utf-16-le", "utf-32-be"]))  # fmt: skip
+def test_parse_json_reads_a_value_with_anything_around_it_as_json_loads_does(value, before, after, cut, encoding):
+    """parse_json scans the usual text (a value alone) without the decoder's `decode`: whitespace
+    around it, extra data or a cut text read as json.loads reads them, its errors' messages too."""
+    text = before + json.dumps(value) + after
+    raw = text[: len(text) - cut].encode(encoding)
+
+    def outcome(parse: Any) -> Any:
+        try:
+            return parse(raw)
+        except ValueError as exc:
+            return type(exc), str(exc)
+
+    assert outcome(parse_json) == outcome(json.loads)
+
+
 @given(st.lists(st.text(st.characters(max_codepoint=127)), min_size=1, max_size=4))
 def test_sha256_hex_is_sha256_of_each_text_alone(texts):
     """Each digest is of its own text only (the prebuilt hasher is copied, never fed twice)."""

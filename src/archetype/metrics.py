@@ -244,16 +244,22 @@ class HttpMetrics:
         try:
             await self.app(scope, receive, sending)
         finally:
-            seconds = time.perf_counter() - started
-            route = getattr(scope.get("route"), "path", UNMATCHED_ROUTE)
-            key = (scope["method"], route, status)
-            observe = self._observe.get(key)
-            if observe is None:
-                observe = self._observe[key] = self.metrics.http_seconds.labels(scope["method"], route, str(status)).observe
-            observe(seconds)
-            if self.log_requests:
-                access_log.info("request", extra={"fields": {"method": scope["method"], "path": scope["path"], "route": route,
-                                                             "status": status, "duration_ms": round(seconds * 1000, 3)}})  # fmt: skip
+            self.observe(scope["method"], scope["path"], getattr(scope.get("route"), "path", UNMATCHED_ROUTE), status,
+                         time.perf_counter() - started)  # fmt: skip
+
+    def observe(self, method: str, path: str, route: str, status: int, seconds: float) -> None:
+        """A request answered: here, or on serve's hot path (archetype.api.hot.HotPath)."""
+        key = (method, route, status)
+        observe = self._observe.get(key)
+        if observe is None:
+            observe = self._observe[key] = self.metrics.http_seconds.labels(method, route, str(status)).observe
+        observe(seconds)
+        if self.log_requests:
+            access_log.info("request", extra={"fields": {"method": method, "path": path, "route": route, "status": status,
+                                                         "duration_ms": round(seconds * 1000, 3)}})  # fmt: skip
+
+    def on_hot_path(self, path: Any) -> None:  # archetype.api.hot.HotPath: its requests are timed here too
+        path.observers.append(self.observe)
 
 
 class JsonFormatter(logging.Formatter):

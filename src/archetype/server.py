@@ -136,7 +136,8 @@ async def _serve(config: ServeSettings, runners: Runners, tokens: TokenTable, so
     metrics.relay(stepper.latest_metrics)
     # JSON logs: uvicorn's loggers propagate to our formatter, and our access line replaces its own
     json_logs: dict[str, Any] = {"log_config": None, "access_log": False} if config.log_format == "json" else {}
-    protocol: Any = functools.partial(HeadDeadline, head_timeout_s=config.body_timeout)  # uvicorn calls it like the class
+    # uvicorn calls it like the class; the hot routes answered by the protocol itself (archetype.http_protocol)
+    protocol: Any = functools.partial(HeadDeadline, head_timeout_s=config.body_timeout, hot_path=app.hot_path)
     server = _Server(uvicorn.Config(app, http=protocol, log_level=config.log_level, lifespan="off", **json_logs))
 
     stop = asyncio.Event()

@@ -22,9 +22,9 @@ START_TIMEOUT_S = 10
 class LoopbackServer:
     """The shared app under a real uvicorn on 127.0.0.1 (any free port), in a thread."""
 
-    def __init__(self, app) -> None:
+    def __init__(self, app, **config) -> None:
         self.app = app
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off"))
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off", **config))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
     def __enter__(self) -> LoopbackServer:

@@ -18,7 +18,7 @@ from pydantic import Field, StringConstraints
 
 from archetype.api.auth import Bearer, TokenTable, require
 from archetype.api.errors import InvalidRequestError, ShuttingDownError, install_error_handlers, unexpected_error
-from archetype.api.hot import HotRoutes, hot_route
+from archetype.api.hot import HotPath, HotRoutes, hot_route
 from archetype.api.limits import DEFAULT_BODY_TIMEOUT_S, DEFAULT_MAX_BODY_BYTES, BodyLimit
 from archetype.api.models import (
     MAX_BATCH,
@@ -136,14 +136,22 @@ class HttpApp(FastAPI):
     """FastAPI behind front layers: ASGI layers every request passes before the framework's own
     (its error pages, OpenTelemetry hooks, body limit and routing), each added with `front` (the
     last added runs first, like `add_middleware`). The requests HotRoutes answers never enter the
-    framework: its layers cost an admission a tenth of the event loop's work (docs/http.md)."""
+    framework: its layers cost an admission a tenth of the event loop's work (docs/http.md).
+    `hot_path` is what these layers do to a hot route's request, for a server answering it
+    without ASGI (archetype.api.hot.HotPath); None once a layer that cannot say was added."""
 
     def __init__(self, **settings: Any) -> None:
         super().__init__(**settings)
         self._front: Callable[..., Any] = super().__call__
+        self.hot_path: HotPath | None = HotPath()
 
     def front(self, layer: Callable[..., Any], **options: Any) -> None:
         self._front = layer(self._front, **options)
+        on_hot_path = getattr(self._front, "on_hot_path", None)
+        if on_hot_path is None:
+            self.hot_path = None
+        elif self.hot_path is not None:
+            on_hot_path(self.hot_path)
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         await self._front(scope, receive, send)

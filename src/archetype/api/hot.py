@@ -14,6 +14,9 @@ which gives every refusal its usual answer. The work and the answer are the rout
 `handler`, the same serialisation as the route's `response_model`, the app's answer to an
 unexpected exception), so the bytes are the same either way (tests/api/test_hot_routes.py holds
 the two paths to identical answers).
+
+`archetype serve` answers the two POST routes a step earlier still, in its HTTP protocol without
+ASGI (`HotPath`, archetype.http_protocol), with these same checks and this same work.
 """
 
 from __future__ import annotations
@@ -21,14 +24,14 @@ from __future__ import annotations
 import re
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from fastapi.security.utils import get_authorization_scheme_param
 from pydantic import BaseModel, ValidationError
 
 from archetype.api.auth import TokenTable
 from archetype.api.errors import UnauthenticatedError, error_response, validation_error
-from archetype.api.limits import HEADERS, PARSED_BODY, parsed_as_json
+from archetype.api.limits import HEADERS, PARSED_BODY, parsed_as_json, strict_json
 from archetype.api.models import Health
 from archetype.commands.errors import CommandError
 from archetype.commands.identity import COMMAND_ID_PATTERN
@@ -53,7 +56,8 @@ class HotRoute:
     success status; `handler` is the route's own work."""
 
     template: str
-    pattern: re.Pattern[str]
+    pattern: re.Pattern[str]  # of the decoded path
+    url: re.Pattern[bytes]  # of a request's raw target: the same, where a match has no query and no %-escape
     role: Role
     body: type[BaseModel]
     status: int
@@ -63,15 +67,35 @@ class HotRoute:
 
 def hot_route(template: str, role: Role, body: type[BaseModel], status: int, handler: Handler, *, keyed: bool) -> HotRoute:
     pattern = re.compile(re.escape(template).replace(re.escape("{world_id}"), "(" + WORLD_ID_PATTERN.strip("^$") + ")"))
-    return HotRoute(template, pattern, role, body, status, handler, keyed)
+    return HotRoute(template, pattern, re.compile(pattern.pattern.encode()), role, body, status, handler, keyed)
 
 
-async def send_json(send: Any, status: int, content: bytes) -> None:
-    """What a `response_model` route's Response sends for these bytes (the same two messages and
-    headers, in the same order), without building a Response object per answer."""
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-length", str(len(content)).encode("latin-1")), JSON_TYPE]})  # fmt: skip
-    await send({"type": "http.response.body", "body": content})
+class Answer(NamedTuple):
+    """An answer as a Starlette Response holds it (a JSONResponse is one too: same attributes)."""
+
+    status_code: int
+    raw_headers: list[tuple[bytes, bytes]]
+    body: bytes
+
+
+def json_answer(status: int, content: bytes) -> Answer:
+    """What a `response_model` route's Response holds for these bytes (the same headers, in the same
+    order), without building a Response object per answer."""
+    return Answer(status, [(b"content-length", str(len(content)).encode("latin-1")), JSON_TYPE], content)
+
+
+async def send_answer(send: Any, answer: Answer) -> None:
+    """The two messages a Starlette Response without a background task sends."""
+    await send({"type": "http.response.start", "status": answer.status_code, "headers": answer.raw_headers})
+    await send({"type": "http.response.body", "body": answer.body})
+
+
+class Admissible(NamedTuple):
+    """A hot route's request that passed every check its framework route makes."""
+
+    actor: ActorCtx
+    body: BaseModel
+    key: str | None
 
 
 class HotRoutes:
@@ -99,7 +123,7 @@ class HotRoutes:
             if (scope["method"] == "GET" and scope["path"] == HEALTH_ROUTE and self.state.admission.open
                     and self.state.storage_fault() is None):  # fmt: skip
                 scope["route"] = self.route("GET", HEALTH_ROUTE)
-                await send_json(send, 200, _HEALTH_OK)
+                await send_answer(send, json_answer(200, _HEALTH_OK))
                 return
             if scope["method"] == "POST" and PARSED_BODY in scope:  # BodyLimit read the whole body and parsed it
                 for hot in self.hot:
@@ -113,32 +137,45 @@ class HotRoutes:
     async def _answer(self, hot: HotRoute, scope: dict[str, Any], receive: Any, send: Any, world_id: str | None) -> bool:
         """Answer the request when the framework would reach the route; else leave it to the
         framework (the body unread: BodyLimit replays it)."""
-        headers = scope[HEADERS]
+        admissible = self.admissible(hot, scope[HEADERS], scope[PARSED_BODY])
+        if admissible is None:
+            return False
+        scope["route"] = self.route("POST", hot.template)
+        scope["path_params"] = {} if world_id is None else {"world_id": world_id}
+        answer, raised = await self.answer(hot, world_id, admissible, scope["path"])
+        await send_answer(send, answer)
+        if raised is not None:  # answered as the framework's error page would, then raised on for the server to log
+            raise raised
+        return True
+
+    def admissible(self, hot: HotRoute, headers: dict[bytes, bytes], value: Any) -> Admissible | None:
+        """The request's actor, body and Idempotency-Key when every check of the framework's route
+        passes (`headers` each sent once, `value` the body as the strict parser read it), else None."""
         actor = self._actor(headers.get(b"authorization"), hot.role)
         key = headers.get(b"idempotency-key") if hot.keyed else None
         content_type = headers.get(b"content-type")
         if actor is None or not self.state.admission.open or not content_type or not parsed_as_json(content_type):
-            return False
+            return None
         if key is not None and not COMMAND_ID_PATTERN.fullmatch(key.decode("latin-1")):
-            return False
+            return None
         try:
-            body = hot.body.__pydantic_validator__.validate_python(scope[PARSED_BODY])  # model_validate without its Python frame
+            body = hot.body.__pydantic_validator__.validate_python(value)  # model_validate without its Python frame
         except Exception:  # whatever refuses it, the framework answers it as it always does
-            return False
-        scope["route"] = self.route("POST", hot.template)
-        scope["path_params"] = {} if world_id is None else {"world_id": world_id}
+            return None
+        return Admissible(actor, body, None if key is None else key.decode("latin-1"))
+
+    async def answer(self, hot: HotRoute, world_id: str | None, admissible: Admissible, path: str) -> tuple[Answer, Exception | None]:
+        """The route's answer, and the exception nothing expected (answered with the app's error
+        page) for the server to log, if one was raised."""
         try:
-            answer = await hot.handler(world_id, body, actor, None if key is None else key.decode("latin-1"))
+            answer = await hot.handler(world_id, admissible.body, admissible.actor, admissible.key)
         except CommandError as exc:
-            await error_response(exc)(scope, receive, send)
+            return error_response(exc), None  # type: ignore[return-value]  # a JSONResponse holds what an Answer does
         except ValidationError as exc:
-            await error_response(validation_error(exc.errors()))(scope, receive, send)
-        except Exception as exc:  # answered as the framework's error page would, then raised on for the server to log
-            await self.on_error(scope["method"], scope["path"], exc)(scope, receive, send)
-            raise
-        else:
-            await send_json(send, hot.status, answer if isinstance(answer, bytes) else answer.__pydantic_serializer__.to_json(answer))
-        return True
+            return error_response(validation_error(exc.errors())), None  # type: ignore[return-value]
+        except Exception as exc:
+            return self.on_error("POST", path, exc), exc
+        return json_answer(hot.status, answer if isinstance(answer, bytes) else answer.__pydantic_serializer__.to_json(answer)), None
 
     def _actor(self, authorization: bytes | None, role: Role) -> ActorCtx | None:
         if authorization is None:
@@ -162,3 +199,50 @@ class HotRoutes:
             self._actors.clear()
         self._actors[(authorization, role)] = actor
         return actor
+
+    def on_hot_path(self, path: HotPath) -> None:
+        path.routes = self
+
+
+# (method, path, route template, status, seconds): a request answered, for whoever times them
+Observer = Callable[[str, str, str, int, float], None]
+
+
+class HotPath:
+    """The hot routes' requests as `archetype serve`'s HTTP protocol answers them itself, without
+    ASGI (archetype.http_protocol): what each front layer of the app does to such a request, told
+    by the layer as it is added (its `on_hot_path`, called by `HttpApp.front`). A layer without
+    one turns the hot path off (`HttpApp.hot_path` None): a request answered here would skip it."""
+
+    def __init__(self) -> None:
+        self.routes: HotRoutes | None = None
+        self.max_bytes: int | None = None  # BodyLimit's limit (a hot route carries no state)
+        self.observers: list[Observer] = []
+
+    @property
+    def ready(self) -> bool:
+        """HotRoutes behind BodyLimit: the hot routes are answered ahead of the framework."""
+        return self.routes is not None and self.max_bytes is not None
+
+    def route(self, url: bytes) -> tuple[HotRoute, str | None] | None:
+        """The hot POST route a request target names and its world id; None for any other target
+        (a query or a %-escape included: the framework's path then is not the raw target)."""
+        assert self.routes is not None
+        for hot in self.routes.hot:
+            match = hot.url.fullmatch(url)
+            if match is not None:
+                return hot, match.group(1).decode("ascii") if match.groups() else None
+        return None
+
+    def admissible(self, hot: HotRoute, headers: dict[bytes, bytes], body: bytes) -> Admissible | None:
+        """BodyLimit's strict parse of the whole body, then HotRoutes' checks: None when either
+        would hand the request on (then ASGI serves it, and answers it as ever)."""
+        assert self.routes is not None
+        value, refusal = strict_json(body)
+        if refusal is not None or value is None:
+            return None
+        return self.routes.admissible(hot, headers, value)
+
+    def observe(self, method: str, path: str, route: str, status: int, seconds: float) -> None:
+        for observer in self.observers:
+            observer(method, path, route, status, seconds)

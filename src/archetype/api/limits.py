@@ -164,6 +164,9 @@ class BodyLimit:
                 scope[PARSED_BODY] = value
         await self.app(scope, replay(body, receive), send)
 
+    def on_hot_path(self, path: Any) -> None:  # archetype.api.hot.HotPath: a hot request's whole body is at hand
+        path.max_bytes = self.max_bytes
+
     def _expire(self, task: asyncio.Task[Any]) -> None:
         self._late.add(task)
         task.cancel()

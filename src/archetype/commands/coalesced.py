@@ -58,7 +58,8 @@ class CoalescedAdmissions:
             carrying.add_done_callback(self._carrying.discard)
         future: asyncio.Future[Admitted] = loop.create_future()
         run.waiting.append((row, future))
-        return CommandIdentity(world_id=world_id, **await future)
+        # the model's validator without BaseModel.__init__'s Python frame (what it calls)
+        return CommandIdentity.__pydantic_validator__.validate_python({"world_id": world_id, **await future})
 
     async def _carry(self, run: Run) -> None:
         if self._gathering is run:

@@ -108,7 +108,8 @@ def translate(world_id: str, request: SubmitCommandRequest, *, idempotency_key: 
             f"Idempotency-Key {idempotency_key!r} and command_id {request.command_id!r} name different commands"
         )
     model, fields = MUTATIONS[request.type]
-    op = model(world_id=world_id, **{name: getattr(request, name) for name in fields})
+    # the model's validator without BaseModel.__init__'s Python frame (what it calls)
+    op = model.__pydantic_validator__.validate_python({"world_id": world_id, **{name: getattr(request, name) for name in fields}})
     options = durable_options(request.tick, request.priority, request.max_attempts)
     return DeferredItem(op=op, options=options, command_id=idempotency_key or request.command_id)
 
