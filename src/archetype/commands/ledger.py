@@ -128,7 +128,7 @@ COMMAND_FIELDS = tuple(name.strip() for name in q.COMMAND_COLUMNS.split(","))
 WORLD_FIELDS = tuple(name.strip() for name in q.WORLD_COLUMNS.split(","))
 OUTBOX_FIELDS = tuple(name.strip() for name in q.OUTBOX_COLUMNS.split(","))
 ADMISSION_KEYS = frozenset(AdmissionRow.__annotations__)
-_INSERTED = operator.itemgetter(*q.INSERTED_COMMAND_FIELDS)  # a command row's INSERT_COMMANDS array, INSERT_COMMAND's values
+_INSERTED = operator.itemgetter(*q.INSERTED_COMMAND_FIELDS)  # the submitted values of an admitted command's row
 ORIGINS = ("local", "gateway")
 RUNNER_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@:-]{0,127}")
 RUNNER_FIELDS = tuple(name.strip() for name in q.RUNNER_COLUMNS.split(","))
@@ -1053,19 +1053,17 @@ class Ledger:
             check_found(world_id, checked, known)
             if quota is not None:
                 self._charge_quota(world_id, scope, [runs_at(r["scheduled_tick"], world[3]) for r in fresh], quota, used)
-            next_sequence, next_event_seq = world[1], world[2]
-            for offset, row in enumerate(fresh):
-                row["sequence"] = next_sequence + offset
             if fresh:
                 # the sequence numbers read above are current (this transaction has written no
                 # command or event yet), and the rows written here take them: no world row to update,
                 # and no outbox row (each row carries its `admitted` event: ledger_sql.READ_OUTBOX)
-                now = self._clock.now_ms()
-                if len(fresh) == 1:
-                    self._port.execute(q.INSERT_COMMAND, (world_id, scope, next_sequence, now, next_event_seq, *_INSERTED(fresh[0])))
-                else:
-                    inserted = canonical_text([_INSERTED(r) for r in fresh])
-                    self._port.execute(q.INSERT_COMMANDS, (world_id, scope, next_sequence, now, inserted, next_event_seq))
+                next_sequence, next_event_seq = world[1], world[2]
+                inserted = []
+                for offset, row in enumerate(fresh):
+                    row["sequence"] = next_sequence + offset
+                    inserted.append((next_sequence + offset, next_event_seq + offset, *_INSERTED(row)))
+                shared = (world_id, scope, self._clock.now_ms(), world[3] + 1)
+                self._port.execute_rows(q.INSERT_COMMAND, q.INSERT_COMMANDS, shared, inserted)
             return [
                 {
                     "command_id": r["command_id"],
