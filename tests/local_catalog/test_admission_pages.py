@@ -119,7 +119,8 @@ def test_a_command_admitted_alone_is_stored_as_one_admitted_in_a_batch(tmp_path)
     for row in rows:
         for how, ledger in ledgers.items():
             ledger.create_world(f"{how}-{row['command_id']}", "w")
-            batch = [row] if how == "alone" else [{**_row(8), "principal": row["principal"]}, row, {**_row(9), "principal": row["principal"]}]
+            around = [{**_row(i), "principal": row["principal"]} for i in (8, 9)]
+            batch = [row] if how == "alone" else [around[0], row, around[1]]
             ledger.admit(f"{how}-{row['command_id']}", batch)
     # every column but the world's id, the digest (which covers the world's id) and the sequence (the
     # batches' second command)
