@@ -128,6 +128,9 @@ COMMAND_FIELDS = tuple(name.strip() for name in q.COMMAND_COLUMNS.split(","))
 WORLD_FIELDS = tuple(name.strip() for name in q.WORLD_COLUMNS.split(","))
 OUTBOX_FIELDS = tuple(name.strip() for name in q.OUTBOX_COLUMNS.split(","))
 ADMISSION_KEYS = frozenset(AdmissionRow.__annotations__)
+# The order a row's keys come in from the scheduler (and AdmissionRow's): compared before the set,
+# a tuple of the same interned keys compares by identity, where the set hashes each key again.
+_ADMISSION_ORDER = tuple(AdmissionRow.__annotations__)
 _INSERTED = operator.itemgetter(*q.INSERTED_COMMAND_FIELDS)  # the submitted values of an admitted command's row
 ORIGINS = ("local", "gateway")
 RUNNER_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@:-]{0,127}")
@@ -233,10 +236,22 @@ def check_found(world_id: str, found: Found, known: Mapping[str, Sequence[Any]])
                 raise InvalidComponentDataError(f"{exc} ({name} {fingerprint[:12]}, {label})") from None
 
 
+# The C scanner json.loads runs, called directly: a payload is one JSON value, no whitespace around
+# it, and json.loads' wrappers (two regular expressions for that whitespace) cost about as much as
+# the scan of a small payload. Anything else is json.loads' to accept or refuse, as it always was.
+_SCAN_JSON = json.JSONDecoder().scan_once
+
+
 def _payload_occurrences(payload: str) -> list[tuple[Any, str, str, Any]] | Exception:
     """The component occurrences of one payload, or what parsing it raised."""
     try:
-        return occurrences(json.loads(payload))
+        try:
+            value, end = _SCAN_JSON(payload, 0)
+        except Exception:
+            end = -1
+        if end != len(payload):
+            value = json.loads(payload)
+        return occurrences(value)
     except Exception as exc:
         return exc
 
@@ -1077,7 +1092,7 @@ class Ledger:
         return self._port.transaction(run)
 
     def _admission_row(self, world_id: str, command: AdmissionRow) -> dict[str, Any]:
-        if command.keys() != ADMISSION_KEYS:
+        if tuple(command) != _ADMISSION_ORDER and command.keys() != ADMISSION_KEYS:
             unknown = set(command) - ADMISSION_KEYS
             missing = ADMISSION_KEYS - set(command)
             raise InvalidCommandError(f"admission row has unknown {sorted(unknown)} / missing {sorted(missing)} fields")
