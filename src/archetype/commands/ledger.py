@@ -1015,9 +1015,11 @@ class Ledger:
         # the check of a new row would meet it (a replay is not checked).
         parsed = [_payload_occurrences(r["payload"]) for r in rows]
         fingerprints = sorted({o[2] for found in parsed if isinstance(found, list) for o in found})
-        ticks = sorted({r["scheduled_tick"] for r in rows}) if quota is not None else []
         # (JSON parameters through the one prebuilt encoder: json.dumps builds an encoder per call)
-        read_params = (world_id, scope, canonical_text(ids), canonical_text(fingerprints), canonical_text(ticks))
+        read_params: tuple[Any, ...] = (world_id, scope, canonical_text(ids), canonical_text(fingerprints))
+        read = q.ADMISSION_READ_UNCOUNTED
+        if quota is not None:
+            read, read_params = q.ADMISSION_READ, (*read_params, canonical_text(sorted({r["scheduled_tick"] for r in rows})))
 
         def run() -> list[Admitted]:
             world: tuple[Any, ...] | None = None
@@ -1025,7 +1027,7 @@ class Ledger:
             reserved: dict[str, tuple[int, str]] = {}
             known: dict[str, tuple[Any, ...]] = {}
             used: dict[int, int] = {}
-            for kind, *values in self._port.execute(q.ADMISSION_READ, read_params):
+            for kind, *values in self._port.execute(read, read_params):
                 if kind == "command":
                     if values[1] is not None:
                         existing[values[0]] = (values[1], values[2])
