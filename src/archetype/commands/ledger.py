@@ -24,6 +24,7 @@ import json
 import operator
 import re
 from collections.abc import Callable, Mapping, Sequence
+from itertools import repeat
 from typing import Any, cast
 
 from archetype.canonical import MAX_SAFE_INTEGER, canonical_json, canonical_text, printable_text
@@ -1003,20 +1004,29 @@ class Ledger:
         if not commands:
             raise InvalidCommandError("a batch needs at least one command")
         rows = [self._admission_row(world_id, c) for c in commands]
-        ids = [r["command_id"] for r in rows]
+        # One pass over the batch gathers what the read below binds. Each payload is parsed once,
+        # before the transaction, so the one read also answers the recorded schemas its components
+        # name; what a payload's parse raised is raised where the check of a new row would meet it
+        # (a replay is not checked).
+        ids: list[str] = []
+        scopes = set()
+        parsed: list[list[Any] | Exception] = []
+        named: set[str] = set()
+        for row in rows:
+            ids.append(row["command_id"])
+            scopes.add(row["scope"])
+            found = _payload_occurrences(row["payload"])
+            parsed.append(found)
+            if type(found) is list:
+                for occurrence in found:
+                    named.add(occurrence[2])
         if len(set(ids)) != len(ids):
             raise InvalidCommandError("a batch names the same command id twice")
-        scopes = {r["scope"] for r in rows}
         if len(scopes) != 1:
             raise InvalidCommandError("a batch is admitted for one principal")
         (scope,) = scopes
-        # Each payload is parsed once, before the transaction, so the one read below also answers
-        # the recorded schemas its components name; what a payload's parse raised is raised where
-        # the check of a new row would meet it (a replay is not checked).
-        parsed = [_payload_occurrences(r["payload"]) for r in rows]
-        fingerprints = sorted({o[2] for found in parsed if isinstance(found, list) for o in found})
         # (JSON parameters through the one prebuilt encoder: json.dumps builds an encoder per call)
-        read_params: tuple[Any, ...] = (world_id, scope, canonical_text(ids), canonical_text(fingerprints))
+        read_params: tuple[Any, ...] = (world_id, scope, canonical_text(ids), canonical_text(sorted(named)))
         read = q.ADMISSION_READ_UNCOUNTED
         if quota is not None:
             read, read_params = q.ADMISSION_READ, (*read_params, canonical_text(sorted({r["scheduled_tick"] for r in rows})))
@@ -1043,13 +1053,20 @@ class Ledger:
                 raise WorldNotFoundError(f"world {world_id!r} does not exist")
             if world[0] != "ACTIVE":
                 raise WorldClosingError(f"world {world_id!r} is {world[0]}; it admits nothing")
-            fresh = []
-            fresh_found: list[list[Any] | Exception] = []
+            # the sequence numbers read above are current (this transaction has written no command
+            # or event yet), and the rows written below take them, in batch order: no world row to
+            # update, and no outbox row (each row carries its `admitted` event: ledger_sql.READ_OUTBOX)
+            next_sequence, next_event_seq = world[1], world[2]
+            admitted: list[Admitted] = []
+            inserted: list[tuple[Any, ...]] = []  # the new rows' values (ledger_sql.ADMITTED_COMMAND_VALUES)
+            fresh: list[tuple[dict[str, Any], list[Any] | Exception]] = []
             for row, found in zip(rows, parsed, strict=True):
                 command_id = row["command_id"]
-                if command_id in existing:
-                    if existing[command_id][0] != row["digest"]:
+                replayed = existing.get(command_id)
+                if replayed is not None:
+                    if replayed[0] != row["digest"]:
                         raise CommandConflictError(f"command {command_id!r} was admitted with different content")
+                    admitted.append({"command_id": command_id, "sequence": replayed[1], "replayed": True, "digest": row["digest"]})
                     continue
                 reservation = reserved.get(command_id)
                 if row["operation"] == "spawn_reserved" and reservation is None:
@@ -1060,36 +1077,23 @@ class Ledger:
                     raise CommandConflictError(
                         f"command {command_id!r} is bound to a spawn reservation that this command does not fulfil"
                     )
-                fresh.append(row)
-                fresh_found.append(found)
+                sequence = next_sequence + len(inserted)
+                inserted.append((sequence, next_event_seq + len(inserted), *_INSERTED(row)))
+                admitted.append({"command_id": command_id, "sequence": sequence, "replayed": False, "digest": row["digest"]})
+                fresh.append((row, found))
             checked: Found = []
-            for row, found in zip(fresh, fresh_found, strict=True):
+            for row, found in fresh:
                 if isinstance(found, Exception):
                     raise found
-                checked += [(f"command {row['command_id']!r}", occurrence) for occurrence in found]
+                if found:
+                    checked.extend(zip(repeat(f"command {row['command_id']!r}"), found))
             check_found(world_id, checked, known)
             if quota is not None:
-                self._charge_quota(world_id, scope, [runs_at(r["scheduled_tick"], world[3]) for r in fresh], quota, used)
-            if fresh:
-                # the sequence numbers read above are current (this transaction has written no
-                # command or event yet), and the rows written here take them: no world row to update,
-                # and no outbox row (each row carries its `admitted` event: ledger_sql.READ_OUTBOX)
-                next_sequence, next_event_seq = world[1], world[2]
-                inserted = []
-                for offset, row in enumerate(fresh):
-                    row["sequence"] = next_sequence + offset
-                    inserted.append((next_sequence + offset, next_event_seq + offset, *_INSERTED(row)))
+                self._charge_quota(world_id, scope, [runs_at(r["scheduled_tick"], world[3]) for r, _ in fresh], quota, used)
+            if inserted:
                 shared = (world_id, scope, self._clock.now_ms(), world[3] + 1)
                 self._port.execute_rows(q.INSERT_COMMAND, q.INSERT_COMMANDS, shared, inserted)
-            return [
-                {
-                    "command_id": r["command_id"],
-                    "sequence": r["sequence"] if r["command_id"] not in existing else existing[r["command_id"]][1],
-                    "replayed": r["command_id"] in existing,
-                    "digest": r["digest"],
-                }
-                for r in rows
-            ]
+            return admitted
 
         return self._port.transaction(run)
 
