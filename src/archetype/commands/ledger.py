@@ -240,7 +240,7 @@ def check_found(world_id: str, found: Found, known: Mapping[str, Sequence[Any]])
 # The C scanner json.loads runs, called directly: a payload is one JSON value, no whitespace around
 # it, and json.loads' wrappers (two regular expressions for that whitespace) cost about as much as
 # the scan of a small payload. Anything else is json.loads' to accept or refuse, as it always was.
-_SCAN_JSON = json.JSONDecoder().scan_once
+_SCAN_JSON: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]  # (set in its __init__)
 
 
 def _payload_occurrences(payload: str) -> list[tuple[Any, str, str, Any]] | Exception:
@@ -249,7 +249,7 @@ def _payload_occurrences(payload: str) -> list[tuple[Any, str, str, Any]] | Exce
         try:
             value, end = _SCAN_JSON(payload, 0)
         except Exception:
-            end = -1
+            value, end = None, -1
         if end != len(payload):
             value = json.loads(payload)
         return occurrences(value)
