@@ -250,7 +250,7 @@ def _payload_occurrences(payload: str) -> list[tuple[Any, str, str, Any]] | Exce
             value, end = _SCAN_JSON(payload, 0)
         except Exception:
             value, end = None, -1
-        if end != len(payload):
+        if end == -1 or end != len(payload):  # (not a string, say: json.loads says so, as it always did)
             value = json.loads(payload)
         return occurrences(value)
     except Exception as exc:
