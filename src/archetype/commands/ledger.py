@@ -1059,7 +1059,8 @@ class Ledger:
             next_sequence, next_event_seq = world[1], world[2]
             admitted: list[Admitted] = []
             inserted: list[tuple[Any, ...]] = []  # the new rows' values (ledger_sql.ADMITTED_COMMAND_VALUES)
-            fresh: list[tuple[dict[str, Any], list[Any] | Exception]] = []
+            fresh: list[dict[str, Any]] = []
+            fresh_found: list[list[Any] | Exception] = []
             for row, found in zip(rows, parsed, strict=True):
                 command_id = row["command_id"]
                 replayed = existing.get(command_id)
@@ -1080,16 +1081,17 @@ class Ledger:
                 sequence = next_sequence + len(inserted)
                 inserted.append((sequence, next_event_seq + len(inserted), *_INSERTED(row)))
                 admitted.append({"command_id": command_id, "sequence": sequence, "replayed": False, "digest": row["digest"]})
-                fresh.append((row, found))
+                fresh.append(row)
+                fresh_found.append(found)
             checked: Found = []
-            for row, found in fresh:
+            for row, found in zip(fresh, fresh_found, strict=True):
                 if isinstance(found, Exception):
                     raise found
                 if found:
                     checked.extend(zip(repeat(f"command {row['command_id']!r}"), found))
             check_found(world_id, checked, known)
             if quota is not None:
-                self._charge_quota(world_id, scope, [runs_at(r["scheduled_tick"], world[3]) for r, _ in fresh], quota, used)
+                self._charge_quota(world_id, scope, [runs_at(r["scheduled_tick"], world[3]) for r in fresh], quota, used)
             if inserted:
                 shared = (world_id, scope, self._clock.now_ms(), world[3] + 1)
                 self._port.execute_rows(q.INSERT_COMMAND, q.INSERT_COMMANDS, shared, inserted)
