@@ -53,9 +53,9 @@ def build(execute: Execute, backlog: int, kind: str) -> None:
     tick = 1 if kind == "due later" else 0  # tick 0 follows the head (-1): due at once
     total = backlog + (LIMIT + 1 if kind == "floor held" else 0)
     for first in range(1, total + 1, 1000):
-        rows = [[f"c-{n}", 1, tick, rng.randrange(10), "spawn", '{"n":1}', "d" * 64, None, "local", 3, None]
+        rows = [[n, n, f"c-{n}", 1, tick, rng.randrange(10), "spawn", '{"n":1}', "d" * 64, None, "local", 3, None]
                 for n in range(first, min(first + 1000, total + 1))]  # fmt: skip
-        execute(ledger_sql.INSERT_COMMANDS, WORLD, "", first, 1, json.dumps(rows))
+        execute(ledger_sql.INSERT_COMMANDS, WORLD, "", 1, 0, json.dumps(rows))  # the head -1: tick 0 is due at once
     if kind == "floor held":  # the first stays open; the backlog after it settled, the last LIMIT open
         execute("UPDATE commands SET status = 'APPLIED', is_open = NULL WHERE world_id = ? AND sequence > 1 AND sequence <= ?",
                 WORLD, backlog + 1)  # fmt: skip

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+from archetype.canonical import canonical_text
 from archetype.commands.errors import storage_unavailable
 from durable_world.ffi import sql_binding, to_py
 
@@ -47,6 +48,14 @@ class DurableObjectSqlPort:
         self.rows_read += int(cursor.rowsRead)  # final once the cursor is consumed
         self.rows_written += int(cursor.rowsWritten)
         return [tuple(_number(v) for v in row) for row in rows]
+
+    def execute_rows(self, each: str, bulk: str, shared: Sequence[object], rows: Sequence[Sequence[object]]) -> None:
+        # Every statement is a crossing into JavaScript: several rows are one, through their JSON
+        # array; a row alone binds its values (no JSON to parse).
+        if len(rows) == 1:
+            self.execute(each, (*shared, *rows[0]))
+        else:
+            self.execute(bulk, (*shared, canonical_text(rows)))
 
     def transaction(self, fn: Callable[[], T]) -> T:
         # The callback's result and exception are kept on the Python side: crossing the JS

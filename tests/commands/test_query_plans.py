@@ -118,7 +118,7 @@ def test_every_read_of_open_commands_reads_the_due_index_and_walks_from_the_floo
 
 # The statements every admission runs: a temporary b-tree (DISTINCT, ORDER BY or GROUP BY without an
 # index to follow) is built and torn down on every run, quota or not, however few rows it sorts.
-ADMISSION = ("ADMISSION_READ", "INSERT_COMMANDS")
+ADMISSION = ("ADMISSION_READ", "ADMISSION_READ_UNCOUNTED", "INSERT_COMMAND", "INSERT_COMMANDS")
 
 
 @pytest.mark.parametrize("name", ADMISSION)
@@ -127,9 +127,10 @@ def test_admission_builds_no_temporary_b_tree(name):
     assert not any("TEMP B-TREE" in step for step in steps), steps
 
 
-def test_admission_reads_the_last_command_once():
+@pytest.mark.parametrize("name", ["ADMISSION_READ", "ADMISSION_READ_UNCOUNTED"])
+def test_admission_reads_the_last_command_once(name):
     """Its next command and event numbers both read the world's last command: one seek of it."""
-    sql = ledger_sql.ADMISSION_READ
+    sql = statements()[name]
     tables = growing_tables(sql)
     keyed = [step for step in plan(sql) if re.match(r"SEARCH \w+ USING PRIMARY KEY \(world_id=\?(?: AND sequence=\?)?\)", step)
              and tables.get(step.split()[1]) == "commands"]  # fmt: skip

@@ -9,8 +9,6 @@ from archetype.commands.errors import StorageUnavailableError
 from archetype.commands.ledger_sql import (
     APPEND_EVENTS,
     APPEND_SPILLED_EVENTS,
-    INSERT_COMMAND,
-    INSERT_COMMANDS,
     PUBLISH_HEAD,
 )
 from archetype.runtime import Runtime
@@ -71,9 +69,14 @@ class FailingEventsPort(SqliteSqlPort):
     fail = False
 
     def execute(self, sql, params=()):
-        if self.fail and sql in (APPEND_EVENTS, INSERT_COMMAND, INSERT_COMMANDS, PUBLISH_HEAD, APPEND_SPILLED_EVENTS):
+        if self.fail and sql in (APPEND_EVENTS, PUBLISH_HEAD, APPEND_SPILLED_EVENTS):
             raise sqlite3.OperationalError("disk I/O error")
         return super().execute(sql, params)
+
+    def execute_rows(self, each, bulk, shared, rows):
+        if self.fail:
+            raise sqlite3.OperationalError("disk I/O error")
+        super().execute_rows(each, bulk, shared, rows)
 
 
 @pytest.mark.parametrize("transition", ["admission", "rejection", "settlement", "cancellation"])

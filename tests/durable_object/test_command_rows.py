@@ -39,9 +39,9 @@ def _admitted(scheduled_tick: int, extra_schema: tuple[str, ...], count: int = C
     for statement in extra_schema:
         sql.exec(statement)
     sql.exec(ledger_sql.INSERT_WORLD, WORLD, WORLD, 1, 1, 1, "realtime", None)
-    rows = [[f"c-{i}", 1, scheduled_tick, 0, "spawn", '{"n":1}', "d" * 64, None, "local", 3, None] for i in range(count)]
-    assert len(rows[0]) == len(ledger_sql.INSERTED_COMMAND_FIELDS)
-    return sql, int(sql.exec(ledger_sql.INSERT_COMMANDS, WORLD, "", 1, 2, json.dumps(rows), 1).rowsWritten)
+    rows = [[1 + i, 1 + i, f"c-{i}", 1, scheduled_tick, 0, "spawn", '{"n":1}', "d" * 64, None, "local", 3, None] for i in range(count)]
+    assert len(rows[0]) == len(ledger_sql.ADMITTED_COMMAND_VALUES)
+    return sql, int(sql.exec(ledger_sql.INSERT_COMMANDS, WORLD, "", 2, 0, json.dumps(rows)).rowsWritten)  # tick 0 is due at once
 
 
 def _admission_rows(scheduled_tick: int, extra_schema: tuple[str, ...] = ()) -> int:

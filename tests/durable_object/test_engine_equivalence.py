@@ -182,6 +182,13 @@ class MirroredPort:
             self._differences.append(f"{sql!r} {params!r}: local {local!r}, Durable Object {durable!r}")
         return durable
 
+    def execute_rows(self, each: str, bulk: str, shared, rows) -> None:
+        # each port writes the rows its own way (the local one a statement per row, the Durable
+        # Object a batch as one): the reads that follow compare what they stored
+        self.statements |= {each, bulk} if len(rows) > 1 else {each}
+        self._local.execute_rows(each, bulk, shared, rows)
+        self._durable.execute_rows(each, bulk, shared, rows)
+
     def transaction(self, fn):
         return self._local.transaction(lambda: self._durable.transaction(fn))
 

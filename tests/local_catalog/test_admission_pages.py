@@ -2,10 +2,14 @@
 queues"): the b-trees of its pages, read from the WAL frames it appends. A b-tree that admission
 starts touching again (the world row, say) fails here, not only as a slower benchmark."""
 
+import itertools
+
 from archetype.bench import wal_pages_by_btree
 from archetype.commands.ledger import Ledger
 from archetype.commands.port import ManualClock
+from durable_world.port import DurableObjectSqlPort
 from local_catalog import SqliteSqlPort
+from tests.support.durable_object_standin import SqliteEngine
 
 # the command row (clustered on its key, the sequence: schema version 13), its scoped command id,
 # the due index; sqlite_schema is page 1, written when the file grows. No outbox: the `admitted`
@@ -51,34 +55,88 @@ def test_an_admission_transaction_is_one_read_one_write(tmp_path):
     ledger.admit("w", [_row(i) for i in range(1, 101)], quota=1_000)
     ledger.admit("w", [_row(0)])  # a replay reads and writes nothing more
     port._conn.set_trace_callback(None)
+    # (the local port steps one prepared INSERT_COMMAND per row, where the Durable Object runs a
+    # batch as one INSERT_COMMANDS: test_a_batch_is_one_statement_on_the_durable_object)
+    read, insert = q.ADMISSION_READ[:40], q.INSERT_COMMAND[:40]
     shapes = [s.split()[0] if s.split()[0] in ("BEGIN", "COMMIT") else s[:40] for s in statements]
-    read, insert = q.ADMISSION_READ[:40], q.INSERT_COMMANDS[:40]
+    assert not any("json_each" in s for s in statements if s.startswith(insert))  # never the JSON array's statement
+    runs = [(shape, len(list(group))) for shape, group in itertools.groupby(shapes)]
     quota = q.ADD_QUOTA_USAGE[:40]
-    assert shapes == ["BEGIN", read, insert, "COMMIT",
-                      "BEGIN", read, quota, insert, "COMMIT",
-                      "BEGIN", read, "COMMIT"], shapes  # fmt: skip
+    assert runs == [("BEGIN", 1), (read, 1), (insert, 1), ("COMMIT", 1),
+                    ("BEGIN", 1), (read, 1), (quota, 1), (insert, 100), ("COMMIT", 1),
+                    ("BEGIN", 1), (read, 1), ("COMMIT", 1)], runs  # fmt: skip
     port.close()
 
 
+class _Statements:
+    """A Durable Object engine (the stand-in's) noting each statement it runs."""
+
+    def __init__(self, engine: SqliteEngine) -> None:
+        self.engine, self.run = engine, []
+        self.transactionSync = engine.transactionSync
+
+    @property
+    def sql(self) -> "_Statements":
+        return self
+
+    def exec(self, query: str, *bindings: object) -> object:
+        self.run.append(query)
+        return self.engine.sql.exec(query, *bindings)
+
+
+def test_a_batch_is_one_statement_on_the_durable_object(tmp_path):
+    """On the Durable Object every statement is a crossing into JavaScript: a batch's rows are one
+    INSERT_COMMANDS, a command alone one INSERT_COMMAND (its values bound, no JSON to parse)."""
+    from archetype.commands import ledger_sql as q
+
+    engine = _Statements(SqliteEngine(tmp_path / "object.sqlite3"))
+    ledger = Ledger(DurableObjectSqlPort(engine), ManualClock())
+    ledger.create_world("w", "w")
+    engine.run.clear()
+    ledger.admit("w", [_row(0)])
+    ledger.admit("w", [_row(i) for i in range(1, 101)], quota=1_000)
+    assert engine.run == [q.ADMISSION_READ_UNCOUNTED, q.INSERT_COMMAND, q.ADMISSION_READ, q.ADD_QUOTA_USAGE, q.INSERT_COMMANDS]
+    assert [r["sequence"] for r in ledger.history("w", limit=200)] == list(range(1, 102))
+    engine.engine.close()
+
+
+class _BatchAsJson(SqliteSqlPort):
+    """The local catalog writing a batch as the Durable Object does: one INSERT_COMMANDS."""
+
+    execute_rows = DurableObjectSqlPort.execute_rows
+
+
 def test_a_command_admitted_alone_is_stored_as_one_admitted_in_a_batch(tmp_path):
-    """A single admission binds its row's fields (ledger_sql.INSERT_COMMAND), a batch reads them from
-    one JSON array (INSERT_COMMANDS): the rows they store are the same, value and type, column by column."""
+    """A command's row bound alone (ledger_sql.INSERT_COMMAND), bound in a batch (the local
+    catalog's: one statement stepped per row) and read from a batch's JSON array (INSERT_COMMANDS,
+    the Durable Object's batch) is stored the same, value and type, column by column."""
     port = SqliteSqlPort(tmp_path / "catalog.db")
-    ledger = Ledger(port, ManualClock())
+    ledgers = {"alone": Ledger(port, ManualClock()), "batch": Ledger(port, ManualClock())}
+    json_port = _BatchAsJson(tmp_path / "catalog.db")
+    ledgers["json"] = Ledger(json_port, ManualClock())
     rows = [_row(1), {**_row(2), "scheduled_tick": 0, "principal": "alice", "priority": -3},  # due later; due at once
             {**_row(3), "payload": '{"note":"\\u00e9 \\"quoted\\"","world_id":"w"}', "max_attempts": 1}]  # fmt: skip
     for row in rows:
-        ledger.create_world(f"alone-{row['command_id']}", "w")
-        ledger.create_world(f"batch-{row['command_id']}", "w")
-        ledger.admit(f"alone-{row['command_id']}", [row])
-        ledger.admit(f"batch-{row['command_id']}", [row, {**_row(9), "principal": row["principal"]}])
-    # every column but the world's id and the digest (which covers the world's id)
-    names = [name for (name,) in port.execute("SELECT name FROM pragma_table_info('commands')") if name not in ("world_id", "digest")]
+        for how, ledger in ledgers.items():
+            ledger.create_world(f"{how}-{row['command_id']}", "w")
+            # a world event first (world_stalled, number 1), so a command's sequence and its event's number differ
+            epoch = ledger.acquire_writer(f"{how}-{row['command_id']}")["writer_epoch"]
+            ledger.record_tick_failure(f"{how}-{row['command_id']}", "o", "s", epoch, 0, "failed")
+            around = [{**_row(i), "principal": row["principal"]} for i in (8, 9)]
+            batch = [row] if how == "alone" else [around[0], row, around[1]]
+            ledger.admit(f"{how}-{row['command_id']}", batch)
+    # every column but the world's id, the digest (which covers the world's id) and the sequence (the
+    # batches' second command)
+    names = [name for (name,) in port.execute("SELECT name FROM pragma_table_info('commands')")
+             if name not in ("world_id", "digest", "sequence", "admitted_event_seq")]  # fmt: skip
     compared = ", ".join(f"{name}, typeof({name})" for name in names)
     stored = {world_id: values for world_id, *values in port.execute(
-        f"SELECT world_id, {compared} FROM commands WHERE command_id != 'c-9'")}  # fmt: skip
-    assert len(stored) == 2 * len(rows)
+        f"SELECT world_id, {compared} FROM commands WHERE command_id NOT IN ('c-8', 'c-9')")}  # fmt: skip
+    assert len(stored) == len(ledgers) * len(rows)
     for row in rows:
-        assert stored[f"alone-{row['command_id']}"] == stored[f"batch-{row['command_id']}"]
+        assert stored[f"alone-{row['command_id']}"] == stored[f"batch-{row['command_id']}"] == stored[f"json-{row['command_id']}"]
     assert {values[2 * names.index("due_later")] for values in stored.values()} == {1, None}  # both places an open command is found
+    numbers = port.execute("SELECT sequence, admitted_event_seq FROM commands WHERE world_id LIKE '%-c-3' ORDER BY world_id, sequence")
+    assert numbers == [(1, 2)] + [(1, 2), (2, 3), (3, 4)] * 2, numbers  # alone-, batch-, json-
+    json_port.close()
     port.close()

@@ -24,6 +24,7 @@ import json
 import operator
 import re
 from collections.abc import Callable, Mapping, Sequence
+from itertools import repeat
 from typing import Any, cast
 
 from archetype.canonical import MAX_SAFE_INTEGER, canonical_json, canonical_text, printable_text
@@ -128,7 +129,10 @@ COMMAND_FIELDS = tuple(name.strip() for name in q.COMMAND_COLUMNS.split(","))
 WORLD_FIELDS = tuple(name.strip() for name in q.WORLD_COLUMNS.split(","))
 OUTBOX_FIELDS = tuple(name.strip() for name in q.OUTBOX_COLUMNS.split(","))
 ADMISSION_KEYS = frozenset(AdmissionRow.__annotations__)
-_INSERTED = operator.itemgetter(*q.INSERTED_COMMAND_FIELDS)  # a command row's INSERT_COMMANDS array, INSERT_COMMAND's values
+# The order a row's keys come in from the scheduler (and AdmissionRow's): compared before the set,
+# a tuple of the same interned keys compares by identity, where the set hashes each key again.
+_ADMISSION_ORDER = tuple(AdmissionRow.__annotations__)
+_INSERTED = operator.itemgetter(*q.INSERTED_COMMAND_FIELDS)  # the submitted values of an admitted command's row
 ORIGINS = ("local", "gateway")
 RUNNER_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@:-]{0,127}")
 RUNNER_FIELDS = tuple(name.strip() for name in q.RUNNER_COLUMNS.split(","))
@@ -233,10 +237,22 @@ def check_found(world_id: str, found: Found, known: Mapping[str, Sequence[Any]])
                 raise InvalidComponentDataError(f"{exc} ({name} {fingerprint[:12]}, {label})") from None
 
 
+# The C scanner json.loads runs, called directly: a payload is one JSON value, no whitespace around
+# it, and json.loads' wrappers (two regular expressions for that whitespace) cost about as much as
+# the scan of a small payload. Anything else is json.loads' to accept or refuse, as it always was.
+_SCAN_JSON: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]  # (set in its __init__)
+
+
 def _payload_occurrences(payload: str) -> list[tuple[Any, str, str, Any]] | Exception:
     """The component occurrences of one payload, or what parsing it raised."""
     try:
-        return occurrences(json.loads(payload))
+        try:
+            value, end = _SCAN_JSON(payload, 0)
+        except Exception:
+            value, end = None, -1
+        if end == -1 or end != len(payload):  # (not a string, say: json.loads says so, as it always did)
+            value = json.loads(payload)
+        return occurrences(value)
     except Exception as exc:
         return exc
 
@@ -988,21 +1004,32 @@ class Ledger:
         if not commands:
             raise InvalidCommandError("a batch needs at least one command")
         rows = [self._admission_row(world_id, c) for c in commands]
-        ids = [r["command_id"] for r in rows]
+        # One pass over the batch gathers what the read below binds. Each payload is parsed once,
+        # before the transaction, so the one read also answers the recorded schemas its components
+        # name; what a payload's parse raised is raised where the check of a new row would meet it
+        # (a replay is not checked).
+        ids: list[str] = []
+        scopes = set()
+        parsed: list[list[Any] | Exception] = []
+        named: set[str] = set()
+        for row in rows:
+            ids.append(row["command_id"])
+            scopes.add(row["scope"])
+            found = _payload_occurrences(row["payload"])
+            parsed.append(found)
+            if type(found) is list:
+                for occurrence in found:
+                    named.add(occurrence[2])
         if len(set(ids)) != len(ids):
             raise InvalidCommandError("a batch names the same command id twice")
-        scopes = {r["scope"] for r in rows}
         if len(scopes) != 1:
             raise InvalidCommandError("a batch is admitted for one principal")
         (scope,) = scopes
-        # Each payload is parsed once, before the transaction, so the one read below also answers
-        # the recorded schemas its components name; what a payload's parse raised is raised where
-        # the check of a new row would meet it (a replay is not checked).
-        parsed = [_payload_occurrences(r["payload"]) for r in rows]
-        fingerprints = sorted({o[2] for found in parsed if isinstance(found, list) for o in found})
-        ticks = sorted({r["scheduled_tick"] for r in rows}) if quota is not None else []
         # (JSON parameters through the one prebuilt encoder: json.dumps builds an encoder per call)
-        read_params = (world_id, scope, canonical_text(ids), canonical_text(fingerprints), canonical_text(ticks))
+        read_params: tuple[Any, ...] = (world_id, scope, canonical_text(ids), canonical_text(sorted(named)))
+        read = q.ADMISSION_READ_UNCOUNTED
+        if quota is not None:
+            read, read_params = q.ADMISSION_READ, (*read_params, canonical_text(sorted({r["scheduled_tick"] for r in rows})))
 
         def run() -> list[Admitted]:
             world: tuple[Any, ...] | None = None
@@ -1010,7 +1037,7 @@ class Ledger:
             reserved: dict[str, tuple[int, str]] = {}
             known: dict[str, tuple[Any, ...]] = {}
             used: dict[int, int] = {}
-            for kind, *values in self._port.execute(q.ADMISSION_READ, read_params):
+            for kind, *values in self._port.execute(read, read_params):
                 if kind == "command":
                     if values[1] is not None:
                         existing[values[0]] = (values[1], values[2])
@@ -1026,13 +1053,21 @@ class Ledger:
                 raise WorldNotFoundError(f"world {world_id!r} does not exist")
             if world[0] != "ACTIVE":
                 raise WorldClosingError(f"world {world_id!r} is {world[0]}; it admits nothing")
-            fresh = []
+            # the sequence numbers read above are current (this transaction has written no command
+            # or event yet), and the rows written below take them, in batch order: no world row to
+            # update, and no outbox row (each row carries its `admitted` event: ledger_sql.READ_OUTBOX)
+            next_sequence, next_event_seq = world[1], world[2]
+            admitted: list[Admitted] = []
+            inserted: list[tuple[Any, ...]] = []  # the new rows' values (ledger_sql.ADMITTED_COMMAND_VALUES)
+            fresh: list[dict[str, Any]] = []
             fresh_found: list[list[Any] | Exception] = []
             for row, found in zip(rows, parsed, strict=True):
                 command_id = row["command_id"]
-                if command_id in existing:
-                    if existing[command_id][0] != row["digest"]:
+                replayed = existing.get(command_id)
+                if replayed is not None:
+                    if replayed[0] != row["digest"]:
                         raise CommandConflictError(f"command {command_id!r} was admitted with different content")
+                    admitted.append({"command_id": command_id, "sequence": replayed[1], "replayed": True, "digest": row["digest"]})
                     continue
                 reservation = reserved.get(command_id)
                 if row["operation"] == "spawn_reserved" and reservation is None:
@@ -1043,43 +1078,29 @@ class Ledger:
                     raise CommandConflictError(
                         f"command {command_id!r} is bound to a spawn reservation that this command does not fulfil"
                     )
+                sequence = next_sequence + len(inserted)
+                inserted.append((sequence, next_event_seq + len(inserted), *_INSERTED(row)))
+                admitted.append({"command_id": command_id, "sequence": sequence, "replayed": False, "digest": row["digest"]})
                 fresh.append(row)
                 fresh_found.append(found)
             checked: Found = []
             for row, found in zip(fresh, fresh_found, strict=True):
                 if isinstance(found, Exception):
                     raise found
-                checked += [(f"command {row['command_id']!r}", occurrence) for occurrence in found]
+                if found:
+                    checked.extend(zip(repeat(f"command {row['command_id']!r}"), found))
             check_found(world_id, checked, known)
             if quota is not None:
                 self._charge_quota(world_id, scope, [runs_at(r["scheduled_tick"], world[3]) for r in fresh], quota, used)
-            next_sequence, next_event_seq = world[1], world[2]
-            for offset, row in enumerate(fresh):
-                row["sequence"] = next_sequence + offset
-            if fresh:
-                # the sequence numbers read above are current (this transaction has written no
-                # command or event yet), and the rows written here take them: no world row to update,
-                # and no outbox row (each row carries its `admitted` event: ledger_sql.READ_OUTBOX)
-                now = self._clock.now_ms()
-                if len(fresh) == 1:
-                    self._port.execute(q.INSERT_COMMAND, (world_id, scope, next_sequence, now, next_event_seq, *_INSERTED(fresh[0])))
-                else:
-                    inserted = canonical_text([_INSERTED(r) for r in fresh])
-                    self._port.execute(q.INSERT_COMMANDS, (world_id, scope, next_sequence, now, inserted, next_event_seq))
-            return [
-                {
-                    "command_id": r["command_id"],
-                    "sequence": r["sequence"] if r["command_id"] not in existing else existing[r["command_id"]][1],
-                    "replayed": r["command_id"] in existing,
-                    "digest": r["digest"],
-                }
-                for r in rows
-            ]
+            if inserted:
+                shared = (world_id, scope, self._clock.now_ms(), world[3] + 1)
+                self._port.execute_rows(q.INSERT_COMMAND, q.INSERT_COMMANDS, shared, inserted)
+            return admitted
 
         return self._port.transaction(run)
 
     def _admission_row(self, world_id: str, command: AdmissionRow) -> dict[str, Any]:
-        if command.keys() != ADMISSION_KEYS:
+        if tuple(command) != _ADMISSION_ORDER and command.keys() != ADMISSION_KEYS:
             unknown = set(command) - ADMISSION_KEYS
             missing = ADMISSION_KEYS - set(command)
             raise InvalidCommandError(f"admission row has unknown {sorted(unknown)} / missing {sorted(missing)} fields")

@@ -267,37 +267,37 @@ SESSION_LEASES = """SELECT CAST(l.key AS INTEGER) FROM worlds AS w CROSS JOIN js
     WHERE w.world_id = ?1 AND json_extract(l.value, '$[0]') = ?2 AND json_extract(l.value, '$[1]') = ?3 AND c.is_open = 1
     ORDER BY 1"""
 DROP_SESSION_LEASES = f"UPDATE worlds SET leases = {LEASES_WITHOUT_SESSION_EXPR.format(owner='?2', session='?3')} WHERE world_id = ?1"
-# Each inserted command is a JSON array of these fields, in this order: reading an array element
-# by position is markedly cheaper for SQLite than looking a key up in an object, and each element
-# read parses the whole array again, so what a batch shares is bound once instead: its scope (one
-# principal per batch), its first sequence and its first `admitted` event's number (?6; the rest
-# follow in array order. The event is read off the row, no outbox row is written: READ_OUTBOX).
+# An admitted command's row is written from these values, in this order: its sequence, its `admitted`
+# event's number (the event is read off the row, no outbox row is written: READ_OUTBOX), and the fields
+# its caller submitted. What a batch shares is bound once: the world ?1, its scope ?2 (one principal
+# per batch), the time ?3, and the last tick a command is due at once for ?4 (the tick after the
+# world's head, as the admission read it in the same transaction: DUE_LATER_VALUE_EXPR, without reading
+# the world row again per row).
 INSERTED_COMMAND_FIELDS = (
     "command_id", "schema_version", "scheduled_tick", "priority", "operation", "payload", "digest", "principal",
     "origin", "max_attempts", "reserved_entity_id",
 )  # fmt: skip
+ADMITTED_COMMAND_VALUES = ("sequence", "admitted_event_seq", *INSERTED_COMMAND_FIELDS)
 
 
-def _insert_commands(fields: list[str], sequence: str, event: str, source: str = "") -> str:
-    """The INSERT of admitted commands whose INSERTED_COMMAND_FIELDS are the expressions `fields`,
-    numbered from `sequence` and `event` (the world ?1, the scope ?2, the time ?4), `source` the rows."""
-    return f"""INSERT INTO commands (world_id, scope, sequence, {", ".join(INSERTED_COMMAND_FIELDS)}, status,
-        is_open, created_at, updated_at, due_later, admitted_event_seq)
-    SELECT ?1, ?2, {sequence}, {", ".join(fields)}, 'PENDING', 1, ?4, ?4,
-        {DUE_LATER_VALUE_EXPR.format(tick=fields[2], world="?1")}, {event}{source}"""
+def _insert_commands(values: list[str], source: str = "") -> str:
+    """The INSERT of admitted commands whose ADMITTED_COMMAND_VALUES are the expressions `values`,
+    `source` the rows they are read from."""
+    tick = values[ADMITTED_COMMAND_VALUES.index("scheduled_tick")]
+    return f"""INSERT INTO commands (world_id, scope, {", ".join(ADMITTED_COMMAND_VALUES)}, status,
+        is_open, created_at, updated_at, due_later)
+    SELECT ?1, ?2, {", ".join(values)}, 'PENDING', 1, ?3, ?3, CASE WHEN {tick} > ?4 THEN 1 END{source}"""
 
 
-INSERT_COMMANDS = _insert_commands(
-    [f"json_extract(j.value, '$[{i}]')" for i in range(len(INSERTED_COMMAND_FIELDS))],
-    "CAST(?3 AS INTEGER) + j.key", "CAST(?6 AS INTEGER) + j.key", "\n    FROM json_each(?5) AS j",
-)
-# One command: its fields bound as they are (?6 on, in the same order), its sequence ?3, its event's
-# number ?5. The JSON array's parse, json_each's cursor and a path per field cost SQLite more than
-# the row's b-tree inserts (callgrind: 117k instructions a run of INSERT_COMMANDS for one row,
-# 57k of INSERT_COMMAND, the caller's JSON text not counted): a single admission is the common
-# one, and it binds a dozen values where bulk work binds one array.
-INSERT_COMMAND = _insert_commands([f"?{6 + i}" for i in range(len(INSERTED_COMMAND_FIELDS))],
-                                  "CAST(?3 AS INTEGER)", "CAST(?5 AS INTEGER)")  # fmt: skip
+# The two statements a port chooses between (SqlPort.execute_rows) to write admitted commands: one
+# command's values bound as they are (?5 on), run once per command, or a batch's as one JSON array of
+# arrays (?5), run once. Reading a JSON array costs SQLite more than the row's b-tree inserts (the
+# array's parse, json_each's cursor and a path per value: callgrind counted 117k instructions a run
+# for one row through the JSON, 57k bound), but on the Durable Object every statement is a crossing
+# into JavaScript, so there a batch is one statement.
+INSERT_COMMAND = _insert_commands([f"?{5 + i}" for i in range(len(ADMITTED_COMMAND_VALUES))])
+INSERT_COMMANDS = _insert_commands([f"json_extract(j.value, '$[{i}]')" for i in range(len(ADMITTED_COMMAND_VALUES))],
+                                   "\n    FROM json_each(?5) AS j")  # fmt: skip
 GET_COMMAND = f"""WITH {HELD_CTE.format(world="?1")} SELECT {COMMAND_VALUE_COLUMNS} FROM {COMMANDS_NOW_JOIN}
     WHERE c.world_id = ?1 AND c.scope = ?2 AND c.command_id = ?3"""
 # the commands of one id in every scope, in scope order (the unique index's), at most ? of them
@@ -566,7 +566,10 @@ FIND_COMPONENTS_AT_TICK = f"{FIND_COMPONENTS} AND m.tick <= ?3"
 #   at the next one: max(target, tick head + 1)), for those that have one; target ticks running at
 #   one tick answer it once each, with the same count (DISTINCT would sort every admission's rows in
 #   a temporary b-tree, with a quota or not: a quarter of this statement's cost).
-ADMISSION_READ = f"""SELECT 'world', w.status, {", ".join(next_numbers("lc.sequence", "lc.admitted_event_seq"))}, w.tick_head, NULL
+# An admission without a quota reads no counters: ADMISSION_READ_UNCOUNTED, the same statement without
+# its 'quota' part and ?5 (the part's cursors cost an eighth of the statement even over no tick).
+ADMISSION_READ_UNCOUNTED = f"""SELECT 'world', w.status, {", ".join(next_numbers("lc.sequence", "lc.admitted_event_seq"))},
+        w.tick_head, NULL
     FROM worlds AS w LEFT JOIN {LAST_COMMAND_JOIN} WHERE w.world_id = ?1
     UNION ALL
     SELECT 'command', j.value, c.digest, c.sequence, r.entity_id, r.request_digest FROM json_each(?3) AS j
@@ -575,7 +578,8 @@ ADMISSION_READ = f"""SELECT 'world', w.status, {", ".join(next_numbers("lc.seque
         WHERE c.digest IS NOT NULL OR r.entity_id IS NOT NULL
     UNION ALL
     SELECT 'component', {COMPONENT_COLUMNS} FROM json_each(?4) AS j
-        CROSS JOIN world_components AS c ON c.world_id = ?1 AND c.fingerprint = j.value {_SUPERSEDED_JOIN}
+        CROSS JOIN world_components AS c ON c.world_id = ?1 AND c.fingerprint = j.value {_SUPERSEDED_JOIN}"""
+ADMISSION_READ = f"""{ADMISSION_READ_UNCOUNTED}
     UNION ALL
     SELECT 'quota', u.scheduled_tick, u.used, NULL, NULL, NULL FROM json_each(?5) AS j
         CROSS JOIN worlds AS w ON w.world_id = ?1

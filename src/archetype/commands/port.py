@@ -20,6 +20,11 @@ class SqlPort(Protocol):
     def execute(self, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
         """Run one statement; return every row as a tuple (integers as int)."""
 
+    def execute_rows(self, each: str, bulk: str, shared: Sequence[object], rows: Sequence[Sequence[object]]) -> None:
+        """Write `rows` (one or more) by whichever of two statements writing the same rows this port
+        runs cheaper: `each` once per row, bound to `shared` and then that row's values, or `bulk`
+        once, bound to `shared` and then the rows as one JSON array of arrays."""
+
     def transaction(self, fn: Callable[[], T]) -> T:
         """Run `fn` atomically; roll back and re-raise if it raises."""
 
