@@ -90,12 +90,16 @@ class _Doorbell:
 
     def _answer(self) -> None:
         """On the loop: each future gets its call's result or exception."""
-        self._rung = False
         if self._watched:
             try:
                 self._watch.recv(4096)  # (one byte a wake-up: `_rung` keeps the writer from writing more)
             except OSError:
                 pass
+        # Cleared after the read, never before: a ring between a clear and the read would write a
+        # byte that read takes too, leaving the bell rung with nothing to read, and the next
+        # group's answers would wait forever. From here on, a ring writes again, and what was
+        # queued before it is taken below.
+        self._rung = False
         answers = self._answers
         while answers:
             future, result = answers.popleft()

@@ -24,7 +24,7 @@ from archetype.commands.scheduler import schema_row
 from archetype.runtime import Runtime
 from archetype.world import CreateWorld, Spawn
 from local_catalog import CATALOG_FILE, SqliteSqlPort, open_local_authority
-from local_catalog.writer import WriterThreadAuthority
+from local_catalog.writer import WriterThreadAuthority, _Doorbell
 from tests.component_modules.alpha import Health
 
 ADMISSIONS = 64
@@ -394,3 +394,25 @@ async def test_a_loop_without_add_reader_is_answered_through_call_soon_threadsaf
     answers = await asyncio.gather(*(authority.world_info("w") for _ in range(10)))
     assert all(a["world_id"] == "w" for a in answers)
     await authority.close()
+
+
+async def test_a_ring_while_the_loop_reads_its_doorbell_is_never_lost():
+    """The writer may ring while the loop is reading the bell: what it queued then is answered,
+    and so is everything rung after."""
+    loop = asyncio.get_running_loop()
+    doorbell = _Doorbell(loop)
+    futures = [loop.create_future() for _ in range(3)]
+    watch = doorbell._watch
+
+    class Racing:  # the writer's ring lands just before the loop reads the bell, once
+        def recv(self, size: int) -> bytes:
+            doorbell._watch = watch
+            doorbell.ring([(futures[1], 1)])
+            return watch.recv(size)
+
+    doorbell.ring([(futures[0], 0)])
+    doorbell._watch = Racing()  # type: ignore[assignment]
+    assert await asyncio.wait_for(asyncio.gather(futures[0], futures[1]), 5) == [0, 1]
+    doorbell.ring([(futures[2], 2)])
+    assert await asyncio.wait_for(futures[2], 5) == 2
+    doorbell.close()
