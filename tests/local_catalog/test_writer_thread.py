@@ -169,13 +169,18 @@ async def test_component_admission_checks_run_per_call_inside_a_group(tmp_path):
     await authority.close()
 
 
-async def test_a_group_rings_its_callers_loop_once(tmp_path):
-    """The answers of one group reach the event loop in one ring of its doorbell, however many
-    calls the group held; each caller still gets its own answer."""
+async def _authority_and_doorbell(tmp_path) -> tuple[WriterThreadAuthority, _Doorbell]:
+    """A local authority with world `w`, and the doorbell of this test's loop."""
     authority = open_local_authority(tmp_path, clock=ManualClock())
     assert isinstance(authority, WriterThreadAuthority)
     await authority.create_world("w", "w")
-    doorbell = authority._doorbells[asyncio.get_running_loop()]
+    return authority, authority._doorbells[asyncio.get_running_loop()]
+
+
+async def test_a_group_rings_its_callers_loop_once(tmp_path):
+    """The answers of one group reach the event loop in one ring of its doorbell, however many
+    calls the group held; each caller still gets its own answer."""
+    authority, doorbell = await _authority_and_doorbell(tmp_path)
     rings: list[int] = []
     ring = doorbell.ring
 
@@ -204,10 +209,7 @@ async def test_a_group_rings_its_callers_loop_once(tmp_path):
 async def test_answers_rung_while_the_loop_is_busy_wake_it_once_and_all_arrive(tmp_path):
     """Groups answered while the loop has not yet read its doorbell ring it without writing to it
     again; the next read answers them all, and the doorbell is written again after it."""
-    authority = open_local_authority(tmp_path, clock=ManualClock())
-    assert isinstance(authority, WriterThreadAuthority)
-    await authority.create_world("w", "w")
-    doorbell = authority._doorbells[asyncio.get_running_loop()]
+    authority, doorbell = await _authority_and_doorbell(tmp_path)
     sent: list[bytes] = []
     bell = doorbell._bell
     doorbell._bell = type("Counted", (), {"send": lambda self, data: sent.append(data) or bell.send(data)})()
