@@ -175,12 +175,6 @@ class WriterThreadAuthority(InProcessAuthority):
         return await self._call(lambda: fn(**arguments), solo=method in SOLO_METHODS,
                                 admission=arguments if method == "admit" else None)  # fmt: skip
 
-    async def admit(self, world_id: str, commands: list[AdmissionRow], quota: Quota | None = None) -> list[Admitted]:
-        # what `rpc("admit", ...)` does, without its look-ups: the commonest call, once a command
-        arguments = {"world_id": world_id, "commands": commands, "quota": quota}
-        return await self._call(functools.partial(self.ledger.admit, world_id, commands, quota), solo=False,
-                                admission=arguments)  # fmt: skip
-
     async def admit_each(self, world_id: str, commands: list[AdmissionRow], quota: Quota | None = None) -> list[Admitted | Exception]:
         admissions = [{"world_id": world_id, "commands": [command], "quota": quota} for command in commands]
         answers = await self._call(self._admit_merged(admissions), solo=False)
