@@ -18,7 +18,8 @@ script and the bench helpers stay this tree's).
 The two threads' counts move by several percent with how the threads happen to interleave (a busy
 machine changes it), so `--parts` counts instead the two pieces that run on one thread alone, the
 same way: `caller`, the `defer` with the authority's `admit` answered at once (the dispatcher's
-and scheduler's validation, no hand-over, no SQL), and `ledger`, `Ledger.admit` of the same rows
+and scheduler's validation, no hand-over, no SQL), `caller_batch`, the same per command of
+`defer_batch`es of BATCH, and `ledger`, `Ledger.admit` of the same rows
 in a transaction of the port on the calling thread (the ledger's checks, SQLite, the write lock;
 not the writer thread's hand-over), and `batched`, the same per command of `Ledger.admit`s of
 BATCH rows. The ledger pieces' catalog and rows are made once outside callgrind, each run works
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import re
@@ -42,17 +44,20 @@ from typing import Any
 
 BENCH = Path(__file__).resolve().parent
 WARM_UP = 50
-PARTS_MAX = 250  # --parts: the most admissions a run of one part makes
+PARTS_MAX = 1_050  # --parts: the most admissions a run of one part makes
 BATCH = 100  # the `batched` piece's commands per Ledger.admit
 BATCH_SCALE = 10  # the `batched` piece admits this many times --counts
-PIECES = ("caller", "ledger", "batched")
+PIECES = ("caller", "caller_batch", "ledger", "batched")
+SCALED = ("caller_batch", "batched")  # pieces counted per command of batches: BATCH_SCALE times the counts
 ROWS_FILE = "rows.json"
 
 
-async def caller(count: int, directory: Path) -> None:
+async def caller(count: int, directory: Path, batch: int) -> None:
+    """`count` commands `defer`red (`batch` 1) or `defer_batch`ed `batch` at a time, after WARM_UP
+    single ones, against an authority that answers at once."""
     from admission_bench import Ours
 
-    ours = await Ours.open(directory, "NORMAL", WARM_UP + PARTS_MAX)  # built alike whatever the count
+    ours = await Ours.open(directory, "NORMAL", WARM_UP + PARTS_MAX * (BATCH_SCALE if batch > 1 else 1))  # alike whatever the count
     authority = ours.rt.dispatcher.scheduler.authority
     for i in range(WARM_UP):
         await ours.put(i)
@@ -61,9 +66,16 @@ async def caller(count: int, directory: Path) -> None:
         return [{"command_id": r["command_id"], "sequence": 1, "replayed": False, "digest": "0" * 64} for r in rows]
 
     admit_for_real, authority.admit = authority.admit, answered
+    # (the collector off: whether one of its full passes lands in one run or the other moved this
+    # piece's figure by 40k per admission between runs of 200; an admission leaves few objects)
+    gc.collect()
+    gc.disable()
     try:
-        for i in range(WARM_UP, WARM_UP + count):
-            await ours.put(i)
+        for i in range(WARM_UP, WARM_UP + count, batch):
+            if batch == 1:
+                await ours.put(i)
+            else:
+                await ours.rt.dispatcher.defer_batch(ours.items[i : i + batch])
     finally:
         authority.admit = admit_for_real
         await ours.rt.close()
@@ -152,7 +164,7 @@ def per_admission(counts: tuple[int, int], src: Path | None) -> tuple[float, flo
 
 def one_thread(counts: tuple[int, int], src: Path | None, part: str) -> float:
     """Instructions per admission of a piece that runs on one thread (every thread counted)."""
-    if part == "caller":
+    if part in ("caller", "caller_batch"):
         small, large = (sum(instructions(count, src, part).values()) for count in counts)
         return (large - small) / (counts[1] - counts[0])
     with tempfile.TemporaryDirectory(prefix="archetype-prepared-") as prepared:
@@ -168,7 +180,8 @@ def main() -> None:
     parser.add_argument("--baseline-src", type=Path)
     parser.add_argument("--parts", action="store_true", help="count the caller's and the ledger's piece, each on one thread")
     parser.add_argument("--pieces", nargs="+", choices=PIECES, default=PIECES,
-                        help=f"with --parts, which (batched: per command of Ledger.admit of {BATCH}, {BATCH_SCALE}x the counts)")
+                        help=f"with --parts, which (caller_batch, batched: per command of a defer_batch / Ledger.admit of {BATCH}, "
+                             f"{BATCH_SCALE}x the counts)")
     parser.add_argument("--run", type=int, help=argparse.SUPPRESS)  # the child under callgrind
     parser.add_argument("--part", default="defer", help=argparse.SUPPRESS)
     parser.add_argument("--items", type=int, default=0, help=argparse.SUPPRESS)
@@ -181,7 +194,8 @@ def main() -> None:
         elif args.part in ("ledger", "batched"):
             ledger(args.run, directory, BATCH if args.part == "batched" else 1)
         else:
-            asyncio.run(caller(args.run, directory) if args.part == "caller" else admit(args.run, directory, args.items))
+            batch = BATCH if args.part == "caller_batch" else 1
+            asyncio.run(caller(args.run, directory, batch) if args.part.startswith("caller") else admit(args.run, directory, args.items))
         return
     trees = [("this tree", BENCH.parent / "src")] + ([(f"baseline ({args.baseline_src})", args.baseline_src)] if args.baseline_src else [])
     if args.parts:
@@ -190,7 +204,7 @@ def main() -> None:
         print(f"instructions per admission of each piece on one thread, callgrind, runs of {args.counts[0]} and {args.counts[1]}")
         print(f"  {'tree':<40}" + "".join(f" {piece:>10}" for piece in args.pieces))
         for name, src in trees:
-            figures = [one_thread(tuple(count * (BATCH_SCALE if piece == "batched" else 1) for count in args.counts), src, piece)
+            figures = [one_thread(tuple(count * (BATCH_SCALE if piece in SCALED else 1) for count in args.counts), src, piece)
                        for piece in args.pieces]  # fmt: skip
             print(f"  {name:<40}" + "".join(f" {figure:10,.0f}" for figure in figures))
         return

@@ -19,8 +19,10 @@ layer's, one turn of its event loop: archetype.commands.coalesced).
 from __future__ import annotations
 
 import asyncio
+import collections
 import functools
 import queue
+import socket
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -49,11 +51,78 @@ class BacklogWorld(Watermark):
     health: str
 
 
-@dataclass
+class _Doorbell:
+    """How the writer thread hands one event loop its answers: a queue of settled futures and a
+    socket the loop watches, written once until the loop has read it (however many groups were
+    answered meanwhile). The loop settles the futures in the watch's own callback.
+
+    Cheaper than `loop.call_soon_threadsafe` per group, which on asyncio's own loop costs a
+    handle, a write to the loop's self-pipe and, on the loop, reads of that pipe until one raises
+    BlockingIOError (the exception alone ~8k instructions): here one read, no exception, no handle.
+    A loop without `add_reader` (asyncio's proactor) is woken through `call_soon_threadsafe`."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self._answers: collections.deque[tuple[asyncio.Future[Any], Any]] = collections.deque()
+        self._rung = False  # written and not yet read: the loop is woken already
+        self._watch, self._bell = socket.socketpair()
+        for end in (self._watch, self._bell):
+            end.setblocking(False)
+        try:
+            loop.add_reader(self._watch.fileno(), self._answer)
+            self._watched = True
+        except NotImplementedError:
+            self._watched = False
+
+    def ring(self, settled: list[tuple[asyncio.Future[Any], Any]]) -> None:
+        """On the writer thread: `settled` to the loop, which is woken unless it is already."""
+        self._answers.extend(settled)
+        if self._rung:  # (set only here; the loop clears it before it takes the answers)
+            return
+        self._rung = True
+        if not self._watched:
+            self.loop.call_soon_threadsafe(self._answer)
+            return
+        try:
+            self._bell.send(b"\0")
+        except OSError:  # full (the loop is woken anyway) or closed with its loop: nobody waits
+            pass
+
+    def _answer(self) -> None:
+        """On the loop: each future gets its call's result or exception."""
+        if self._watched:
+            try:
+                self._watch.recv(4096)  # (one byte a wake-up: `_rung` keeps the writer from writing more)
+            except OSError:
+                pass
+        # Cleared after the read, never before: a ring between a clear and the read would write a
+        # byte that read takes too, leaving the bell rung with nothing to read, and the next
+        # group's answers would wait forever. From here on, a ring writes again, and what was
+        # queued before it is taken below.
+        self._rung = False
+        answers = self._answers
+        while answers:
+            future, result = answers.popleft()
+            if future.done():  # its caller was cancelled meanwhile
+                continue
+            if isinstance(result, BaseException):
+                future.set_exception(result)
+            else:
+                future.set_result(result)
+
+    def close(self) -> None:
+        """Stops watching (on the loop's own thread, or once the loop is closed) and closes the socket."""
+        if self._watched and not self.loop.is_closed():
+            self.loop.remove_reader(self._watch.fileno())
+        self._watch.close()
+        self._bell.close()
+
+
+@dataclass(slots=True)
 class _Call:
     fn: Callable[[], Any]
     solo: bool
-    loop: asyncio.AbstractEventLoop
+    doorbell: _Doorbell  # the caller's loop's
     future: asyncio.Future[Any]
     admission: dict[str, Any] | None = None  # an admit's arguments: it may run merged with its neighbours
 
@@ -83,17 +152,6 @@ def _answer_each(calls: list[_Call], result: Any) -> list[Any]:
     return result if isinstance(result, list) else [result] * len(calls)
 
 
-def _settle(answers: list[tuple[asyncio.Future[Any], Any]]) -> None:
-    """On the caller's loop: each future gets its call's result or exception."""
-    for future, result in answers:
-        if future.done():  # its caller was cancelled meanwhile
-            continue
-        if isinstance(result, BaseException):
-            future.set_exception(result)
-        else:
-            future.set_result(result)
-
-
 class WriterThreadAuthority(InProcessAuthority):
     def __init__(self, ledger: Ledger, port: SqliteSqlPort, *, max_group: int = MAX_GROUP,
                  reader: CatalogReader | None = None) -> None:  # fmt: skip
@@ -103,6 +161,7 @@ class WriterThreadAuthority(InProcessAuthority):
         self._max_group = max_group
         self._queue: queue.SimpleQueue[_Call | None] = queue.SimpleQueue()
         self._closed = False
+        self._doorbells: dict[asyncio.AbstractEventLoop, _Doorbell] = {}
         self.calls = self.groups = 0  # calls / groups is how well group commit groups (tests, bench)
         self._thread = threading.Thread(target=self._run, name="catalog-writer", daemon=True)
         self._thread.start()
@@ -137,9 +196,18 @@ class WriterThreadAuthority(InProcessAuthority):
         if self._closed:
             raise RuntimeError("the local authority is closed")
         loop = asyncio.get_running_loop()
-        call = _Call(fn, solo, loop, loop.create_future(), admission)
-        self._queue.put(call)
-        return await call.future
+        doorbell = self._doorbells.get(loop) or self._doorbell(loop)
+        future = loop.create_future()
+        self._queue.put(_Call(fn, solo, doorbell, future, admission))
+        return await future
+
+    def _doorbell(self, loop: asyncio.AbstractEventLoop) -> _Doorbell:
+        """A doorbell for a loop that has none yet; those of loops closed since are closed."""
+        for gone in [bell for bell in self._doorbells.values() if bell.loop.is_closed()]:
+            del self._doorbells[gone.loop]
+            gone.close()
+        doorbell = self._doorbells[loop] = _Doorbell(loop)
+        return doorbell
 
     def _run(self) -> None:
         carried: list[_Call | None] = []  # what ended the last group: a solo call or the stop
@@ -171,13 +239,16 @@ class WriterThreadAuthority(InProcessAuthority):
             results = [exc] * len(group)
         self.calls += len(group)
         self.groups += 1
-        # one wake-up of each caller's loop for the whole group, not one per call: a loop woken
-        # from another thread costs a write to its self-pipe and a turn of its selector
-        answers: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], Any]]] = {}
+        # one ring of each caller's loop for the whole group, not one per call: a loop woken from
+        # another thread costs a write to a socket and a turn of its selector
+        if len(group) == 1:
+            group[0].doorbell.ring([(group[0].future, results[0])])
+            return
+        answers: dict[_Doorbell, list[tuple[asyncio.Future[Any], Any]]] = {}
         for call, result in zip(group, results, strict=True):
-            answers.setdefault(call.loop, []).append((call.future, result))
-        for loop, settled in answers.items():
-            loop.call_soon_threadsafe(_settle, settled)
+            answers.setdefault(call.doorbell, []).append((call.future, result))
+        for doorbell, settled in answers.items():
+            doorbell.ring(settled)
 
     @staticmethod
     def _merged(group: list[_Call]) -> list[list[_Call]]:
@@ -221,6 +292,8 @@ class WriterThreadAuthority(InProcessAuthority):
         self._closed = True
         self._queue.put(None)
         await asyncio.to_thread(self._thread.join)
+        for doorbell in self._doorbells.values():
+            doorbell.close()
         if self._reader is not None:
             await asyncio.to_thread(self._reader.close)
         await super().close()

@@ -24,7 +24,7 @@ from archetype.commands.scheduler import schema_row
 from archetype.runtime import Runtime
 from archetype.world import CreateWorld, Spawn
 from local_catalog import CATALOG_FILE, SqliteSqlPort, open_local_authority
-from local_catalog.writer import WriterThreadAuthority
+from local_catalog.writer import WriterThreadAuthority, _Doorbell
 from tests.component_modules.alpha import Health
 
 ADMISSIONS = 64
@@ -169,41 +169,62 @@ async def test_component_admission_checks_run_per_call_inside_a_group(tmp_path):
     await authority.close()
 
 
-async def test_a_group_wakes_its_callers_loop_once(tmp_path):
-    """The answers of one group reach the event loop in one wake-up (one call_soon_threadsafe),
-    however many calls the group held; each caller still gets its own answer."""
+async def _authority_and_doorbell(tmp_path) -> tuple[WriterThreadAuthority, _Doorbell]:
+    """A local authority with world `w`, and the doorbell of this test's loop."""
     authority = open_local_authority(tmp_path, clock=ManualClock())
     assert isinstance(authority, WriterThreadAuthority)
     await authority.create_world("w", "w")
-    loop = asyncio.get_running_loop()
-    wakes = 0
-    threadsafe = loop.call_soon_threadsafe
+    return authority, authority._doorbells[asyncio.get_running_loop()]
 
-    def counted(*args):
-        nonlocal wakes
-        wakes += 1
-        return threadsafe(*args)
 
-    loop.call_soon_threadsafe = counted  # type: ignore[method-assign]
+async def test_a_group_rings_its_callers_loop_once(tmp_path):
+    """The answers of one group reach the event loop in one ring of its doorbell, however many
+    calls the group held; each caller still gets its own answer."""
+    authority, doorbell = await _authority_and_doorbell(tmp_path)
+    rings: list[int] = []
+    ring = doorbell.ring
+
+    def counted(settled):
+        rings.append(len(settled))
+        return ring(settled)
+
+    doorbell.ring = counted  # type: ignore[method-assign]
     gate = threading.Event()
-    try:
-        blocked = asyncio.ensure_future(authority._call(gate.wait, solo=False))  # holds the writer
-        await asyncio.sleep(0.05)
-        calls = [asyncio.ensure_future(authority.world_info("w")) for _ in range(20)]
-        calls.append(asyncio.ensure_future(authority.world_info("missing")))
-        await asyncio.sleep(0.05)  # all queued behind the held call: they run as one group
-        groups, wakes = authority.groups, 0
-        gate.set()
-        await blocked
-        answers = await asyncio.gather(*calls, return_exceptions=True)
-    finally:
-        loop.call_soon_threadsafe = threadsafe  # type: ignore[method-assign]
+    blocked = asyncio.ensure_future(authority._call(gate.wait, solo=False))  # holds the writer
+    await asyncio.sleep(0.05)
+    calls = [asyncio.ensure_future(authority.world_info("w")) for _ in range(20)]
+    calls.append(asyncio.ensure_future(authority.world_info("missing")))
+    await asyncio.sleep(0.05)  # all queued behind the held call: they run as one group
+    groups = authority.groups
+    gate.set()
+    await blocked
+    answers = await asyncio.gather(*calls, return_exceptions=True)
     assert authority.groups - groups == 2  # the held call's, then the 21 queued behind it
-    assert wakes == 2, wakes
+    assert rings == [1, 21], rings
     assert all(a["world_id"] == "w" for a in answers[:-1])  # type: ignore[index]
     assert isinstance(answers[-1], WorldNotFoundError)
     await authority.close()
 
+
+async def test_answers_rung_while_the_loop_is_busy_wake_it_once_and_all_arrive(tmp_path):
+    """Groups answered while the loop has not yet read its doorbell ring it without writing to it
+    again; the next read answers them all, and the doorbell is written again after it."""
+    authority, doorbell = await _authority_and_doorbell(tmp_path)
+    sent: list[bytes] = []
+    bell = doorbell._bell
+    doorbell._bell = type("Counted", (), {"send": lambda self, data: sent.append(data) or bell.send(data)})()
+    authority._max_group = 1  # a group a call: five rings
+    groups = authority.groups
+    calls = [asyncio.ensure_future(authority.world_info("w")) for _ in range(5)]
+    await asyncio.sleep(0)  # queued: the writer answers them while the loop sleeps below
+    time.sleep(0.2)  # the loop busy (blocked on purpose): nothing rung is read meanwhile
+    assert authority.groups - groups == 5
+    assert len(sent) == 1, sent
+    assert all(a["world_id"] == "w" for a in await asyncio.gather(*calls))
+    assert (await authority.world_info("w"))["world_id"] == "w"
+    assert len(sent) == 2, sent
+    doorbell._bell = bell
+    await authority.close()
 
 
 class _Halt(BaseException):
@@ -358,3 +379,42 @@ async def test_admit_each_answers_each_command_as_its_admission_alone_in_one_cal
     each, each_ledger, each_batches = await _admitted_each(tmp_path, "each-clean", fresh, together=True)
     alone, alone_ledger, _ = await _admitted_each(tmp_path, "alone-clean", fresh, together=False)
     assert (each, each_ledger, each_batches) == (alone, alone_ledger, [len(fresh)])
+
+
+async def test_a_loop_without_add_reader_is_answered_through_call_soon_threadsafe(tmp_path, monkeypatch):
+    """asyncio's proactor loop watches no sockets: its doorbell rings by `call_soon_threadsafe`."""
+    loop = asyncio.get_running_loop()
+
+    def unsupported(*args):
+        raise NotImplementedError
+
+    monkeypatch.setattr(loop, "add_reader", unsupported)
+    authority = open_local_authority(tmp_path, clock=ManualClock())
+    assert isinstance(authority, WriterThreadAuthority)
+    await authority.create_world("w", "w")
+    assert not authority._doorbells[loop]._watched
+    answers = await asyncio.gather(*(authority.world_info("w") for _ in range(10)))
+    assert all(a["world_id"] == "w" for a in answers)
+    await authority.close()
+
+
+async def test_a_ring_while_the_loop_reads_its_doorbell_is_never_lost():
+    """The writer may ring while the loop is reading the bell: what it queued then is answered,
+    and so is everything rung after."""
+    loop = asyncio.get_running_loop()
+    doorbell = _Doorbell(loop)
+    futures = [loop.create_future() for _ in range(3)]
+    watch = doorbell._watch
+
+    class Racing:  # the writer's ring lands just before the loop reads the bell, once
+        def recv(self, size: int) -> bytes:
+            doorbell._watch = watch
+            doorbell.ring([(futures[1], 1)])
+            return watch.recv(size)
+
+    doorbell.ring([(futures[0], 0)])
+    doorbell._watch = Racing()  # type: ignore[assignment]
+    assert await asyncio.wait_for(asyncio.gather(futures[0], futures[1]), 5) == [0, 1]
+    doorbell.ring([(futures[2], 2)])
+    assert await asyncio.wait_for(futures[2], 5) == 2
+    doorbell.close()

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from archetype.commands.dispatcher import CommandDispatcher
 from archetype.commands.ledger_rows import AdmissionRow, Admitted
 from archetype.commands.options import ActorCtx
-from archetype.commands.scheduler import CommandIdentity, DeferredItem
+from archetype.commands.scheduler import CommandIdentity, DeferredItem, identity_of
 
 # The most commands carried in one call (a batch over HTTP holds up to 1,000): one bounded transaction.
 MAX_COALESCED = 1_000
@@ -58,8 +58,7 @@ class CoalescedAdmissions:
             carrying.add_done_callback(self._carrying.discard)
         future: asyncio.Future[Admitted] = loop.create_future()
         run.waiting.append((row, future))
-        # the model's validator without BaseModel.__init__'s Python frame (what it calls)
-        return CommandIdentity.__pydantic_validator__.validate_python({"world_id": world_id, **await future})
+        return identity_of(world_id, await future)
 
     async def _carry(self, run: Run) -> None:
         if self._gathering is run:

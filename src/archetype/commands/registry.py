@@ -38,6 +38,7 @@ from archetype.world.components import (
     live_from_data,
     loaded_class,
     non_canonical_refusal,
+    validates_as_given,
 )
 from archetype.world.error_text import error_text, safe_text, type_name
 from archetype.world.operations import PORTABLE_MUTATIONS
@@ -258,7 +259,7 @@ class OperationSpec:
         A value whose class is not loaded in this process (None: an edge that admits for runners)
         is left to materialization, which runs the same check and rejects that one command."""
         for index, name, component_type, data in values:
-            if component_type is None:
+            if component_type is None or validates_as_given(component_type, data):  # (its class's verdict, known)
                 continue
             try:
                 live_from_data(component_type, data, context=admission_context())
@@ -292,7 +293,7 @@ def check_live_together(values: list[LiveValue]) -> None:
     as that would (the first refusal in batch order, with its path)."""
     by_class: dict[type[Component], list[dict[str, Any]]] = {}
     for _, _, component_type, data in values:
-        if component_type is not None:
+        if component_type is not None and not validates_as_given(component_type, data):
             by_class.setdefault(component_type, []).append(data)
     for component_type, datas in by_class.items():
         adapter = _LIST_ADAPTERS.get(component_type)

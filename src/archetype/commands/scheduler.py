@@ -28,7 +28,7 @@ from archetype.commands.errors import (
 from archetype.commands.failures import Permanent, Retryable
 from archetype.commands.identity import COMMAND_ID_PATTERN, command_digest
 from archetype.commands.ledger import check_components
-from archetype.commands.ledger_rows import AdmissionRow, CommandRow, ComponentSchemaRow, LeasedRow
+from archetype.commands.ledger_rows import AdmissionRow, Admitted, CommandRow, ComponentSchemaRow, LeasedRow
 from archetype.commands.options import ActorCtx, DurableOptions, Role
 from archetype.commands.registry import LiveValue, OperationRegistry, OperationSpec, check_live_together
 from archetype.world.commit import Outcome, PreparedTick, TickManifest, TickOutcomeUnknownError
@@ -110,6 +110,47 @@ class CommandIdentity(BaseModel):
 
 # A batch's answers are validated as one list: one call into pydantic-core instead of one per answer.
 _ANSWERS = TypeAdapter(list[CommandIdentity])
+_ANSWER_KEYS = frozenset(("command_id", "sequence", "digest", "replayed"))
+_FIELDS_SET = frozenset(CommandIdentity.model_fields)
+
+
+def _as_given(world_id: Any, answer: Any) -> CommandIdentity | None:
+    """The CommandIdentity validation would make of an authority's answer whose every field has
+    exactly its field's type (what validation then leaves as it is: a `str`, an `int`, a `bool`)
+    and nothing else, made without validating (the validated instance's four attributes, set as
+    pydantic sets them); None for any other answer, which validation converts or refuses.
+    tests/commands/test_answers.py holds it to validation's verdicts."""
+    if type(answer) is not dict or answer.keys() != _ANSWER_KEYS:
+        return None
+    command_id, sequence, digest_, replayed = answer["command_id"], answer["sequence"], answer["digest"], answer["replayed"]
+    if type(world_id) is not str or type(command_id) is not str or type(digest_) is not str:
+        return None
+    if type(sequence) is not int or type(replayed) is not bool:
+        return None
+    identity = _new(CommandIdentity)
+    _set(identity, "__dict__", {"command_id": command_id, "world_id": world_id, "sequence": sequence, "digest": digest_,
+                                "replayed": replayed})  # fmt: skip
+    _set(identity, "__pydantic_fields_set__", set(_FIELDS_SET))
+    _set(identity, "__pydantic_extra__", None)
+    _set(identity, "__pydantic_private__", None)
+    return identity
+
+
+_new, _set = object.__new__, object.__setattr__
+
+
+def identity_of(world_id: str, answer: Admitted) -> CommandIdentity:
+    """An authority's answer to one admitted command, as the CommandIdentity validation makes of it."""
+    identity = _as_given(world_id, answer)
+    return CommandIdentity(world_id=world_id, **answer) if identity is None else identity
+
+
+def identities_of(world_id: str, answers: list[Admitted]) -> list[CommandIdentity]:
+    """A batch's answers, as `_ANSWERS` validates them (its refusal says which answer)."""
+    made = [_as_given(world_id, answer) for answer in answers]
+    if None in made:
+        return _ANSWERS.validate_python([{**answer, "world_id": world_id} for answer in answers])
+    return made  # type: ignore[return-value]
 
 
 class SpawnAdmission(BaseModel):
@@ -369,8 +410,8 @@ class CommandScheduler:
             await self.record_named(world_id, payloads)
         results = await self.authority.admit(world_id, rows, self.quota_for(actor))
         if len(results) == 1:
-            return [CommandIdentity(world_id=world_id, **results[0])]
-        return _ANSWERS.validate_python([{**r, "world_id": world_id} for r in results])
+            return [identity_of(world_id, results[0])]
+        return identities_of(world_id, results)
 
     async def admit_spawn(
         self, op: Spawn, options: DurableOptions, command_id: str | None, actor: ActorCtx | None, origin: str = "local"

@@ -19,6 +19,7 @@ with it, materialization builds with it).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from math import isfinite
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
@@ -188,6 +189,30 @@ def canonical_by_validation(cls: type[Component]) -> bool:
     floats; a default is canonical too (the class's fingerprint refuses it otherwise, as it is
     part of the schema)."""
     return inert(cls) and _floats_only(cls) and cls.model_config.get("allow_inf_nan") is False
+
+
+_FIELD_NAMES: dict[type[Component], frozenset[str] | None] = {}
+
+
+def validates_as_given(cls: type[Component], data: Any) -> bool:
+    """Whether `cls.model_validate(data)` surely accepts `data` and makes a canonical value, found
+    without building it: `cls` is `canonical_by_validation`, its fields have no alias and its core
+    schema is pydantic's own, and `data` is a `dict` of exactly its fields' names, each an exact,
+    finite `float` (which pydantic takes as it is, whatever its config). False says nothing:
+    the caller validates. tests/world/test_live_values.py holds it to pydantic's verdicts."""
+    names = _FIELD_NAMES.get(cls, ())
+    if names == ():
+        own_schema = cls.__get_pydantic_core_schema__.__func__ is BaseModel.__get_pydantic_core_schema__.__func__  # type: ignore[attr-defined]
+        plain = own_schema and canonical_by_validation(cls) and all(
+            info.alias is None and info.validation_alias is None for info in cls.model_fields.values()
+        )  # fmt: skip
+        names = _FIELD_NAMES[cls] = frozenset(cls.model_fields) if plain else None
+    if names is None or type(data) is not dict or data.keys() != names:
+        return False
+    for value in data.values():
+        if type(value) is not float or not isfinite(value):
+            return False
+    return True
 
 
 def component_text(component: Component) -> str:
