@@ -14,6 +14,7 @@ from archetype.canonical import (
     canonical_json,
     check_canonical,
     digest,
+    loads,
     nesting_exceeds,
     parse_json,
     sha256_hex,
@@ -290,6 +291,28 @@ def test_parse_json_reads_a_value_with_anything_around_it_as_json_loads_does(val
             return type(exc), str(exc)
 
     assert outcome(parse_json) == outcome(json.loads)
+
+
+@given(st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=5),
+                    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3),
+                    max_leaves=8),
+       st.sampled_from(["", " ", "\ufeff"]), st.sampled_from(["", "\n", "x", "]"]), st.integers(0, 2),
+       st.sampled_from([None, "utf-8", "utf-16-le"]))  # fmt: skip
+def test_loads_answers_what_json_loads_answers(value, before, after, cut, encoding):
+    """canonical.loads (a stored payload's parse) scans a value alone without `decode`: any JSON,
+    NaN and infinities included, with anything around it or cut short, as text or bytes, and what
+    is not text at all, answered as json.loads answers it, its errors' messages too."""
+    text = before + json.dumps(value) + after
+    text = text[: len(text) - cut]
+
+    def outcome(parse: Any, argument: Any) -> Any:
+        try:
+            return "value", json.dumps(parse(argument))
+        except (ValueError, TypeError) as exc:
+            return type(exc), str(exc)
+
+    for argument in (text if encoding is None else text.encode(encoding, "surrogatepass"), None, 5, [text]):
+        assert outcome(loads, argument) == outcome(json.loads, argument)
 
 
 @given(st.lists(st.text(st.characters(max_codepoint=127)), min_size=1, max_size=4))

@@ -345,7 +345,7 @@ def load_json(text: str | bytes, *, max_depth: int = MAX_DEPTH, decoder: json.JS
         raise _too_deep(max_depth) from None
 
 
-def _json_text(text: str | bytes) -> str:
+def _json_text(text: str | bytes | bytearray) -> str:
     """The text `json.loads` would decode: bytes in the encoding it detects; a str opening with a
     byte order mark is not JSON. (A decoder of our own is kept, not built per call as loads does.)"""
     if isinstance(text, (bytes, bytearray)):
@@ -367,6 +367,17 @@ def _decoded(text: str, decoder: json.JSONDecoder) -> Any:
     except StopIteration:
         return decoder.decode(text)
     return value if end == len(text) else decoder.decode(text)
+
+
+_PLAIN_DECODER = json.JSONDecoder()  # json.loads' own settings
+
+
+def loads(text: object) -> Any:
+    """`json.loads(text)`: the same value or the same error, the usual text read by the scanner
+    alone (`_decoded`). For text that needs no check beyond the parse, such as a stored payload."""
+    if not isinstance(text, (str, bytes, bytearray)):
+        return json.loads(text)  # type: ignore[arg-type]  # its TypeError, as the caller would get it
+    return _decoded(_json_text(text), _PLAIN_DECODER)
 
 
 _parsing = threading.local()  # the duplicate keys found by the parse in progress on this thread

@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from itertools import repeat
 from typing import Any, cast
 
-from archetype.canonical import MAX_SAFE_INTEGER, canonical_json, canonical_text, printable_text
+from archetype.canonical import MAX_SAFE_INTEGER, canonical_json, canonical_text, loads, printable_text
 from archetype.commands import ledger_sql as q
 from archetype.commands import migrations
 from archetype.commands.errors import (
@@ -237,22 +237,10 @@ def check_found(world_id: str, found: Found, known: Mapping[str, Sequence[Any]])
                 raise InvalidComponentDataError(f"{exc} ({name} {fingerprint[:12]}, {label})") from None
 
 
-# The C scanner json.loads runs, called directly: a payload is one JSON value, no whitespace around
-# it, and json.loads' wrappers (two regular expressions for that whitespace) cost about as much as
-# the scan of a small payload. Anything else is json.loads' to accept or refuse, as it always was.
-_SCAN_JSON: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]  # (set in its __init__)
-
-
 def _payload_occurrences(payload: str) -> list[tuple[Any, str, str, Any]] | Exception:
     """The component occurrences of one payload, or what parsing it raised."""
     try:
-        try:
-            value, end = _SCAN_JSON(payload, 0)
-        except Exception:
-            value, end = None, -1
-        if end == -1 or end != len(payload):  # (not a string, say: json.loads says so, as it always did)
-            value = json.loads(payload)
-        return occurrences(value)
+        return occurrences(loads(payload))
     except Exception as exc:
         return exc
 
