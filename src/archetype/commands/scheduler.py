@@ -112,6 +112,7 @@ class CommandIdentity(BaseModel):
 _ANSWERS = TypeAdapter(list[CommandIdentity])
 _ANSWER_KEYS = frozenset(("command_id", "sequence", "digest", "replayed"))
 _FIELDS_SET = frozenset(CommandIdentity.model_fields)
+_new, _set = object.__new__, object.__setattr__
 
 
 def _as_given(world_id: Any, answer: Any) -> CommandIdentity | None:
@@ -134,9 +135,6 @@ def _as_given(world_id: Any, answer: Any) -> CommandIdentity | None:
     _set(identity, "__pydantic_extra__", None)
     _set(identity, "__pydantic_private__", None)
     return identity
-
-
-_new, _set = object.__new__, object.__setattr__
 
 
 def identity_of(world_id: str, answer: Admitted) -> CommandIdentity:
