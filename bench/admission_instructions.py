@@ -50,6 +50,7 @@ BATCH_SCALE = 10  # the `batched` piece admits this many times --counts
 PIECES = ("caller", "caller_batch", "ledger", "batched")
 SCALED = ("caller_batch", "batched")  # pieces counted per command of batches: BATCH_SCALE times the counts
 ROWS_FILE = "rows.json"
+LOOP_THREAD = "01"  # callgrind's name for the process's first thread, which runs the event loop
 
 
 async def caller(count: int, directory: Path, batch: int) -> None:
@@ -157,15 +158,19 @@ def per_admission(counts: tuple[int, int], src: Path | None) -> tuple[float, flo
     """(event loop thread, every other thread) instructions per admission."""
     small, large = (instructions(count, src, items=WARM_UP + max(counts)) for count in counts)
     span = counts[1] - counts[0]
-    loop = (large.get("01", 0) - small.get("01", 0)) / span
-    others = (sum(large.values()) - large.get("01", 0) - sum(small.values()) + small.get("01", 0)) / span
+    loop = (large.get(LOOP_THREAD, 0) - small.get(LOOP_THREAD, 0)) / span
+    others = (sum(large.values()) - large.get(LOOP_THREAD, 0) - sum(small.values()) + small.get(LOOP_THREAD, 0)) / span
     return loop, others
 
 
 def one_thread(counts: tuple[int, int], src: Path | None, part: str) -> float:
-    """Instructions per admission of a piece that runs on one thread (every thread counted)."""
+    """Instructions per admission of a piece that runs on one thread: the event loop's for the caller's
+    pieces, every thread's for the ledger's (which run on the calling thread, no loop)."""
     if part in ("caller", "caller_batch"):
-        small, large = (sum(instructions(count, src, part).values()) for count in counts)
+        # the event loop's thread only: the admissions' work is all on it (the authority answers
+        # there), and one of the runtime's other threads counted 9M-35M per run whatever the run's
+        # size, which moved the sum of every thread by 25k-80k per admission from run to run
+        small, large = (instructions(count, src, part).get(LOOP_THREAD, 0) for count in counts)
         return (large - small) / (counts[1] - counts[0])
     with tempfile.TemporaryDirectory(prefix="archetype-prepared-") as prepared:
         subprocess.run([sys.executable, __file__, "--run", str(WARM_UP + counts[1]), "--part", "prepare",
