@@ -24,7 +24,8 @@ in a transaction of the port on the calling thread (the ledger's checks, SQLite,
 not the writer thread's hand-over), and `batched`, the same per command of `Ledger.admit`s of
 BATCH rows. The ledger pieces' catalog and rows are made once outside callgrind, each run works
 on a copy of them, and every run has the same hash seed: their counts repeat to a few instructions.
-`--pieces` picks some of the three.
+`--pieces` picks some of the three. `--keep DIR` keeps each run's callgrind files in DIR (for
+`callgrind_annotate --inclusive=yes`), named by tree, piece and count.
 """
 
 from __future__ import annotations
@@ -127,6 +128,9 @@ async def admit(count: int, directory: Path, items: int) -> None:
         await ours.rt.close()
 
 
+KEEP: Path | None = None  # --keep: where each run's callgrind files are copied
+
+
 def instructions(count: int, src: Path | None, part: str = "defer", prepared: Path | None = None,
                  items: int = 0) -> dict[str, int]:
     """Instructions of a run of `count` admissions under callgrind, by thread (1: the event loop's);
@@ -145,6 +149,9 @@ def instructions(count: int, src: Path | None, part: str = "defer", prepared: Pa
             thread = path.name.rsplit("-", 1)[1]
             match = re.search(r"^(?:summary|totals): (\d+)", path.read_text(errors="replace"), re.MULTILINE)
             totals[thread] = int(match.group(1)) if match else 0
+            if KEEP is not None:
+                tree = src.resolve().parent.name if src else "this"
+                shutil.copy(path, KEEP / f"callgrind.{tree}.{part}.{count}-{thread}")
         return totals
 
 
@@ -187,6 +194,7 @@ def main() -> None:
     parser.add_argument("--pieces", nargs="+", choices=PIECES, default=PIECES,
                         help=f"with --parts, which (caller_batch, batched: per command of a defer_batch / Ledger.admit of {BATCH}, "
                              f"{BATCH_SCALE}x the counts)")
+    parser.add_argument("--keep", type=Path, help="a directory to keep each run's callgrind files in")
     parser.add_argument("--run", type=int, help=argparse.SUPPRESS)  # the child under callgrind
     parser.add_argument("--part", default="defer", help=argparse.SUPPRESS)
     parser.add_argument("--items", type=int, default=0, help=argparse.SUPPRESS)
@@ -202,6 +210,10 @@ def main() -> None:
             batch = BATCH if args.part == "caller_batch" else 1
             asyncio.run(caller(args.run, directory, batch) if args.part.startswith("caller") else admit(args.run, directory, args.items))
         return
+    if args.keep is not None:
+        global KEEP
+        KEEP = args.keep
+        KEEP.mkdir(parents=True, exist_ok=True)
     trees = [("this tree", BENCH.parent / "src")] + ([(f"baseline ({args.baseline_src})", args.baseline_src)] if args.baseline_src else [])
     if args.parts:
         if max(args.counts) > PARTS_MAX:

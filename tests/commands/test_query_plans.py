@@ -118,7 +118,8 @@ def test_every_read_of_open_commands_reads_the_due_index_and_walks_from_the_floo
 
 # The statements every admission runs: a temporary b-tree (DISTINCT, ORDER BY or GROUP BY without an
 # index to follow) is built and torn down on every run, quota or not, however few rows it sorts.
-ADMISSION = ("ADMISSION_READ", "ADMISSION_READ_UNCOUNTED", "INSERT_COMMAND", "INSERT_COMMANDS")
+ADMISSION = ("ADMISSION_READ", "ADMISSION_READ_UNCOUNTED", "INSERT_COMMAND", "INSERT_COMMANDS", "INSERT_UNATTRIBUTED_COMMAND",
+             "INSERT_UNATTRIBUTED_COMMANDS")
 
 
 @pytest.mark.parametrize("name", ADMISSION)

@@ -530,10 +530,10 @@ async def test_one_command_per_tick_writes_no_outbox_row(namespace, authority, q
 
 # Rows each statement of a tick writes per run on the real engine, at one command per tick (docs/storage.md,
 # "Schema version 19" to "Schema version 22": the command due at once is its row and its id's entry,
-# settled its row again; a single command's admission is INSERT_COMMAND). An admission appends
-# nothing (schema version 21), and the publication's event goes with its world-row write
-# (PUBLISH_HEAD), so APPEND_SPILLED_EVENTS writes nothing (schema version 22).
-PER_TICK_ROWS = {"INSERT_COMMAND": 2, "APPEND_SPILLED_EVENTS": 0, "SET_LEASES": 1, "INSERT_TICK": 1,
+# settled its row again; a single command's admission is INSERT_UNATTRIBUTED_COMMAND: no principal, no
+# reservation). An admission appends nothing (schema version 21), and the publication's event goes with
+# its world-row write (PUBLISH_HEAD), so APPEND_SPILLED_EVENTS writes nothing (schema version 22).
+PER_TICK_ROWS = {"INSERT_UNATTRIBUTED_COMMAND": 2, "APPEND_SPILLED_EVENTS": 0, "SET_LEASES": 1, "INSERT_TICK": 1,
                  "INSERT_STATE_DELTA": 1, "INSERT_STATE_CHUNK": 1, "SETTLE": 1, "PUBLISH_HEAD": 1,
                  "SET_PROJECTED_SEQ": 1, "DELETE_OUTBOX_UPTO": 0, "APPEND_EVENTS": 0}  # fmt: skip
 
@@ -568,7 +568,7 @@ async def test_a_tick_writes_one_row_per_state_chunk_and_outbox_append_on_the_re
         await rt.close()
     finally:
         ns.close()
-    assert {"INSERT_COMMAND", "APPEND_SPILLED_EVENTS", "INSERT_TICK", "INSERT_STATE_DELTA", "SETTLE", "PUBLISH_HEAD",
+    assert {"INSERT_UNATTRIBUTED_COMMAND", "APPEND_SPILLED_EVENTS", "INSERT_TICK", "INSERT_STATE_DELTA", "SETTLE", "PUBLISH_HEAD",
             "SET_PROJECTED_SEQ", "DELETE_OUTBOX_UPTO"} <= set(written)
     assert {name: set(rows) for name, rows in written.items()} == {name: {PER_TICK_ROWS[name]} for name in written}
     assert len(written["APPEND_SPILLED_EVENTS"]) == 4  # each publication's; the admissions' events are their rows

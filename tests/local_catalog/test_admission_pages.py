@@ -4,6 +4,8 @@ starts touching again (the world row, say) fails here, not only as a slower benc
 
 import itertools
 
+import pytest
+
 from archetype.bench import wal_pages_by_btree
 from archetype.commands.ledger import Ledger
 from archetype.commands.port import ManualClock
@@ -95,7 +97,9 @@ def test_a_batch_is_one_statement_on_the_durable_object(tmp_path):
     engine.run.clear()
     ledger.admit("w", [_row(0)])
     ledger.admit("w", [_row(i) for i in range(1, 101)], quota=1_000)
-    assert engine.run == [q.ADMISSION_READ_UNCOUNTED, q.INSERT_COMMAND, q.ADMISSION_READ, q.ADD_QUOTA_USAGE, q.INSERT_COMMANDS]
+    # (a trusted caller's commands of no reservation: their principal and reserved entity the literal NULL)
+    assert engine.run == [q.ADMISSION_READ_UNCOUNTED, q.INSERT_UNATTRIBUTED_COMMAND, q.ADMISSION_READ, q.ADD_QUOTA_USAGE,
+                          q.INSERT_UNATTRIBUTED_COMMANDS]  # fmt: skip
     assert [r["sequence"] for r in ledger.history("w", limit=200)] == list(range(1, 102))
     engine.engine.close()
 
@@ -139,4 +143,27 @@ def test_a_command_admitted_alone_is_stored_as_one_admitted_in_a_batch(tmp_path)
     numbers = port.execute("SELECT sequence, admitted_event_seq FROM commands WHERE world_id LIKE '%-c-3' ORDER BY world_id, sequence")
     assert numbers == [(1, 2)] + [(1, 2), (2, 3), (3, 4)] * 2, numbers  # alone-, batch-, json-
     json_port.close()
+    port.close()
+
+
+# Batches of (principal, reserved entity) per row: the statements that say NULL for a field none of a
+# batch's rows has (ledger_sql.ADMITTED_INSERTS) and those that bind it, a row alone and with others.
+NULLABLE_BATCHES = [
+    [(None, None)], [(None, None), (None, None)], [("alice", None)], [("alice", None), ("alice", None)],
+    [(None, 7)], [(None, None), (None, 7)], [(None, 7), (None, None)], [("alice", 7), ("alice", None)],
+    [("alice", None), ("alice", 7)],
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("port_class", [SqliteSqlPort, _BatchAsJson], ids=["each", "bulk"])
+def test_a_principal_and_a_reserved_entity_are_stored_as_admitted_whatever_the_batch_holds(tmp_path, port_class):
+    port = port_class(tmp_path / "catalog.db")
+    ledger = Ledger(port, ManualClock())
+    for index, batch in enumerate(NULLABLE_BATCHES):
+        world_id = f"w{index}"
+        ledger.create_world(world_id, "w")
+        rows = [{**_row(i), "principal": principal, "reserved_entity_id": reserved} for i, (principal, reserved) in enumerate(batch)]
+        ledger.admit(world_id, rows)
+        stored = port.execute("SELECT principal, reserved_entity_id FROM commands WHERE world_id = ? ORDER BY sequence", (world_id,))
+        assert stored == batch, (batch, stored)
     port.close()

@@ -132,7 +132,12 @@ ADMISSION_KEYS = frozenset(AdmissionRow.__annotations__)
 # The order a row's keys come in from the scheduler (and AdmissionRow's): compared before the set,
 # a tuple of the same interned keys compares by identity, where the set hashes each key again.
 _ADMISSION_ORDER = tuple(AdmissionRow.__annotations__)
-_INSERTED = operator.itemgetter(*q.INSERTED_COMMAND_FIELDS)  # the submitted values of an admitted command's row
+# The statements writing admitted commands and the submitted values their rows bind (ledger_sql.ADMITTED_INSERTS),
+# by whether some row of the batch has each of ledger_sql.NULLABLE_COMMAND_FIELDS
+_INSERTS = {
+    tuple(field not in nulls for field in q.NULLABLE_COMMAND_FIELDS): (each, bulk, operator.itemgetter(*fields))
+    for nulls, (each, bulk, fields) in q.ADMITTED_INSERTS.items()
+}
 ORIGINS = ("local", "gateway")
 RUNNER_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@:-]{0,127}")
 RUNNER_FIELDS = tuple(name.strip() for name in q.RUNNER_COLUMNS.split(","))
@@ -1000,9 +1005,14 @@ class Ledger:
         scopes = set()
         parsed: list[list[Any] | Exception] = []
         named: set[str] = set()
+        principals = reservations = False
         for row in rows:
             ids.append(row["command_id"])
             scopes.add(row["scope"])
+            if row["principal"] is not None:
+                principals = True
+            if row["reserved_entity_id"] is not None:
+                reservations = True
             found = _payload_occurrences(row["payload"])
             parsed.append(found)
             if type(found) is list:
@@ -1013,6 +1023,7 @@ class Ledger:
         if len(scopes) != 1:
             raise InvalidCommandError("a batch is admitted for one principal")
         (scope,) = scopes
+        insert_each, insert_bulk, inserted_values = _INSERTS[principals, reservations]
         # (JSON parameters through the one prebuilt encoder: json.dumps builds an encoder per call)
         read_params: tuple[Any, ...] = (world_id, scope, canonical_text(ids), canonical_text(sorted(named)))
         read = q.ADMISSION_READ_UNCOUNTED
@@ -1067,7 +1078,7 @@ class Ledger:
                         f"command {command_id!r} is bound to a spawn reservation that this command does not fulfil"
                     )
                 sequence = next_sequence + len(inserted)
-                inserted.append((sequence, next_event_seq + len(inserted), *_INSERTED(row)))
+                inserted.append((sequence, next_event_seq + len(inserted), *inserted_values(row)))
                 admitted.append({"command_id": command_id, "sequence": sequence, "replayed": False, "digest": row["digest"]})
                 fresh.append(row)
                 fresh_found.append(found)
@@ -1082,7 +1093,7 @@ class Ledger:
                 self._charge_quota(world_id, scope, [runs_at(r["scheduled_tick"], world[3]) for r in fresh], quota, used)
             if inserted:
                 shared = (world_id, scope, self._clock.now_ms(), world[3] + 1)
-                self._port.execute_rows(q.INSERT_COMMAND, q.INSERT_COMMANDS, shared, inserted)
+                self._port.execute_rows(insert_each, insert_bulk, shared, inserted)
             return admitted
 
         return self._port.transaction(run)

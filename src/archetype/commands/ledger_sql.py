@@ -295,9 +295,33 @@ def _insert_commands(values: list[str], source: str = "") -> str:
 # array's parse, json_each's cursor and a path per value: callgrind counted 117k instructions a run
 # for one row through the JSON, 57k bound), but on the Durable Object every statement is a crossing
 # into JavaScript, so there a batch is one statement.
-INSERT_COMMAND = _insert_commands([f"?{5 + i}" for i in range(len(ADMITTED_COMMAND_VALUES))])
-INSERT_COMMANDS = _insert_commands([f"json_extract(j.value, '$[{i}]')" for i in range(len(ADMITTED_COMMAND_VALUES))],
-                                   "\n    FROM json_each(?5) AS j")  # fmt: skip
+#
+# Two of the values are NULL in most batches: a trusted caller's principal, the entity of a spawn that
+# fulfils no reservation. Python's sqlite3 binds None through its adaptation protocol (an attribute
+# look-up on a type that fails, its AttributeError formatted and cleared: about 3k instructions a value,
+# more than binding the row's other values together), so the statements that write a batch none of
+# whose rows has one of them say NULL there instead of binding it: ADMITTED_INSERTS, keyed by those
+# fields (in NULLABLE_COMMAND_FIELDS' order), holds each pair and the fields its rows bind after the
+# sequence and the event number. INSERT_COMMAND and INSERT_COMMANDS bind every value.
+NULLABLE_COMMAND_FIELDS = ("principal", "reserved_entity_id")
+
+
+def _admitted_inserts(nulls: tuple[str, ...]) -> tuple[str, str, tuple[str, ...]]:
+    bound = [field for field in ADMITTED_COMMAND_VALUES if field not in nulls]
+    each = [f"?{5 + bound.index(field)}" if field in bound else "NULL" for field in ADMITTED_COMMAND_VALUES]
+    bulk = [f"json_extract(j.value, '$[{bound.index(field)}]')" if field in bound else "NULL"
+            for field in ADMITTED_COMMAND_VALUES]  # fmt: skip
+    return (_insert_commands(each), _insert_commands(bulk, "\n    FROM json_each(?5) AS j"),
+            tuple(field for field in INSERTED_COMMAND_FIELDS if field in bound))  # fmt: skip
+
+
+ADMITTED_INSERTS = {
+    nulls: _admitted_inserts(nulls)
+    for nulls in ((), ("principal",), ("reserved_entity_id",), NULLABLE_COMMAND_FIELDS)
+}
+INSERT_COMMAND, INSERT_COMMANDS = ADMITTED_INSERTS[()][:2]
+# A trusted caller's batch of no reservation: the usual one
+INSERT_UNATTRIBUTED_COMMAND, INSERT_UNATTRIBUTED_COMMANDS = ADMITTED_INSERTS[NULLABLE_COMMAND_FIELDS][:2]
 GET_COMMAND = f"""WITH {HELD_CTE.format(world="?1")} SELECT {COMMAND_VALUE_COLUMNS} FROM {COMMANDS_NOW_JOIN}
     WHERE c.world_id = ?1 AND c.scope = ?2 AND c.command_id = ?3"""
 # the commands of one id in every scope, in scope order (the unique index's), at most ? of them
