@@ -1024,11 +1024,13 @@ class Ledger:
             raise InvalidCommandError("a batch is admitted for one principal")
         (scope,) = scopes
         insert_each, insert_bulk, inserted_values = _INSERTS[principals, reservations]
-        # (JSON parameters through the one prebuilt encoder: json.dumps builds an encoder per call)
-        read_params: tuple[Any, ...] = (world_id, scope, canonical_text(ids), canonical_text(sorted(named)))
-        read = q.ADMISSION_READ_UNCOUNTED
+        # (JSON parameters through the one prebuilt encoder: json.dumps builds an encoder per call; one
+        # id or one fingerprint bound as it is: ledger_sql.ADMISSION_READS)
+        read = q.ADMISSION_READS[quota is not None, len(ids) == 1, len(named) == 1]
+        read_params: tuple[Any, ...] = (world_id, scope, ids[0] if len(ids) == 1 else canonical_text(ids),
+                                        next(iter(named)) if len(named) == 1 else canonical_text(sorted(named)))  # fmt: skip
         if quota is not None:
-            read, read_params = q.ADMISSION_READ, (*read_params, canonical_text(sorted({r["scheduled_tick"] for r in rows})))
+            read_params = (*read_params, canonical_text(sorted({r["scheduled_tick"] for r in rows})))
 
         def run() -> list[Admitted]:
             world: tuple[Any, ...] | None = None
@@ -1359,9 +1361,11 @@ class Ledger:
             self._release_rows(world_id, owner, session, now, set(settled_sequences))
             due = now if due_ms is None else min(due_ms, now)  # never due after it published (clock skew)
             # The session's lease entries go with the head's write, and the settlements' events with it
-            # when they fit in the world row's outbox tail; otherwise they are an outbox row's.
+            # when they fit in the world row's outbox tail; otherwise they are an outbox row's (too many
+            # to fit there: not offered to the tail at all).
+            offered = events if len(settlements) <= q.OUTBOX_APPEND_LIMIT // q.EVENT_CHARS_MIN else "[]"
             self._port.execute(q.PUBLISH_HEAD, (tick, now, due, max(0, now - due), world_id, owner, session,
-                                                first_event, events))  # fmt: skip
+                                                first_event, offered))  # fmt: skip
             if settlements:
                 self._port.execute(q.APPEND_SPILLED_EVENTS, (first_event, now, events, world_id))
             if world["health"] == "STALLED":

@@ -177,6 +177,11 @@ TAIL_LAST_EXPR = "{w}tail_first_seq + json_array_length({w}tail_events) - 1"
 # The new events fit when the tail's every event is acknowledged (they take it over) or when they
 # follow its last and both stay small; NULL (no event) fits nowhere.
 OUTBOX_APPEND_LIMIT = 700
+# The fewest characters a command's event takes in a JSON array of them (command_events): its payload
+# alone, `{"attempts":0,"max_attempts":1,"error":null}` as an escaped string, is 56. So more than
+# OUTBOX_APPEND_LIMIT // EVENT_CHARS_MIN events never fit a tail, and the ledger does not offer them to
+# PUBLISH_HEAD, which would read their commands to find that out (APPEND_SPILLED_EVENTS reads them again).
+EVENT_CHARS_MIN = 56
 WORLD_TAIL_LAST_EXPR = TAIL_LAST_EXPR.format(w="worlds.")
 TAIL_TAKEN_OVER_EXPR = f"(worlds.tail_events IS NULL OR {WORLD_TAIL_LAST_EXPR} <= worlds.projected_seq)"
 TAIL_FITS_EXPR = f"""length(n.events) + CASE WHEN {TAIL_TAKEN_OVER_EXPR} THEN 0
@@ -592,22 +597,39 @@ FIND_COMPONENTS_AT_TICK = f"{FIND_COMPONENTS} AND m.tick <= ?3"
 #   a temporary b-tree, with a quota or not: a quarter of this statement's cost).
 # An admission without a quota reads no counters: ADMISSION_READ_UNCOUNTED, the same statement without
 # its 'quota' part and ?5 (the part's cursors cost an eighth of the statement even over no tick).
-ADMISSION_READ_UNCOUNTED = f"""SELECT 'world', w.status, {", ".join(next_numbers("lc.sequence", "lc.admitted_event_seq"))},
+# ?3 and ?4 are JSON arrays; a batch of one command, or naming one component type, binds that id or
+# that fingerprint as it is instead (ADMISSION_READS): json_each's parse and cursor were about a
+# sixth of the statement for one value (5.5k instructions each, of 73k).
+def _admission_read(*, counted: bool, one_id: bool, one_component: bool) -> str:
+    ids = "(SELECT ?3 AS value)" if one_id else "json_each(?3)"
+    fingerprints = "(SELECT ?4 AS value)" if one_component else "json_each(?4)"
+    read = f"""SELECT 'world', w.status, {", ".join(next_numbers("lc.sequence", "lc.admitted_event_seq"))},
         w.tick_head, NULL
     FROM worlds AS w LEFT JOIN {LAST_COMMAND_JOIN} WHERE w.world_id = ?1
     UNION ALL
-    SELECT 'command', j.value, c.digest, c.sequence, r.entity_id, r.request_digest FROM json_each(?3) AS j
+    SELECT 'command', j.value, c.digest, c.sequence, r.entity_id, r.request_digest FROM {ids} AS j
         LEFT JOIN commands AS c ON c.world_id = ?1 AND c.scope = ?2 AND c.command_id = j.value
         LEFT JOIN spawn_reservations AS r ON r.world_id = ?1 AND r.scope = ?2 AND r.command_id = j.value
         WHERE c.digest IS NOT NULL OR r.entity_id IS NOT NULL
     UNION ALL
-    SELECT 'component', {COMPONENT_COLUMNS} FROM json_each(?4) AS j
+    SELECT 'component', {COMPONENT_COLUMNS} FROM {fingerprints} AS j
         CROSS JOIN world_components AS c ON c.world_id = ?1 AND c.fingerprint = j.value {_SUPERSEDED_JOIN}"""
-ADMISSION_READ = f"""{ADMISSION_READ_UNCOUNTED}
+    if not counted:
+        return read
+    return f"""{read}
     UNION ALL
     SELECT 'quota', u.scheduled_tick, u.used, NULL, NULL, NULL FROM json_each(?5) AS j
         CROSS JOIN worlds AS w ON w.world_id = ?1
         CROSS JOIN quota_usage AS u ON u.world_id = ?1 AND u.principal = ?2 AND u.scheduled_tick = max(j.value, w.tick_head + 1)"""
+
+
+# keyed by (counted, one id, one component type)
+ADMISSION_READS = {
+    (counted, one_id, one_component): _admission_read(counted=counted, one_id=one_id, one_component=one_component)
+    for counted in (False, True) for one_id in (False, True) for one_component in (False, True)
+}  # fmt: skip
+ADMISSION_READ_UNCOUNTED = ADMISSION_READS[False, False, False]
+ADMISSION_READ = ADMISSION_READS[True, False, False]
 LIST_COMPONENTS = f"""SELECT {COMPONENT_COLUMNS} FROM world_components AS c {_SUPERSEDED_JOIN}
     WHERE c.world_id = ? ORDER BY c.name, c.recorded_at, c.fingerprint"""
 # Each record is a JSON array [fingerprint, name, schema text].
