@@ -127,11 +127,15 @@ async def admit(count: int, directory: Path, items: int) -> None:
         await ours.rt.close()
 
 
+KEEP: Path | None = None  # --keep: where each run's callgrind files are copied
+
+
 def instructions(count: int, src: Path | None, part: str = "defer", prepared: Path | None = None,
                  items: int = 0) -> dict[str, int]:
     """Instructions of a run of `count` admissions under callgrind, by thread (1: the event loop's);
     `prepared`: a catalog directory (`prepare`) the run works on a copy of; `items` of the
-    admissions built first (the larger run's: so both runs of a pair build the same inputs)."""
+    admissions built first (the larger run's: so both runs of a pair build the same inputs).
+    With KEEP, the run's files are copied there as <tree>-<part>-<count>.callgrind-<thread>."""
     with tempfile.TemporaryDirectory(prefix="archetype-callgrind-") as tmp:
         out = Path(tmp) / "callgrind.out"
         if prepared is not None:
@@ -145,6 +149,10 @@ def instructions(count: int, src: Path | None, part: str = "defer", prepared: Pa
             thread = path.name.rsplit("-", 1)[1]
             match = re.search(r"^(?:summary|totals): (\d+)", path.read_text(errors="replace"), re.MULTILINE)
             totals[thread] = int(match.group(1)) if match else 0
+            if KEEP is not None:
+                tree = src.parent.name if src else "env"
+                KEEP.mkdir(parents=True, exist_ok=True)
+                shutil.copy(path, KEEP / f"{tree}-{part}-{count}.callgrind-{thread}")
         return totals
 
 
@@ -187,6 +195,8 @@ def main() -> None:
     parser.add_argument("--pieces", nargs="+", choices=PIECES, default=PIECES,
                         help=f"with --parts, which (caller_batch, batched: per command of a defer_batch / Ledger.admit of {BATCH}, "
                              f"{BATCH_SCALE}x the counts)")
+    parser.add_argument("--keep", type=Path, help="copy every run's callgrind files to this directory (for "
+                        "callgrind_annotate --inclusive=yes; bench/callgrind_delta.py subtracts a pair)")
     parser.add_argument("--run", type=int, help=argparse.SUPPRESS)  # the child under callgrind
     parser.add_argument("--part", default="defer", help=argparse.SUPPRESS)
     parser.add_argument("--items", type=int, default=0, help=argparse.SUPPRESS)
@@ -202,6 +212,8 @@ def main() -> None:
             batch = BATCH if args.part == "caller_batch" else 1
             asyncio.run(caller(args.run, directory, batch) if args.part.startswith("caller") else admit(args.run, directory, args.items))
         return
+    global KEEP
+    KEEP = args.keep
     trees = [("this tree", BENCH.parent / "src")] + ([(f"baseline ({args.baseline_src})", args.baseline_src)] if args.baseline_src else [])
     if args.parts:
         if max(args.counts) > PARTS_MAX:
