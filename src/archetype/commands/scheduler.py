@@ -33,7 +33,13 @@ from archetype.commands.options import ActorCtx, DurableOptions, Role
 from archetype.commands.registry import LiveValue, OperationRegistry, OperationSpec, check_live_together
 from archetype.world.commit import Outcome, PreparedTick, TickManifest, TickOutcomeUnknownError
 from archetype.world.component_schema import UnsupportedSchemaError, check_record
-from archetype.world.components import DOC_KEYS, Component, canonical_prefixed_schema, resolve_component_class
+from archetype.world.components import (
+    DOC_KEYS,
+    Component,
+    canonical_prefixed_schema,
+    exactly_typed,
+    resolve_component_class,
+)
 from archetype.world.error_text import error_text
 from archetype.world.operations import Spawn, SpawnReserved
 
@@ -110,27 +116,21 @@ class CommandIdentity(BaseModel):
 
 # A batch's answers are validated as one list: one call into pydantic-core instead of one per answer.
 _ANSWERS = TypeAdapter(list[CommandIdentity])
-_ANSWER_KEYS = frozenset(("command_id", "sequence", "digest", "replayed"))
+_ANSWER_FIELDS: dict[str, type] = {"command_id": str, "sequence": int, "digest": str, "replayed": bool}
 _FIELDS_SET = frozenset(CommandIdentity.model_fields)
 _new, _set = object.__new__, object.__setattr__
 
 
 def _as_given(world_id: Any, answer: Any) -> CommandIdentity | None:
-    """The CommandIdentity validation would make of an authority's answer whose every field has
-    exactly its field's type (what validation then leaves as it is: a `str`, an `int`, a `bool`)
-    and nothing else, made without validating (the validated instance's four attributes, set as
-    pydantic sets them); None for any other answer, which validation converts or refuses.
-    tests/commands/test_answers.py holds it to validation's verdicts."""
-    if type(answer) is not dict or answer.keys() != _ANSWER_KEYS:
-        return None
-    command_id, sequence, digest_, replayed = answer["command_id"], answer["sequence"], answer["digest"], answer["replayed"]
-    if type(world_id) is not str or type(command_id) is not str or type(digest_) is not str:
-        return None
-    if type(sequence) is not int or type(replayed) is not bool:
+    """The CommandIdentity validation would make of an authority's answer `exactly_typed` as its
+    fields (which validation then leaves as they are), made without validating (the validated
+    instance's four attributes, set as pydantic sets them); None for any other answer, which
+    validation converts or refuses. tests/commands/test_answers.py holds it to validation's verdicts."""
+    if type(world_id) is not str or not exactly_typed(answer, _ANSWER_FIELDS):
         return None
     identity = _new(CommandIdentity)
-    _set(identity, "__dict__", {"command_id": command_id, "world_id": world_id, "sequence": sequence, "digest": digest_,
-                                "replayed": replayed})  # fmt: skip
+    _set(identity, "__dict__", {"command_id": answer["command_id"], "world_id": world_id, "sequence": answer["sequence"],
+                                "digest": answer["digest"], "replayed": answer["replayed"]})  # fmt: skip
     _set(identity, "__pydantic_fields_set__", set(_FIELDS_SET))
     _set(identity, "__pydantic_extra__", None)
     _set(identity, "__pydantic_private__", None)
