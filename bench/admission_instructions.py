@@ -50,6 +50,10 @@ BATCH_SCALE = 10  # the `batched` piece admits this many times --counts
 PIECES = ("caller", "caller_batch", "ledger", "batched")
 SCALED = ("caller_batch", "batched")  # pieces counted per command of batches: BATCH_SCALE times the counts
 ROWS_FILE = "rows.json"
+# The caller's pieces count their admissions alone: the run's start-up (an interpreter, a runtime,
+# imports some of which land on the loop's thread in one run and on another in the next) moved the
+# difference of two runs by 10-20k per admission. `sys.call_tracing` is a call nothing else makes.
+COUNTED = ["--collect-atstart=no", "--toggle-collect=sys_call_tracing"]
 LOOP_THREAD = "01"  # callgrind's name for the process's first thread, which runs the event loop
 
 
@@ -69,17 +73,28 @@ async def caller(count: int, directory: Path, batch: int) -> None:
     admit_for_real, authority.admit = authority.admit, answered
     # (the collector off: whether one of its full passes lands in one run or the other moved this
     # piece's figure by 40k per admission between runs of 200; an admission leaves few objects)
+    def admissions() -> None:
+        for i in range(WARM_UP, WARM_UP + count, batch):
+            at_once(ours.put(i) if batch == 1 else ours.rt.dispatcher.defer_batch(ours.items[i : i + batch]))
+
     gc.collect()
     gc.disable()
     try:
-        for i in range(WARM_UP, WARM_UP + count, batch):
-            if batch == 1:
-                await ours.put(i)
-            else:
-                await ours.rt.dispatcher.defer_batch(ours.items[i : i + batch])
+        sys.call_tracing(admissions, ())  # COUNTED: callgrind counts inside this call alone
     finally:
         authority.admit = admit_for_real
         await ours.rt.close()
+
+
+def at_once(coroutine: Any) -> None:
+    """Run a coroutine that never suspends (an admission whose every await is answered at once)
+    to its end, on this thread, outside the event loop's machinery."""
+    try:
+        coroutine.send(None)
+    except StopIteration:
+        return
+    coroutine.close()
+    raise RuntimeError("an admission suspended: the caller's pieces count only admissions answered at once")
 
 
 def prepare(count: int, directory: Path) -> None:
@@ -140,7 +155,8 @@ def instructions(count: int, src: Path | None, part: str = "defer", prepared: Pa
         out = Path(tmp) / "callgrind.out"
         if prepared is not None:
             shutil.copytree(prepared, Path(tmp) / "catalog")
-        subprocess.run(["valgrind", "--tool=callgrind", "--separate-threads=yes", f"--callgrind-out-file={out}",
+        counted = COUNTED if part.startswith("caller") else []
+        subprocess.run(["valgrind", "--tool=callgrind", "--separate-threads=yes", *counted, f"--callgrind-out-file={out}",
                         sys.executable, __file__, "--run", str(count), "--part", part, "--items", str(max(items, WARM_UP + count)),
                         "--directory", tmp],
                        check=True, env=_env(src), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
