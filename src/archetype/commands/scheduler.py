@@ -30,12 +30,13 @@ from archetype.commands.identity import COMMAND_ID_PATTERN, command_digest
 from archetype.commands.ledger import check_components
 from archetype.commands.ledger_rows import AdmissionRow, Admitted, CommandRow, ComponentSchemaRow, LeasedRow
 from archetype.commands.options import ActorCtx, DurableOptions, Role
-from archetype.commands.registry import LiveValue, OperationRegistry, OperationSpec, check_live_together
+from archetype.commands.registry import OperationRegistry, OperationSpec, check_live_together
 from archetype.world.commit import Outcome, PreparedTick, TickManifest, TickOutcomeUnknownError
 from archetype.world.component_schema import UnsupportedSchemaError, check_record
 from archetype.world.components import (
     DOC_KEYS,
     Component,
+    LiveValue,
     canonical_prefixed_schema,
     exactly_typed,
     resolve_component_class,
@@ -145,10 +146,13 @@ def identity_of(world_id: str, answer: Admitted) -> CommandIdentity:
 
 def identities_of(world_id: str, answers: list[Admitted]) -> list[CommandIdentity]:
     """A batch's answers, as `_ANSWERS` validates them (its refusal says which answer)."""
-    made = [_as_given(world_id, answer) for answer in answers]
-    if None in made:
-        return _ANSWERS.validate_python([{**answer, "world_id": world_id} for answer in answers])
-    return made  # type: ignore[return-value]
+    made = []
+    for answer in answers:  # (not `None in made`: that compares every identity with None, through pydantic's __eq__)
+        identity = _as_given(world_id, answer)
+        if identity is None:
+            return _ANSWERS.validate_python([{**answer, "world_id": world_id} for answer in answers])
+        made.append(identity)
+    return made
 
 
 class SpawnAdmission(BaseModel):
@@ -313,14 +317,19 @@ class CommandScheduler:
     # -- admission --
     def _admission_row(
         self, item: DeferredItem | OneItem, actor: ActorCtx | None, origin: str, request_digest: str | None = None,
-        live: list[LiveValue] | None = None,
+        live: list[LiveValue] | None = None, specs: dict[type, OperationSpec] | None = None,
     ) -> tuple[str, AdmissionRow]:
         """The ledger row of `item`, validated (its live values left in `live`, if given, for the
         caller to build: `OperationSpec.payload_of`). A SpawnReserved's `request_digest` is
-        computed unless the caller already has it (admit_spawn, which reserved with it)."""
+        computed unless the caller already has it (admit_spawn, which reserved with it). `specs`:
+        the durable registrations of the operation types met so far, filled in as they are met."""
         op, options = item.op, item.options
-        spec = self.registry.resolve(op)
-        spec.require_durable()
+        spec = specs.get(type(op)) if specs is not None else None
+        if spec is None:
+            spec = self.registry.resolve(op)
+            spec.require_durable()
+            if specs is not None:
+                specs[type(op)] = spec
         command_id = checked_command_id(item.command_id)
         assert spec.world_key is not None  # register() refuses a durable operation without one
         world_id = spec.world_key(op)
@@ -363,7 +372,8 @@ class CommandScheduler:
         """Validate every item, then admit the batch in one ledger transaction (all or nothing)."""
         if not items:
             raise InvalidCommandError("a batch needs at least one command")
-        return await self._admit(self._admission_rows(items, actor, origin), actor)
+        prepared = [self._admission_row(items[0], actor, origin)] if len(items) == 1 else self._admission_rows(items, actor, origin)
+        return await self._admit(prepared, actor)
 
     def _admission_rows(
         self, items: Sequence[DeferredItem | OneItem], actor: ActorCtx | None, origin: str
@@ -373,8 +383,9 @@ class CommandScheduler:
         it always did: the first refusal in batch order."""
         if len(items) > 1:
             live: list[LiveValue] = []
+            specs: dict[type, OperationSpec] = {}  # (a batch's commands share an operation or two: each resolved once)
             try:
-                prepared = [self._admission_row(item, actor, origin, live=live) for item in items]
+                prepared = [self._admission_row(item, actor, origin, live=live, specs=specs) for item in items]
                 check_live_together(live)
                 return prepared
             except (SystemExit, KeyboardInterrupt):

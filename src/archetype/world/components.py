@@ -69,6 +69,10 @@ def non_canonical_refusal(errors: Sequence[ErrorDetails], *, root: str = "$", sk
         return NonCanonicalValueError(f"{path}: {reason}", path=path, reason=reason)
     return None
 
+LiveValue = tuple[int, str, "type[Component] | None", dict[str, Any]]
+"""A component value of an operation to build live: its index in the operation, class name, class
+(None when none is loaded here) and data."""
+
 # (name, fingerprint) -> loaded classes in load order; the first one answers wire decoding.
 _LOADED: dict[tuple[str, str], list[type[Component]]] = {}
 
