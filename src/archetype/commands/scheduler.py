@@ -230,6 +230,9 @@ class CommandScheduler:
         self._sessions: dict[str, str] = {}
         self._recorded: dict[str, set[str]] = {}  # world id -> the fingerprints this process recorded there
         self._marks: dict[str, tuple[str, ...]] = {}  # world id -> those fingerprints as marks in text (_all_recorded)
+        # exact operation type -> its durable registration, once resolved: a registration never
+        # changes nor goes (the registry only adds), and every admission of a command looks it up
+        self._durable: dict[type, OperationSpec] = {}
 
     def session(self, world_id: str) -> str:
         """This incarnation's session for a world's leases."""
@@ -317,19 +320,17 @@ class CommandScheduler:
     # -- admission --
     def _admission_row(
         self, item: DeferredItem | OneItem, actor: ActorCtx | None, origin: str, request_digest: str | None = None,
-        live: list[LiveValue] | None = None, specs: dict[type, OperationSpec] | None = None,
+        live: list[LiveValue] | None = None,
     ) -> tuple[str, AdmissionRow]:
         """The ledger row of `item`, validated (its live values left in `live`, if given, for the
         caller to build: `OperationSpec.payload_of`). A SpawnReserved's `request_digest` is
-        computed unless the caller already has it (admit_spawn, which reserved with it). `specs`:
-        the durable registrations of the operation types met so far, filled in as they are met."""
+        computed unless the caller already has it (admit_spawn, which reserved with it)."""
         op, options = item.op, item.options
-        spec = specs.get(type(op)) if specs is not None else None
+        spec = self._durable.get(type(op))
         if spec is None:
             spec = self.registry.resolve(op)
             spec.require_durable()
-            if specs is not None:
-                specs[type(op)] = spec
+            self._durable[type(op)] = spec
         command_id = checked_command_id(item.command_id)
         assert spec.world_key is not None  # register() refuses a durable operation without one
         world_id = spec.world_key(op)
@@ -383,9 +384,8 @@ class CommandScheduler:
         it always did: the first refusal in batch order."""
         if len(items) > 1:
             live: list[LiveValue] = []
-            specs: dict[type, OperationSpec] = {}  # (a batch's commands share an operation or two: each resolved once)
             try:
-                prepared = [self._admission_row(item, actor, origin, live=live, specs=specs) for item in items]
+                prepared = [self._admission_row(item, actor, origin, live=live) for item in items]
                 check_live_together(live)
                 return prepared
             except (SystemExit, KeyboardInterrupt):
