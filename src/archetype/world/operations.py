@@ -245,7 +245,9 @@ def payload_encoder(model: type[Operation]) -> Callable[[Any], tuple[str, list[L
         fields_of = op.__dict__
         world_id = fields_of["world_id"]
         discriminator = fields_of["operation"]
-        if type(discriminator) is not str or discriminator != name or not _world_id_ok(world_id):  # type first: no __ne__ runs
+        if type(discriminator) is not str or discriminator != name:  # type first: no __ne__ runs
+            return None
+        if not (type(world_id) is str and world_id in _WORLD_IDS) and not _world_id_ok(world_id):  # (seen: no call)
             return None
         members = []
         if has_refs:
@@ -261,7 +263,7 @@ def payload_encoder(model: type[Operation]) -> Callable[[Any], tuple[str, list[L
         seen = True  # whether every pending value's class (if loaded) may see its data as it is: an `inert` one
         if has_values:
             values = fields_of["components"]
-            if not _sized(values):
+            if type(values) is not tuple or not 1 <= len(values) <= MAX_COMPONENTS:  # _sized, written out: once a command
                 return None
             texts = []
             for index, value in enumerate(values):
