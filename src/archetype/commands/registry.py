@@ -188,7 +188,7 @@ class OperationSpec:
         if live is None:
             if values:  # (usually none: the encoder leaves out the values that validate as given)
                 self._check_live(values)
-        else:
+        elif values:
             live.extend(values)
         return payload
 

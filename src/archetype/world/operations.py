@@ -200,7 +200,7 @@ def _world_id_ok(value: Any) -> bool:
 def _identity_ok(item: Any, model: type[ComponentTypeRef | ComponentValue], fields: frozenset[str]) -> bool:
     if type(item) is not model or item.__dict__.keys() != fields or item.__pydantic_extra__ is not None:
         return False
-    name, fingerprint = item.name, item.fingerprint
+    name, fingerprint = item.__dict__["name"], item.__dict__["fingerprint"]
     if type(name) is not str or type(fingerprint) is not str:
         return False
     if (name, fingerprint) not in _IDENTITIES:
@@ -269,15 +269,19 @@ def payload_encoder(model: type[Operation]) -> Callable[[Any], tuple[str, list[L
             for index, value in enumerate(values):
                 if not _identity_ok(value, ComponentValue, _VALUE_FIELDS):
                     return None
-                data, cls = value.data, loaded_class(value.name, value.fingerprint)
+                # its fields read from its __dict__ (what _identity_ok checked): a pydantic model's
+                # attribute goes through its class's __getattr__ hook, a lookup each
+                given = value.__dict__
+                data, component, fingerprint = given["data"], given["name"], given["fingerprint"]
+                cls = loaded_class(component, fingerprint)
                 if cls is None or not validates_as_given(cls, data):
                     plain = plain_json(data, MAX_DATA_DEPTH) if type(data) is dict else 0
                     if not plain:
                         return None
                     order = min(order, plain)
                     seen = seen and (cls is None or inert(cls))
-                    pending.append((index, value.name, cls, data))
-                texts.append(f'{{"data":{canonical_text(data)},"fingerprint":"{value.fingerprint}","name":"{value.name}"}}')
+                    pending.append((index, component, cls, data))
+                texts.append(f'{{"data":{canonical_text(data)},"fingerprint":"{fingerprint}","name":"{component}"}}')
             members.append('"components":[' + ",".join(texts) + "]")
         if has_entity:
             entity_id = fields_of["entity_id"]
