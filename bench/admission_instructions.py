@@ -19,7 +19,8 @@ The two threads' counts move by several percent with how the threads happen to i
 machine changes it), so `--parts` counts instead the two pieces that run on one thread alone, the
 same way: `caller`, the `defer` with the authority's `admit` answered at once (the dispatcher's
 and scheduler's validation, no hand-over, no SQL), `caller_batch`, the same per command of
-`defer_batch`es of BATCH, and `ledger`, `Ledger.admit` of the same rows
+`defer_batch`es of BATCH (both counted inside the call that makes their admissions alone, each
+driven to its end as it never suspends: the runs' start-up is not counted at all), and `ledger`, `Ledger.admit` of the same rows
 in a transaction of the port on the calling thread (the ledger's checks, SQLite, the write lock;
 not the writer thread's hand-over), and `batched`, the same per command of `Ledger.admit`s of
 BATCH rows. The ledger pieces' catalog and rows are made once outside callgrind, each run works
