@@ -19,7 +19,8 @@ The two threads' counts move by several percent with how the threads happen to i
 machine changes it), so `--parts` counts instead the two pieces that run on one thread alone, the
 same way: `caller`, the `defer` with the authority's `admit` answered at once (the dispatcher's
 and scheduler's validation, no hand-over, no SQL), `caller_batch`, the same per command of
-`defer_batch`es of BATCH, and `ledger`, `Ledger.admit` of the same rows
+`defer_batch`es of BATCH (both counted inside the call that makes their admissions alone, each
+driven to its end as it never suspends: the runs' start-up is not counted at all), and `ledger`, `Ledger.admit` of the same rows
 in a transaction of the port on the calling thread (the ledger's checks, SQLite, the write lock;
 not the writer thread's hand-over), and `batched`, the same per command of `Ledger.admit`s of
 BATCH rows. The ledger pieces' catalog and rows are made once outside callgrind, each run works
@@ -51,6 +52,10 @@ BATCH_SCALE = 10  # the `batched` piece admits this many times --counts
 PIECES = ("caller", "caller_batch", "ledger", "batched")
 SCALED = ("caller_batch", "batched")  # pieces counted per command of batches: BATCH_SCALE times the counts
 ROWS_FILE = "rows.json"
+# The caller's pieces count their admissions alone: the run's start-up (an interpreter, a runtime,
+# imports some of which land on the loop's thread in one run and on another in the next) moved the
+# difference of two runs by 10-20k per admission. `sys.call_tracing` is a call nothing else makes.
+COUNTED = ["--collect-atstart=no", "--toggle-collect=sys_call_tracing"]
 LOOP_THREAD = "01"  # callgrind's name for the process's first thread, which runs the event loop
 
 
@@ -70,17 +75,28 @@ async def caller(count: int, directory: Path, batch: int) -> None:
     admit_for_real, authority.admit = authority.admit, answered
     # (the collector off: whether one of its full passes lands in one run or the other moved this
     # piece's figure by 40k per admission between runs of 200; an admission leaves few objects)
+    def admissions() -> None:
+        for i in range(WARM_UP, WARM_UP + count, batch):
+            at_once(ours.put(i) if batch == 1 else ours.rt.dispatcher.defer_batch(ours.items[i : i + batch]))
+
     gc.collect()
     gc.disable()
     try:
-        for i in range(WARM_UP, WARM_UP + count, batch):
-            if batch == 1:
-                await ours.put(i)
-            else:
-                await ours.rt.dispatcher.defer_batch(ours.items[i : i + batch])
+        sys.call_tracing(admissions, ())  # COUNTED: callgrind counts inside this call alone
     finally:
         authority.admit = admit_for_real
         await ours.rt.close()
+
+
+def at_once(coroutine: Any) -> None:
+    """Run a coroutine that never suspends (an admission whose every await is answered at once)
+    to its end, on this thread, outside the event loop's machinery."""
+    try:
+        coroutine.send(None)
+    except StopIteration:
+        return
+    coroutine.close()
+    raise RuntimeError("an admission suspended: the caller's pieces count only admissions answered at once")
 
 
 def prepare(count: int, directory: Path) -> None:
@@ -135,12 +151,14 @@ def instructions(count: int, src: Path | None, part: str = "defer", prepared: Pa
                  items: int = 0) -> dict[str, int]:
     """Instructions of a run of `count` admissions under callgrind, by thread (1: the event loop's);
     `prepared`: a catalog directory (`prepare`) the run works on a copy of; `items` of the
-    admissions built first (the larger run's: so both runs of a pair build the same inputs)."""
+    admissions built first (the larger run's: so both runs of a pair build the same inputs).
+    With KEEP, the run's files are copied there as <tree>-<part>-<count>.callgrind-<thread>."""
     with tempfile.TemporaryDirectory(prefix="archetype-callgrind-") as tmp:
         out = Path(tmp) / "callgrind.out"
         if prepared is not None:
             shutil.copytree(prepared, Path(tmp) / "catalog")
-        subprocess.run(["valgrind", "--tool=callgrind", "--separate-threads=yes", f"--callgrind-out-file={out}",
+        counted = COUNTED if part.startswith("caller") else []
+        subprocess.run(["valgrind", "--tool=callgrind", "--separate-threads=yes", *counted, f"--callgrind-out-file={out}",
                         sys.executable, __file__, "--run", str(count), "--part", part, "--items", str(max(items, WARM_UP + count)),
                         "--directory", tmp],
                        check=True, env=_env(src), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
@@ -150,8 +168,9 @@ def instructions(count: int, src: Path | None, part: str = "defer", prepared: Pa
             match = re.search(r"^(?:summary|totals): (\d+)", path.read_text(errors="replace"), re.MULTILINE)
             totals[thread] = int(match.group(1)) if match else 0
             if KEEP is not None:
-                tree = src.resolve().parent.name if src else "this"
-                shutil.copy(path, KEEP / f"callgrind.{tree}.{part}.{count}-{thread}")
+                tree = src.parent.name if src else "env"
+                KEEP.mkdir(parents=True, exist_ok=True)
+                shutil.copy(path, KEEP / f"{tree}-{part}-{count}.callgrind-{thread}")
         return totals
 
 
@@ -194,7 +213,8 @@ def main() -> None:
     parser.add_argument("--pieces", nargs="+", choices=PIECES, default=PIECES,
                         help=f"with --parts, which (caller_batch, batched: per command of a defer_batch / Ledger.admit of {BATCH}, "
                              f"{BATCH_SCALE}x the counts)")
-    parser.add_argument("--keep", type=Path, help="a directory to keep each run's callgrind files in")
+    parser.add_argument("--keep", type=Path, help="copy every run's callgrind files to this directory (for "
+                        "callgrind_annotate --inclusive=yes; bench/callgrind_delta.py subtracts a pair)")
     parser.add_argument("--run", type=int, help=argparse.SUPPRESS)  # the child under callgrind
     parser.add_argument("--part", default="defer", help=argparse.SUPPRESS)
     parser.add_argument("--items", type=int, default=0, help=argparse.SUPPRESS)
@@ -210,10 +230,8 @@ def main() -> None:
             batch = BATCH if args.part == "caller_batch" else 1
             asyncio.run(caller(args.run, directory, batch) if args.part.startswith("caller") else admit(args.run, directory, args.items))
         return
-    if args.keep is not None:
-        global KEEP
-        KEEP = args.keep
-        KEEP.mkdir(parents=True, exist_ok=True)
+    global KEEP
+    KEEP = args.keep
     trees = [("this tree", BENCH.parent / "src")] + ([(f"baseline ({args.baseline_src})", args.baseline_src)] if args.baseline_src else [])
     if args.parts:
         if max(args.counts) > PARTS_MAX:

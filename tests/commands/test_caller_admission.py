@@ -12,10 +12,10 @@ import pytest
 
 from archetype.commands import ActorCtx, DurableOptions, Role
 from archetype.commands.dispatcher import CommandDispatcher
-from archetype.commands.errors import PermissionDeniedError
+from archetype.commands.errors import NotDurableError, PermissionDeniedError, UnregisteredOperationError
 from archetype.commands.families import default_registry
 from archetype.commands.scheduler import CommandScheduler, DeferredItem
-from archetype.world import Component, Spawn
+from archetype.world import Component, Spawn, SpawnReserved, Step
 
 VIEWER = ActorCtx(principal="vic", roles=frozenset({Role.viewer}))
 
@@ -113,3 +113,33 @@ async def test_every_answer_is_validated_alone_or_in_a_batch(count, bad):
     items = [DeferredItem(op=spawn(Mass(kilograms=float(i))), options=DurableOptions(tick=0)) for i in range(count)]
     with pytest.raises(pydantic.ValidationError):
         await dispatcher(Answering(answer)).defer_batch(items)
+
+
+PLAYER = ActorCtx(principal="pat", roles=frozenset({Role.player}))
+
+
+def reserved(entity_id: int) -> SpawnReserved:
+    return SpawnReserved(world_id="w1", entity_id=entity_id, components=[Mass(kilograms=1.0)])
+
+
+@pytest.mark.parametrize(
+    ("actor", "ops", "refusal"),
+    [
+        (PLAYER, [spawn(Mass(kilograms=1.0)), reserved(1)], PermissionDeniedError),  # spawn_reserved needs admin
+        (PLAYER, [spawn(Mass(kilograms=1.0)), spawn(Mass(kilograms=2.0)), reserved(1), reserved(2)], PermissionDeniedError),
+        (PLAYER, [spawn(Mass(kilograms=1.0)), Step(world_id="w1")], NotDurableError),
+        (PLAYER, [Step(world_id="w1"), reserved(1)], NotDurableError),  # the first refusal in batch order
+        (VIEWER, [spawn(Mass(kilograms=1.0)), reserved(1)], PermissionDeniedError),
+        (PLAYER, [spawn(Mass(kilograms=1.0)), "not an operation"], UnregisteredOperationError),
+        (None, [spawn(Mass(kilograms=1.0)), Step(world_id="w1")], NotDurableError),
+    ],
+)
+async def test_a_batch_authorizes_every_operation_in_it_before_anything_is_admitted(actor, ops, refusal):
+    """Every operation type of a batch is authorized (the dispatcher asks once per type), not only
+    the first: a later item the actor may not defer refuses the whole batch."""
+    authority = Answering()
+    items = [DeferredItem(op=op, options=DurableOptions(tick=0), command_id=f"c{i}") for i, op in enumerate(ops)]
+    admissions = dispatcher(authority)
+    with pytest.raises(refusal):
+        await (admissions.defer_batch(items) if actor is None else admissions.defer_batch_as(actor, items))
+    assert authority.admitted == []

@@ -18,11 +18,7 @@ from archetype.commands import registry
 from archetype.commands.families import default_registry
 from archetype.world.components import Component, component_data, validates_as_given
 from tests.component_modules.alpha import Health
-
-
-class Point(Component):
-    x: float
-    y: float = 0.0
+from tests.component_modules.floats import Point, Wild
 
 
 class Strict(Component):
@@ -32,11 +28,6 @@ class Strict(Component):
 
 class Loose(Component):
     model_config = ConfigDict(extra="allow")
-    x: float
-
-
-class Wild(Component):
-    model_config = ConfigDict(allow_inf_nan=True)
     x: float
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pydantic import ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from archetype.canonical import MAX_SAFE_INTEGER, PLAIN, PLAIN_SORTED, plain_json
 from archetype.commands.families import default_registry
@@ -22,18 +22,7 @@ from archetype.world.components import Component, ComponentTypeRef, ComponentVal
 from archetype.world.operations import PORTABLE_MUTATIONS, RemoveComponents, Spawn, SpawnReserved
 from tests.component_modules.alpha import Health
 from tests.component_modules.coercing import Counter, Label, Loose, Ratio, Tree
-
-
-class Point(Component):
-    x: float
-    y: float = 0.0
-
-
-class Wild(Component):
-    """Plain floats that may be infinite: validation alone does not make it canonical."""
-
-    model_config = ConfigDict(allow_inf_nan=True)
-    x: float
+from tests.component_modules.floats import Point, Wild
 
 
 class Defaulted(Component):

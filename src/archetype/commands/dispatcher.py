@@ -79,14 +79,22 @@ class CommandDispatcher:
         self._authorize(op, actor, durable=True)
         return (await self.scheduler.admit([item], actor, self.origin))[0]
 
-    async def defer_batch(self, items: list[DeferredItem]) -> list[CommandIdentity]:
+    def _authorize_each(self, items: list[DeferredItem], actor: ActorCtx | None) -> None:
+        """Every item's operation authorized, in order, once per operation type: `_authorize`'s
+        verdict is its registration's (found by the exact type) and the actor's."""
+        seen: set[type] = set()
         for item in items:
-            self._authorize(item.op, None, durable=True)
+            op = item.op
+            if type(op) not in seen:
+                self._authorize(op, actor, durable=True)
+                seen.add(type(op))
+
+    async def defer_batch(self, items: list[DeferredItem]) -> list[CommandIdentity]:
+        self._authorize_each(items, None)
         return await self.scheduler.admit(items, None, self.origin)
 
     async def defer_batch_as(self, actor: ActorCtx, items: list[DeferredItem]) -> list[CommandIdentity]:
-        for item in items:
-            self._authorize(item.op, actor, durable=True)
+        self._authorize_each(items, actor)
         return await self.scheduler.admit(items, actor, self.origin)
 
     async def admission_as(self, actor: ActorCtx, item: DeferredItem) -> tuple[str, AdmissionRow]:

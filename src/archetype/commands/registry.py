@@ -32,11 +32,11 @@ from archetype.commands.options import Role
 from archetype.world.components import (
     Component,
     ComponentValue,
+    LiveValue,
     admission_context,
     canonical_by_validation,
     component_data,
     live_from_data,
-    loaded_class,
     non_canonical_refusal,
     validates_as_given,
 )
@@ -44,10 +44,6 @@ from archetype.world.error_text import error_text, safe_text, type_name
 from archetype.world.operations import PORTABLE_MUTATIONS
 
 SUMMARY_LIMIT = 200
-
-LiveValue = tuple[int, str, "type[Component] | None", dict[str, Any]]
-"""A component value to build live: its index in the operation, class name, class (None when
-none is loaded here) and data."""
 
 Handler = Callable[[Any, Any], Awaitable[Any]]
 
@@ -114,14 +110,16 @@ class DurableOperation:
 
     `encode(op)`, optional, lets admission skip the decoder: for an operation it vouches for, it
     answers the payload `model_dump` and canonical JSON would give, and the component values
-    (name, fingerprint, data) `decode` would rebuild from it, key order included; it promises that
-    `decode` returns a model that dumps back to that payload. None promises nothing: the decoder
-    is asked, and its answer stands. It must never vouch where the decoder would refuse.
+    `decode` would rebuild from it (`LiveValue`: index, name, the class loaded for its identity,
+    data, key order included) that building them live could refuse: it may leave out a value its
+    class `validates_as_given`, which `_check_live` skips. It promises that `decode` returns a
+    model that dumps back to that payload. None promises nothing: the decoder is asked, and its
+    answer stands. It must never vouch where the decoder would refuse.
     """
 
     decode: Callable[[dict[str, Any]], BaseModel]
     materialize: Callable[[Any, Any], object]  # what it returns, the tick ignores
-    encode: Callable[[Any], tuple[str, list[tuple[str, str, dict[str, Any]]]] | None] | None = None
+    encode: Callable[[Any], tuple[str, list[LiveValue]] | None] | None = None
 
     def __post_init__(self) -> None:
         for role in ("decode", "materialize", "encode"):
@@ -186,11 +184,11 @@ class OperationSpec:
         vouched = encode(op) if encode is not None else None
         if vouched is None:
             return self.payload_of_exhaustive(op)
-        payload, parts = vouched
-        values = [(index, name, loaded_class(name, fingerprint), data) for index, (name, fingerprint, data) in enumerate(parts)]
+        payload, values = vouched
         if live is None:
-            self._check_live(values)
-        else:
+            if values:  # (usually none: the encoder leaves out the values that validate as given)
+                self._check_live(values)
+        elif values:
             live.extend(values)
         return payload
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from enum import Enum
 from typing import Any
 
@@ -30,10 +30,17 @@ from archetype.commands.identity import COMMAND_ID_PATTERN, command_digest
 from archetype.commands.ledger import check_components
 from archetype.commands.ledger_rows import AdmissionRow, Admitted, CommandRow, ComponentSchemaRow, LeasedRow
 from archetype.commands.options import ActorCtx, DurableOptions, Role
-from archetype.commands.registry import LiveValue, OperationRegistry, OperationSpec, check_live_together
+from archetype.commands.registry import OperationRegistry, OperationSpec, check_live_together
 from archetype.world.commit import Outcome, PreparedTick, TickManifest, TickOutcomeUnknownError
 from archetype.world.component_schema import UnsupportedSchemaError, check_record
-from archetype.world.components import DOC_KEYS, Component, canonical_prefixed_schema, resolve_component_class
+from archetype.world.components import (
+    DOC_KEYS,
+    Component,
+    LiveValue,
+    canonical_prefixed_schema,
+    exactly_typed,
+    resolve_component_class,
+)
 from archetype.world.error_text import error_text
 from archetype.world.operations import Spawn, SpawnReserved
 
@@ -110,27 +117,21 @@ class CommandIdentity(BaseModel):
 
 # A batch's answers are validated as one list: one call into pydantic-core instead of one per answer.
 _ANSWERS = TypeAdapter(list[CommandIdentity])
-_ANSWER_KEYS = frozenset(("command_id", "sequence", "digest", "replayed"))
+_ANSWER_FIELDS: dict[str, type] = {"command_id": str, "sequence": int, "digest": str, "replayed": bool}
 _FIELDS_SET = frozenset(CommandIdentity.model_fields)
 _new, _set = object.__new__, object.__setattr__
 
 
 def _as_given(world_id: Any, answer: Any) -> CommandIdentity | None:
-    """The CommandIdentity validation would make of an authority's answer whose every field has
-    exactly its field's type (what validation then leaves as it is: a `str`, an `int`, a `bool`)
-    and nothing else, made without validating (the validated instance's four attributes, set as
-    pydantic sets them); None for any other answer, which validation converts or refuses.
-    tests/commands/test_answers.py holds it to validation's verdicts."""
-    if type(answer) is not dict or answer.keys() != _ANSWER_KEYS:
-        return None
-    command_id, sequence, digest_, replayed = answer["command_id"], answer["sequence"], answer["digest"], answer["replayed"]
-    if type(world_id) is not str or type(command_id) is not str or type(digest_) is not str:
-        return None
-    if type(sequence) is not int or type(replayed) is not bool:
+    """The CommandIdentity validation would make of an authority's answer `exactly_typed` as its
+    fields (which validation then leaves as they are), made without validating (the validated
+    instance's four attributes, set as pydantic sets them); None for any other answer, which
+    validation converts or refuses. tests/commands/test_answers.py holds it to validation's verdicts."""
+    if type(world_id) is not str or not exactly_typed(answer, _ANSWER_FIELDS):
         return None
     identity = _new(CommandIdentity)
-    _set(identity, "__dict__", {"command_id": command_id, "world_id": world_id, "sequence": sequence, "digest": digest_,
-                                "replayed": replayed})  # fmt: skip
+    _set(identity, "__dict__", {"command_id": answer["command_id"], "world_id": world_id, "sequence": answer["sequence"],
+                                "digest": answer["digest"], "replayed": answer["replayed"]})  # fmt: skip
     _set(identity, "__pydantic_fields_set__", set(_FIELDS_SET))
     _set(identity, "__pydantic_extra__", None)
     _set(identity, "__pydantic_private__", None)
@@ -145,10 +146,13 @@ def identity_of(world_id: str, answer: Admitted) -> CommandIdentity:
 
 def identities_of(world_id: str, answers: list[Admitted]) -> list[CommandIdentity]:
     """A batch's answers, as `_ANSWERS` validates them (its refusal says which answer)."""
-    made = [_as_given(world_id, answer) for answer in answers]
-    if None in made:
-        return _ANSWERS.validate_python([{**answer, "world_id": world_id} for answer in answers])
-    return made  # type: ignore[return-value]
+    made = []
+    for answer in answers:  # (not `None in made`: that compares every identity with None, through pydantic's __eq__)
+        identity = _as_given(world_id, answer)
+        if identity is None:
+            return _ANSWERS.validate_python([{**answer, "world_id": world_id} for answer in answers])
+        made.append(identity)
+    return made
 
 
 class SpawnAdmission(BaseModel):
@@ -226,6 +230,9 @@ class CommandScheduler:
         self._sessions: dict[str, str] = {}
         self._recorded: dict[str, set[str]] = {}  # world id -> the fingerprints this process recorded there
         self._marks: dict[str, tuple[str, ...]] = {}  # world id -> those fingerprints as marks in text (_all_recorded)
+        # exact operation type -> its durable registration, once resolved: a registration never
+        # changes nor goes (the registry only adds), and every admission of a command looks it up
+        self._durable: dict[type, OperationSpec] = {}
 
     def session(self, world_id: str) -> str:
         """This incarnation's session for a world's leases."""
@@ -319,8 +326,11 @@ class CommandScheduler:
         caller to build: `OperationSpec.payload_of`). A SpawnReserved's `request_digest` is
         computed unless the caller already has it (admit_spawn, which reserved with it)."""
         op, options = item.op, item.options
-        spec = self.registry.resolve(op)
-        spec.require_durable()
+        spec = self._durable.get(type(op))
+        if spec is None:
+            spec = self.registry.resolve(op)
+            spec.require_durable()
+            self._durable[type(op)] = spec
         command_id = checked_command_id(item.command_id)
         assert spec.world_key is not None  # register() refuses a durable operation without one
         world_id = spec.world_key(op)
@@ -357,13 +367,16 @@ class CommandScheduler:
         }
         return digest(request)
 
-    async def admit(
+    def admit(
         self, items: Sequence[DeferredItem | OneItem], actor: ActorCtx | None = None, origin: str = "local"
-    ) -> list[CommandIdentity]:
-        """Validate every item, then admit the batch in one ledger transaction (all or nothing)."""
+    ) -> Coroutine[Any, Any, list[CommandIdentity]]:
+        """Validate every item, then admit the batch in one ledger transaction (all or nothing):
+        the admission to await. The items are validated by this call, which raises any refusal
+        before anything is awaited (one coroutine fewer a command than a coroutine of its own)."""
         if not items:
             raise InvalidCommandError("a batch needs at least one command")
-        return await self._admit(self._admission_rows(items, actor, origin), actor)
+        prepared = [self._admission_row(items[0], actor, origin)] if len(items) == 1 else self._admission_rows(items, actor, origin)
+        return self._admit(prepared, actor)
 
     def _admission_rows(
         self, items: Sequence[DeferredItem | OneItem], actor: ActorCtx | None, origin: str

@@ -69,6 +69,10 @@ def non_canonical_refusal(errors: Sequence[ErrorDetails], *, root: str = "$", sk
         return NonCanonicalValueError(f"{path}: {reason}", path=path, reason=reason)
     return None
 
+LiveValue = tuple[int, str, "type[Component] | None", dict[str, Any]]
+"""A component value of an operation to build live: its index in the operation, class name, class
+(None when none is loaded here) and data."""
+
 # (name, fingerprint) -> loaded classes in load order; the first one answers wire decoding.
 _LOADED: dict[tuple[str, str], list[type[Component]]] = {}
 
@@ -191,26 +195,40 @@ def canonical_by_validation(cls: type[Component]) -> bool:
     return inert(cls) and _floats_only(cls) and cls.model_config.get("allow_inf_nan") is False
 
 
-_FIELD_NAMES: dict[type[Component], frozenset[str] | None] = {}
+def exactly_typed(data: Any, fields: dict[str, type]) -> bool:
+    """Whether `data` is a `dict` of exactly `fields`' names, each value of exactly its field's
+    type (`str`, `int`, `float` or `bool`; no subclass): an input whose every field pydantic's
+    validation, lax or strict, keeps as it is, so that a caller may skip it where nothing else
+    (a constraint, an alias, a validator) would run. tests/world/test_exactly_typed.py holds it to
+    pydantic's verdicts; test_live_values.py and tests/commands/test_answers.py its two users."""
+    if type(data) is not dict or data.keys() != fields.keys():
+        return False
+    for name, kind in fields.items():
+        if type(data[name]) is not kind:
+            return False
+    return True
+
+
+_FLOAT_FIELDS: dict[type[Component], dict[str, type] | None] = {}
 
 
 def validates_as_given(cls: type[Component], data: Any) -> bool:
     """Whether `cls.model_validate(data)` surely accepts `data` and makes a canonical value, found
     without building it: `cls` is `canonical_by_validation`, its fields have no alias and its core
-    schema is pydantic's own, and `data` is a `dict` of exactly its fields' names, each an exact,
-    finite `float` (which pydantic takes as it is, whatever its config). False says nothing:
-    the caller validates. tests/world/test_live_values.py holds it to pydantic's verdicts."""
-    names = _FIELD_NAMES.get(cls, ())
-    if names == ():
+    schema is pydantic's own, and `data` is `exactly_typed` as its fields, each an exact float and
+    finite (which pydantic takes as it is, whatever its config). False says nothing: the caller
+    validates. tests/world/test_live_values.py holds it to pydantic's verdicts."""
+    if cls not in _FLOAT_FIELDS:
         own_schema = cls.__get_pydantic_core_schema__.__func__ is BaseModel.__get_pydantic_core_schema__.__func__  # type: ignore[attr-defined]
         plain = own_schema and canonical_by_validation(cls) and all(
             info.alias is None and info.validation_alias is None for info in cls.model_fields.values()
         )  # fmt: skip
-        names = _FIELD_NAMES[cls] = frozenset(cls.model_fields) if plain else None
-    if names is None or type(data) is not dict or data.keys() != names:
+        _FLOAT_FIELDS[cls] = dict.fromkeys(cls.model_fields, float) if plain else None
+    fields = _FLOAT_FIELDS[cls]
+    if fields is None or not exactly_typed(data, fields):
         return False
     for value in data.values():
-        if type(value) is not float or not isfinite(value):
+        if not isfinite(value):
             return False
     return True
 

@@ -29,10 +29,12 @@ from archetype.world.components import (
     Component,
     ComponentTypeRef,
     ComponentValue,
+    LiveValue,
     inert,
     live_component,
     loaded_class,
     non_canonical,
+    validates_as_given,
 )
 from archetype.world.tick_mode import (
     DEFAULT_TICK_INTERVAL_MS,
@@ -181,8 +183,6 @@ _SEEN_LIMIT = 4096
 _WORLD_IDS: set[str] = set()
 _IDENTITIES: set[tuple[str, str]] = set()
 
-ComponentParts = list[tuple[str, str, dict[str, Any]]]
-"""Component values as (name, fingerprint, data), in payload order."""
 
 
 def _world_id_ok(value: Any) -> bool:
@@ -200,7 +200,7 @@ def _world_id_ok(value: Any) -> bool:
 def _identity_ok(item: Any, model: type[ComponentTypeRef | ComponentValue], fields: frozenset[str]) -> bool:
     if type(item) is not model or item.__dict__.keys() != fields or item.__pydantic_extra__ is not None:
         return False
-    name, fingerprint = item.name, item.fingerprint
+    name, fingerprint = item.__dict__["name"], item.__dict__["fingerprint"]
     if type(name) is not str or type(fingerprint) is not str:
         return False
     if (name, fingerprint) not in _IDENTITIES:
@@ -210,13 +210,6 @@ def _identity_ok(item: Any, model: type[ComponentTypeRef | ComponentValue], fiel
             _IDENTITIES.clear()
         _IDENTITIES.add((name, fingerprint))
     return True
-
-
-def _may_see(name: str, fingerprint: str) -> bool:
-    """Whether the class a value is built live with (if one is loaded) may be given its data as
-    it is: an `inert` one, which runs no code that could change it."""
-    cls = loaded_class(name, fingerprint)
-    return cls is None or inert(cls)
 
 
 def _sized(items: Any) -> bool:
@@ -229,11 +222,14 @@ def _sized(items: Any) -> bool:
 _MEMBERS = ("component_types", "components", "entity_id", "operation", "world_id")
 
 
-def payload_encoder(model: type[Operation]) -> Callable[[Any], tuple[str, ComponentParts] | None]:
+def payload_encoder(model: type[Operation]) -> Callable[[Any], tuple[str, list[LiveValue]] | None]:
     """Admission's encoder for `model` (one of PORTABLE_MUTATIONS): for an operation it can vouch
-    for, its canonical payload (the very text `model_dump` + canonical JSON give) and its
-    component values as the decoder would hand them on, key order included; None for any other
-    (the decoder is then asked, and says why)."""
+    for, its canonical payload (the very text `model_dump` + canonical JSON give) and the
+    component values still to be built live, as the decoder would hand them on, key order
+    included; None for any other (the decoder is then asked, and says why). A value whose loaded
+    class `validates_as_given` its data is not among them: its data is then exact finite floats
+    under the class's own field names, plain JSON (`plain_json` would say so: it is not asked)
+    that validation accepts as it is."""
     if model not in PORTABLE_MUTATIONS:
         raise TypeError(f"{model.__qualname__} is not a portable mutation")
     fields = frozenset(model.model_fields)
@@ -243,13 +239,15 @@ def payload_encoder(model: type[Operation]) -> Callable[[Any], tuple[str, Compon
     operation = f'"operation":"{name}"'
     has_entity, has_values, has_refs = "entity_id" in fields, "components" in fields, "component_types" in fields
 
-    def encode(op: Any) -> tuple[str, ComponentParts] | None:
+    def encode(op: Any) -> tuple[str, list[LiveValue]] | None:
         if type(op) is not model or op.__dict__.keys() != fields or op.__pydantic_extra__ is not None:
             return None
         fields_of = op.__dict__
         world_id = fields_of["world_id"]
         discriminator = fields_of["operation"]
-        if type(discriminator) is not str or discriminator != name or not _world_id_ok(world_id):  # type first: no __ne__ runs
+        if type(discriminator) is not str or discriminator != name:  # type first: no __ne__ runs
+            return None
+        if not (type(world_id) is str and world_id in _WORLD_IDS) and not _world_id_ok(world_id):  # (seen: no call)
             return None
         members = []
         if has_refs:
@@ -260,25 +258,30 @@ def payload_encoder(model: type[Operation]) -> Callable[[Any], tuple[str, Compon
                 '"component_types":['
                 + ",".join(f'{{"fingerprint":"{ref.fingerprint}","name":"{ref.name}"}}' for ref in refs) + "]"
             )  # fmt: skip
-        parts: ComponentParts = []
+        pending: list[LiveValue] = []
         order = PLAIN_SORTED
-        seen = True  # whether every value's class (if loaded) may see its data as it is (_may_see)
+        seen = True  # whether every pending value's class (if loaded) may see its data as it is: an `inert` one
         if has_values:
             values = fields_of["components"]
-            if not _sized(values):
+            if type(values) is not tuple or not 1 <= len(values) <= MAX_COMPONENTS:  # _sized, written out: once a command
                 return None
             texts = []
-            for value in values:
+            for index, value in enumerate(values):
                 if not _identity_ok(value, ComponentValue, _VALUE_FIELDS):
                     return None
-                data = value.data
-                plain = plain_json(data, MAX_DATA_DEPTH) if type(data) is dict else 0
-                if not plain:
-                    return None
-                order = min(order, plain)
-                seen = seen and _may_see(value.name, value.fingerprint)
-                parts.append((value.name, value.fingerprint, data))
-                texts.append(f'{{"data":{canonical_text(data)},"fingerprint":"{value.fingerprint}","name":"{value.name}"}}')
+                # its fields read from its __dict__ (what _identity_ok checked): a pydantic model's
+                # attribute goes through its class's __getattr__ hook, a lookup each
+                given = value.__dict__
+                data, component, fingerprint = given["data"], given["name"], given["fingerprint"]
+                cls = loaded_class(component, fingerprint)
+                if cls is None or not validates_as_given(cls, data):
+                    plain = plain_json(data, MAX_DATA_DEPTH) if type(data) is dict else 0
+                    if not plain:
+                        return None
+                    order = min(order, plain)
+                    seen = seen and (cls is None or inert(cls))
+                    pending.append((index, component, cls, data))
+                texts.append(f'{{"data":{canonical_text(data)},"fingerprint":"{fingerprint}","name":"{component}"}}')
             members.append('"components":[' + ",".join(texts) + "]")
         if has_entity:
             entity_id = fields_of["entity_id"]
@@ -288,11 +291,12 @@ def payload_encoder(model: type[Operation]) -> Callable[[Any], tuple[str, Compon
         members.append(operation)
         members.append(f'"world_id":"{world_id}"')
         payload = "{" + ",".join(members) + "}"
-        if order != PLAIN_SORTED or not seen:
+        if pending and (order != PLAIN_SORTED or not seen):
             # as the decoder would hand them on: keys in payload (sorted) order, and fresh
             # containers, never the caller's own, for a validator that might change them
-            parts = [(v["name"], v["fingerprint"], v["data"]) for v in json.loads(payload)["components"]]
-        return payload, parts
+            parsed = json.loads(payload)["components"]
+            pending = [(index, component, cls, parsed[index]["data"]) for index, component, cls, _ in pending]
+        return payload, pending
 
     return encode
 
