@@ -11,7 +11,9 @@ over bench/lean_http.py's keep-alive connections:
  3. HTTP, `concurrency` requests in flight (throughput), while a prober GETs /health every 10 ms
     on a connection of its own (its p50/p99 is how long /health waits behind the admissions).
 Each HTTP phase also reports the serve HTTP process's CPU time per admission (user + system, from
-/proc; the stepping process, which steps nothing here, is not counted). With `--baseline-src`
+/proc; the stepping process, which steps nothing here, is not counted), user and system apart,
+and those of its event loop's thread (the rest is the catalog's writer thread), and this
+process's own (the client, bench/lean_http.py on uvloop, and the /health prober). With `--baseline-src`
 (a `src/` tree of other code, e.g. a worktree of main) phases 2 and 3 run against a serve of that
 code too, with the same interpreter and settings, alternating with this code's for `--rounds`
 rounds; the best round of each is reported. Each phase stops at `count` commands or
@@ -35,6 +37,7 @@ import time
 from pathlib import Path
 
 import httpx
+import uvloop
 from lean_http import Pool
 from perf_doc import PERFORMANCE_DOC, replace_section
 
@@ -96,10 +99,14 @@ def start_server(directory: Path, count: int, src: Path | None = None) -> tuple[
     return process, json.loads(process.stdout.readline())["serving"]
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of process `pid` so far (its children not included)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+def cpu_seconds(pid: int) -> tuple[float, float, float, float]:
+    """CPU time of process `pid` so far, user and system (its children not included), then the
+    same of its event loop's thread (the main one) alone."""
+    def times(stat: str) -> tuple[float, float]:
+        fields = Path(stat).read_text().rsplit(")", 1)[1].split()
+        return int(fields[11]) / os.sysconf("SC_CLK_TCK"), int(fields[12]) / os.sysconf("SC_CLK_TCK")
+
+    return *times(f"/proc/{pid}/stat"), *times(f"/proc/{pid}/task/{pid}/stat")
 
 
 async def probe_health(url: str, stop: asyncio.Event, latencies: list[float]) -> None:
@@ -152,18 +159,27 @@ async def over_http(url: str, count: int, concurrency: int, max_s: float, name: 
 
 def serve_phases(directory: Path, args: argparse.Namespace, label: str, src: Path | None, round_: int) -> list[dict[str, object]]:
     """Phases 2 and 3 against a fresh serve (of `src`, or of this code)."""
+    # The serve before this one left its catalog's pages dirty: written back meanwhile, they slowed
+    # this one's commits (the serve first in a round was the faster in five rounds of six, each tree)
+    os.sync()
     directory.mkdir()
     process, url = start_server(directory, args.count, src)
     rows = []
     try:
         admin = {"Authorization": "Bearer admin"}
         httpx.post(f"{url}/worlds", json={"name": "bench", "world_id": "bench"}, headers=admin).raise_for_status()
-        asyncio.run(over_http(url, min(args.count, 300), args.concurrency, args.max_seconds, "warm-up", key="w"))
+        uvloop.run(over_http(url, min(args.count, 300), args.concurrency, args.max_seconds, "warm-up", key="w"))
         for concurrency in (1, args.concurrency):
-            before = cpu_seconds(process.pid)
-            row = asyncio.run(over_http(url, args.count, concurrency, args.max_seconds, f"{label}HTTP, {concurrency} in flight",
-                                        key=f"c{concurrency}", health=concurrency > 1))  # fmt: skip
-            row["cpu_ms"] = round((cpu_seconds(process.pid) - before) * 1000 / int(row["commands"]), 3)  # type: ignore[call-overload]
+            before, client = cpu_seconds(process.pid), time.process_time()
+            row = uvloop.run(over_http(url, args.count, concurrency, args.max_seconds, f"{label}HTTP, {concurrency} in flight",
+                                       key=f"c{concurrency}", health=concurrency > 1))  # fmt: skip
+            client = time.process_time() - client
+            user, system, loop_user, loop_system = (
+                (after - then) * 1000 / int(row["commands"]) for after, then in zip(cpu_seconds(process.pid), before, strict=True))  # type: ignore[call-overload]  # fmt: skip
+            row["cpu_ms"] = round(user + system, 3)
+            row["user_system_ms"] = f"{user:.3f} / {system:.3f}"
+            row["loop_ms"] = f"{loop_user:.3f} / {loop_system:.3f}"
+            row["client_ms"] = round(client * 1000 / int(row["commands"]), 3)  # type: ignore[call-overload]
             row["round"] = round_
             rows.append(row)
     finally:
@@ -182,7 +198,8 @@ def best(rows: list[dict[str, object]]) -> list[dict[str, object]]:
 
 
 def line(row: dict[str, object], baseline: float) -> str:
-    cpu = f"  cpu {row['cpu_ms']:>6} ms/adm" if "cpu_ms" in row else ""
+    cpu = (f"  cpu {row['cpu_ms']:>6} ms/adm (user/sys {row['user_system_ms']}, loop {row['loop_ms']}), client {row['client_ms']}"
+           if "cpu_ms" in row else "")  # fmt: skip
     health = f"  /health p50 {row['health_p50_ms']} p99 {row['health_p99_ms']} ms" if "health_p50_ms" in row else ""
     return (f"{row['phase']:<40} {row['commands']:>6} commands  {row['per_s']:>9} /s  p50 {row['p50_ms']:>8} ms  "
             f"p99 {row['p99_ms']:>8} ms  {row['per_s'] / baseline:.2f}x in-process{cpu}{health}")  # type: ignore[operator]  # fmt: skip
@@ -202,7 +219,19 @@ def verdicts(rows: list[dict[str, object]], concurrency: int) -> list[str]:
     return [f"| {target} | {measured} | {'PASS' if ok else 'MISS'} |" for target, measured, ok in checks]
 
 
-def record(rows: list[dict[str, object]], args: argparse.Namespace, load: str) -> None:
+def pairs(measured: list[dict[str, object]], concurrency: int) -> list[str]:
+    """Per round, this code's rate at `concurrency` in flight over the baseline's in the same round."""
+    phase = f"HTTP, {concurrency} in flight"
+    rounds = {}
+    for row in measured:
+        if str(row["phase"]).endswith(phase):
+            rounds.setdefault(row["round"], {})[row["phase"] == phase] = row
+    return [f"round {round_}: {this['per_s']} / {before['per_s']} per s = {float(this['per_s']) / float(before['per_s']):.2f}x, "  # type: ignore[arg-type]
+            f"p99 {this['p99_ms']} / {before['p99_ms']} ms"
+            for round_, both in sorted(rounds.items()) if len(both) == 2 for this, before in [(both[True], both[False])]]  # fmt: skip
+
+
+def record(rows: list[dict[str, object]], measured: list[dict[str, object]], args: argparse.Namespace, load: str) -> None:
     baseline = float(rows[0]["per_s"])  # type: ignore[arg-type]
     lines = [
         HEADING,
@@ -215,12 +244,16 @@ def record(rows: list[dict[str, object]], args: argparse.Namespace, load: str) -
         + (f"; `before:` rows are a serve of `{args.baseline_src}`, alternated with this code's" if args.baseline_src else "")
         + (f", best of {args.rounds} rounds" if args.rounds > 1 else "") + ".",
         "",
-        "| phase | commands | commands/s | p50 ms | p99 ms | vs in-process | serve CPU ms per admission | /health p50 / p99 ms |",
-        "|---|---|---|---|---|---|---|---|",
+        "| phase | commands | commands/s | p50 ms | p99 ms | vs in-process | serve CPU ms per admission | its user / system "
+        "| its event loop thread's user / system | client CPU ms | /health p50 / p99 ms |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
         *(f"| {r['phase']} | {r['commands']} | {r['per_s']} | {r['p50_ms']} | {r['p99_ms']} | "
-          f"{float(r['per_s']) / baseline:.2f}x | {r.get('cpu_ms', '')} | "  # type: ignore[arg-type]
-          + (f"{r['health_p50_ms']} / {r['health_p99_ms']}" if "health_p50_ms" in r else "") + " |" for r in rows),  # fmt: skip
+          f"{float(r['per_s']) / baseline:.2f}x | {r.get('cpu_ms', '')} | {r.get('user_system_ms', '')} | {r.get('loop_ms', '')} | "  # type: ignore[arg-type]
+          f"{r.get('client_ms', '')} | " + (f"{r['health_p50_ms']} / {r['health_p99_ms']}" if "health_p50_ms" in r else "") + " |"
+          for r in rows),  # fmt: skip
         "",
+        *([f"Every round at {args.concurrency} in flight, this code / `before:`:", "",
+           *(f"- {pair}" for pair in pairs(measured, args.concurrency)), ""] if args.baseline_src and args.rounds > 1 else []),  # fmt: skip
         "| target (this code) | measured | |",
         "|---|---|---|",
         *verdicts(rows, args.concurrency),
@@ -228,8 +261,9 @@ def record(rows: list[dict[str, object]], args: argparse.Namespace, load: str) -
         "Each HTTP admission is one SQLite write transaction, like the in-process one; the difference is "
         "HTTP parsing, validation of the request, authentication and the response, on the server's event loop; "
         "the ledger calls run on the catalog's writer thread, and admissions in flight together share a "
-        "commit (group commit). The client is bench/lean_http.py (keep-alive connections, ~0.1 ms of CPU per "
-        "request: httpx cost more than the server on these shared CPUs). Client and server share the machine's "
+        "commit (group commit). The client is bench/lean_http.py on uvloop (keep-alive connections; its CPU per "
+        "request is the client column, with the /health prober's: httpx cost more than the server on these shared "
+        "CPUs). Client and server share the machine's "
         "CPUs; on a busy machine repeated runs vary by about +/-30%.",
         "",
     ]
@@ -261,9 +295,9 @@ def main() -> None:
         print(f"round {r['round']}: " + line(r, float(rows[0]["per_s"])))  # type: ignore[arg-type]
     for r in rows:
         print(line(r, float(rows[0]["per_s"])))  # type: ignore[arg-type]
-    print("\n".join(verdicts(rows, args.concurrency)))
+    print("\n".join(verdicts(rows, args.concurrency) + pairs(measured, args.concurrency)))
     if not args.no_record:
-        record(rows, args, load)
+        record(rows, measured, args, load)
         print(f"recorded under {HEADING!r} in {PERFORMANCE_DOC.relative_to(ROOT)}")
 
 

@@ -30,6 +30,7 @@ import tempfile
 from pathlib import Path
 
 import httpx
+import uvloop
 from http_admission import FAR_TICK, PLAYER_AUTH, TOKENS
 from lean_http import Pool
 
@@ -69,12 +70,12 @@ def instructions(count: int, concurrency: int, src: Path | None) -> tuple[float,
             url = json.loads(process.stdout.readline())["serving"]  # type: ignore[union-attr]
             httpx.post(f"{url}/worlds", json={"name": "bench", "world_id": "bench"}, headers={"Authorization": "Bearer admin"},
                        timeout=120).raise_for_status()  # fmt: skip
-            asyncio.run(admit(url, 300, concurrency, "warm"))
+            uvloop.run(admit(url, 300, concurrency, "warm"))
             control = ["callgrind_control", str(process.pid)]
             subprocess.run([control[0], "-i", "on", control[1]], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            asyncio.run(admit(url, 50, concurrency, "instrumented"))
+            uvloop.run(admit(url, 50, concurrency, "instrumented"))
             subprocess.run([control[0], "-z", control[1]], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            asyncio.run(admit(url, count, concurrency, "measured"))
+            uvloop.run(admit(url, count, concurrency, "measured"))
             subprocess.run([control[0], "-d", control[1]], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         finally:
             process.send_signal(signal.SIGTERM)

@@ -16,11 +16,12 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
-from archetype.api.hot import Admissible, Answer, HotPath, HotRoute
+from archetype.api.hot import HEALTH_ROUTE, Admissible, Answer, HotPath, HotRoute
 
 # Headers whose request the ASGI path serves: uvicorn answers `Expect: 100-continue` itself, and
 # a chunked body has no declared length to check before it arrives.
 ASGI_HEADERS = frozenset((b"expect", b"transfer-encoding"))
+HEALTH_URL = HEALTH_ROUTE.encode()
 
 
 class OneWrite:
@@ -55,14 +56,14 @@ class OneWrite:
 
 
 class HotRequest:
-    """A hot route's request the hot path holds (its body gathered within one `data_received`) or
-    answers; while in flight it is also what uvicorn's protocol reads and sets of the request in
+    """A hot route's request (`hot` None: `GET /health`) the hot path holds (its body gathered
+    within one `data_received`) or answers; while in flight it is also what uvicorn's protocol reads and sets of the request in
     flight (`self.cycle`): a next request waits on its end (pipelining), and it is told of a lost
     connection and of a shutdown (its answer then closes the connection)."""
 
     __slots__ = ("body", "disconnected", "headers", "hot", "keep_alive", "prior", "response_complete", "world_id")
 
-    def __init__(self, hot: HotRoute, world_id: str | None, headers: dict[bytes, bytes], prior: Any, keep_alive: bool) -> None:
+    def __init__(self, hot: HotRoute | None, world_id: str | None, headers: dict[bytes, bytes], prior: Any, keep_alive: bool) -> None:
         self.hot, self.world_id, self.headers, self.prior, self.keep_alive = hot, world_id, headers, prior, keep_alive
         self.body = bytearray()
         self.disconnected = self.response_complete = False
@@ -91,7 +92,8 @@ class HeadDeadline(HttpToolsProtocol):
 
     With `hot_path` (the app's `HttpApp.hot_path`), a hot route's request (`POST
     /worlds/{id}/commands`, `POST /worlds`) whose whole body comes with its head, that passes
-    every check of the app's front layers and of the route, is answered here: no ASGI scope,
+    every check of the app's front layers and of the route, is answered here, and so is a
+    `GET /health` without a body while all is well (load balancers and probes ask often): no ASGI scope,
     cycle, event or layers (a third of an admission's instructions on the loop). Its answer is
     the app's own (`HotRoutes.answer`), written as uvicorn writes one, and timed by the app's
     metrics; any other request, or one a check would refuse, is handed to uvicorn as if it had
@@ -133,20 +135,26 @@ class HeadDeadline(HttpToolsProtocol):
             self._asgi_request()
 
     def _hot_request(self) -> HotRequest | None:
-        """A request the hot path may answer, by its head: a hot route's target, none in flight
-        on the connection, every header sent once, a declared body within BodyLimit's limit."""
+        """A request the hot path may answer, by its head: a hot route's target (a declared body
+        within BodyLimit's limit), or `/health`'s (no body), none in flight on the connection,
+        every header sent once."""
         path = self.hot_path
         if path is None or self.pipeline or (self.cycle is not None and not self.cycle.response_complete):
             return None
         parser = self.parser
-        if parser.get_method() != b"POST" or parser.get_http_version() != "1.1" or parser.should_upgrade():
+        method = parser.get_method()
+        if method not in (b"POST", b"GET") or parser.get_http_version() != "1.1" or parser.should_upgrade():
             return None
-        routed = path.route(self.url)
         headers = dict(self.headers)
         declared = headers.get(b"content-length")
-        if routed is None or len(headers) != len(self.headers) or not ASGI_HEADERS.isdisjoint(headers):
+        if len(headers) != len(self.headers) or not ASGI_HEADERS.isdisjoint(headers):
             return None
-        if declared is None or not declared.isdigit() or not 0 < int(declared) <= path.max_bytes:  # type: ignore[operator]
+        if method == b"GET":
+            if self.url != HEALTH_URL or declared is not None:
+                return None
+            return HotRequest(None, None, headers, self.cycle, parser.should_keep_alive())
+        routed = path.route(self.url)
+        if routed is None or declared is None or not declared.isdigit() or not 0 < int(declared) <= path.max_bytes:  # type: ignore[operator]
             return None
         return HotRequest(*routed, headers, self.cycle, parser.should_keep_alive())
 
@@ -161,13 +169,23 @@ class HeadDeadline(HttpToolsProtocol):
         if held is None:
             super().on_message_complete()
             return
-        assert self.hot_path is not None
+        assert self.hot_path is not None and self.hot_path.routes is not None
+        if held.hot is None:  # /health's
+            started = time.perf_counter()
+            healthy = None if self.flow.write_paused else self.hot_path.routes.healthy()
+            if healthy is None:  # a client not reading its answers, or something to say: ASGI's to answer
+                self._hand_over(complete=True)
+                return
+            self._held = None
+            self._respond(held, healthy)
+            self.hot_path.observe("GET", HEALTH_ROUTE, HEALTH_ROUTE, 200, time.perf_counter() - started)
+            return
         admissible = self.hot_path.admissible(held.hot, held.headers, bytes(held.body))
         if admissible is None:
             self._hand_over(complete=True)
             return
         self._held = None
-        task = self.loop.create_task(self._answer(held, admissible, self.url.decode("ascii")))
+        task = self.loop.create_task(self._answer(held, held.hot, admissible, self.url.decode("ascii")))
         task.add_done_callback(self.tasks.discard)  # as uvicorn keeps its own: a shutdown waits for them
         self.tasks.add(task)
 
@@ -182,22 +200,25 @@ class HeadDeadline(HttpToolsProtocol):
         if complete:
             super().on_message_complete()
 
-    async def _answer(self, held: HotRequest, admissible: Admissible, path: str) -> None:
+    async def _answer(self, held: HotRequest, hot: HotRoute, admissible: Admissible, path: str) -> None:
         assert self.hot_path is not None and self.hot_path.routes is not None
         started = time.perf_counter()
-        answer, raised = await self.hot_path.routes.answer(held.hot, held.world_id, admissible, path)
+        answer, raised = await self.hot_path.routes.answer(hot, held.world_id, admissible, path)
         if self.flow.write_paused and not held.disconnected:  # a client not reading its answers: as uvicorn's send waits
             await self.flow.drain()
         if not held.disconnected:
-            self.transport.write(self._written(answer, held))
-            held.response_complete = True
-            if not held.keep_alive:
-                self.transport.close()
-            self.on_response_complete()
-        self.hot_path.observe("POST", path, held.hot.template, answer.status_code, time.perf_counter() - started)
+            self._respond(held, answer)
+        self.hot_path.observe("POST", path, hot.template, answer.status_code, time.perf_counter() - started)
         if raised is not None:  # as uvicorn ends a request whose app raised after answering
             self.logger.error("Exception in ASGI application\n", exc_info=raised)
             self.transport.close()
+
+    def _respond(self, held: HotRequest, answer: Answer) -> None:
+        self.transport.write(self._written(answer, held))
+        held.response_complete = True
+        if not held.keep_alive:
+            self.transport.close()
+        self.on_response_complete()
 
     def _written(self, answer: Answer, request: HotRequest) -> bytes:
         """The answer as uvicorn's `RequestResponseCycle.send` writes it (its default headers first,

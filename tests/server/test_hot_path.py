@@ -76,6 +76,10 @@ CHUNKED = (b"POST /worlds/w1/commands HTTP/1.1\r\nHost: edge\r\nAuthorization: B
 CHUNKED_BODY = json.dumps(despawn(9)).encode()
 HALF = request(body=despawn(10), key="half")
 
+def health(*headers: str, target: str = "/health", method: str = "GET", version: str = "1.1", body: bytes = b"") -> bytes:
+    return ("\r\n".join([f"{method} {target} HTTP/{version}", "Host: edge", *headers]) + "\r\n\r\n").encode() + body
+
+
 CASES = [
     one(request("/worlds", {"name": "one", "world_id": "w1"}, token="t-admin"), hot=1, name="create"),
     one(request("/worlds", {"name": "two", "world_id": "w1"}, token="t-admin"), hot=1, name="create again: 409"),
@@ -114,6 +118,15 @@ CASES = [
     one(HALF[:-5], 0, name="disconnect mid-body"),
     Case("body deadline", [(HALF[:-5], None)]),
     Case("no key", [(request(body=despawn(20)), 1)], hot=1, generated=True),
+    one(health(), hot=1, name="health"),
+    Case("health, kept alive", [(health(), 1)] * 3, hot=3),
+    one(health("Connection: close"), None, hot=1, name="health, connection close"),
+    one(health(target="/health?full=1"), name="health with a query"),
+    one(health("Content-Length: 2", body=b"{}"), name="health with a body"),
+    one(health("Transfer-Encoding: chunked", body=b"0\r\n\r\n"), name="health, chunked"),
+    one(health(version="1.0"), None, name="health over HTTP/1.0"),
+    one(health("X-Probe: 1", "X-Probe: 2"), name="health, a header twice"),
+    one(health() + request(body=despawn(21), key="hp1"), 2, hot=2, name="health, then an admission pipelined"),
 ]
 
 

@@ -120,10 +120,10 @@ class HotRoutes:
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "http":
-            if (scope["method"] == "GET" and scope["path"] == HEALTH_ROUTE and self.state.admission.open
-                    and self.state.storage_fault() is None):  # fmt: skip
+            healthy = self.healthy() if scope["method"] == "GET" and scope["path"] == HEALTH_ROUTE else None
+            if healthy is not None:
                 scope["route"] = self.route("GET", HEALTH_ROUTE)
-                await send_answer(send, json_answer(200, _HEALTH_OK))
+                await send_answer(send, healthy)
                 return
             if scope["method"] == "POST" and PARSED_BODY in scope:  # BodyLimit read the whole body and parsed it
                 for hot in self.hot:
@@ -147,6 +147,12 @@ class HotRoutes:
         if raised is not None:  # answered as the framework's error page would, then raised on for the server to log
             raise raised
         return True
+
+    def healthy(self) -> Answer | None:
+        """`/health`'s answer when all is well (the framework's route says what is not)."""
+        if self.state.admission.open and self.state.storage_fault() is None:
+            return json_answer(200, _HEALTH_OK)
+        return None
 
     def admissible(self, hot: HotRoute, headers: dict[bytes, bytes], value: Any) -> Admissible | None:
         """The request's actor, body and Idempotency-Key when every check of the framework's route
