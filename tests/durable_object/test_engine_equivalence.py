@@ -214,6 +214,11 @@ async def fork_script(authority) -> None:
     await authority.admit("w-fork-source", [{**raw_spawn("w-fork-source", "later"), "scheduled_tick": 5}])
     await authority.fork_world("w-fork-source", 0, "w-fork", "fork", True)
     await authority.fork_world("w-fork-source", 0, "w-fork", "fork", True)  # the same fork again
+    # batches with a principal and a reserved entity (INSERT_COMMANDS: every value of a row bound) and
+    # with neither (INSERT_UNATTRIBUTED_COMMANDS)
+    await authority.admit("w-fork-source", [{**raw_spawn("w-fork-source", f"bound-{i}"), "principal": "alice",
+                                             "reserved_entity_id": 7} for i in range(2)])  # fmt: skip
+    await authority.admit("w-fork-source", [raw_spawn("w-fork-source", f"unattributed-{i}") for i in range(2)])
 
 
 def copy_script(ledger: Ledger) -> None:
