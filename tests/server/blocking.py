@@ -6,7 +6,8 @@ import time
 from archetype.runtime import Runtime
 from tests.component_modules.alpha import Position
 
-BLOCK_S = 6.0
+LONG_TICK_HANG_S = 5.0  # the serve's --hang-timeout in that test
+BLOCK_S = LONG_TICK_HANG_S + 3.0  # held well past it
 _blocked = False
 
 

@@ -143,9 +143,11 @@ def test_a_hung_stepping_process_is_killed_and_restarted_and_every_command_appli
 
 
 def test_a_processor_holding_the_loop_longer_than_the_hang_timeout_is_not_a_hang(tmp_path):
-    from tests.server.blocking import BLOCK_S
+    from tests.server.blocking import BLOCK_S, LONG_TICK_HANG_S
 
-    process, url = start_server(tmp_path, "--hang-timeout", str(HANG_S), "--module", "tests.server.blocking")
+    # a wider timeout than the hang test's: on a loaded machine (load 7) the stepping process once went
+    # 3 s without a heartbeat before the long tick began, and was taken for hung
+    process, url = start_server(tmp_path, "--hang-timeout", str(LONG_TICK_HANG_S), "--module", "tests.server.blocking")
     try:
         (stepper,) = children(process.pid)
         with httpx.Client(base_url=url, timeout=10) as http:
