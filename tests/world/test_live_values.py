@@ -1,7 +1,9 @@
 """Admission's check of a component value without building it (`components.validates_as_given`,
 used by `OperationSpec._check_live` and `check_live_together`) against the check it skips, pydantic's
 `model_validate` and the canonical check: the same acceptance and the same refusal (class, code,
-message, path) for generated data, hostile values included, on classes it may and may not claim."""
+message, path) for generated data, hostile values included, on classes it may and may not claim;
+and the text it writes of a value it takes (`text_as_given`, the payload encoder's) against the
+canonical encoder's."""
 
 from __future__ import annotations
 
@@ -14,9 +16,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import AliasChoices, ConfigDict, Field, field_validator
 
+from archetype.canonical import canonical_json
 from archetype.commands import registry
 from archetype.commands.families import default_registry
-from archetype.world.components import Component, component_data, validates_as_given
+from archetype.world.components import Component, ComponentValue, component_data, text_as_given, validates_as_given
 from tests.component_modules.alpha import Health
 from tests.component_modules.floats import Point, Wild
 
@@ -59,7 +62,15 @@ class Checked(Component):
         return value
 
 
-CLAIMED = [Point, Strict, Loose]  # the classes it may vouch for
+class Accented(Component):
+    """Fields out of sorted order, one of them not ASCII: written sorted, and escaped."""
+
+    zeta: float
+    é: float
+    alpha: float = 2.5
+
+
+CLAIMED = [Point, Strict, Loose, Accented]  # the classes it may vouch for
 CLASSES = [*CLAIMED, Wild, Aliased, Chosen, Generated, Constrained, Checked, Health]
 
 
@@ -126,3 +137,12 @@ def test_it_vouches_only_for_plain_float_classes_given_exactly_their_fields(cls:
     assert not validates_as_given(cls, dict.fromkeys(cls.model_fields, 1))
     assert not validates_as_given(cls, dict.fromkeys(cls.model_fields, math.inf))
     assert not validates_as_given(cls, {name: Real(1.5) for name in cls.model_fields})
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.sampled_from(CLAIMED), st.data())
+def test_the_text_of_a_value_taken_as_given_is_the_canonical_encoders(cls: type[Component], draw: st.DataObject) -> None:
+    names = draw.draw(st.permutations(list(cls.model_fields)))  # any key order
+    given_data = {name: draw.draw(st.floats(allow_nan=False, allow_infinity=False)) for name in names}
+    value = ComponentValue.from_component(cls.model_validate(given_data))
+    assert text_as_given(cls, given_data) == canonical_json(value.model_dump(mode="json"))

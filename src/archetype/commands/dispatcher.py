@@ -7,6 +7,7 @@ without the role cannot learn whether a world exists.
 
 from __future__ import annotations
 
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,7 +15,7 @@ from archetype.commands.errors import OperationUnavailableError, PermissionDenie
 from archetype.commands.ledger_rows import AdmissionRow
 from archetype.commands.options import ActorCtx, DurableOptions
 from archetype.commands.registry import OperationRegistry, OperationSpec
-from archetype.commands.scheduler import CommandIdentity, CommandScheduler, DeferredItem, OneItem, SpawnAdmission
+from archetype.commands.scheduler import CommandIdentity, CommandScheduler, DeferredItem, SpawnAdmission, one_item
 from archetype.world.operations import Spawn
 
 
@@ -70,14 +71,18 @@ class CommandDispatcher:
 
     # -- durable --
     async def defer(self, op: object, options: DurableOptions, *, command_id: str | None = None) -> CommandIdentity:
-        item = OneItem.of(op, options, command_id)  # (its refusal before the role's, as a DeferredItem's was)
-        self._authorize(op, None, durable=True)
-        return (await self.scheduler.admit([item], None, self.origin))[0]
+        return await self._defer_one(op, options, command_id, None)
 
     async def defer_as(self, actor: ActorCtx, op: object, options: DurableOptions, *, command_id: str | None = None) -> CommandIdentity:
-        item = OneItem.of(op, options, command_id)
+        return await self._defer_one(op, options, command_id, actor)
+
+    def _defer_one(self, op: Any, options: Any, command_id: Any, actor: ActorCtx | None) -> Coroutine[Any, Any, CommandIdentity]:
+        """`defer`'s checks in their order (the item's values, converted or refused as a
+        DeferredItem's are, before the role; then the row), and the admission to await."""
+        if type(options) is not DurableOptions or not (command_id is None or type(command_id) is str):
+            op, options, command_id = one_item(op, options, command_id)
         self._authorize(op, actor, durable=True)
-        return (await self.scheduler.admit([item], actor, self.origin))[0]
+        return self.scheduler.admit_one(op, options, command_id, actor, self.origin)
 
     def _authorize_each(self, items: list[DeferredItem], actor: ActorCtx | None) -> None:
         """Every item's operation authorized, in order, once per operation type: `_authorize`'s

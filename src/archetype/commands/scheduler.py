@@ -86,23 +86,13 @@ class DeferredItem(BaseModel):
     command_id: str | None = None
 
 
-class OneItem:
-    """What `dispatcher.defer` hands the scheduler for one command whose options are exactly a
-    DurableOptions and whose command id is None or exactly a `str`: the three values a
-    DeferredItem would hold, for which its validation would check and change nothing (`op` is
-    `Any`; a DurableOptions instance is taken as it is; a `str` passes as it is). Any other values
-    go through DeferredItem, which converts or refuses them as before."""
-
-    __slots__ = ("op", "options", "command_id")
-
-    def __init__(self, op: Any, options: DurableOptions, command_id: str | None) -> None:
-        self.op, self.options, self.command_id = op, options, command_id
-
-    @staticmethod
-    def of(op: Any, options: Any, command_id: Any) -> OneItem | DeferredItem:
-        if type(options) is DurableOptions and (command_id is None or type(command_id) is str):
-            return OneItem(op, options, command_id)
-        return DeferredItem(op=op, options=options, command_id=command_id)
+def one_item(op: Any, options: Any, command_id: Any) -> tuple[Any, DurableOptions, str | None]:
+    """The three values a DeferredItem of these would hold, as its validation converts or refuses
+    them: what `dispatcher.defer` asks of values other than a DurableOptions and a `str` or None,
+    for which that validation would check and change nothing (`op` is `Any`; a DurableOptions
+    instance is taken as it is; a `str` passes as it is)."""
+    item = DeferredItem(op=op, options=options, command_id=command_id)
+    return item.op, item.options, item.command_id
 
 
 class CommandIdentity(BaseModel):
@@ -319,34 +309,45 @@ class CommandScheduler:
 
     # -- admission --
     def _admission_row(
-        self, item: DeferredItem | OneItem, actor: ActorCtx | None, origin: str, request_digest: str | None = None,
-        live: list[LiveValue] | None = None,
+        self, item: DeferredItem, actor: ActorCtx | None, origin: str, request_digest: str | None = None,
     ) -> tuple[str, AdmissionRow]:
-        """The ledger row of `item`, validated (its live values left in `live`, if given, for the
-        caller to build: `OperationSpec.payload_of`). A SpawnReserved's `request_digest` is
-        computed unless the caller already has it (admit_spawn, which reserved with it)."""
-        op, options = item.op, item.options
+        """The ledger row of `item`, validated (`_row`)."""
+        return self._row(item.op, item.options, item.command_id, actor, origin, request_digest)
+
+    def _row(
+        self, op: Any, options: DurableOptions, command_id: str | None, actor: ActorCtx | None, origin: str,
+        request_digest: str | None = None, live: list[LiveValue] | None = None,
+    ) -> tuple[str, AdmissionRow]:
+        """The ledger row of one command (an item's three values), validated (its live values left
+        in `live`, if given, for the caller to build: `OperationSpec.payload_of`). A SpawnReserved's
+        `request_digest` is computed unless the caller already has it (admit_spawn, which reserved
+        with it)."""
         spec = self._durable.get(type(op))
         if spec is None:
             spec = self.registry.resolve(op)
             spec.require_durable()
             self._durable[type(op)] = spec
-        command_id = checked_command_id(item.command_id)
+        command_id = checked_command_id(command_id)
         assert spec.world_key is not None  # register() refuses a durable operation without one
         world_id = spec.world_key(op)
         principal = actor.principal if actor else None
         # resolve() took the exact type: a subclass of SpawnReserved is no registered operation
         reserved = op if type(op) is SpawnReserved else None
+        if type(options) is DurableOptions:  # its fields from its __dict__: a model's attribute goes through a __getattr__ hook
+            given = options.__dict__
+            tick, priority, max_attempts = given["tick"], given["priority"], given["max_attempts"]
+        else:
+            tick, priority, max_attempts = options.tick, options.priority, options.max_attempts
         row: AdmissionRow = {
             "command_id": command_id,
             "schema_version": spec.version,
-            "scheduled_tick": options.tick,
-            "priority": options.priority,
+            "scheduled_tick": tick,
+            "priority": priority,
             "operation": spec.name,
             "payload": spec.payload_of(op, live),
             "principal": principal,
             "origin": origin,
-            "max_attempts": options.max_attempts,
+            "max_attempts": max_attempts,
             "reserved_entity_id": reserved.entity_id if reserved else None,
             "request_digest": None,
         }
@@ -368,18 +369,25 @@ class CommandScheduler:
         return digest(request)
 
     def admit(
-        self, items: Sequence[DeferredItem | OneItem], actor: ActorCtx | None = None, origin: str = "local"
+        self, items: Sequence[DeferredItem], actor: ActorCtx | None = None, origin: str = "local"
     ) -> Coroutine[Any, Any, list[CommandIdentity]]:
         """Validate every item, then admit the batch in one ledger transaction (all or nothing):
         the admission to await. The items are validated by this call, which raises any refusal
         before anything is awaited (one coroutine fewer a command than a coroutine of its own)."""
         if not items:
             raise InvalidCommandError("a batch needs at least one command")
-        prepared = [self._admission_row(items[0], actor, origin)] if len(items) == 1 else self._admission_rows(items, actor, origin)
-        return self._admit(prepared, actor)
+        return self._admit(self._admission_rows(items, actor, origin), actor)
+
+    def admit_one(
+        self, op: Any, options: DurableOptions, command_id: str | None, actor: ActorCtx | None = None, origin: str = "local"
+    ) -> Coroutine[Any, Any, CommandIdentity]:
+        """`admit` of one command given as an item's three values (`one_item`'s), validated by this
+        call: the admission to await, answering its identity."""
+        world_id, row = self._row(op, options, command_id, actor, origin)
+        return self._admit_row(world_id, row, actor)
 
     def _admission_rows(
-        self, items: Sequence[DeferredItem | OneItem], actor: ActorCtx | None, origin: str
+        self, items: Sequence[DeferredItem], actor: ActorCtx | None, origin: str
     ) -> list[tuple[str, AdmissionRow]]:
         """Every item's row; a batch's live values are built together (check_live_together), and
         should anything be refused, the batch is checked again item by item, which refuses as
@@ -387,7 +395,7 @@ class CommandScheduler:
         if len(items) > 1:
             live: list[LiveValue] = []
             try:
-                prepared = [self._admission_row(item, actor, origin, live=live) for item in items]
+                prepared = [self._row(item.op, item.options, item.command_id, actor, origin, live=live) for item in items]
                 check_live_together(live)
                 return prepared
             except (SystemExit, KeyboardInterrupt):
@@ -404,24 +412,26 @@ class CommandScheduler:
         await self.record_named(world_id, [row["payload"]])
         return world_id, row
 
+    async def _admit_row(self, world_id: str, row: AdmissionRow, actor: ActorCtx | None) -> CommandIdentity:
+        """One command's row admitted: one world, one command id, nothing to compare."""
+        payloads = [row["payload"]]
+        if not self._all_recorded(world_id, payloads):
+            await self.record_named(world_id, payloads)
+        results = await self.authority.admit(world_id, [row], self.quota_for(actor))
+        return identity_of(world_id, results[0])
+
     async def _admit(self, prepared: list[tuple[str, AdmissionRow]], actor: ActorCtx | None) -> list[CommandIdentity]:
-        if len(prepared) == 1:  # one world, one command id: nothing to compare
-            ((world_id, row),) = prepared
-            rows, payloads = [row], [row["payload"]]
-        else:
-            worlds = {world_id for world_id, _ in prepared}
-            if len(worlds) != 1:
-                raise InvalidCommandError(f"a batch cannot span worlds (it names {sorted(worlds)})")
-            if len({row["command_id"] for _, row in prepared}) != len(prepared):
-                raise InvalidCommandError("a batch names the same command id twice")
-            (world_id,) = worlds
-            rows = [row for _, row in prepared]
-            payloads = [row["payload"] for row in rows]
+        worlds = {world_id for world_id, _ in prepared}
+        if len(worlds) != 1:
+            raise InvalidCommandError(f"a batch cannot span worlds (it names {sorted(worlds)})")
+        if len({row["command_id"] for _, row in prepared}) != len(prepared):
+            raise InvalidCommandError("a batch names the same command id twice")
+        (world_id,) = worlds
+        rows = [row for _, row in prepared]
+        payloads = [row["payload"] for row in rows]
         if not self._all_recorded(world_id, payloads):
             await self.record_named(world_id, payloads)
         results = await self.authority.admit(world_id, rows, self.quota_for(actor))
-        if len(results) == 1:
-            return [identity_of(world_id, results[0])]
         return identities_of(world_id, results)
 
     async def admit_spawn(
@@ -449,7 +459,7 @@ class CommandScheduler:
         )  # fmt: skip
         reserved = SpawnReserved(world_id=op.world_id, entity_id=entity_id, components=op.components)
         item = DeferredItem(op=reserved, options=options, command_id=command_id)
-        (identity,) = await self._admit([self._admission_row(item, actor, origin, request_digest)], actor)
+        identity = await self._admit_row(*self._admission_row(item, actor, origin, request_digest), actor)
         return SpawnAdmission(command=identity, entity_id=entity_id)
 
     async def _check_components(self, world_id: str, row: AdmissionRow) -> None:

@@ -209,28 +209,47 @@ def exactly_typed(data: Any, fields: dict[str, type]) -> bool:
     return True
 
 
-_FLOAT_FIELDS: dict[type[Component], dict[str, type] | None] = {}
+# class -> its fields (each `float`) and its values' canonical text as a %-template, or None:
+# validation of the class is not known without running it (`validates_as_given`)
+_FLOAT_FIELDS: dict[type[Component], tuple[dict[str, type], str] | None] = {}
+
+
+def _as_given_template(cls: type[Component]) -> tuple[dict[str, type], str] | None:
+    own_schema = cls.__get_pydantic_core_schema__.__func__ is BaseModel.__get_pydantic_core_schema__.__func__  # type: ignore[attr-defined]
+    names = list(cls.model_fields)
+    plain = own_schema and canonical_by_validation(cls) and all(
+        info.alias is None and info.validation_alias is None for info in cls.model_fields.values()
+    ) and all(name.isidentifier() for name in sorted(names))  # (a name in "%(name)r": no ")" in it)  # fmt: skip
+    if not plain:
+        return None
+    # `%r` of an exact float is `float.__repr__`, what the canonical encoder writes for one; the
+    # keys sorted and written by it
+    data = ",".join(canonical_text(name) + f":%({name})r" for name in sorted(names))
+    return dict.fromkeys(names, float), '{"data":{' + data + "}" + cls.__component_wire_suffix__.replace("%", "%%")
+
+
+def text_as_given(cls: type[Component], data: Any) -> str | None:
+    """The canonical JSON of the component value of `cls` with `data` (`{"data":...,
+    "fingerprint":...,"name":...}`, what `canonical_text` of its dump gives) when `cls.model_validate(data)`
+    surely accepts `data` and makes a canonical value, found without building it: `cls` is
+    `canonical_by_validation`, its fields have no alias and its core schema is pydantic's own, and
+    `data` is `exactly_typed` as its fields, each an exact float and finite (which pydantic takes
+    as it is, whatever its config). None says nothing: the caller validates.
+    tests/world/test_live_values.py holds it to pydantic's verdicts and the canonical encoder's text."""
+    if cls not in _FLOAT_FIELDS:
+        _FLOAT_FIELDS[cls] = _as_given_template(cls)
+    known = _FLOAT_FIELDS[cls]
+    if known is None or not exactly_typed(data, known[0]):
+        return None
+    for value in data.values():
+        if not isfinite(value):
+            return None
+    return known[1] % data
 
 
 def validates_as_given(cls: type[Component], data: Any) -> bool:
-    """Whether `cls.model_validate(data)` surely accepts `data` and makes a canonical value, found
-    without building it: `cls` is `canonical_by_validation`, its fields have no alias and its core
-    schema is pydantic's own, and `data` is `exactly_typed` as its fields, each an exact float and
-    finite (which pydantic takes as it is, whatever its config). False says nothing: the caller
-    validates. tests/world/test_live_values.py holds it to pydantic's verdicts."""
-    if cls not in _FLOAT_FIELDS:
-        own_schema = cls.__get_pydantic_core_schema__.__func__ is BaseModel.__get_pydantic_core_schema__.__func__  # type: ignore[attr-defined]
-        plain = own_schema and canonical_by_validation(cls) and all(
-            info.alias is None and info.validation_alias is None for info in cls.model_fields.values()
-        )  # fmt: skip
-        _FLOAT_FIELDS[cls] = dict.fromkeys(cls.model_fields, float) if plain else None
-    fields = _FLOAT_FIELDS[cls]
-    if fields is None or not exactly_typed(data, fields):
-        return False
-    for value in data.values():
-        if not isfinite(value):
-            return False
-    return True
+    """Whether `text_as_given` knows `cls`'s verdict on `data` (an acceptance) without validating."""
+    return text_as_given(cls, data) is not None
 
 
 def component_text(component: Component) -> str:

@@ -34,7 +34,7 @@ from archetype.world.components import (
     live_component,
     loaded_class,
     non_canonical,
-    validates_as_given,
+    text_as_given,
 )
 from archetype.world.tick_mode import (
     DEFAULT_TICK_INTERVAL_MS,
@@ -185,15 +185,14 @@ _IDENTITIES: set[tuple[str, str]] = set()
 
 
 
-def _world_id_ok(value: Any) -> bool:
-    if type(value) is not str:
+def _new_world_id_ok(value: str) -> bool:
+    """Whether a world id not in _WORLD_IDS matches the pattern (then kept there): the encoder
+    asks only of a `str` it has not seen, testing the set itself (a call fewer per command)."""
+    if _WORLD_ID.fullmatch(value) is None:
         return False
-    if value not in _WORLD_IDS:
-        if _WORLD_ID.fullmatch(value) is None:
-            return False
-        if len(_WORLD_IDS) >= _SEEN_LIMIT:
-            _WORLD_IDS.clear()
-        _WORLD_IDS.add(value)
+    if len(_WORLD_IDS) >= _SEEN_LIMIT:
+        _WORLD_IDS.clear()
+    _WORLD_IDS.add(value)
     return True
 
 
@@ -212,10 +211,6 @@ def _identity_ok(item: Any, model: type[ComponentTypeRef | ComponentValue], fiel
     return True
 
 
-def _sized(items: Any) -> bool:
-    return type(items) is tuple and 1 <= len(items) <= MAX_COMPONENTS  # as validation leaves them
-
-
 # The members of a payload in canonical (sorted) order; written directly, as the strings in them
 # need no escaping: world ids, component names and fingerprints match ASCII patterns without
 # quotes or backslashes, and data is written by the canonical encoder.
@@ -227,9 +222,9 @@ def payload_encoder(model: type[Operation]) -> Callable[[Any], tuple[str, list[L
     for, its canonical payload (the very text `model_dump` + canonical JSON give) and the
     component values still to be built live, as the decoder would hand them on, key order
     included; None for any other (the decoder is then asked, and says why). A value whose loaded
-    class `validates_as_given` its data is not among them: its data is then exact finite floats
-    under the class's own field names, plain JSON (`plain_json` would say so: it is not asked)
-    that validation accepts as it is."""
+    class takes its data as given (`text_as_given`, which writes its text) is not among them: its
+    data is then exact finite floats under the class's own field names, plain JSON (`plain_json`
+    would say so: it is not asked) that validation accepts as it is."""
     if model not in PORTABLE_MUTATIONS:
         raise TypeError(f"{model.__qualname__} is not a portable mutation")
     fields = frozenset(model.model_fields)
@@ -238,6 +233,9 @@ def payload_encoder(model: type[Operation]) -> Callable[[Any], tuple[str, list[L
     name = model.model_fields["operation"].default
     operation = f'"operation":"{name}"'
     has_entity, has_values, has_refs = "entity_id" in fields, "components" in fields, "component_types" in fields
+    if has_values and has_refs:
+        raise TypeError(f"{model.__qualname__} carries both values and types")
+    listed = "components" if has_values else "component_types" if has_refs else None
 
     def encode(op: Any) -> tuple[str, list[LiveValue]] | None:
         if type(op) is not model or op.__dict__.keys() != fields or op.__pydantic_extra__ is not None:
@@ -247,12 +245,16 @@ def payload_encoder(model: type[Operation]) -> Callable[[Any], tuple[str, list[L
         discriminator = fields_of["operation"]
         if type(discriminator) is not str or discriminator != name:  # type first: no __ne__ runs
             return None
-        if not (type(world_id) is str and world_id in _WORLD_IDS) and not _world_id_ok(world_id):  # (seen: no call)
+        if type(world_id) is not str or (world_id not in _WORLD_IDS and not _new_world_id_ok(world_id)):
+            return None
+        # a model has one list or none: its type and size as validation leaves them, checked once
+        items = fields_of[listed] if listed is not None else ()
+        if listed is not None and (type(items) is not tuple or not 1 <= len(items) <= MAX_COMPONENTS):
             return None
         members = []
         if has_refs:
-            refs = fields_of["component_types"]
-            if not _sized(refs) or not all(_identity_ok(ref, ComponentTypeRef, _REF_FIELDS) for ref in refs):
+            refs = items
+            if not all(_identity_ok(ref, ComponentTypeRef, _REF_FIELDS) for ref in refs):
                 return None
             members.append(
                 '"component_types":['
@@ -262,9 +264,7 @@ def payload_encoder(model: type[Operation]) -> Callable[[Any], tuple[str, list[L
         order = PLAIN_SORTED
         seen = True  # whether every pending value's class (if loaded) may see its data as it is: an `inert` one
         if has_values:
-            values = fields_of["components"]
-            if type(values) is not tuple or not 1 <= len(values) <= MAX_COMPONENTS:  # _sized, written out: once a command
-                return None
+            values = items
             texts = []
             for index, value in enumerate(values):
                 if not _identity_ok(value, ComponentValue, _VALUE_FIELDS):
@@ -274,14 +274,16 @@ def payload_encoder(model: type[Operation]) -> Callable[[Any], tuple[str, list[L
                 given = value.__dict__
                 data, component, fingerprint = given["data"], given["name"], given["fingerprint"]
                 cls = loaded_class(component, fingerprint)
-                if cls is None or not validates_as_given(cls, data):
+                text = None if cls is None else text_as_given(cls, data)
+                if text is None:
                     plain = plain_json(data, MAX_DATA_DEPTH) if type(data) is dict else 0
                     if not plain:
                         return None
                     order = min(order, plain)
                     seen = seen and (cls is None or inert(cls))
                     pending.append((index, component, cls, data))
-                texts.append(f'{{"data":{canonical_text(data)},"fingerprint":"{fingerprint}","name":"{component}"}}')
+                    text = f'{{"data":{canonical_text(data)},"fingerprint":"{fingerprint}","name":"{component}"}}'
+                texts.append(text)
             members.append('"components":[' + ",".join(texts) + "]")
         if has_entity:
             entity_id = fields_of["entity_id"]
