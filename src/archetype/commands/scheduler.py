@@ -135,14 +135,9 @@ def identity_of(world_id: str, answer: Admitted) -> CommandIdentity:
 
 
 def identities_of(world_id: str, answers: list[Admitted]) -> list[CommandIdentity]:
-    """A batch's answers, as `_ANSWERS` validates them (its refusal says which answer)."""
-    made = []
-    for answer in answers:  # (not `None in made`: that compares every identity with None, through pydantic's __eq__)
-        identity = _as_given(world_id, answer)
-        if identity is None:
-            return _ANSWERS.validate_python([{**answer, "world_id": world_id} for answer in answers])
-        made.append(identity)
-    return made
+    """A batch's answers, validated as one list (its refusal says which answer): pydantic-core
+    makes a batch's instances in less time than `_as_given` makes them one by one in Python."""
+    return _ANSWERS.validate_python([{**answer, "world_id": world_id} for answer in answers])
 
 
 class SpawnAdmission(BaseModel):

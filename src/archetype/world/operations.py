@@ -196,19 +196,25 @@ def _new_world_id_ok(value: str) -> bool:
     return True
 
 
-def _identity_ok(item: Any, model: type[ComponentTypeRef | ComponentValue], fields: frozenset[str]) -> bool:
-    if type(item) is not model or item.__dict__.keys() != fields or item.__pydantic_extra__ is not None:
-        return False
-    name, fingerprint = item.__dict__["name"], item.__dict__["fingerprint"]
+def _identity_of(item: Any, model: type[ComponentTypeRef | ComponentValue], fields: frozenset[str]) -> dict[str, Any] | None:
+    """The fields of `item` (its `__dict__`, read once: each attribute of a pydantic model goes
+    through its class's `__getattr__` hook, a look-up each) when it is exactly `model` with a
+    valid identity, as validation leaves one; None otherwise."""
+    if type(item) is not model:
+        return None
+    given = item.__dict__
+    if given.keys() != fields or item.__pydantic_extra__ is not None:
+        return None
+    name, fingerprint = given["name"], given["fingerprint"]
     if type(name) is not str or type(fingerprint) is not str:
-        return False
+        return None
     if (name, fingerprint) not in _IDENTITIES:
         if _COMPONENT_NAME.fullmatch(name) is None or _FINGERPRINT.fullmatch(fingerprint) is None:
-            return False
+            return None
         if len(_IDENTITIES) >= _SEEN_LIMIT:
             _IDENTITIES.clear()
         _IDENTITIES.add((name, fingerprint))
-    return True
+    return given
 
 
 # The members of a payload in canonical (sorted) order; written directly, as the strings in them
@@ -238,9 +244,11 @@ def payload_encoder(model: type[Operation]) -> Callable[[Any], tuple[str, list[L
     listed = "components" if has_values else "component_types" if has_refs else None
 
     def encode(op: Any) -> tuple[str, list[LiveValue]] | None:
-        if type(op) is not model or op.__dict__.keys() != fields or op.__pydantic_extra__ is not None:
+        if type(op) is not model:
             return None
-        fields_of = op.__dict__
+        fields_of = op.__dict__  # (read once: as `_identity_of`)
+        if fields_of.keys() != fields or op.__pydantic_extra__ is not None:
+            return None
         world_id = fields_of["world_id"]
         discriminator = fields_of["operation"]
         if type(discriminator) is not str or discriminator != name:  # type first: no __ne__ runs
@@ -254,7 +262,7 @@ def payload_encoder(model: type[Operation]) -> Callable[[Any], tuple[str, list[L
         members = []
         if has_refs:
             refs = items
-            if not all(_identity_ok(ref, ComponentTypeRef, _REF_FIELDS) for ref in refs):
+            if not all(_identity_of(ref, ComponentTypeRef, _REF_FIELDS) is not None for ref in refs):
                 return None
             members.append(
                 '"component_types":['
@@ -267,11 +275,9 @@ def payload_encoder(model: type[Operation]) -> Callable[[Any], tuple[str, list[L
             values = items
             texts = []
             for index, value in enumerate(values):
-                if not _identity_ok(value, ComponentValue, _VALUE_FIELDS):
+                given = _identity_of(value, ComponentValue, _VALUE_FIELDS)
+                if given is None:
                     return None
-                # its fields read from its __dict__ (what _identity_ok checked): a pydantic model's
-                # attribute goes through its class's __getattr__ hook, a lookup each
-                given = value.__dict__
                 data, component, fingerprint = given["data"], given["name"], given["fingerprint"]
                 cls = loaded_class(component, fingerprint)
                 text = None if cls is None else text_as_given(cls, data)
