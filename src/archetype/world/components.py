@@ -239,10 +239,11 @@ def text_as_given(cls: type[Component], data: Any) -> str | None:
     if cls not in _FLOAT_FIELDS:
         _FLOAT_FIELDS[cls] = _as_given_template(cls)
     known = _FLOAT_FIELDS[cls]
-    # every value an exact float: their sum is finite only if each is (an infinity or NaN stays
-    # in it; a finite sum that overflows says None, which says nothing)
-    if known is None or not exactly_typed(data, known[0]) or not isfinite(sum(data.values())):
+    if known is None or not exactly_typed(data, known[0]):
         return None
+    for value in data.values():
+        if not isfinite(value):
+            return None
     return known[1] % data
 
 
