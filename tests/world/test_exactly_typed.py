@@ -1,5 +1,5 @@
 """`components.exactly_typed`, the one test both of admission's "an exact-typed input skips
-pydantic" short cuts make (`validates_as_given` of a component's data, `scheduler._as_given` of an
+pydantic" short cuts make (`validates_as_given` of a component's data, `scheduler.identity_of` of an
 authority's answer), held to pydantic's verdicts: whatever it accepts, a model of those fields
 validates, lax and strict, keeping every value as it is (same value, same type)."""
 

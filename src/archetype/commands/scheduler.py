@@ -112,13 +112,14 @@ _FIELDS_SET = frozenset(CommandIdentity.model_fields)
 _new, _set = object.__new__, object.__setattr__
 
 
-def _as_given(world_id: Any, answer: Any) -> CommandIdentity | None:
-    """The CommandIdentity validation would make of an authority's answer `exactly_typed` as its
-    fields (which validation then leaves as they are), made without validating (the validated
-    instance's four attributes, set as pydantic sets them); None for any other answer, which
-    validation converts or refuses. tests/commands/test_answers.py holds it to validation's verdicts."""
+def identity_of(world_id: str, answer: Admitted) -> CommandIdentity:
+    """An authority's answer to one admitted command, as the CommandIdentity validation makes of
+    it. An answer `exactly_typed` as its fields (which validation then leaves as they are) is made
+    without validating (the validated instance's four attributes, set as pydantic sets them);
+    any other is validated, which converts or refuses it. tests/commands/test_answers.py holds it
+    to validation's verdicts."""
     if type(world_id) is not str or not exactly_typed(answer, _ANSWER_FIELDS):
-        return None
+        return CommandIdentity(world_id=world_id, **answer)
     identity = _new(CommandIdentity)
     _set(identity, "__dict__", {"command_id": answer["command_id"], "world_id": world_id, "sequence": answer["sequence"],
                                 "digest": answer["digest"], "replayed": answer["replayed"]})  # fmt: skip
@@ -128,15 +129,9 @@ def _as_given(world_id: Any, answer: Any) -> CommandIdentity | None:
     return identity
 
 
-def identity_of(world_id: str, answer: Admitted) -> CommandIdentity:
-    """An authority's answer to one admitted command, as the CommandIdentity validation makes of it."""
-    identity = _as_given(world_id, answer)
-    return CommandIdentity(world_id=world_id, **answer) if identity is None else identity
-
-
 def identities_of(world_id: str, answers: list[Admitted]) -> list[CommandIdentity]:
     """A batch's answers, validated as one list (its refusal says which answer): pydantic-core
-    makes a batch's instances in less time than `_as_given` makes them one by one in Python."""
+    makes a batch's instances in less time than `identity_of` makes them one by one in Python."""
     return _ANSWERS.validate_python([{**answer, "world_id": world_id} for answer in answers])
 
 
