@@ -219,7 +219,7 @@ def _as_given_template(cls: type[Component]) -> tuple[dict[str, type], str] | No
     names = list(cls.model_fields)
     plain = own_schema and canonical_by_validation(cls) and all(
         info.alias is None and info.validation_alias is None for info in cls.model_fields.values()
-    ) and all(name.isidentifier() for name in sorted(names))  # (a name in "%(name)r": no ")" in it)  # fmt: skip
+    ) and all(name.isidentifier() for name in names)  # (a name in "%(name)r": no ")" in it)  # fmt: skip
     if not plain:
         return None
     # `%r` of an exact float is `float.__repr__`, what the canonical encoder writes for one; the

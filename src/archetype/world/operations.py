@@ -237,7 +237,7 @@ def payload_encoder(model: type[Operation]) -> Callable[[Any], tuple[str, list[L
     if not fields <= set(_MEMBERS):
         raise TypeError(f"{model.__qualname__} has fields this encoder does not write")
     name = model.model_fields["operation"].default
-    operation = f'"operation":"{name}"'
+    tail = f'"operation":"{name}","world_id":"'  # the last two members, the world id's text to follow
     has_entity, has_values, has_refs = "entity_id" in fields, "components" in fields, "component_types" in fields
     if has_values and has_refs:
         raise TypeError(f"{model.__qualname__} carries both values and types")
@@ -259,14 +259,14 @@ def payload_encoder(model: type[Operation]) -> Callable[[Any], tuple[str, list[L
         items = fields_of[listed] if listed is not None else ()
         if listed is not None and (type(items) is not tuple or not 1 <= len(items) <= MAX_COMPONENTS):
             return None
-        members = []
+        head = ""  # the members before "operation", each with its comma
         if has_refs:
             refs = items
             if not all(_identity_of(ref, ComponentTypeRef, _REF_FIELDS) is not None for ref in refs):
                 return None
-            members.append(
+            head = (
                 '"component_types":['
-                + ",".join(f'{{"fingerprint":"{ref.fingerprint}","name":"{ref.name}"}}' for ref in refs) + "]"
+                + ",".join(f'{{"fingerprint":"{ref.fingerprint}","name":"{ref.name}"}}' for ref in refs) + "],"
             )  # fmt: skip
         pending: list[LiveValue] = []
         order = PLAIN_SORTED
@@ -290,15 +290,13 @@ def payload_encoder(model: type[Operation]) -> Callable[[Any], tuple[str, list[L
                     pending.append((index, component, cls, data))
                     text = f'{{"data":{canonical_text(data)},"fingerprint":"{fingerprint}","name":"{component}"}}'
                 texts.append(text)
-            members.append('"components":[' + ",".join(texts) + "]")
+            head = '"components":[' + ",".join(texts) + "],"
         if has_entity:
             entity_id = fields_of["entity_id"]
             if type(entity_id) is not int or not 1 <= entity_id <= MAX_SAFE_INTEGER:
                 return None
-            members.append(f'"entity_id":{entity_id}')
-        members.append(operation)
-        members.append(f'"world_id":"{world_id}"')
-        payload = "{" + ",".join(members) + "}"
+            head += f'"entity_id":{entity_id},'
+        payload = "{" + head + tail + world_id + '"}'
         if pending and (order != PLAIN_SORTED or not seen):
             # as the decoder would hand them on: keys in payload (sorted) order, and fresh
             # containers, never the caller's own, for a validator that might change them
