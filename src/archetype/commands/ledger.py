@@ -250,14 +250,6 @@ def _command_label(command_id: str) -> str:
     return f"command {command_id!r}"
 
 
-def _payload_occurrences(payload: str) -> list[tuple[Any, str, str, Any]] | Exception:
-    """The component occurrences of one payload, or what parsing it raised."""
-    try:
-        return occurrences(loads(payload))
-    except Exception as exc:
-        return exc
-
-
 def _row(fields: Sequence[str], values: Sequence[Any]) -> dict[str, Any]:
     return dict(zip(fields, values, strict=True))
 
@@ -1004,28 +996,33 @@ class Ledger:
         """
         if not commands:
             raise InvalidCommandError("a batch needs at least one command")
-        rows = [self._admission_row(world_id, c) for c in commands]
-        # One pass over the batch gathers what the read below binds. Each payload is parsed once,
-        # before the transaction, so the one read also answers the recorded schemas its components
-        # name; what a payload's parse raised is raised where the check of a new row would meet it
-        # (a replay is not checked).
+        # One pass over the batch makes each row and gathers what the read below binds. Each payload
+        # is parsed once, before the transaction, so the one read also answers the recorded schemas
+        # its components name; what a payload's parse raised is raised where the check of a new row
+        # would meet it (a replay is not checked).
+        rows: list[dict[str, Any]] = []
         ids: list[str] = []
         scopes = set()
         parsed: list[list[Any] | Exception] = []
         named: set[str] = set()
         principals = reservations = False
-        for row in rows:
+        for command in commands:
+            row = self._admission_row(world_id, command)
+            rows.append(row)
             ids.append(row["command_id"])
             scopes.add(row["scope"])
             if row["principal"] is not None:
                 principals = True
             if row["reserved_entity_id"] is not None:
                 reservations = True
-            found = _payload_occurrences(row["payload"])
+            try:
+                found = occurrences(loads(row["payload"]))
+            except Exception as exc:
+                parsed.append(exc)
+                continue
             parsed.append(found)
-            if type(found) is list:
-                for occurrence in found:
-                    named.add(occurrence[2])
+            for occurrence in found:
+                named.add(occurrence[2])
         if len(set(ids)) != len(ids):
             raise InvalidCommandError("a batch names the same command id twice")
         if len(scopes) != 1:
