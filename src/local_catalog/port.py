@@ -77,12 +77,13 @@ class SqliteSqlPort:
     def execute_rows(self, each: str, bulk: str, shared: Sequence[object], rows: Sequence[Sequence[object]]) -> None:
         # `each` stepped once per row, prepared once: a JSON array of the rows costs SQLite its
         # parse and a path per value, more than the rows' b-tree inserts (ledger_sql.INSERT_COMMAND);
-        # a row alone through `execute` (executemany's set-up for one row is ~2k instructions more)
+        # a row alone through `execute` (executemany's set-up for one row is ~2k instructions more);
+        # each row's parameters joined in C (`tuple.__add__` through `map`), not by a comprehension
         try:
             if len(rows) == 1:
                 self._cursor.execute(each, (*shared, *rows[0]))
             else:
-                self._cursor.executemany(each, [(*shared, *row) for row in rows])
+                self._cursor.executemany(each, map(tuple(shared).__add__, map(tuple, rows)))
         except sqlite3.Error as exc:
             _raise_storage_error(exc)
 

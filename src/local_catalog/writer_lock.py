@@ -46,7 +46,10 @@ class WriterLock:
         self._timeout_s = timeout_s
         self._writer = os.open(f"{catalog}-writer", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         self._next = os.open(f"{catalog}-next", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        self._state = threading.Condition()
+        # (`with self._mutex`, the condition's own lock, rather than `with self._state`: Condition's
+        # __enter__ and __exit__ are Python calls, and a transaction takes it twice)
+        self._mutex = threading.Lock()
+        self._state = threading.Condition(self._mutex)
         self._held = False  # by this port
         self._waiting = False  # a thread of this port is blocked in the kernel for it
         self._wanted = False  # and its caller still waits for that thread
@@ -55,12 +58,12 @@ class WriterLock:
         self._close_files = weakref.finalize(self, _close_all, self._writer, self._next)
 
     def release(self) -> None:
-        with self._state:
+        with self._mutex:
             fcntl.flock(self._writer, fcntl.LOCK_UN)
             self._held = False
 
     def acquire(self) -> None:
-        with self._state:
+        with self._mutex:
             if self._closed:
                 raise sqlite3.ProgrammingError("Cannot operate on a closed database.")
             if not self._waiting:  # else a wait given up on is still in the kernel: wait for it again

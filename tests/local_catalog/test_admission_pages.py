@@ -3,10 +3,12 @@ queues"): the b-trees of its pages, read from the WAL frames it appends. A b-tre
 starts touching again (the world row, say) fails here, not only as a slower benchmark."""
 
 import itertools
+import json
 
 import pytest
 
 from archetype.bench import wal_pages_by_btree
+from archetype.commands.errors import InvalidComponentDataError, UnknownComponentError
 from archetype.commands.ledger import Ledger
 from archetype.commands.port import ManualClock
 from durable_world.port import DurableObjectSqlPort
@@ -167,4 +169,40 @@ def test_a_principal_and_a_reserved_entity_are_stored_as_admitted_whatever_the_b
         ledger.admit(world_id, rows)
         stored = port.execute("SELECT principal, reserved_entity_id FROM commands WHERE world_id = ? ORDER BY sequence", (world_id,))
         assert stored == batch, (batch, stored)
+    port.close()
+
+
+def _spawn(i: int, payload: str) -> dict[str, object]:
+    return {**_row(i), "operation": "spawn", "payload": payload}
+
+
+def _health(hp: object, fingerprint: str | None = None) -> str:
+    from tests.component_modules.alpha import Health
+
+    component = {"data": {"hp": hp}, "fingerprint": fingerprint or Health.component_fingerprint(), "name": "Health"}
+    return json.dumps({"components": [component], "operation": "spawn", "world_id": "w"}, sort_keys=True)
+
+
+# A batch's payloads and what admitting it raises: a new row's payload that does not parse is refused
+# before any row's components are checked, and a component refusal names the command it is in.
+REFUSED_BATCHES = [
+    ([_health(5), _health(5, "0" * 64)], UnknownComponentError, "recorded no component 'Health' .*command 'c-1'"),
+    ([_health(5), _health("five")], InvalidComponentDataError, r"Health .*, command 'c-1'\)"),
+    ([_health(5, "0" * 64), _health("five"), "{not json"], json.JSONDecodeError, "Expecting property name"),
+    ([_health("five"), _health(5, "0" * 64)], InvalidComponentDataError, r"command 'c-0'\)"),
+]
+
+
+@pytest.mark.parametrize(("payloads", "error", "message"), REFUSED_BATCHES)
+def test_a_refused_batch_names_its_command_and_admits_nothing(tmp_path, payloads, error, message):
+    from archetype.commands.scheduler import schema_row
+    from tests.component_modules.alpha import Health
+
+    port = SqliteSqlPort(tmp_path / "catalog.db")
+    ledger = Ledger(port, ManualClock())
+    ledger.create_world("w", "w")
+    ledger.record_components("w", [schema_row(Health)])
+    with pytest.raises(error, match=message):
+        ledger.admit("w", [_spawn(i, payload) for i, payload in enumerate(payloads)])
+    assert ledger.history("w") == []
     port.close()

@@ -22,8 +22,6 @@ IDENTITY_FIELDS = (
     "payload",
     "principal",
 )
-_TEXT_FIELDS = ("command_id", "operation", "payload", "world_id")
-_INTEGER_FIELDS = ("max_attempts", "priority", "scheduled_tick", "schema_version")
 
 
 def command_digest(row: dict[str, Any]) -> str:
@@ -37,15 +35,19 @@ def _identity_text(row: dict[str, Any]) -> str | None:
     type (ASCII strings, safe integers, a principal or None), as every admitted row does: the
     payload is then not walked and re-checked a second time after admission checked it. None for
     anything else, which the generic canonical path digests (or refuses) instead."""
-    for field in _TEXT_FIELDS:
-        value = row[field]
-        if type(value) is not str or not value.isascii():
-            return None
-    for field in _INTEGER_FIELDS:
-        value = row[field]
-        if type(value) is not int or not -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
-            return None
-    principal = row["principal"]
+    command_id, operation, payload, world_id = row["command_id"], row["operation"], row["payload"], row["world_id"]
+    max_attempts, priority, scheduled_tick = row["max_attempts"], row["priority"], row["scheduled_tick"]
+    schema_version, principal = row["schema_version"], row["principal"]
+    # (one expression, not loops over the fields' names: the loops were a quarter of the text's cost)
+    if not (
+        type(command_id) is str and command_id.isascii() and type(operation) is str and operation.isascii()
+        and type(payload) is str and payload.isascii() and type(world_id) is str and world_id.isascii()
+        and type(max_attempts) is int and -MAX_SAFE_INTEGER <= max_attempts <= MAX_SAFE_INTEGER
+        and type(priority) is int and -MAX_SAFE_INTEGER <= priority <= MAX_SAFE_INTEGER
+        and type(scheduled_tick) is int and -MAX_SAFE_INTEGER <= scheduled_tick <= MAX_SAFE_INTEGER
+        and type(schema_version) is int and -MAX_SAFE_INTEGER <= schema_version <= MAX_SAFE_INTEGER
+    ):  # fmt: skip
+        return None
     if principal is None:
         principal_text = "null"
     elif type(principal) is str and principal.isascii():
@@ -54,8 +56,8 @@ def _identity_text(row: dict[str, Any]) -> str | None:
         return None
     # the keys in sorted order, as canonical_json lays them out
     return (
-        f'{{"command_id":{encode_basestring_ascii(row["command_id"])},"max_attempts":{row["max_attempts"]},'
-        f'"operation":{encode_basestring_ascii(row["operation"])},"payload":{encode_basestring_ascii(row["payload"])},'
-        f'"principal":{principal_text},"priority":{row["priority"]},"scheduled_tick":{row["scheduled_tick"]},'
-        f'"schema_version":{row["schema_version"]},"world_id":{encode_basestring_ascii(row["world_id"])}}}'
+        f'{{"command_id":{encode_basestring_ascii(command_id)},"max_attempts":{max_attempts},'
+        f'"operation":{encode_basestring_ascii(operation)},"payload":{encode_basestring_ascii(payload)},'
+        f'"principal":{principal_text},"priority":{priority},"scheduled_tick":{scheduled_tick},'
+        f'"schema_version":{schema_version},"world_id":{encode_basestring_ascii(world_id)}}}'
     )

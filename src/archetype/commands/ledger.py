@@ -24,7 +24,6 @@ import json
 import operator
 import re
 from collections.abc import Callable, Mapping, Sequence
-from itertools import repeat
 from typing import Any, cast
 
 from archetype.canonical import MAX_SAFE_INTEGER, canonical_json, canonical_text, loads, printable_text
@@ -210,44 +209,45 @@ def check_components(world_id: str, documents: list[tuple[str, str]],
     one the world recorded and no migration superseded, and each value's data fits its schema:
     the check every authority runs at admission, without the Python classes. `find` answers the
     recorded rows (FIND_COMPONENTS' columns) among a list of fingerprints."""
-    found = [(label, occurrence) for label, text in documents for occurrence in occurrences(json.loads(text))]
-    if found:
-        check_found(world_id, found, {r[1]: r for r in find(sorted({occurrence[2] for _, occurrence in found}))})
+    found: Found = [(label, occurrences(json.loads(text))) for label, text in documents]
+    named = {occurrence[2] for _, each in found for occurrence in each}
+    if named:
+        check_found(world_id, found, {r[1]: r for r in find(sorted(named))})
 
 
-Found = list[tuple[str, tuple[Any, str, str, Any]]]
+# Each document's label and the component occurrences found in it (`occurrences`)
+Found = list[tuple[Any, list[tuple[Any, str, str, Any]]]]
 
 
-def check_found(world_id: str, found: Found, known: Mapping[str, Sequence[Any]]) -> None:
-    """`check_components` of occurrences already found (`occurrences`, each labelled), against
-    the recorded rows among their fingerprints, keyed by fingerprint."""
-    for label, (where, name, fingerprint, data) in found:
-        record = known.get(fingerprint)
-        if record is None or record[0] != name:
-            raise UnknownComponentError(
-                f"{render(where)}: world {world_id!r} has recorded no component {name!r} with fingerprint {fingerprint} "
-                f"({label}; GET /worlds/{{id}}/components lists the recorded ones)"
-            )
-        if record[4] is not None:
-            raise UnknownComponentError(
-                f"{render(where)}: component {name!r} {fingerprint} was migrated to {record[4]} ({label})"
-            )
-        if data is not None:
-            validate = _VALIDATORS.get(fingerprint)
-            if validate is None:
-                validate = _VALIDATORS.setdefault(fingerprint, data_validator(json.loads(record[2])))
-            try:
-                validate(data, (where, "data"))
-            except SchemaMismatchError as exc:
-                raise InvalidComponentDataError(f"{exc} ({name} {fingerprint[:12]}, {label})") from None
+def check_found(world_id: str, found: Found, known: Mapping[str, Sequence[Any]],
+                label: Callable[[Any], str] = str) -> None:  # fmt: skip
+    """`check_components` of occurrences already found, against the recorded rows among their
+    fingerprints, keyed by fingerprint. `label` makes a document's label into the text a refusal
+    names it by (admission's is made only for a refusal: one repr per command otherwise)."""
+    for labelled, each in found:
+        for where, name, fingerprint, data in each:
+            record = known.get(fingerprint)
+            if record is None or record[0] != name:
+                raise UnknownComponentError(
+                    f"{render(where)}: world {world_id!r} has recorded no component {name!r} with fingerprint "
+                    f"{fingerprint} ({label(labelled)}; GET /worlds/{{id}}/components lists the recorded ones)"
+                )
+            if record[4] is not None:
+                raise UnknownComponentError(
+                    f"{render(where)}: component {name!r} {fingerprint} was migrated to {record[4]} ({label(labelled)})"
+                )
+            if data is not None:
+                validate = _VALIDATORS.get(fingerprint)
+                if validate is None:
+                    validate = _VALIDATORS.setdefault(fingerprint, data_validator(json.loads(record[2])))
+                try:
+                    validate(data, (where, "data"))
+                except SchemaMismatchError as exc:
+                    raise InvalidComponentDataError(f"{exc} ({name} {fingerprint[:12]}, {label(labelled)})") from None
 
 
-def _payload_occurrences(payload: str) -> list[tuple[Any, str, str, Any]] | Exception:
-    """The component occurrences of one payload, or what parsing it raised."""
-    try:
-        return occurrences(loads(payload))
-    except Exception as exc:
-        return exc
+def _command_label(command_id: str) -> str:
+    return f"command {command_id!r}"
 
 
 def _row(fields: Sequence[str], values: Sequence[Any]) -> dict[str, Any]:
@@ -996,28 +996,33 @@ class Ledger:
         """
         if not commands:
             raise InvalidCommandError("a batch needs at least one command")
-        rows = [self._admission_row(world_id, c) for c in commands]
-        # One pass over the batch gathers what the read below binds. Each payload is parsed once,
-        # before the transaction, so the one read also answers the recorded schemas its components
-        # name; what a payload's parse raised is raised where the check of a new row would meet it
-        # (a replay is not checked).
+        # One pass over the batch makes each row and gathers what the read below binds. Each payload
+        # is parsed once, before the transaction, so the one read also answers the recorded schemas
+        # its components name; what a payload's parse raised is raised where the check of a new row
+        # would meet it (a replay is not checked).
+        rows: list[dict[str, Any]] = []
         ids: list[str] = []
         scopes = set()
         parsed: list[list[Any] | Exception] = []
         named: set[str] = set()
         principals = reservations = False
-        for row in rows:
+        for command in commands:
+            row = self._admission_row(world_id, command)
+            rows.append(row)
             ids.append(row["command_id"])
             scopes.add(row["scope"])
             if row["principal"] is not None:
                 principals = True
             if row["reserved_entity_id"] is not None:
                 reservations = True
-            found = _payload_occurrences(row["payload"])
+            try:
+                found = occurrences(loads(row["payload"]))
+            except Exception as exc:
+                parsed.append(exc)
+                continue
             parsed.append(found)
-            if type(found) is list:
-                for occurrence in found:
-                    named.add(occurrence[2])
+            for occurrence in found:
+                named.add(occurrence[2])
         if len(set(ids)) != len(ids):
             raise InvalidCommandError("a batch names the same command id twice")
         if len(scopes) != 1:
@@ -1060,8 +1065,8 @@ class Ledger:
             next_sequence, next_event_seq = world[1], world[2]
             admitted: list[Admitted] = []
             inserted: list[tuple[Any, ...]] = []  # the new rows' values (ledger_sql.ADMITTED_COMMAND_VALUES)
-            fresh: list[dict[str, Any]] = []
-            fresh_found: list[list[Any] | Exception] = []
+            checked: list[tuple[str, list[Any] | Exception]] = []  # the new rows' ids, what their payloads' parse found or raised
+            ticks: list[int] = []  # with a quota: the new rows' target ticks
             for row, found in zip(rows, parsed, strict=True):
                 command_id = row["command_id"]
                 replayed = existing.get(command_id)
@@ -1082,17 +1087,17 @@ class Ledger:
                 sequence = next_sequence + len(inserted)
                 inserted.append((sequence, next_event_seq + len(inserted), *inserted_values(row)))
                 admitted.append({"command_id": command_id, "sequence": sequence, "replayed": False, "digest": row["digest"]})
-                fresh.append(row)
-                fresh_found.append(found)
-            checked: Found = []
-            for row, found in zip(fresh, fresh_found, strict=True):
+                if found:  # (an exception is true)
+                    checked.append((command_id, found))
+                if quota is not None:
+                    ticks.append(row["scheduled_tick"])
+            # a new row's payload that did not parse is refused before any component is checked
+            for _, found in checked:
                 if isinstance(found, Exception):
                     raise found
-                if found:
-                    checked.extend(zip(repeat(f"command {row['command_id']!r}"), found))
-            check_found(world_id, checked, known)
+            check_found(world_id, cast(Found, checked), known, _command_label)
             if quota is not None:
-                self._charge_quota(world_id, scope, [runs_at(r["scheduled_tick"], world[3]) for r in fresh], quota, used)
+                self._charge_quota(world_id, scope, [runs_at(tick, world[3]) for tick in ticks], quota, used)
             if inserted:
                 shared = (world_id, scope, self._clock.now_ms(), world[3] + 1)
                 self._port.execute_rows(insert_each, insert_bulk, shared, inserted)
