@@ -104,7 +104,7 @@ MUTANTS: dict[str, tuple[str, tuple[Change, ...]]] = {
         (SQL, "migrated_digest = r.digest", "digest = r.digest"),
     )),
     "quota-counts-target-tick": ("quota counts the target tick, not the tick the command runs at", (
-        (LEDGER, 'runs_at(r["scheduled_tick"], world[3]) for r in fresh', 'r["scheduled_tick"] for r in fresh'),
+        (LEDGER, "runs_at(tick, world[3]) for tick in ticks", "tick for tick in ticks"),
         (LEDGER, 'tick = runs_at(scheduled_tick, world["tick_head"])', "tick = scheduled_tick"),
         (SQL, "u.scheduled_tick = max(j.value, w.tick_head + 1)", "u.scheduled_tick = j.value"),
     )),
