@@ -46,8 +46,8 @@ class WriterLock:
         self._timeout_s = timeout_s
         self._writer = os.open(f"{catalog}-writer", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         self._next = os.open(f"{catalog}-next", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        # (`with self._mutex`, the condition's own lock, rather than `with self._state`: Condition's
-        # __enter__ and __exit__ are Python calls, and a transaction takes it twice)
+        # Taken as `with self._mutex` everywhere (`_state` only waits and notifies on it): Condition's
+        # __enter__ and __exit__ are Python calls, and a transaction takes the lock twice
         self._mutex = threading.Lock()
         self._state = threading.Condition(self._mutex)
         self._held = False  # by this port
@@ -103,7 +103,7 @@ class WriterLock:
             finally:
                 fcntl.flock(self._next, fcntl.LOCK_UN)
         finally:
-            with self._state:
+            with self._mutex:
                 self._waiting = False
                 if taken and not self._wanted:  # its caller gave up: the lock goes to the next in line
                     fcntl.flock(self._writer, fcntl.LOCK_UN)
@@ -113,7 +113,7 @@ class WriterLock:
                 self._state.notify()
 
     def close(self) -> None:
-        with self._state:
+        with self._mutex:
             self._closed = True
             if not self._waiting:  # else the waiting thread closes them: their numbers are its
                 self._close_files()
