@@ -159,10 +159,10 @@ async def test_files_are_partitioned_per_world_and_per_day(rt, clock):
 
 def test_a_writer_whose_parent_is_gone_stops_with_one_line_not_a_traceback(tmp_path):
     """The projector killed while its writer appends: the writer's answer meets a broken pipe."""
-    writer = subprocess.Popen([sys.executable, "-m", "archetype.audit.writer", str(tmp_path)], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
-    writer.stdout.close()  # the parent's end of the answers: gone
-    writer.stdin.write(json.dumps({"world_id": "w", "path": str(tmp_path / "missing.arrow")}).encode() + b"\n")
-    writer.stdin.close()
-    assert writer.wait(60) == 0
-    assert writer.stderr.read().decode().splitlines() == ["the audit writer's parent (the projector) is gone; stopping"]
+    with subprocess.Popen([sys.executable, "-m", "archetype.audit.writer", str(tmp_path)], stdin=subprocess.PIPE,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE) as writer:  # fmt: skip
+        writer.stdout.close()  # the parent's end of the answers: gone
+        writer.stdin.write(json.dumps({"world_id": "w", "path": str(tmp_path / "missing.arrow")}).encode() + b"\n")
+        writer.stdin.close()
+        assert writer.wait(60) == 0
+        assert writer.stderr.read().decode().splitlines() == ["the audit writer's parent (the projector) is gone; stopping"]

@@ -59,8 +59,19 @@ class FaultyProxy:
             ready.set()
             async with server:
                 await self._stop.wait()
+            # connections still open end with their clients' (a task cancelled before its first step
+            # would never run the `finally` that closes its sockets); the loop closes after them
+            connections = asyncio.all_tasks() - {asyncio.current_task()}
+            if connections:
+                _, stuck = await asyncio.wait(connections, timeout=10)
+                for task in stuck:
+                    task.cancel()
+                await asyncio.gather(*connections, return_exceptions=True)
 
-        self._loop.run_until_complete(main())
+        try:
+            self._loop.run_until_complete(main())
+        finally:
+            self._loop.close()
 
     def _fault(self, request_line: str) -> Fault | None:
         if self.faults and self.faults[0].path in request_line:

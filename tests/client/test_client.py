@@ -20,7 +20,7 @@ from archetype.world import ComponentValue
 from local_catalog import open_local_authority
 from tests.client.proxy import Fault, FaultyProxy, canned
 from tests.component_modules.alpha import Position, Velocity
-from tests.server.test_serve import start_server
+from tests.support.serve import serving
 
 pytestmark = pytest.mark.timeout(90)
 FAST = RetryPolicy(attempts=4, backoff_s=0.01)
@@ -35,12 +35,10 @@ def spawn(tick: int = 0, x: float = 0.0) -> dict:
 def served(tmp_path_factory):
     """(url, data directory) of one `archetype serve` for the module, with the world `arena`."""
     directory = tmp_path_factory.mktemp("serve")
-    process, url = start_server(directory, "--quota", "3")
-    with Client(url, token="t-admin") as admin:
-        admin.create_world("arena", world_id="arena")
-    yield url, directory / "data"
-    process.terminate()
-    process.wait(20)
+    with serving(directory, "--quota", "3") as (_, url):
+        with Client(url, token="t-admin") as admin:
+            admin.create_world("arena", world_id="arena")
+        yield url, directory / "data"
 
 
 @pytest.fixture

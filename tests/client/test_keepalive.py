@@ -21,12 +21,12 @@ from tests.support.clock_header import ClockHeader
 ANSWER = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}"
 
 
-async def counting_server() -> tuple[asyncio.Server, list[int]]:
-    """A loopback HTTP/1.1 server that keeps every connection alive and counts them."""
-    connections: list[int] = []
+async def counting_server() -> tuple[asyncio.Server, list[asyncio.StreamWriter]]:
+    """A loopback HTTP/1.1 server that keeps every connection alive, and its connections."""
+    connections: list[asyncio.StreamWriter] = []
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        connections.append(1)
+        connections.append(writer)
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
@@ -41,34 +41,34 @@ async def counting_server() -> tuple[asyncio.Server, list[int]]:
     return await asyncio.start_server(serve, "127.0.0.1", 0), connections
 
 
-def request_through(name: str, url: str) -> Callable[[], Awaitable[object]]:
-    """One request through the client `name`, as it is built."""
+def request_through(name: str, url: str) -> tuple[Callable[[], Awaitable[object]], Callable[[], Awaitable[None]]]:
+    """One request through the client `name`, as it is built, and how to close that client."""
     if name == "Client":
         sync = Client(url, token="t")
-        return lambda: asyncio.to_thread(sync._http.get, "/health")
+        return lambda: asyncio.to_thread(sync._http.get, "/health"), lambda: asyncio.to_thread(sync.close)
     if name == "AsyncClient":
         client = AsyncClient(url, token="t")
-        return lambda: client._http.get("/health")
+        return lambda: client._http.get("/health"), client.close
     if name == "HttpAuthority":
         authority = HttpAuthority(url, token="t")
-        return lambda: authority.rpc("list_worlds", {})
+        return lambda: authority.rpc("list_worlds", {}), authority.close
     if name == "QueueClient":
         queue = QueueClient("account", "queue", "t", api=url)
-        return lambda: queue._http.post(f"{url}/pull", json={})
+        return lambda: queue._http.post(f"{url}/pull", json={}), queue.close
     transport = ClockHeader(ManualClock())  # the tests' transport to a Worker
 
     async def through_the_transport() -> object:
         return await (await transport.handle_async_request(httpx.Request("GET", f"{url}/health"))).aread()
 
-    return through_the_transport
+    return through_the_transport, transport.aclose
 
 
 @pytest.mark.parametrize("name", ["Client", "AsyncClient", "HttpAuthority", "QueueClient", "ClockHeader (tests)"])
 async def test_a_connection_idle_past_the_expiry_is_not_reused(name):
     server, connections = await counting_server()
     url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    request, close = request_through(name, url)
     try:
-        request = request_through(name, url)
         await request()
         await request()
         assert len(connections) == 1  # back to back: the connection is kept alive
@@ -76,4 +76,8 @@ async def test_a_connection_idle_past_the_expiry_is_not_reused(name):
         await request()
         assert len(connections) == 2, f"{name} reused a connection idle for {KEEPALIVE_EXPIRY_S + 0.5} s"
     finally:
+        await close()
         server.close()
+        for writer in connections:  # (a server's close leaves its open connections open)
+            writer.close()
+            await writer.wait_closed()

@@ -23,7 +23,7 @@ from archetype.commands.scheduler import CommandStatus, DeferredItem
 from archetype.world import Despawn, Spawn, Update
 from tests.client.proxy import Fault, FaultyProxy
 from tests.component_modules.alpha import Health, Position, Velocity
-from tests.server.test_serve import start_server
+from tests.support.serve import serving
 
 pytestmark = pytest.mark.timeout(120)
 FAST = RetryPolicy(attempts=4, backoff_s=0.01)
@@ -32,12 +32,10 @@ ROUND = 1_000  # commands in one policy round
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    process, url = start_server(tmp_path_factory.mktemp("serve"))
-    with Client(url, token="t-admin") as admin:
-        admin.create_world("sim", world_id="sim")
-    yield url
-    process.terminate()
-    process.wait(20)
+    with serving(tmp_path_factory.mktemp("serve")) as (_, url):
+        with Client(url, token="t-admin") as admin:
+            admin.create_world("sim", world_id="sim")
+        yield url
 
 
 @pytest.fixture

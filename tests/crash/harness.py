@@ -164,8 +164,9 @@ class Cli:
         threading.Thread(target=self._read_stdout, daemon=True).start()
 
     def _read_stdout(self) -> None:
-        for line in self.popen.stdout:  # type: ignore[union-attr]
-            self.lines.put(line)
+        with self.popen.stdout:  # type: ignore[union-attr]
+            for line in self.popen.stdout:  # type: ignore[union-attr]
+                self.lines.put(line)
         self.lines.put(None)
 
     def stderr(self) -> str:

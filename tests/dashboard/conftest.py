@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 from pathlib import Path
 
 import httpx
@@ -16,7 +15,7 @@ from playwright.sync_api import sync_playwright
 
 from archetype.world import ComponentValue
 from tests.component_modules.alpha import Position, Velocity
-from tests.server.test_serve import WAIT_S, start_server, wait_for
+from tests.support.serve import serving, wait_for
 
 CHROMIUM = "/usr/bin/chromium"  # ./dev setup installs Debian's chromium package where missing
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -35,8 +34,7 @@ def component(value) -> dict:
 def served(tmp_path_factory):
     """`archetype serve` with world d1: three moving ships (applied) and one rejected despawn."""
     tmp_path = tmp_path_factory.mktemp("dashboard")
-    process, url = start_server(tmp_path)
-    try:
+    with serving(tmp_path) as (_, url):
         with httpx.Client(base_url=url, timeout=10) as http:
             assert http.post("/worlds", json={"name": "arena", "world_id": "d1"}, headers=ADMIN).status_code == 201
             for index, (x, dx) in enumerate([(0, 1), (10, -1), (5, 0.5)]):
@@ -47,9 +45,6 @@ def served(tmp_path_factory):
             assert http.post("/worlds/d1/commands", json=despawn, headers={**PLAYER, "Idempotency-Key": "ghost"}).status_code == 202
             wait_for(lambda: http.get("/worlds/d1/commands/ghost", headers=PLAYER).json()["status"] == "REJECTED", "the rejection")
         yield url
-    finally:
-        process.send_signal(signal.SIGTERM)
-        process.wait(WAIT_S)
 
 
 @pytest.fixture(scope="module")

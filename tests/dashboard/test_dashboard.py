@@ -5,7 +5,6 @@ the live entities (table and plot); and the API docs, offline. Each step keeps a
 from __future__ import annotations
 
 import re
-import signal
 
 import pytest
 from playwright.sync_api import expect
@@ -127,10 +126,9 @@ def test_a_stalled_world_and_a_dead_letter_redriven_from_its_page(browser, tmp_p
 
     from tests.component_modules.alpha import Position, Velocity
     from tests.dashboard.conftest import ADMIN, PLAYER, component, page_on
-    from tests.server.test_serve import WAIT_S, start_server, wait_for
+    from tests.support.serve import serving, wait_for
 
-    process, url = start_server(tmp_path, "--module", "tests.server.faulty")
-    try:
+    with serving(tmp_path, "--module", "tests.server.faulty") as (process, url):
         with httpx.Client(base_url=url, timeout=10) as http:
             for world_id, value in (("hot", Position(x=1, y=1)), ("cold", Velocity(dx=-1, dy=0))):
                 assert http.post("/worlds", json={"name": world_id, "world_id": world_id}, headers=ADMIN).status_code == 201
@@ -154,6 +152,3 @@ def test_a_stalled_world_and_a_dead_letter_redriven_from_its_page(browser, tmp_p
             expect(record.locator("tr", has_text="redriven_from")).to_contain_text("1")
             shot(page, "6-redriven")
             assert page.problems == []
-    finally:
-        process.send_signal(signal.SIGTERM)
-        process.wait(WAIT_S)

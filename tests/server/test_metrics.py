@@ -14,7 +14,7 @@ from archetype.commands.errors import CommandConflictError, QuotaExceededError
 from archetype.metrics import Metrics, ObservedAuthority
 from archetype.world import ComponentValue
 from tests.component_modules.alpha import Position
-from tests.server.test_serve import WAIT_S, start_server, wait_for
+from tests.support.serve import WAIT_S, serving, wait_for
 
 pytestmark = pytest.mark.timeout(240)
 ADMIN, PLAYER, VIEWER = ({"Authorization": f"Bearer {t}"} for t in ("t-admin", "t-player", "t-viewer"))
@@ -33,8 +33,7 @@ def value(found: dict, name: str, **labels: str) -> float:
 
 
 def test_metrics_of_a_running_server(tmp_path):
-    process, url = start_server(tmp_path, "--metrics-worlds", "1", "--log-format", "json")
-    try:
+    with serving(tmp_path, "--metrics-worlds", "1", "--log-format", "json") as (process, url):
         with httpx.Client(base_url=url, timeout=10) as http:
             for world in ("m1", "m2"):
                 assert http.post("/worlds", json={"name": world, "world_id": world}, headers=ADMIN).status_code == 201
@@ -54,7 +53,6 @@ def test_metrics_of_a_running_server(tmp_path):
                 return found if all(events) else None
 
             found = wait_for(projected, "the application and the rejection to be projected")
-    finally:
         process.terminate()
         _, logs = process.communicate(timeout=WAIT_S)
 

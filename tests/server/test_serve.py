@@ -5,50 +5,22 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
-import time
-from pathlib import Path
 
 import httpx
 import pytest
 
 from archetype.world import ComponentValue
 from local_catalog import open_local_authority
-from tests.api.conftest import TOKENS
 from tests.component_modules.alpha import Position, Velocity
+from tests.support.serve import WAIT_S, running, serving, wait_for
 
 pytestmark = pytest.mark.timeout(240)  # a guard against a hang; waits inside have their own generous deadlines
-ROOT = Path(__file__).resolve().parents[2]
-WAIT_S = 60  # generous: a busy machine (load 4-8) starts and steps slowly
-
-
-def start_server(tmp_path: Path, *extra: str) -> tuple[subprocess.Popen, str]:
-    tokens = tmp_path / "tokens.json"
-    tokens.write_text(json.dumps(TOKENS))
-    command = [sys.executable, "-m", "archetype.cli", "serve", "--data", str(tmp_path / "data"), "--port", "0",
-               "--tokens", str(tokens), "--tick-rate", "20", "--module", "tests.server.game", *extra]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    line = process.stdout.readline()
-    assert line, f"serve printed nothing: {process.stderr.read() if process.poll() is not None else ''}"
-    return process, json.loads(line)["serving"]
-
-
-def wait_for(predicate, what: str):
-    deadline = time.monotonic() + WAIT_S
-    while time.monotonic() < deadline:
-        result = predicate()
-        if result:
-            return result
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_serve_applies_http_commands_and_stops_cleanly(tmp_path, stop_signal):
-    process, url = start_server(tmp_path)
-    try:
+    with serving(tmp_path) as (process, url):
         assert url.startswith("http://127.0.0.1:")
         admin = {"Authorization": "Bearer t-admin"}
         player = {"Authorization": "Bearer t-player"}
@@ -76,10 +48,6 @@ def test_serve_applies_http_commands_and_stops_cleanly(tmp_path, stop_signal):
         process.send_signal(stop_signal)
         assert process.wait(WAIT_S) == 0, process.stderr.read()
         assert json.loads(process.stdout.read().strip().splitlines()[-1]) == {"stopped": True}
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(WAIT_S)
 
     ledger = open_local_authority(tmp_path / "data").ledger
     world = ledger.world_info("s1")
@@ -102,8 +70,7 @@ def test_serve_applies_http_commands_and_stops_cleanly(tmp_path, stop_signal):
 def test_serve_without_a_token_table_prints_one_admin_token(tmp_path):
     command = [sys.executable, "-m", "archetype.cli", "serve", "--data", str(tmp_path / "data"), "--port", "0"]
     env = {k: v for k, v in os.environ.items() if k != "ARCHETYPE_TOKENS"}
-    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
+    with running(command, env) as process:
         token = process.stderr.readline().rsplit(" ", 1)[-1].strip()
         url = json.loads(process.stdout.readline())["serving"]
         with httpx.Client(base_url=url, timeout=10) as http:
@@ -111,7 +78,3 @@ def test_serve_without_a_token_table_prints_one_admin_token(tmp_path):
             assert http.get("/worlds/x", headers={"Authorization": f"Bearer {token}"}).json()["code"] == "world_not_found"
         process.terminate()
         assert process.wait(WAIT_S) == 0
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(WAIT_S)

@@ -8,26 +8,26 @@ import os
 import socket
 import subprocess
 import sys
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import pytest
 
-from tests.server.test_serve import WAIT_S
+from tests.support.serve import WAIT_S, running
 
 pytestmark = pytest.mark.timeout(240)
 ARCHETYPE = str(Path(sys.executable).parent / "archetype")  # the console script, not `python -m`
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def serve(cwd: Path, *args: str, **env: str) -> subprocess.Popen:
+def serve(cwd: Path, *args: str, **env: str) -> AbstractContextManager[subprocess.Popen[str]]:
     environment = {k: v for k, v in os.environ.items() if not k.startswith("ARCHETYPE_")}
-    return subprocess.Popen([ARCHETYPE, "serve", *args], cwd=cwd, env={**environment, **env},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    return running([ARCHETYPE, "serve", *args], {**environment, **env}, cwd=cwd)
 
 
 def refused(cwd: Path, *args: str, **env: str) -> str:
-    process = serve(cwd, *args, **env)
-    out, err = process.communicate(timeout=WAIT_S)
+    with serve(cwd, *args, **env) as process:
+        out, err = process.communicate(timeout=WAIT_S)
     assert process.returncode == 2, (out, err)
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), err
@@ -71,10 +71,8 @@ def test_a_module_that_does_not_import(tmp_path):
 
 def test_a_module_in_the_working_directory_imports(tmp_path):
     (tmp_path / "comps.py").write_text("from archetype.world import Component\n\nclass Hull(Component):\n    hp: int\n")
-    process = serve(tmp_path, "--data", "data", "--port", "0", "--module", "comps", ARCHETYPE_TOKENS='{"t": {"principal": "a"}}')
-    try:
+    with serve(tmp_path, "--data", "data", "--port", "0", "--module", "comps", ARCHETYPE_TOKENS='{"t": {"principal": "a"}}') as process:
         assert json.loads(process.stdout.readline())["serving"].startswith("http://127.0.0.1:")
-    finally:
         process.terminate()
         assert process.wait(WAIT_S) == 0
 
@@ -98,16 +96,14 @@ def test_bad_settings_from_flags_the_environment_and_the_config_file(tmp_path):
 
 
 def test_a_second_serve_with_the_same_runner_id_is_one_line(tmp_path):
-    first = serve(tmp_path, "--data", "data", "--port", "0", "--runner-id", "r1", ARCHETYPE_TOKENS="{}")
-    try:
+    with serve(tmp_path, "--data", "data", "--port", "0", "--runner-id", "r1", ARCHETYPE_TOKENS="{}") as first:
         json.loads(first.stdout.readline())
-        second = serve(tmp_path, "--data", "data", "--port", "0", "--runner-id", "r1", ARCHETYPE_TOKENS="{}")
-        _, err = second.communicate(timeout=WAIT_S)
+        with serve(tmp_path, "--data", "data", "--port", "0", "--runner-id", "r1", ARCHETYPE_TOKENS="{}") as second:
+            _, err = second.communicate(timeout=WAIT_S)
         assert second.returncode == 2
         assert err.strip().splitlines() == [
             f"error: data is already served by runner 'r1' (pid {first.pid}); give this one another --runner-id to "
             "join it as a cooperating runner, or another --data"
         ]
-    finally:
         first.terminate()
         assert first.wait(WAIT_S) == 0

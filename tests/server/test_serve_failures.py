@@ -16,16 +16,15 @@ import pytest
 from archetype.world import ComponentValue
 from local_catalog import open_local_authority
 from tests.component_modules.alpha import Position
-from tests.server.test_serve import WAIT_S, start_server, wait_for
+from tests.support.serve import WAIT_S, serving, wait_for
 
 pytestmark = pytest.mark.timeout(240)
 TICK_RATE = 20
 
 
 def test_a_failing_processor_is_reported_backed_off_and_shut_down_cleanly(tmp_path):
-    process, url = start_server(tmp_path, "--module", "tests.server.faulty")
-    viewer, admin = {"Authorization": "Bearer t-viewer"}, {"Authorization": "Bearer t-admin"}
-    try:
+    with serving(tmp_path, "--module", "tests.server.faulty") as (process, url):
+        viewer, admin = {"Authorization": "Bearer t-viewer"}, {"Authorization": "Bearer t-admin"}
         with httpx.Client(base_url=url, timeout=10) as http:
             assert http.post("/worlds", json={"name": "hot", "world_id": "hot"}, headers=admin).status_code == 201
             spawn = {"type": "spawn", "tick": 0, "components": [ComponentValue.from_component(Position(x=1, y=1)).model_dump()]}
@@ -64,10 +63,6 @@ def test_a_failing_processor_is_reported_backed_off_and_shut_down_cleanly(tmp_pa
         assert process.wait(WAIT_S) == 0
         stderr = process.stderr.read()
         assert json.loads(process.stdout.read().strip().splitlines()[-1]) == {"stopped": True}
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(WAIT_S)
 
     assert stderr.count("Traceback") == 1, stderr  # the first failure, with its traceback; then one line per 30 s
     assert re.search(rf"world hot: tick {frozen + 1} failed; retrying in 0.1 s \(logging at most every 30 s\): "

@@ -19,7 +19,7 @@ from archetype.audit import AuditLog
 from archetype.commands import GetAuditHistory
 from archetype.world import ComponentValue
 from tests.component_modules.alpha import Position
-from tests.server.test_serve import ROOT, WAIT_S, start_server
+from tests.support.serve import ROOT, WAIT_S, serving
 
 pytestmark = pytest.mark.timeout(480)  # a guard against a hang; the waits have their own deadlines
 ADMIN = {"Authorization": "Bearer t-admin"}
@@ -32,8 +32,7 @@ def rows(data, table: str) -> int:
 
 async def test_serve_keeps_a_busy_worlds_catalog_at_a_steady_state(tmp_path):
     data = tmp_path / "data"
-    process, url = start_server(tmp_path, "--keep-ticks", "20", "--idempotency-window", "0.5", "--prune-interval", "0.2")
-    try:
+    with serving(tmp_path, "--keep-ticks", "20", "--idempotency-window", "0.5", "--prune-interval", "0.2") as (process, url):
         with httpx.Client(base_url=url, timeout=10) as http:
             assert http.post("/worlds", json={"name": "busy", "world_id": "b1"}, headers=ADMIN).status_code == 201
             spawn = {"type": "spawn", "tick": 0, "components": [ComponentValue.from_component(Position(x=1, y=2)).model_dump()]}
@@ -78,10 +77,6 @@ async def test_serve_keeps_a_busy_worlds_catalog_at_a_steady_state(tmp_path):
         assert [e.event_type for e in events] == ["admitted", "applied"]
         process.send_signal(signal.SIGTERM)
         assert process.wait(WAIT_S) == 0, process.stderr.read()
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(WAIT_S)
 
 
 def test_catalog_prune_on_demand_reports_what_it_removed(tmp_path):

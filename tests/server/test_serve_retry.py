@@ -16,7 +16,7 @@ import pytest
 
 from archetype.world import ComponentValue
 from tests.component_modules.alpha import Position
-from tests.server.test_serve import ROOT, WAIT_S, start_server, wait_for
+from tests.support.serve import ROOT, WAIT_S, serving, wait_for
 
 pytestmark = pytest.mark.timeout(120)
 VIEWER = {"Authorization": "Bearer t-viewer"}
@@ -29,8 +29,7 @@ def test_a_stalled_world_is_retried_when_an_operator_asks_and_the_recovery_is_lo
     broken = tmp_path / "broken"
     broken.touch()
     monkeypatch.setenv("ARCHETYPE_TEST_BROKEN", str(broken))
-    process, url = start_server(tmp_path, "--module", "tests.server.fixable")  # the default --log-level
-    try:
+    with serving(tmp_path, "--module", "tests.server.fixable") as (process, url):  # the default --log-level
         with httpx.Client(base_url=url, timeout=10) as http:
             admin = {"Authorization": "Bearer t-admin"}
             assert http.post("/worlds", json={"name": "hot", "world_id": "hot"}, headers=admin).status_code == 201
@@ -51,10 +50,6 @@ def test_a_stalled_world_is_retried_when_an_operator_asks_and_the_recovery_is_lo
         process.send_signal(signal.SIGTERM)
         assert process.wait(WAIT_S) == 0
         stderr = process.stderr.read()
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(WAIT_S)
     asked = [line for line in stderr.splitlines() if "world hot: retrying now, as an operator asked" in line]
     assert len(asked) == 1, stderr  # the runner took the request, not the backoff's end
     (recovered,) = [line for line in stderr.splitlines() if "world hot: recovered: tick" in line]

@@ -14,7 +14,7 @@ import pytest
 
 from local_catalog import open_local_authority
 from tests.integration.test_schema_evolution import OLD_WRITER
-from tests.server.test_serve import WAIT_S, start_server, wait_for
+from tests.support.serve import WAIT_S, serving, wait_for
 
 pytestmark = pytest.mark.timeout(120)
 VIEWER = {"Authorization": "Bearer t-viewer"}
@@ -36,8 +36,7 @@ def stalls(http: httpx.Client, world_id: str) -> list[dict]:
 def test_a_world_needing_an_undeclared_component_migration_is_stalled_with_the_reason(tmp_path):
     # a catalog written by a process whose Critter this serve does not have: its open commands are due
     subprocess.run([sys.executable, "-c", OLD_WRITER, str(tmp_path / "data")], capture_output=True, check=True)
-    process, url = start_server(tmp_path)
-    try:
+    with serving(tmp_path) as (process, url):
         with httpx.Client(base_url=url, timeout=10) as http:
             health = wait_for(lambda: (h := http.get("/worlds/zoo", headers=VIEWER).json()["health"])["status"] == "STALLED"
                               and h, "the world to stall")  # fmt: skip
@@ -50,10 +49,6 @@ def test_a_world_needing_an_undeclared_component_migration_is_stalled_with_the_r
             assert [e["event_type"] for e in events] == ["world_stalled"]  # one per stall, not one per attempt
             assert events[0]["payload"]["error"] == health["last_error"]
         stderr = stop(process)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(WAIT_S)
     # one line for the stall (with the error that says what to declare), not one per attempt
     lines = [line for line in stderr.splitlines() if "world zoo" in line]
     assert len(lines) == 1 and "ComponentMigrationRequiredError" in lines[0], stderr
@@ -100,10 +95,9 @@ def test_a_full_disk_is_a_retryable_503_and_a_stall_recorded_once_space_returns(
     when space returns the stall is recorded (world_stalled, with its reason) before the tick that
     ends it (world_recovered). tests/local_catalog/test_storage_full.py has a catalog that is full
     but still takes small writes: there the world is STALLED while it lasts."""
-    process, url = start_server(tmp_path, "--module", "tests.component_modules.bulky")
-    admin, player = {"Authorization": "Bearer t-admin"}, {"Authorization": "Bearer t-player"}
-    answers = []
-    try:
+    with serving(tmp_path, "--module", "tests.component_modules.bulky") as (process, url):
+        admin, player = {"Authorization": "Bearer t-admin"}, {"Authorization": "Bearer t-player"}
+        answers = []
         with httpx.Client(base_url=url, timeout=30) as http:
             assert http.post("/worlds", json={"name": "disk", "world_id": "disk"}, headers=admin).status_code == 201
             # the game module gives every world a processor: once serve has loaded it, it ticks every pass
@@ -130,10 +124,6 @@ def test_a_full_disk_is_a_retryable_503_and_a_stall_recorded_once_space_returns(
             wait_for(lambda: http.get("/worlds/disk/commands/again", headers=player).json()["status"] == "APPLIED",
                      "a command admitted after the recovery to apply")  # fmt: skip
         stderr = stop(process)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(WAIT_S)
     assert 500 not in answers and "internal_error" not in stderr, stderr
     assert "Traceback" not in stderr, stderr  # a typed storage error says it all, in one line per streak
     assert len([line for line in stderr.splitlines() if "world disk: tick" in line and "failed" in line]) == 1, stderr

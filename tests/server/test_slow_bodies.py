@@ -15,7 +15,7 @@ from archetype.api import create_app
 from local_catalog import open_local_authority
 from tests.api.conftest import TOKENS
 from tests.server.loopback import LoopbackServer
-from tests.server.test_serve import WAIT_S, start_server
+from tests.support.serve import serving
 
 pytestmark = pytest.mark.timeout(240)
 BODY_TIMEOUT_S = 0.5
@@ -94,9 +94,8 @@ def read_until_closed_or_answered(sock: socket.socket) -> tuple[bytes, bytes, by
 
 def test_serve_closes_connections_whose_request_head_trickles(tmp_path):
     """uvicorn itself never times out a request head; `archetype serve` does (HeadDeadline)."""
-    process, url = start_server(tmp_path, "--body-timeout", str(BODY_TIMEOUT_S))
-    host, port = url.removeprefix("http://").split(":")
-    try:
+    with serving(tmp_path, "--body-timeout", str(BODY_TIMEOUT_S)) as (process, url):
+        host, port = url.removeprefix("http://").split(":")
         trickling = [socket.create_connection((host, int(port)), timeout=SOCKET_TIMEOUT_S) for _ in range(SLOW_CLIENTS)]
         for sock in trickling:
             sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")  # and never the blank line
@@ -109,6 +108,3 @@ def test_serve_closes_connections_whose_request_head_trickles(tmp_path):
             assert read_until_closed(prompt) == b""  # idle after its answers: closed too, in time
         for sock in trickling:
             sock.close()
-    finally:
-        process.terminate()
-        process.wait(WAIT_S)

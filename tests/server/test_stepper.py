@@ -25,7 +25,7 @@ from archetype.world import ComponentValue
 from local_catalog import open_local_authority
 from tests.api.conftest import TOKENS
 from tests.component_modules.alpha import Position, Velocity
-from tests.server.test_serve import ROOT, WAIT_S, start_server, wait_for
+from tests.support.serve import ROOT, WAIT_S, serving, wait_for
 
 pytestmark = pytest.mark.timeout(240)
 ADMIN, PLAYER = {"Authorization": "Bearer t-admin"}, {"Authorization": "Bearer t-player"}
@@ -66,8 +66,7 @@ def submit(http: httpx.Client, key: str) -> None:
 
 
 def test_a_killed_stepping_process_is_restarted_and_every_command_applies_once(tmp_path):
-    process, url = start_server(tmp_path)
-    try:
+    with serving(tmp_path) as (process, url):
         (stepper,) = children(process.pid)
         with httpx.Client(base_url=url, timeout=10) as http:
             assert http.post("/worlds", json={"name": "w", "world_id": "w"}, headers=ADMIN).status_code == 201
@@ -92,18 +91,13 @@ def test_a_killed_stepping_process_is_restarted_and_every_command_applies_once(t
         _, logs = process.communicate()
         assert f"the stepping process (pid {stepper}) exited (killed by SIGKILL); starting another" in logs
         assert not alive(restarted)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(WAIT_S)
 
 
 HANG_S = 3.0
 
 
 def test_a_hung_stepping_process_is_killed_and_restarted_and_every_command_applies_once(tmp_path):
-    process, url = start_server(tmp_path, "--hang-timeout", str(HANG_S))
-    try:
+    with serving(tmp_path, "--hang-timeout", str(HANG_S)) as (process, url):
         (stepper,) = children(process.pid)
         with httpx.Client(base_url=url, timeout=10) as http:
             assert http.post("/worlds", json={"name": "w", "world_id": "w"}, headers=ADMIN).status_code == 201
@@ -136,10 +130,6 @@ def test_a_hung_stepping_process_is_killed_and_restarted_and_every_command_appli
         assert f"(pid {stepper}) exited" not in logs  # one line for the hang, not a second for its death
         assert not any(alive(pid) for pid in restarted)
         print(f"hung stepping process replaced {replaced_in_s:.2f} s after SIGSTOP (--hang-timeout {HANG_S:g})")
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(WAIT_S)
 
 
 def test_a_processor_holding_the_loop_longer_than_the_hang_timeout_is_not_a_hang(tmp_path):
@@ -147,8 +137,7 @@ def test_a_processor_holding_the_loop_longer_than_the_hang_timeout_is_not_a_hang
 
     # a wider timeout than the hang test's: on a loaded machine (load 7) the stepping process once went
     # 3 s without a heartbeat before the long tick began, and was taken for hung
-    process, url = start_server(tmp_path, "--hang-timeout", str(LONG_TICK_HANG_S), "--module", "tests.server.blocking")
-    try:
+    with serving(tmp_path, "--hang-timeout", str(LONG_TICK_HANG_S), "--module", "tests.server.blocking") as (process, url):
         (stepper,) = children(process.pid)
         with httpx.Client(base_url=url, timeout=10) as http:
             assert http.post("/worlds", json={"name": "w", "world_id": "w"}, headers=ADMIN).status_code == 201
@@ -169,15 +158,10 @@ def test_a_processor_holding_the_loop_longer_than_the_hang_timeout_is_not_a_hang
         assert "hung" not in logs and "exited" not in logs, logs
         assert "the event loop of the stepping process has not run for" in logs, logs
         assert "the event loop of the stepping process runs again, after" in logs, logs
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(WAIT_S)
 
 
 def test_the_stepping_process_stops_by_itself_when_serve_is_killed(tmp_path):
-    process, url = start_server(tmp_path)
-    try:
+    with serving(tmp_path) as (process, url):
         (stepper,) = children(process.pid)
         with httpx.Client(base_url=url, timeout=10) as http:
             assert http.post("/worlds", json={"name": "w", "world_id": "w"}, headers=ADMIN).status_code == 201
@@ -193,10 +177,6 @@ def test_the_stepping_process_stops_by_itself_when_serve_is_killed(tmp_path):
         with closing(sqlite3.connect(f"file:{tmp_path}/data/catalog.sqlite3?mode=ro", uri=True, timeout=30)) as conn:
             (expires,) = conn.execute("SELECT host_expires_at FROM worlds WHERE world_id = 'w'").fetchone()
         assert expires is None or expires <= time.time() * 1000  # released, not left to expire
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(WAIT_S)
 
 
 def test_a_stepping_process_that_cannot_start_stops_serve_with_one_line(tmp_path):

@@ -46,5 +46,7 @@ async def test_the_http_process_keeps_what_the_stepping_process_last_said_of_its
         stop.set()
         await exposing
         reporter.close()
+        theirs.close()  # the Reporter's end: the stepping process's, closed by its exit in serve
         writer.close()
         listening.cancel()
+        await writer.wait_closed()
