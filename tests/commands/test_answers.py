@@ -1,6 +1,6 @@
-"""An authority's answer made into CommandIdentity without validating it where validation
-would keep it as it is (`scheduler.identity_of`; a batch's are validated as one list), held to validation's
-verdicts: the same instance (fields, fields set, equality, hash, dump, frozen) or the same
+"""An authority's answer made into CommandIdentity (`scheduler.identity_of`: an answer without a
+`world_id` of its own validated with it added; a batch's are validated as one list), held to the
+constructor's verdicts: the same instance (fields, fields set, equality, hash, dump, frozen) or the same
 refusal (class, errors), for generated answers, hostile ones included."""
 
 from __future__ import annotations
@@ -85,16 +85,16 @@ def test_one_answer_is_what_validation_makes_of_it(world_id: Any, answer: Any) -
     assert _made(lambda: identity_of(world_id, answer)) == _made(lambda: CommandIdentity(world_id=world_id, **answer))
 
 
-def test_an_ordinary_answer_takes_the_short_cut() -> None:
-    """Else the properties above would hold trivially."""
+def test_an_ordinary_answer_is_validated_with_its_world_added() -> None:
+    """Else the property above would hold trivially (every answer given to the constructor)."""
     answer = {"command_id": "c", "sequence": 3, "digest": "0" * 64, "replayed": False}
     made = identity_of("w", answer)
-    assert made == CommandIdentity(world_id="w", **answer)
+    assert made == CommandIdentity(world_id="w", **answer) and answer == {**answer}  # the caller's dict as it was
     made.model_fields_set.add("x")  # each instance its own set, as validation gives it
     assert identity_of("w", answer).model_fields_set == set(CommandIdentity.model_fields)
-    validate = CommandIdentity.__pydantic_validator__
+    init = CommandIdentity.__init__
     try:
-        CommandIdentity.__pydantic_validator__ = None  # type: ignore[assignment]  # validating now fails
+        CommandIdentity.__init__ = None  # type: ignore[assignment,method-assign]  # the constructor now fails
         identity_of("w", answer)
     finally:
-        CommandIdentity.__pydantic_validator__ = validate
+        CommandIdentity.__init__ = init  # type: ignore[method-assign]

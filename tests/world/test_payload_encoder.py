@@ -188,8 +188,8 @@ entity_ids = st.one_of(
 
 
 @st.composite
-def operation(draw: st.DrawFn) -> Any:
-    model = draw(st.sampled_from(PORTABLE_MUTATIONS))
+def operation(draw: st.DrawFn, model: Any = None) -> Any:
+    model = model or draw(st.sampled_from(PORTABLE_MUTATIONS))
     fields: dict[str, Any] = {"world_id": draw(world_ids)}
     if "entity_id" in model.model_fields:
         fields["entity_id"] = draw(entity_ids)
@@ -227,6 +227,89 @@ def test_the_short_cut_agrees_with_the_exhaustive_path(op: Any) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # pydantic warns when it dumps a model_construct'ed field of the wrong type
         assert outcome(spec.payload_of, op) == outcome(spec.payload_of_exhaustive, op)
+
+
+class Backwards(Component):
+    """Fields out of sorted order: a second class whose values the encoder writes as given."""
+
+    zeta: float
+    alpha: float = 1.0
+
+
+finite = st.floats(allow_nan=False, allow_infinity=False)
+
+
+def _point_as_constructed(data: dict[str, Any]) -> ComponentValue:
+    """A value of `Point` as a caller may make one, unvalidated: a non-finite float, an `int`, a
+    field missing."""
+    return ComponentValue.model_construct(name="Point", fingerprint=Point.component_fingerprint(), data=data)
+
+
+@st.composite
+def ordinary(draw: st.DrawFn, model: Any) -> Any:
+    """An operation of `model` as callers build it, whose values (of two classes taking their
+    data as given) the batch encoder may write, or one of them a near miss."""
+    fields: dict[str, Any] = {"world_id": draw(st.sampled_from(["w", "bench", "x" * 64]))}
+    if "entity_id" in model.model_fields:
+        fields["entity_id"] = draw(st.sampled_from([1, 7, MAX_SAFE_INTEGER]))
+    if "components" in model.model_fields:
+        odd = st.sampled_from([math.inf, -math.inf, math.nan, 1, True, Big(1), "1.0"])
+        near_miss = st.one_of(
+            st.fixed_dictionaries({"x": st.one_of(finite, odd), "y": st.one_of(finite, odd)}),
+            st.sampled_from([{"x": 1.0}, {"x": 1.0, "y": 2.0, "z": 3.0}, {"y": 1.0, "x": -0.0}]),
+        ).map(_point_as_constructed)  # fmt: skip
+        values = st.one_of(st.builds(Point, x=finite, y=finite), st.builds(Backwards, zeta=finite, alpha=finite), near_miss)
+        fields["components"] = draw(st.lists(values, min_size=1, max_size=3))
+    if "component_types" in model.model_fields:
+        fields["component_types"] = draw(st.lists(st.sampled_from([Point, Backwards, Health]), min_size=1, max_size=3))
+    return model(**fields)
+
+
+@st.composite
+def batch(draw: st.DrawFn) -> tuple[Any, list[Any]]:
+    """A model and a batch of its operations, built the ordinary way or not, with now and then one
+    of another model or a hostile one among them."""
+    model = draw(st.sampled_from(PORTABLE_MUTATIONS))
+    kinds = st.one_of(ordinary(model), ordinary(model), ordinary(model), operation(model), operation())
+    return model, draw(st.lists(kinds, min_size=1, max_size=5))
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(batch())
+def test_a_batchs_payloads_are_the_single_encoders(drawn: tuple[Any, list[Any]]) -> None:
+    """`encode_all` answers `encode`'s payloads, byte for byte, exactly when `encode` vouches for
+    every operation with no value to build live; None (each asked alone) otherwise."""
+    model, ops = drawn
+    durable = REGISTRY.named(model.model_fields["operation"].default).require_durable()
+    assert durable.encode is not None and durable.encode_all is not None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        singles = [durable.encode(op) for op in ops]
+        expected = [one[0] for one in singles] if all(one is not None and not one[1] for one in singles) else None  # type: ignore[index]
+        assert durable.encode_all(ops) == expected
+
+
+def test_the_batch_encoder_writes_batches_built_the_ordinary_way(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Else the property above could hold with `encode_all` answering None throughout; and a
+    batch's rows take their payloads from it (no operation asked of `payload_of`)."""
+    batches = [
+        [Spawn(world_id="w", components=[Point(x=float(n))]) for n in range(5)],
+        [Spawn(world_id="w", components=[Point(x=1.5), Backwards(zeta=-0.0)]), Spawn(world_id="v", components=[Backwards(zeta=2.0)])],
+        [RemoveComponents(world_id="w", entity_id=n, component_types=[Point, Health][:n]) for n in (1, 2)],
+        [SpawnReserved(world_id="w", entity_id=n, components=[Point(x=1e300, y=-2.5)]) for n in (1, 2, 3)],
+    ]
+    for ops in batches:
+        durable = REGISTRY.resolve(ops[0]).require_durable()
+        assert durable.encode_all is not None
+        assert durable.encode_all(ops) == [REGISTRY.resolve(op).payload_of_exhaustive(op) for op in ops]
+    from archetype.commands.options import DurableOptions
+    from archetype.commands.registry import OperationSpec
+    from archetype.commands.scheduler import CommandScheduler, DeferredItem
+
+    items = [DeferredItem(op=op, options=DurableOptions(tick=0), command_id=f"c{n}") for n, op in enumerate(batches[1])]
+    expected = [CommandScheduler(REGISTRY, authority=None)._admission_row(item, None, "local") for item in items]  # type: ignore[arg-type]
+    monkeypatch.setattr(OperationSpec, "payload_of", None)
+    assert CommandScheduler(REGISTRY, authority=None)._admission_rows(items, None, "local") == expected  # type: ignore[arg-type]
 
 
 def test_the_short_cut_is_taken_for_operations_built_the_ordinary_way() -> None:

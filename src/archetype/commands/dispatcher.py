@@ -42,9 +42,10 @@ class CommandDispatcher:
         return HandlerContext(self.worlds, self.scheduler, actor, self.audit)
 
     def _authorize(self, op: object, actor: ActorCtx | None, *, durable: bool = False) -> OperationSpec:
-        spec = self.registry.resolve(op)
         if durable:
-            spec.require_durable()
+            spec = self.registry.durable.get(type(op)) or self.registry.durable_spec(op)
+        else:
+            spec = self.registry.resolve(op)
         if actor is None:
             if not spec.trusted:
                 raise OperationUnavailableError(f"{spec.name} is not available to trusted callers")

@@ -115,16 +115,23 @@ class DurableOperation:
     class `validates_as_given`, which `_check_live` skips. It promises that `decode` returns a
     model that dumps back to that payload. None promises nothing: the decoder is asked, and its
     answer stands. It must never vouch where the decoder would refuse.
+
+    `encode_all(ops)`, optional with `encode`, is it for a batch at once: the payloads `encode`
+    answers for every one of `ops`, where it vouches for each with no value to build live; None
+    otherwise (`encode` is then asked of each).
     """
 
     decode: Callable[[dict[str, Any]], BaseModel]
     materialize: Callable[[Any, Any], object]  # what it returns, the tick ignores
     encode: Callable[[Any], tuple[str, list[LiveValue]] | None] | None = None
+    encode_all: Callable[[list[Any]], list[str] | None] | None = None
 
     def __post_init__(self) -> None:
-        for role in ("decode", "materialize", "encode"):
+        if self.encode_all is not None and self.encode is None:
+            raise TypeError("a durable encode_all needs the encode it stands for")
+        for role in ("decode", "materialize", "encode", "encode_all"):
             fn = getattr(self, role)
-            if fn is None and role == "encode":
+            if fn is None and role in ("encode", "encode_all"):
                 continue
             if not callable(fn):
                 raise TypeError(f"a durable {role} function must be callable, not {type(fn).__name__}")
@@ -350,6 +357,9 @@ class OperationRegistry:
     def __init__(self) -> None:
         self._by_model: dict[type[object], OperationSpec] = {}  # resolve() looks up any object's type
         self._by_name: dict[str, OperationSpec] = {}
+        # the durable registrations by exact model: every admission looks its operation's up (a
+        # registration never changes nor goes: the registry only adds)
+        self.durable: dict[type[object], OperationSpec] = {}
 
     def register(self, spec: OperationSpec) -> OperationSpec:
         name = spec.name
@@ -372,12 +382,21 @@ class OperationRegistry:
             raise ValueError(f"operation {name!r} is available to nobody")
         self._by_model[spec.model] = spec
         self._by_name[name] = spec
+        if spec.durable is not None:
+            self.durable[spec.model] = spec
         return spec
 
     def resolve(self, op: object) -> OperationSpec:
         spec = self._by_model.get(type(op))
         if spec is None:
             raise UnregisteredOperationError(f"{type(op).__qualname__} is not a registered operation")
+        return spec
+
+    def durable_spec(self, op: object) -> OperationSpec:
+        """`op`'s registration, which must be durable (NotDurableError otherwise): what the
+        `durable` map answers at once for a durable operation, and this says why for any other."""
+        spec = self.resolve(op)
+        spec.require_durable()
         return spec
 
     def named(self, name: str) -> OperationSpec:

@@ -8,9 +8,12 @@ over operation names.
 from __future__ import annotations
 
 import re
+import string
 import uuid
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from enum import Enum
+from itertools import repeat
+from operator import attrgetter
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter
@@ -38,7 +41,6 @@ from archetype.world.components import (
     Component,
     LiveValue,
     canonical_prefixed_schema,
-    exactly_typed,
     resolve_component_class,
 )
 from archetype.world.error_text import error_text
@@ -107,31 +109,23 @@ class CommandIdentity(BaseModel):
 
 # A batch's answers are validated as one list: one call into pydantic-core instead of one per answer.
 _ANSWERS = TypeAdapter(list[CommandIdentity])
-_ANSWER_FIELDS: dict[str, type] = {"command_id": str, "sequence": int, "digest": str, "replayed": bool}
-_FIELDS_SET = frozenset(CommandIdentity.model_fields)
-_new, _set = object.__new__, object.__setattr__
+_ANSWER = CommandIdentity.__pydantic_validator__.validate_python
+_OP, _OPTIONS, _COMMAND_ID = attrgetter("op"), attrgetter("options"), attrgetter("command_id")  # a batch's columns
 
 
 def identity_of(world_id: str, answer: Admitted) -> CommandIdentity:
-    """An authority's answer to one admitted command, as the CommandIdentity validation makes of
-    it. An answer `exactly_typed` as its fields (which validation then leaves as they are) is made
-    without validating (the validated instance's four attributes, set as pydantic sets them);
-    any other is validated, which converts or refuses it. tests/commands/test_answers.py holds it
-    to validation's verdicts."""
-    if type(world_id) is not str or not exactly_typed(answer, _ANSWER_FIELDS):
-        return CommandIdentity(world_id=world_id, **answer)
-    identity = _new(CommandIdentity)
-    _set(identity, "__dict__", {"command_id": answer["command_id"], "world_id": world_id, "sequence": answer["sequence"],
-                                "digest": answer["digest"], "replayed": answer["replayed"]})  # fmt: skip
-    _set(identity, "__pydantic_fields_set__", set(_FIELDS_SET))
-    _set(identity, "__pydantic_extra__", None)
-    _set(identity, "__pydantic_private__", None)
-    return identity
+    """An authority's answer to one admitted command, as `CommandIdentity(world_id=world_id,
+    **answer)` makes it: a `dict` without a `world_id` of its own is validated with it added
+    (pydantic-core makes the instance in fewer instructions than any Python that sets its
+    attributes); any other answer is given to the constructor, which refuses it as it always did.
+    tests/commands/test_answers.py holds it to the constructor's verdicts."""
+    if type(answer) is dict and "world_id" not in answer:
+        return _ANSWER({**answer, "world_id": world_id})
+    return CommandIdentity(world_id=world_id, **answer)
 
 
 def identities_of(world_id: str, answers: list[Admitted]) -> list[CommandIdentity]:
-    """A batch's answers, validated as one list (its refusal says which answer): pydantic-core
-    makes a batch's instances in less time than `identity_of` makes them one by one in Python."""
+    """A batch's answers, validated as one list (its refusal says which answer)."""
     return _ANSWERS.validate_python([{**answer, "world_id": world_id} for answer in answers])
 
 
@@ -210,9 +204,6 @@ class CommandScheduler:
         self._sessions: dict[str, str] = {}
         self._recorded: dict[str, set[str]] = {}  # world id -> the fingerprints this process recorded there
         self._marks: dict[str, tuple[str, ...]] = {}  # world id -> those fingerprints as marks in text (_all_recorded)
-        # exact operation type -> its durable registration, once resolved: a registration never
-        # changes nor goes (the registry only adds), and every admission of a command looks it up
-        self._durable: dict[type, OperationSpec] = {}
 
     def session(self, world_id: str) -> str:
         """This incarnation's session for a world's leases."""
@@ -306,17 +297,13 @@ class CommandScheduler:
 
     def _row(
         self, op: Any, options: DurableOptions, command_id: str | None, actor: ActorCtx | None, origin: str,
-        request_digest: str | None = None, live: list[LiveValue] | None = None,
+        request_digest: str | None = None, live: list[LiveValue] | None = None, payload: str | None = None,
     ) -> tuple[str, AdmissionRow]:
         """The ledger row of one command (an item's three values), validated (its live values left
-        in `live`, if given, for the caller to build: `OperationSpec.payload_of`). A SpawnReserved's
-        `request_digest` is computed unless the caller already has it (admit_spawn, which reserved
-        with it)."""
-        spec = self._durable.get(type(op))
-        if spec is None:
-            spec = self.registry.resolve(op)
-            spec.require_durable()
-            self._durable[type(op)] = spec
+        in `live`, if given, for the caller to build: `OperationSpec.payload_of`), or with the
+        `payload` its registration's `encode_all` answered. A SpawnReserved's `request_digest` is
+        computed unless the caller already has it (admit_spawn, which reserved with it)."""
+        spec = self.registry.durable.get(type(op)) or self.registry.durable_spec(op)
         command_id = checked_command_id(command_id)
         assert spec.world_key is not None  # register() refuses a durable operation without one
         world_id = spec.world_key(op)
@@ -334,7 +321,7 @@ class CommandScheduler:
             "scheduled_tick": tick,
             "priority": priority,
             "operation": spec.name,
-            "payload": spec.payload_of(op, live),
+            "payload": spec.payload_of(op, live) if payload is None else payload,
             "principal": principal,
             "origin": origin,
             "max_attempts": max_attempts,
@@ -385,7 +372,14 @@ class CommandScheduler:
         if len(items) > 1:
             live: list[LiveValue] = []
             try:
-                prepared = [self._row(item.op, item.options, item.command_id, actor, origin, live=live) for item in items]
+                ops = list(map(_OP, items))
+                spec = self.registry.durable.get(type(ops[0]))
+                encode_all = spec.durable.encode_all if spec is not None and spec.durable is not None else None
+                payloads = (encode_all(ops) if encode_all is not None else None) or repeat(None)
+                prepared = [
+                    self._row(op, options, command_id, actor, origin, live=live, payload=payload)
+                    for op, options, command_id, payload in zip(ops, map(_OPTIONS, items), map(_COMMAND_ID, items), payloads, strict=False)
+                ]  # fmt: skip
                 check_live_together(live)
                 return prepared
             except (SystemExit, KeyboardInterrupt):
@@ -407,7 +401,7 @@ class CommandScheduler:
         payloads = [row["payload"]]
         if not self._all_recorded(world_id, payloads):
             await self.record_named(world_id, payloads)
-        results = await self.authority.admit(world_id, [row], self.quota_for(actor))
+        results = await self.authority.admit(world_id, [row], None if actor is None else self.quota_for(actor))
         return identity_of(world_id, results[0])
 
     async def _admit(self, prepared: list[tuple[str, AdmissionRow]], actor: ActorCtx | None) -> list[CommandIdentity]:
@@ -578,10 +572,20 @@ def schema_row(cls: type[Component]) -> ComponentSchemaRow:
     return {"name": cls.__name__, "fingerprint": cls.component_fingerprint(), "schema": canonical_prefixed_schema(cls)}
 
 
+_ID_FIRST = frozenset(string.ascii_letters + string.digits)
+_ID_ANY = _ID_FIRST | frozenset("_.:-")
+_ID_LENGTH = 128
+
+
 def checked_command_id(command_id: str | None) -> str:
     """The caller's idempotency key, or a fresh one; refused unless it matches COMMAND_ID_PATTERN whole."""
     if command_id is None:
         return uuid.uuid4().hex
+    # COMMAND_ID_PATTERN's acceptance of an exact `str`, asked of its characters as sets (the
+    # regular expression's match cost more than the rest of admission's row): held to the
+    # pattern by tests/commands/test_command_ids.py; anything else is the pattern's to judge
+    if type(command_id) is str and 0 < len(command_id) <= _ID_LENGTH and command_id[0] in _ID_FIRST and _ID_ANY.issuperset(command_id):
+        return command_id
     if not isinstance(command_id, str) or not COMMAND_ID_PATTERN.fullmatch(command_id):
         raise InvalidCommandError(f"command id {command_id!r} must match {COMMAND_ID_PATTERN.pattern}")
     return command_id

@@ -18,8 +18,11 @@ with it, materialization builds with it).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
+from itertools import repeat
 from math import isfinite
+from operator import eq, is_, itemgetter
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
@@ -212,6 +215,7 @@ def exactly_typed(data: Any, fields: dict[str, type]) -> bool:
 # class -> its fields (each `float`) and its values' canonical text as a %-template, or None:
 # validation of the class is not known without running it (`validates_as_given`)
 _FLOAT_FIELDS: dict[type[Component], tuple[dict[str, type], str] | None] = {}
+_POSITIONAL: dict[str, str] = {}  # such a template -> the same with its fields positional (`texts_as_given`)
 
 
 def _as_given_template(cls: type[Component]) -> tuple[dict[str, type], str] | None:
@@ -228,6 +232,44 @@ def _as_given_template(cls: type[Component]) -> tuple[dict[str, type], str] | No
     return dict.fromkeys(names, float), '{"data":{' + data + "}" + cls.__component_wire_suffix__.replace("%", "%%")
 
 
+def _positional(template: str) -> str:
+    """A %-template's named fields made positional, in the order they are written (sorted)."""
+    return re.sub(r"%\([A-Za-z_][A-Za-z0-9_]*\)r", "%r", template)
+
+
+def _template(cls: type[Component]) -> tuple[dict[str, type], str] | None:
+    if cls not in _FLOAT_FIELDS:
+        _FLOAT_FIELDS[cls] = _as_given_template(cls)
+    return _FLOAT_FIELDS[cls]
+
+
+def all_exactly(values: Any, kind: type) -> bool:
+    """Whether every one of `values` is exactly of type `kind` (no subclass), asked in C: no
+    value's own code (an `__eq__`, a `__hash__`) runs."""
+    return all(map(is_, map(type, values), repeat(kind)))
+
+
+def texts_as_given(cls: type[Component], datas: list[Any]) -> list[str] | None:
+    """`text_as_given(cls, data)` of each of `datas`, asked column by column (each field's values
+    at once, in C) when it answers a text for every one of them; None otherwise (the caller asks
+    value by value). tests/world/test_payload_encoder.py holds it to `text_as_given`."""
+    known = _template(cls)
+    if known is None or not all_exactly(datas, dict):
+        return None
+    fields, template = known
+    if not all(map(eq, map(dict.keys, datas), repeat(fields.keys()))):
+        return None
+    columns = []
+    for name in sorted(fields):  # (the template's order)
+        column = list(map(itemgetter(name), datas))
+        if not all_exactly(column, float) or not all(map(isfinite, column)):
+            return None
+        columns.append(column)
+    if template not in _POSITIONAL:
+        _POSITIONAL[template] = _positional(template)
+    return list(map(_POSITIONAL[template].__mod__, zip(*columns, strict=True)))
+
+
 def text_as_given(cls: type[Component], data: Any) -> str | None:
     """The canonical JSON of the component value of `cls` with `data` (`{"data":...,
     "fingerprint":...,"name":...}`, what `canonical_text` of its dump gives) when `cls.model_validate(data)`
@@ -236,9 +278,7 @@ def text_as_given(cls: type[Component], data: Any) -> str | None:
     `data` is `exactly_typed` as its fields, each an exact float and finite (which pydantic takes
     as it is, whatever its config). None says nothing: the caller validates.
     tests/world/test_live_values.py holds it to pydantic's verdicts and the canonical encoder's text."""
-    if cls not in _FLOAT_FIELDS:
-        _FLOAT_FIELDS[cls] = _as_given_template(cls)
-    known = _FLOAT_FIELDS[cls]
+    known = _FLOAT_FIELDS[cls] if cls in _FLOAT_FIELDS else _template(cls)
     if known is None or not exactly_typed(data, known[0]):
         return None
     for value in data.values():

@@ -133,7 +133,8 @@ def _summary(op: Operation) -> str:
 
 
 def _durable(model: type[Operation], mutate: Callable[[AsyncWorld, Any], Any]) -> DurableOperation:
-    return DurableOperation(decode=model.model_validate, materialize=mutate, encode=payload_encoder(model))
+    encode, encode_all = payload_encoder(model)
+    return DurableOperation(decode=model.model_validate, materialize=mutate, encode=encode, encode_all=encode_all)
 
 
 class _MutationSpec(TypedDict):

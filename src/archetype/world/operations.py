@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Iterable
+from itertools import chain, repeat
+from operator import attrgetter, eq, is_, itemgetter
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
@@ -30,11 +32,13 @@ from archetype.world.components import (
     ComponentTypeRef,
     ComponentValue,
     LiveValue,
+    all_exactly,
     inert,
     live_component,
     loaded_class,
     non_canonical,
     text_as_given,
+    texts_as_given,
 )
 from archetype.world.tick_mode import (
     DEFAULT_TICK_INTERVAL_MS,
@@ -182,6 +186,9 @@ _REF_FIELDS = frozenset(ComponentTypeRef.model_fields)
 _SEEN_LIMIT = 4096
 _WORLD_IDS: set[str] = set()
 _IDENTITIES: set[tuple[str, str]] = set()
+# a batch's columns, read in C
+_FIELDS, _EXTRA = attrgetter("__dict__"), attrgetter("__pydantic_extra__")
+_NAME, _FINGERPRINT_OF, _DATA = itemgetter("name"), itemgetter("fingerprint"), itemgetter("data")
 
 
 
@@ -208,12 +215,36 @@ def _identity_of(item: Any, model: type[ComponentTypeRef | ComponentValue], fiel
     name, fingerprint = given["name"], given["fingerprint"]
     if type(name) is not str or type(fingerprint) is not str:
         return None
-    if (name, fingerprint) not in _IDENTITIES:
-        if _COMPONENT_NAME.fullmatch(name) is None or _FINGERPRINT.fullmatch(fingerprint) is None:
+    if (name, fingerprint) not in _IDENTITIES and not _new_identity_ok(name, fingerprint):
+        return None
+    return given
+
+
+def _new_identity_ok(name: str, fingerprint: str) -> bool:
+    """Whether a component identity (two `str`s) not in _IDENTITIES matches the patterns (then
+    kept there), as `_new_world_id_ok` a world id."""
+    if _COMPONENT_NAME.fullmatch(name) is None or _FINGERPRINT.fullmatch(fingerprint) is None:
+        return False
+    if len(_IDENTITIES) >= _SEEN_LIMIT:
+        _IDENTITIES.clear()
+    _IDENTITIES.add((name, fingerprint))
+    return True
+
+
+def _identities_ok(items: list[Any], model: type[ComponentTypeRef | ComponentValue], fields: frozenset[str]) -> list[dict[str, Any]] | None:
+    """`_identity_of` of every one of `items`, asked column by column: their fields, or None
+    unless it answers them for every one."""
+    if not all_exactly(items, model) or not all(map(is_, map(_EXTRA, items), repeat(None))):
+        return None
+    given = list(map(_FIELDS, items))
+    if not all(map(eq, map(dict.keys, given), repeat(fields))):
+        return None
+    names, fingerprints = list(map(_NAME, given)), list(map(_FINGERPRINT_OF, given))
+    if not all_exactly(names, str) or not all_exactly(fingerprints, str):
+        return None
+    for name, fingerprint in set(zip(names, fingerprints, strict=True)) - _IDENTITIES:
+        if not _new_identity_ok(name, fingerprint):
             return None
-        if len(_IDENTITIES) >= _SEEN_LIMIT:
-            _IDENTITIES.clear()
-        _IDENTITIES.add((name, fingerprint))
     return given
 
 
@@ -223,8 +254,11 @@ def _identity_of(item: Any, model: type[ComponentTypeRef | ComponentValue], fiel
 _MEMBERS = ("component_types", "components", "entity_id", "operation", "world_id")
 
 
-def payload_encoder(model: type[Operation]) -> Callable[[Any], tuple[str, list[LiveValue]] | None]:
-    """Admission's encoder for `model` (one of PORTABLE_MUTATIONS): for an operation it can vouch
+def payload_encoder(
+    model: type[Operation],
+) -> tuple[Callable[[Any], tuple[str, list[LiveValue]] | None], Callable[[list[Any]], list[str] | None]]:
+    """Admission's encoders for `model` (one of PORTABLE_MUTATIONS), of one operation and of a
+    batch's (`encode_all`, below). For an operation it can vouch
     for, its canonical payload (the very text `model_dump` + canonical JSON give) and the
     component values still to be built live, as the decoder would hand them on, key order
     included; None for any other (the decoder is then asked, and says why). A value whose loaded
@@ -304,7 +338,100 @@ def payload_encoder(model: type[Operation]) -> Callable[[Any], tuple[str, list[L
             pending = [(index, component, cls, parsed[index]["data"]) for index, component, cls, _ in pending]
         return payload, pending
 
-    return encode
+    # a batch's payloads: these constant pieces around its columns (the list's texts, the entity
+    # ids, the world ids), joined
+    pieces = ["{"]
+    if listed is not None:
+        pieces[-1] += f'"{listed}":['
+        pieces.append("],")
+    if has_entity:
+        pieces[-1] += '"entity_id":'
+        pieces.append(",")
+    pieces[-1] += tail
+    pieces.append('"}')
+
+    def encode_all(ops: list[Any]) -> list[str] | None:
+        """`encode`'s payloads of `ops`, byte for byte, found column by column (each check of a
+        field asked of the batch's values at once, in C; an identity, a world id, a class once per
+        distinct one) when `encode` vouches for every one with no value left to build live (each
+        value's class takes its data as given); None otherwise: the caller asks `encode` of each."""
+        if not ops:
+            return []
+        if not all_exactly(ops, model) or not all(map(is_, map(_EXTRA, ops), repeat(None))):
+            return None
+        given = list(map(_FIELDS, ops))
+        if not all(map(eq, map(dict.keys, given), repeat(fields))):
+            return None
+        discriminators = list(map(_OPERATION, given))
+        if not all_exactly(discriminators, str) or not all(map(eq, discriminators, repeat(name))):
+            return None
+        world_ids = list(map(_WORLD_ID_OF, given))
+        if not all_exactly(world_ids, str):
+            return None
+        for world_id in set(world_ids) - _WORLD_IDS:
+            if not _new_world_id_ok(world_id):
+                return None
+        columns: list[Iterable[str]] = []
+        if listed is not None:
+            lists = list(map(itemgetter(listed), given))
+            if not all_exactly(lists, tuple):
+                return None
+            sizes = list(map(len, lists))
+            if not 1 <= min(sizes) <= max(sizes) <= MAX_COMPONENTS:
+                return None
+            items = list(chain.from_iterable(lists))
+            if has_refs:
+                refs = _identities_ok(items, ComponentTypeRef, _REF_FIELDS)
+                if refs is None:
+                    return None
+                each: list[str] | None = list(map(_REF_TEXT.__mod__, map(_REF_PAIR, refs)))
+            else:
+                values = _identities_ok(items, ComponentValue, _VALUE_FIELDS)
+                each = None if values is None else _value_texts(values)
+            if each is None:
+                return None
+            if max(sizes) == 1:
+                columns.append(each)
+            else:
+                at = iter(each)
+                columns.append([",".join(next(at) for _ in range(size)) for size in sizes])
+        if has_entity:
+            entity_ids = list(map(_ENTITY_ID, given))
+            if not all_exactly(entity_ids, int) or not 1 <= min(entity_ids) <= max(entity_ids) <= MAX_SAFE_INTEGER:
+                return None
+            columns.append(map(str, entity_ids))
+        columns.append(world_ids)
+        parts: list[Iterable[str]] = [repeat(pieces[0])]
+        for column, piece in zip(columns, pieces[1:], strict=True):
+            parts += (column, repeat(piece))
+        return list(map("".join, zip(*parts, strict=False)))  # (as long as the columns: the pieces repeat)
+
+    return encode, encode_all
+
+
+_OPERATION, _WORLD_ID_OF, _ENTITY_ID = itemgetter("operation"), itemgetter("world_id"), itemgetter("entity_id")
+_REF_TEXT = '{"fingerprint":"%s","name":"%s"}'
+_REF_PAIR = itemgetter("fingerprint", "name")
+
+
+def _value_texts(values: list[dict[str, Any]]) -> list[str] | None:
+    """The canonical text of each component value (its fields, identity checked), each written by
+    its loaded class (`texts_as_given`, asked once per class); None unless every one's class is
+    loaded and takes its data as given."""
+    identities = list(zip(map(_NAME, values), map(_FINGERPRINT_OF, values), strict=True))
+    classes = {identity: loaded_class(*identity) for identity in set(identities)}
+    if len(classes) == 1:
+        (cls,) = classes.values()
+        return None if cls is None else texts_as_given(cls, list(map(_DATA, values)))
+    texts: list[str] = [""] * len(values)
+    for identity, cls in classes.items():
+        at = [index for index, each in enumerate(identities) if each == identity]
+        written = None if cls is None else texts_as_given(cls, [values[index]["data"] for index in at])
+        if written is None:
+            return None
+        for index, text in zip(at, written, strict=True):
+            texts[index] = text
+    return texts
 
 
 # -- direct-only --
