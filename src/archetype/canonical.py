@@ -372,12 +372,13 @@ def _decoded(text: str, decoder: json.JSONDecoder) -> Any:
 _PLAIN_DECODER = json.JSONDecoder()  # json.loads' own settings
 
 
-def loads(text: object) -> Any:
+def loads(text: object, decoder: json.JSONDecoder = _PLAIN_DECODER) -> Any:
     """`json.loads(text)`: the same value or the same error, the usual text read by the scanner
-    alone (`_decoded`). For text that needs no check beyond the parse, such as a stored payload."""
+    alone (`_decoded`). For text that needs no check beyond the parse, such as a stored payload.
+    `decoder`: one of json.loads' settings but for an `object_hook` that returns its dict."""
     if not isinstance(text, (str, bytes, bytearray)):
         return json.loads(text)  # type: ignore[arg-type]  # its TypeError, as the caller would get it
-    return _decoded(_json_text(text), _PLAIN_DECODER)
+    return _decoded(_json_text(text), decoder)
 
 
 _parsing = threading.local()  # the duplicate keys found by the parse in progress on this thread

@@ -26,7 +26,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
-from archetype.canonical import MAX_SAFE_INTEGER, canonical_json, canonical_text, loads, printable_text
+from archetype.canonical import MAX_SAFE_INTEGER, canonical_json, canonical_text, printable_text
 from archetype.commands import ledger_sql as q
 from archetype.commands import migrations
 from archetype.commands.errors import (
@@ -117,6 +117,7 @@ from archetype.world.component_schema import (
     check_record,
     data_validator,
     occurrences,
+    parse_occurrences,
     render,
 )
 from archetype.world.error_text import ERROR_TEXT_LIMIT
@@ -1003,7 +1004,7 @@ class Ledger:
         rows: list[dict[str, Any]] = []
         ids: list[str] = []
         scopes = set()
-        parsed: list[list[Any] | Exception] = []
+        parsed: list[tuple[Any, list[Any]] | Exception] = []  # each payload's value and occurrences, or what its parse raised
         named: set[str] = set()
         principals = reservations = False
         for command in commands:
@@ -1016,11 +1017,11 @@ class Ledger:
             if row["reserved_entity_id"] is not None:
                 reservations = True
             try:
-                found = occurrences(loads(row["payload"]))
+                value, found = parse_occurrences(row["payload"])
             except Exception as exc:
                 parsed.append(exc)
                 continue
-            parsed.append(found)
+            parsed.append((value, found))
             for occurrence in found:
                 named.add(occurrence[2])
         if len(set(ids)) != len(ids):
@@ -1065,9 +1066,11 @@ class Ledger:
             next_sequence, next_event_seq = world[1], world[2]
             admitted: list[Admitted] = []
             inserted: list[tuple[Any, ...]] = []  # the new rows' values (ledger_sql.ADMITTED_COMMAND_VALUES)
-            checked: list[tuple[str, list[Any] | Exception]] = []  # the new rows' ids, what their payloads' parse found or raised
+            checked: Found = []  # the new rows' ids and their payloads' occurrences (paths not found yet)
+            documents: list[Any] = []  # and those payloads' values
+            unparsed: Exception | None = None  # the first new row's payload that did not parse
             ticks: list[int] = []  # with a quota: the new rows' target ticks
-            for row, found in zip(rows, parsed, strict=True):
+            for row, parsed_row in zip(rows, parsed, strict=True):
                 command_id = row["command_id"]
                 replayed = existing.get(command_id)
                 if replayed is not None:
@@ -1087,15 +1090,24 @@ class Ledger:
                 sequence = next_sequence + len(inserted)
                 inserted.append((sequence, next_event_seq + len(inserted), *inserted_values(row)))
                 admitted.append({"command_id": command_id, "sequence": sequence, "replayed": False, "digest": row["digest"]})
-                if found:  # (an exception is true)
-                    checked.append((command_id, found))
+                if isinstance(parsed_row, Exception):
+                    if unparsed is None:
+                        unparsed = parsed_row
+                elif parsed_row[1]:
+                    checked.append((command_id, parsed_row[1]))
+                    documents.append(parsed_row[0])
                 if quota is not None:
                     ticks.append(row["scheduled_tick"])
             # a new row's payload that did not parse is refused before any component is checked
-            for _, found in checked:
-                if isinstance(found, Exception):
-                    raise found
-            check_found(world_id, cast(Found, checked), known, _command_label)
+            if unparsed is not None:
+                raise unparsed
+            try:
+                check_found(world_id, checked, known, _command_label)
+            except (UnknownComponentError, InvalidComponentDataError):
+                # the same refusal again, its occurrence's path found now (`parse_occurrences`)
+                check_found(world_id, [(command_id, occurrences(value)) for (command_id, _), value in zip(checked, documents, strict=True)],
+                            known, _command_label)  # fmt: skip
+                raise
             if quota is not None:
                 self._charge_quota(world_id, scope, [runs_at(tick, world[3]) for tick in ticks], quota, used)
             if inserted:
