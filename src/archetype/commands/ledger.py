@@ -1066,7 +1066,7 @@ class Ledger:
             next_sequence, next_event_seq = world[1], world[2]
             admitted: list[Admitted] = []
             inserted: list[tuple[Any, ...]] = []  # the new rows' values (ledger_sql.ADMITTED_COMMAND_VALUES)
-            checked: Found = []  # the new rows' ids and their payloads' occurrences (paths not found yet)
+            checked: Found = []  # the new rows' ids and their payloads' occurrences (`parse_occurrences`: paths not all found)
             documents: list[Any] = []  # and those payloads' values
             unparsed: Exception | None = None  # the first new row's payload that did not parse
             ticks: list[int] = []  # with a quota: the new rows' target ticks
@@ -1104,7 +1104,7 @@ class Ledger:
             try:
                 check_found(world_id, checked, known, _command_label)
             except (UnknownComponentError, InvalidComponentDataError):
-                # the same refusal again, its occurrence's path found now (`parse_occurrences`)
+                # the same refusal again, naming its occurrence's path (found now: `parse_occurrences`)
                 check_found(world_id, [(command_id, occurrences(value)) for (command_id, _), value in zip(checked, documents, strict=True)],
                             known, _command_label)  # fmt: skip
                 raise

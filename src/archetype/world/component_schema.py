@@ -602,13 +602,14 @@ _NOTING = json.JSONDecoder(object_hook=_note_component)  # json.loads' settings 
 
 
 def parse_occurrences(text: object) -> tuple[Any, list[tuple[Path, str, str, Any]]]:
-    """`loads(text)` and its `occurrences`, each path None: what admission checks, the paths
-    found (`occurrences` of the value) only for a refusal that names one. The hook meets objects
-    innermost first, so one component-shaped object found is the document's one occurrence; more
-    than one may nest (one inside another's data, which is not searched): the value is walked."""
+    """`loads(text)` and its `occurrences`, each path the document's root ("$") but where the value
+    was walked: what admission checks, the paths found (`occurrences` of the value) only for a
+    refusal that names one. The hook meets objects innermost first, so one component-shaped object
+    found is the document's one occurrence; more than one may nest (one inside another's data,
+    which is not searched): the value is walked."""
     found: list[dict[str, Any]] = []
     _parsing.found = found
     value = loads(text, _NOTING)
     if len(found) > 1:
         return value, occurrences(value)
-    return value, [(None, node["name"], node["fingerprint"], node.get("data")) for node in found]
+    return value, [("$", node["name"], node["fingerprint"], node.get("data")) for node in found]
