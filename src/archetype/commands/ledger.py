@@ -1044,18 +1044,20 @@ class Ledger:
             reserved: dict[str, tuple[int, str]] = {}
             known: dict[str, tuple[Any, ...]] = {}
             used: dict[int, int] = {}
-            for kind, *values in self._port.execute(read, read_params):
+            # (each row indexed as it is: `kind, *values` made a list of every row and a tuple again)
+            for answer in self._port.execute(read, read_params):
+                kind = answer[0]
                 if kind == "command":
-                    if values[1] is not None:
-                        existing[values[0]] = (values[1], values[2])
-                    if values[3] is not None:
-                        reserved[values[0]] = (values[3], values[4])
+                    if answer[2] is not None:
+                        existing[answer[1]] = (answer[2], answer[3])
+                    if answer[4] is not None:
+                        reserved[answer[1]] = (answer[4], answer[5])
                 elif kind == "component":
-                    known[values[1]] = tuple(values)
+                    known[answer[2]] = answer[1:]
                 elif kind == "world":
-                    world = tuple(values)
+                    world = answer[1:]
                 else:
-                    used[values[0]] = values[1]
+                    used[answer[1]] = answer[2]
             if world is None:
                 raise WorldNotFoundError(f"world {world_id!r} does not exist")
             if world[0] != "ACTIVE":
