@@ -372,13 +372,12 @@ def _decoded(text: str, decoder: json.JSONDecoder) -> Any:
 _PLAIN_DECODER = json.JSONDecoder()  # json.loads' own settings
 
 
-def loads(text: object, decoder: json.JSONDecoder = _PLAIN_DECODER) -> Any:
+def loads(text: object) -> Any:
     """`json.loads(text)`: the same value or the same error, the usual text read by the scanner
-    alone (`_decoded`). For text that needs no check beyond the parse, such as a stored payload.
-    `decoder`: one of json.loads' settings but for an `object_hook` that returns its dict."""
+    alone (`_decoded`). For text that needs no check beyond the parse, such as a stored payload."""
     if not isinstance(text, (str, bytes, bytearray)):
         return json.loads(text)  # type: ignore[arg-type]  # its TypeError, as the caller would get it
-    return _decoded(_json_text(text), decoder)
+    return _decoded(_json_text(text), _PLAIN_DECODER)
 
 
 _parsing = threading.local()  # the duplicate keys found by the parse in progress on this thread

@@ -6,7 +6,6 @@ aside), and the data of every live value passes it."""
 from __future__ import annotations
 
 import enum
-import json
 from typing import Annotated, Literal
 
 import pytest
@@ -25,8 +24,6 @@ from archetype.world.component_schema import (
     component_occurrences,
     data_validator,
     json_equal,
-    occurrences,
-    parse_occurrences,
     validate_data,
 )
 from archetype.world.components import canonical_prefixed_schema, component_data
@@ -147,47 +144,6 @@ def test_component_values_and_references_are_found_in_document_order():
     found = component_occurrences(payload)
     assert [(path, name) for path, name, _, _ in found] == [("$.components[0]", "A"), ("$.component_types[0]", "C")]
     assert component_occurrences(5) == component_occurrences([1, "a", [None]]) == []  # scalars name nothing
-
-
-# Documents made of component values and references nested anywhere, in one another's data too,
-# beside look-alikes (a name that is not text, a key too many or too few).
-_NAMES = st.sampled_from(["A", "B"]) | st.integers(0, 1)
-component_documents = st.recursive(
-    st.none() | st.integers(-2, 2) | st.sampled_from(["A", "name"]),
-    lambda inner: st.lists(inner, max_size=3)
-    | st.dictionaries(st.sampled_from(["name", "fingerprint", "data", "x"]), inner, max_size=3)
-    | st.fixed_dictionaries({"name": _NAMES, "fingerprint": _NAMES}, optional={"data": inner, "x": inner}),
-    max_leaves=12,
-)
-
-
-@pytest.mark.parametrize("text", [
-    '{"components":[{"data":{"x":0.0},"fingerprint":"f","name":"A"}],"operation":"spawn"}',
-    '[{"name":"A","fingerprint":"f","data":{"name":"B","fingerprint":"g"}}]',  # one inside another's data
-    '[{"name":"A","fingerprint":"f"},{"c":[{"name":"B","fingerprint":"g","data":null}]}]',
-    '{"name":"A","fingerprint":"f","name":1}',  # the last duplicate key wins: not a name
-    ' {"name":"A","fingerprint":"f"} ',  # whitespace around: json.loads' decode
-    '{"name":"A","fingerprint":"f","data":1,"x":2}',
-    '5',
-])  # fmt: skip
-def test_the_parse_finds_the_occurrences_the_walk_finds(text):
-    _parsed_as_walked(text)
-
-
-@given(document=component_documents)
-@settings(max_examples=400, deadline=None)
-def test_the_parse_finds_every_documents_occurrences(document):
-    _parsed_as_walked(json.dumps(document))
-
-
-def _parsed_as_walked(text):
-    """`parse_occurrences` answers the parsed value and its walk's occurrences, in order; each with
-    its path, or the root's where the parse alone found them."""
-    value, found = parse_occurrences(text)
-    assert value == json.loads(text)
-    walked = occurrences(value)
-    assert [occurrence[1:] for occurrence in found] == [occurrence[1:] for occurrence in walked]
-    assert found == walked or all(occurrence[0] == "$" for occurrence in found)
 
 
 KEYS = st.sampled_from(["label", "mass", "value", "children", "a"])

@@ -26,7 +26,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
-from archetype.canonical import MAX_SAFE_INTEGER, canonical_json, canonical_text, printable_text
+from archetype.canonical import MAX_SAFE_INTEGER, canonical_json, canonical_text, loads, printable_text
 from archetype.commands import ledger_sql as q
 from archetype.commands import migrations
 from archetype.commands.errors import (
@@ -117,7 +117,6 @@ from archetype.world.component_schema import (
     check_record,
     data_validator,
     occurrences,
-    parse_occurrences,
     render,
 )
 from archetype.world.error_text import ERROR_TEXT_LIMIT
@@ -1004,7 +1003,7 @@ class Ledger:
         rows: list[dict[str, Any]] = []
         ids: list[str] = []
         scopes = set()
-        parsed: list[tuple[Any, list[Any]] | Exception] = []  # each payload's value and occurrences, or what its parse raised
+        parsed: list[list[Any] | Exception] = []
         named: set[str] = set()
         principals = reservations = False
         for command in commands:
@@ -1017,11 +1016,11 @@ class Ledger:
             if row["reserved_entity_id"] is not None:
                 reservations = True
             try:
-                value, found = parse_occurrences(row["payload"])
+                found = occurrences(loads(row["payload"]))
             except Exception as exc:
                 parsed.append(exc)
                 continue
-            parsed.append((value, found))
+            parsed.append(found)
             for occurrence in found:
                 named.add(occurrence[2])
         if len(set(ids)) != len(ids):
@@ -1068,11 +1067,10 @@ class Ledger:
             next_sequence, next_event_seq = world[1], world[2]
             admitted: list[Admitted] = []
             inserted: list[tuple[Any, ...]] = []  # the new rows' values (ledger_sql.ADMITTED_COMMAND_VALUES)
-            checked: Found = []  # the new rows' ids and their payloads' occurrences (`parse_occurrences`: paths not all found)
-            documents: list[Any] = []  # and those payloads' values
+            checked: Found = []  # the new rows' ids and their payloads' occurrences
             unparsed: Exception | None = None  # the first new row's payload that did not parse
             ticks: list[int] = []  # with a quota: the new rows' target ticks
-            for row, parsed_row in zip(rows, parsed, strict=True):
+            for row, found in zip(rows, parsed, strict=True):
                 command_id = row["command_id"]
                 replayed = existing.get(command_id)
                 if replayed is not None:
@@ -1092,24 +1090,17 @@ class Ledger:
                 sequence = next_sequence + len(inserted)
                 inserted.append((sequence, next_event_seq + len(inserted), *inserted_values(row)))
                 admitted.append({"command_id": command_id, "sequence": sequence, "replayed": False, "digest": row["digest"]})
-                if isinstance(parsed_row, Exception):
+                if isinstance(found, Exception):
                     if unparsed is None:
-                        unparsed = parsed_row
-                elif parsed_row[1]:
-                    checked.append((command_id, parsed_row[1]))
-                    documents.append(parsed_row[0])
+                        unparsed = found
+                elif found:
+                    checked.append((command_id, found))
                 if quota is not None:
                     ticks.append(row["scheduled_tick"])
             # a new row's payload that did not parse is refused before any component is checked
             if unparsed is not None:
                 raise unparsed
-            try:
-                check_found(world_id, checked, known, _command_label)
-            except (UnknownComponentError, InvalidComponentDataError):
-                # the same refusal again, naming its occurrence's path (found now: `parse_occurrences`)
-                check_found(world_id, [(command_id, occurrences(value)) for (command_id, _), value in zip(checked, documents, strict=True)],
-                            known, _command_label)  # fmt: skip
-                raise
+            check_found(world_id, checked, known, _command_label)
             if quota is not None:
                 self._charge_quota(world_id, scope, [runs_at(tick, world[3]) for tick in ticks], quota, used)
             if inserted:

@@ -18,13 +18,11 @@ never a number, and `"1"` is not an integer even though pydantic's lax mode woul
 
 from __future__ import annotations
 
-import json
 import re
-import threading
 from collections.abc import Callable, Mapping, Sized
 from typing import Any
 
-from archetype.canonical import digest, loads, path_step
+from archetype.canonical import digest, path_step
 
 TYPES = ("string", "integer", "number", "boolean", "null", "array", "object")
 ANNOTATIONS = frozenset({"default", "format", "discriminator", "deprecated", "readOnly", "writeOnly"})
@@ -384,11 +382,6 @@ VALUE_KEYS = frozenset({"name", "fingerprint", "data"})
 REF_KEYS = frozenset({"name", "fingerprint"})
 
 
-def _is_component(node: dict[str, Any]) -> bool:
-    keys = node.keys()
-    return (keys == VALUE_KEYS or keys == REF_KEYS) and isinstance(node["name"], str) and isinstance(node["fingerprint"], str)
-
-
 def component_occurrences(value: Any, path: Path = "$") -> list[tuple[str, str, str, Any]]:
     """Every component value and type reference in a JSON document (a durable payload, an
     entity's component list), found by its wire shape: an object with exactly the keys
@@ -408,10 +401,15 @@ def occurrences(value: Any, path: Path = "$") -> list[tuple[Path, str, str, Any]
         # a stack: children are pushed last first, so the document order comes out; scalars hold
         # no component, so only containers are pushed
         if isinstance(node, dict):
-            if _is_component(node):
+            keys = node.keys()
+            if (
+                (keys == VALUE_KEYS or keys == REF_KEYS)
+                and isinstance(node["name"], str)
+                and isinstance(node["fingerprint"], str)
+            ):
                 found.append((where, node["name"], node["fingerprint"], node.get("data")))
                 continue
-            for key in reversed(node.keys()):
+            for key in reversed(keys):
                 item = node[key]
                 if isinstance(item, (dict, list)):
                     push(((where, key), item))
@@ -583,33 +581,3 @@ def _leaf(check: Callable[..., None], argument: Any, schema_node: Mapping[str, A
         return True
 
     return fits
-
-
-# -- occurrences found by the parse --
-# Admission parses every new command's payload only to find its components: the parse's own
-# object hook finds them as each object is made, in C's pass over the text, where walking the
-# parsed value again cost as much as the parse (callgrind: 18k instructions of a Spawn's 36k).
-_parsing = threading.local()  # the component-shaped objects the parse in progress on this thread made
-
-
-def _note_component(node: dict[str, Any]) -> dict[str, Any]:
-    if _is_component(node):
-        _parsing.found.append(node)
-    return node
-
-
-_NOTING = json.JSONDecoder(object_hook=_note_component)  # json.loads' settings otherwise
-
-
-def parse_occurrences(text: object) -> tuple[Any, list[tuple[Path, str, str, Any]]]:
-    """`loads(text)` and its `occurrences`, each path the document's root ("$") but where the value
-    was walked: what admission checks, the paths found (`occurrences` of the value) only for a
-    refusal that names one. The hook meets objects innermost first, so one component-shaped object
-    found is the document's one occurrence; more than one may nest (one inside another's data,
-    which is not searched): the value is walked."""
-    found: list[dict[str, Any]] = []
-    _parsing.found = found
-    value = loads(text, _NOTING)
-    if len(found) > 1:
-        return value, occurrences(value)
-    return value, [("$", node["name"], node["fingerprint"], node.get("data")) for node in found]
