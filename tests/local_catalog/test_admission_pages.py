@@ -190,6 +190,9 @@ REFUSED_BATCHES = [
     ([_health(5), _health("five")], InvalidComponentDataError, r"Health .*, command 'c-1'\)"),
     ([_health(5, "0" * 64), _health("five"), "{not json"], json.JSONDecodeError, "Expecting property name"),
     ([_health("five"), _health(5, "0" * 64)], InvalidComponentDataError, r"command 'c-0'\)"),
+    # a refusal names where in the payload its component is (found only for the refusal)
+    ([_health(5), _health(5, "0" * 64)], UnknownComponentError, r"^\$\.components\[0\]: world 'w'"),
+    ([_health("five")], InvalidComponentDataError, r"^\$\.components\[0\]\.data\.hp"),
 ]
 
 

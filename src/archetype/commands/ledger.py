@@ -1043,18 +1043,20 @@ class Ledger:
             reserved: dict[str, tuple[int, str]] = {}
             known: dict[str, tuple[Any, ...]] = {}
             used: dict[int, int] = {}
-            for kind, *values in self._port.execute(read, read_params):
+            # (each row indexed as it is: `kind, *values` made a list of every row and a tuple again)
+            for answer in self._port.execute(read, read_params):
+                kind = answer[0]
                 if kind == "command":
-                    if values[1] is not None:
-                        existing[values[0]] = (values[1], values[2])
-                    if values[3] is not None:
-                        reserved[values[0]] = (values[3], values[4])
+                    if answer[2] is not None:
+                        existing[answer[1]] = (answer[2], answer[3])
+                    if answer[4] is not None:
+                        reserved[answer[1]] = (answer[4], answer[5])
                 elif kind == "component":
-                    known[values[1]] = tuple(values)
+                    known[answer[2]] = answer[1:]
                 elif kind == "world":
-                    world = tuple(values)
+                    world = answer[1:]
                 else:
-                    used[values[0]] = values[1]
+                    used[answer[1]] = answer[2]
             if world is None:
                 raise WorldNotFoundError(f"world {world_id!r} does not exist")
             if world[0] != "ACTIVE":
@@ -1065,7 +1067,8 @@ class Ledger:
             next_sequence, next_event_seq = world[1], world[2]
             admitted: list[Admitted] = []
             inserted: list[tuple[Any, ...]] = []  # the new rows' values (ledger_sql.ADMITTED_COMMAND_VALUES)
-            checked: list[tuple[str, list[Any] | Exception]] = []  # the new rows' ids, what their payloads' parse found or raised
+            checked: Found = []  # the new rows' ids and their payloads' occurrences
+            unparsed: Exception | None = None  # the first new row's payload that did not parse
             ticks: list[int] = []  # with a quota: the new rows' target ticks
             for row, found in zip(rows, parsed, strict=True):
                 command_id = row["command_id"]
@@ -1087,15 +1090,17 @@ class Ledger:
                 sequence = next_sequence + len(inserted)
                 inserted.append((sequence, next_event_seq + len(inserted), *inserted_values(row)))
                 admitted.append({"command_id": command_id, "sequence": sequence, "replayed": False, "digest": row["digest"]})
-                if found:  # (an exception is true)
+                if isinstance(found, Exception):
+                    if unparsed is None:
+                        unparsed = found
+                elif found:
                     checked.append((command_id, found))
                 if quota is not None:
                     ticks.append(row["scheduled_tick"])
             # a new row's payload that did not parse is refused before any component is checked
-            for _, found in checked:
-                if isinstance(found, Exception):
-                    raise found
-            check_found(world_id, cast(Found, checked), known, _command_label)
+            if unparsed is not None:
+                raise unparsed
+            check_found(world_id, checked, known, _command_label)
             if quota is not None:
                 self._charge_quota(world_id, scope, [runs_at(tick, world[3]) for tick in ticks], quota, used)
             if inserted:

@@ -68,10 +68,10 @@ WORLD_COLUMNS = (
 # acknowledged). A command row carrying no number (a redrive) has its first event numbered as read
 # before the row went in, and written to the outbox: read after, the last command would show no
 # number and hand out an `admitted` event's again.
-# The world's last command: `lc` of a statement that joins it (LAST_COMMAND_JOIN, one seek for both
-# numbers), or its columns read by subqueries (one seek each).
+# The world's last command: `lc` of a statement that reads the world's row joined to its commands in
+# reverse key order, LIMIT 1 (the admission read: one seek for both numbers, the key's last entry
+# read as the row), or its columns read by subqueries (one seek each).
 LAST_SEQUENCE_EXPR = "(SELECT max(l.sequence) FROM commands AS l WHERE l.world_id = w.world_id)"
-LAST_COMMAND_JOIN = f"commands AS lc ON lc.world_id = w.world_id AND lc.sequence = {LAST_SEQUENCE_EXPR}"
 
 
 def next_numbers(last_sequence: str, last_admitted_event: str) -> tuple[str, str]:
@@ -606,9 +606,10 @@ FIND_COMPONENTS_AT_TICK = f"{FIND_COMPONENTS} AND m.tick <= ?3"
 def _admission_read(*, counted: bool, one_id: bool, one_component: bool) -> str:
     ids = "(SELECT ?3 AS value)" if one_id else "json_each(?3)"
     fingerprints = "(SELECT ?4 AS value)" if one_component else "json_each(?4)"
-    read = f"""SELECT 'world', w.status, {", ".join(next_numbers("lc.sequence", "lc.admitted_event_seq"))},
+    read = f"""SELECT * FROM (SELECT 'world', w.status, {", ".join(next_numbers("lc.sequence", "lc.admitted_event_seq"))},
         w.tick_head, NULL
-    FROM worlds AS w LEFT JOIN {LAST_COMMAND_JOIN} WHERE w.world_id = ?1
+    FROM worlds AS w LEFT JOIN commands AS lc ON lc.world_id = w.world_id WHERE w.world_id = ?1
+    ORDER BY lc.sequence DESC LIMIT 1)
     UNION ALL
     SELECT 'command', j.value, c.digest, c.sequence, r.entity_id, r.request_digest FROM {ids} AS j
         LEFT JOIN commands AS c ON c.world_id = ?1 AND c.scope = ?2 AND c.command_id = j.value
