@@ -43,7 +43,7 @@ class CommandDispatcher:
 
     def _authorize(self, op: object, actor: ActorCtx | None, *, durable: bool = False) -> OperationSpec:
         if durable:
-            spec = self.registry.durable.get(type(op)) or self.registry.durable_spec(op)
+            spec = self.registry.durable_spec(op)
         else:
             spec = self.registry.resolve(op)
         if actor is None:

@@ -393,10 +393,12 @@ class OperationRegistry:
         return spec
 
     def durable_spec(self, op: object) -> OperationSpec:
-        """`op`'s registration, which must be durable (NotDurableError otherwise): what the
-        `durable` map answers at once for a durable operation, and this says why for any other."""
-        spec = self.resolve(op)
-        spec.require_durable()
+        """`op`'s registration, which must be durable: the `durable` map's at once, or the reason
+        there is none (UnregisteredOperationError, then NotDurableError)."""
+        spec = self.durable.get(type(op))
+        if spec is None:
+            spec = self.resolve(op)
+            spec.require_durable()
         return spec
 
     def named(self, name: str) -> OperationSpec:

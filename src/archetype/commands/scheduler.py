@@ -303,7 +303,7 @@ class CommandScheduler:
         in `live`, if given, for the caller to build: `OperationSpec.payload_of`), or with the
         `payload` its registration's `encode_all` answered. A SpawnReserved's `request_digest` is
         computed unless the caller already has it (admit_spawn, which reserved with it)."""
-        spec = self.registry.durable.get(type(op)) or self.registry.durable_spec(op)
+        spec = self.registry.durable_spec(op)
         command_id = checked_command_id(command_id)
         assert spec.world_key is not None  # register() refuses a durable operation without one
         world_id = spec.world_key(op)
