@@ -6,6 +6,7 @@ aside), and the data of every live value passes it."""
 from __future__ import annotations
 
 import enum
+import itertools
 from typing import Annotated, Literal
 
 import pytest
@@ -18,12 +19,15 @@ from archetype.world.component_schema import (
     _CHECKS,
     ANNOTATIONS,
     KEYWORDS,
+    REF_KEYS,
+    VALUE_KEYS,
     SchemaMismatchError,
     UnsupportedSchemaError,
     check_record,
     component_occurrences,
     data_validator,
     json_equal,
+    occurrences,
     validate_data,
 )
 from archetype.world.components import canonical_prefixed_schema, component_data
@@ -144,6 +148,46 @@ def test_component_values_and_references_are_found_in_document_order():
     found = component_occurrences(payload)
     assert [(path, name) for path, name, _, _ in found] == [("$.components[0]", "A"), ("$.component_types[0]", "C")]
     assert component_occurrences(5) == component_occurrences([1, "a", [None]]) == []  # scalars name nothing
+
+
+def _found_by_key_sets(value, where="$"):
+    """`occurrences` by its definition: a dict whose key set is exactly VALUE_KEYS or REF_KEYS, with
+    string name and fingerprint, is an occurrence (not searched further); any other container's
+    items are searched in document order."""
+    if isinstance(value, dict):
+        keys = value.keys()
+        if (keys == VALUE_KEYS or keys == REF_KEYS) and isinstance(value["name"], str) and isinstance(value["fingerprint"], str):
+            return [(where, value["name"], value["fingerprint"], value.get("data"))]
+        return [found for key, item in value.items() for found in _found_by_key_sets(item, (where, key))]
+    if isinstance(value, list):
+        return [found for index, item in enumerate(value) for found in _found_by_key_sets(item, (where, index))]
+    return []
+
+
+# objects near a component's shape: every subset of its keys and one more, names of other types
+_NEAR_KEYS = st.sampled_from(["name", "fingerprint", "data", "extra"])
+_NEAR_VALUES = st.none() | st.integers(0, 3) | st.sampled_from(["A", "b" * 8, ""])
+
+
+_NEAR = st.dictionaries(_NEAR_KEYS, _NEAR_VALUES, min_size=2)  # the shapes around a component's own
+
+
+@given(st.recursive(_NEAR_VALUES | _NEAR, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_NEAR_KEYS, inner, max_size=4),
+                    max_leaves=30))  # fmt: skip
+@settings(max_examples=600, deadline=None)
+def test_occurrences_are_the_objects_of_exactly_a_components_keys(document):
+    assert occurrences(document) == _found_by_key_sets(document)
+
+
+_COMPONENT_KEYS = ["name", "fingerprint", "data", "extra"]
+
+
+@pytest.mark.parametrize("keys", [keys for size in range(5) for keys in itertools.combinations(_COMPONENT_KEYS, size)])
+@pytest.mark.parametrize("name", ["A", 1, None])
+def test_every_key_set_around_a_components_is_told_apart(keys, name):
+    node = {key: name if key == "name" else "x" for key in keys}
+    document = {"components": [node, {"inner": node}]}
+    assert occurrences(document) == _found_by_key_sets(document)
 
 
 KEYS = st.sampled_from(["label", "mass", "value", "children", "a"])

@@ -598,6 +598,9 @@ FIND_COMPONENTS_AT_TICK = f"{FIND_COMPONENTS} AND m.tick <= ?3"
 #   at the next one: max(target, tick head + 1)), for those that have one; target ticks running at
 #   one tick answer it once each, with the same count (DISTINCT would sort every admission's rows in
 #   a temporary b-tree, with a quota or not: a quarter of this statement's cost).
+# The first part's columns are named by short aliases: Python's sqlite3 decodes every column's name
+# into the cursor's description on each execute, and an expression's name is its whole text (1k
+# instructions a read for the next numbers' expressions).
 # An admission without a quota reads no counters: ADMISSION_READ_UNCOUNTED, the same statement without
 # its 'quota' part and ?5 (the part's cursors cost an eighth of the statement even over no tick).
 # ?3 and ?4 are JSON arrays; a batch of one command, or naming one component type, binds that id or
@@ -606,8 +609,9 @@ FIND_COMPONENTS_AT_TICK = f"{FIND_COMPONENTS} AND m.tick <= ?3"
 def _admission_read(*, counted: bool, one_id: bool, one_component: bool) -> str:
     ids = "(SELECT ?3 AS value)" if one_id else "json_each(?3)"
     fingerprints = "(SELECT ?4 AS value)" if one_component else "json_each(?4)"
-    read = f"""SELECT * FROM (SELECT 'world', w.status, {", ".join(next_numbers("lc.sequence", "lc.admitted_event_seq"))},
-        w.tick_head, NULL
+    next_sequence, next_event_seq = next_numbers("lc.sequence", "lc.admitted_event_seq")
+    read = f"""SELECT * FROM (SELECT 'world' AS k, w.status AS a, {next_sequence} AS b, {next_event_seq} AS c,
+        w.tick_head AS d, NULL AS e
     FROM worlds AS w LEFT JOIN commands AS lc ON lc.world_id = w.world_id WHERE w.world_id = ?1
     ORDER BY lc.sequence DESC LIMIT 1)
     UNION ALL

@@ -396,21 +396,24 @@ def occurrences(value: Any, path: Path = "$") -> list[tuple[Path, str, str, Any]
     found: list[tuple[Path, str, str, Any]] = []
     pending: list[tuple[Path, Any]] = [(path, value)]
     push = pending.append
+    pop = pending.pop
     while pending:
-        where, node = pending.pop()
+        where, node = pop()
         # a stack: children are pushed last first, so the document order comes out; scalars hold
         # no component, so only containers are pushed
         if isinstance(node, dict):
-            keys = node.keys()
+            # exactly VALUE_KEYS or REF_KEYS, both names strings: asked as two look-ups and a size
+            # (comparing the key set hashed each key into the frozenset: a tenth of the walk)
+            name = node.get("name")
+            fingerprint = node.get("fingerprint")
             if (
-                (keys == VALUE_KEYS or keys == REF_KEYS)
-                and isinstance(node["name"], str)
-                and isinstance(node["fingerprint"], str)
+                isinstance(name, str)
+                and isinstance(fingerprint, str)
+                and (len(node) == 2 or (len(node) == 3 and "data" in node))
             ):
-                found.append((where, node["name"], node["fingerprint"], node.get("data")))
+                found.append((where, name, fingerprint, node.get("data")))
                 continue
-            for key in reversed(keys):
-                item = node[key]
+            for key, item in reversed(node.items()):
                 if isinstance(item, (dict, list)):
                     push(((where, key), item))
         elif isinstance(node, list):
