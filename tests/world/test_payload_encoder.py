@@ -309,7 +309,8 @@ def test_the_batch_encoder_writes_batches_built_the_ordinary_way(monkeypatch: py
     items = [DeferredItem(op=op, options=DurableOptions(tick=0), command_id=f"c{n}") for n, op in enumerate(batches[1])]
     expected = [CommandScheduler(REGISTRY, authority=None)._admission_row(item, None, "local") for item in items]  # type: ignore[arg-type]
     monkeypatch.setattr(OperationSpec, "payload_of", None)
-    assert CommandScheduler(REGISTRY, authority=None)._admission_rows(items, None, "local") == expected  # type: ignore[arg-type]
+    world_ids, rows = CommandScheduler(REGISTRY, authority=None)._admission_rows(items, None, "local")  # type: ignore[arg-type]
+    assert list(zip(world_ids, rows, strict=True)) == expected
 
 
 def test_the_short_cut_is_taken_for_operations_built_the_ordinary_way() -> None:
@@ -449,6 +450,6 @@ def test_a_batch_built_together_refuses_as_item_by_item() -> None:
         [item(Point(x=1.0), command_id="a"), item(Health(hp=2), Point(x=3.0), command_id="b")],
     ]
     for batch in batches:
-        assert outcome(lambda items: scheduler._admission_rows(items, None, "local"), batch) == outcome(
+        assert outcome(lambda items: list(zip(*scheduler._admission_rows(items, None, "local"), strict=True)), batch) == outcome(
             lambda items: [scheduler._admission_row(i, None, "local") for i in items], batch
         )
