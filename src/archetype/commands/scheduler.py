@@ -409,10 +409,10 @@ class CommandScheduler:
     ) -> tuple[list[str], list[AdmissionRow]] | None:
         """`_row` of every item of a batch whose operations are all exactly `spec`'s model (not a
         SpawnReserved: no request digest) with the `payloads` its `encode_all` wrote, made a field
-        at a time (each check asked of the column at once, in C; the rows as one comprehension);
-        None where an item's options are not exactly DurableOptions (the caller makes those rows
-        one by one). A command id the character sets do not vouch for is `checked_command_id`'s,
-        which may refuse it: the caller then checks item by item, in order."""
+        at a time (each check asked of the column at once, in C; each row a copy of the batch's
+        constant fields); None where an item's options are not exactly DurableOptions (the caller
+        makes those rows one by one). Ids the batch's check does not vouch for are
+        `checked_command_id`'s, which may refuse one: the caller then checks item by item, in order."""
         options = list(map(_OPTIONS, items))
         if not all_exactly(options, DurableOptions):
             return None
