@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from archetype.commands.errors import InvalidCommandError
 from archetype.commands.identity import COMMAND_ID_PATTERN
-from archetype.commands.scheduler import checked_command_id
+from archetype.commands.scheduler import checked_command_id, checked_command_ids
 
 
 class Text(str):
@@ -47,3 +47,28 @@ def test_keys_that_are_not_strings_are_refused_and_none_makes_one() -> None:
         assert _verdict(key)[0] == "refused"
     made = checked_command_id(None)
     assert COMMAND_ID_PATTERN.fullmatch(made) and made != checked_command_id(None)
+
+
+def _verdicts(keys: list[Any]) -> Any:
+    try:
+        return ("ok", checked_command_ids(keys))
+    except InvalidCommandError as exc:
+        return ("refused", str(exc))
+
+
+@settings(max_examples=1500, deadline=None)
+@given(st.lists(st.one_of(keys, st.sampled_from(["a\nb", "a\n\nb", "a-\n-b"])), min_size=1, max_size=6))
+def test_a_batchs_keys_are_checked_as_each_would_be(batch: list[Any]) -> None:
+    """The batch's check at once (the keys joined with newlines) accepts a batch exactly when every
+    key is accepted alone, and refuses with the first key's refusal: a key holding a newline, an
+    empty one, one past 128 characters, a `str` subclass included."""
+    expected: Any = ("ok", batch)
+    for key in batch:
+        verdict = _verdict(key)
+        if verdict[0] == "refused":
+            expected = verdict
+            break
+    found = _verdicts(batch)
+    assert found == expected
+    if found[0] == "ok":
+        assert [type(key) for key in found[1]] == [type(key) for key in batch]

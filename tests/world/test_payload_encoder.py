@@ -18,6 +18,8 @@ from pydantic import Field, field_validator, model_validator
 
 from archetype.canonical import MAX_SAFE_INTEGER, PLAIN, PLAIN_SORTED, plain_json
 from archetype.commands.families import default_registry
+from archetype.commands.options import ActorCtx, DurableOptions, Role
+from archetype.commands.scheduler import CommandScheduler, DeferredItem
 from archetype.world.components import Component, ComponentTypeRef, ComponentValue, canonical_by_validation, inert
 from archetype.world.operations import PORTABLE_MUTATIONS, RemoveComponents, Spawn, SpawnReserved
 from tests.component_modules.alpha import Health
@@ -309,7 +311,8 @@ def test_the_batch_encoder_writes_batches_built_the_ordinary_way(monkeypatch: py
     items = [DeferredItem(op=op, options=DurableOptions(tick=0), command_id=f"c{n}") for n, op in enumerate(batches[1])]
     expected = [CommandScheduler(REGISTRY, authority=None)._admission_row(item, None, "local") for item in items]  # type: ignore[arg-type]
     monkeypatch.setattr(OperationSpec, "payload_of", None)
-    assert CommandScheduler(REGISTRY, authority=None)._admission_rows(items, None, "local") == expected  # type: ignore[arg-type]
+    world_ids, rows = CommandScheduler(REGISTRY, authority=None)._admission_rows(items, None, "local")  # type: ignore[arg-type]
+    assert list(zip(world_ids, rows, strict=True)) == expected
 
 
 def test_the_short_cut_is_taken_for_operations_built_the_ordinary_way() -> None:
@@ -449,6 +452,55 @@ def test_a_batch_built_together_refuses_as_item_by_item() -> None:
         [item(Point(x=1.0), command_id="a"), item(Health(hp=2), Point(x=3.0), command_id="b")],
     ]
     for batch in batches:
-        assert outcome(lambda items: scheduler._admission_rows(items, None, "local"), batch) == outcome(
+        assert outcome(lambda items: list(zip(*scheduler._admission_rows(items, None, "local"), strict=True)), batch) == outcome(
             lambda items: [scheduler._admission_row(i, None, "local") for i in items], batch
         )
+
+
+class _Options(DurableOptions):
+    """A DurableOptions subclass: its rows are made one by one."""
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(
+        st.tuples(
+            st.floats(allow_nan=False, allow_infinity=False),
+            st.sampled_from(["plain", "subclass"]),
+            st.integers(0, 2**40),
+            st.integers(-5, 5),
+            st.integers(1, 9),
+            st.sampled_from(["id", "none", "bad", "long"]),
+        ),
+        min_size=2,
+        max_size=6,
+    ),
+    st.sampled_from([None, "alice"]),
+)
+def test_a_batchs_rows_made_by_column_are_the_rows_made_one_by_one(specs: list[Any], principal: str | None) -> None:
+    """Every field of every row (key order included), or the refusal, is `_admission_row`'s of
+    each item: options of each kind and value, command ids given, fresh, refused, too long."""
+    ids = {"id": lambda n: f"c-{n}", "none": lambda n: None, "bad": lambda n: f"c {n}", "long": lambda n: "c" * 129}
+    items = [
+        DeferredItem(
+            op=Spawn(world_id="w", components=[Point(x=x)]),
+            options=(DurableOptions if kind == "plain" else _Options)(tick=tick, priority=priority, max_attempts=attempts),
+            command_id=ids[key](n),
+        )
+        for n, (x, kind, tick, priority, attempts, key) in enumerate(specs)
+    ]  # fmt: skip
+    actor = None if principal is None else ActorCtx(principal=principal, roles=frozenset({Role.player}))
+    scheduler = CommandScheduler(REGISTRY, authority=None)  # type: ignore[arg-type]
+
+    def fresh_ids_masked(pairs: list[Any]) -> list[Any]:
+        masked = []
+        for (world_id, row), item in zip(pairs, items, strict=True):
+            if item.command_id is None:
+                assert re.fullmatch(r"[0-9a-f]{32}", row["command_id"])
+                row = {**row, "command_id": "(fresh)"}
+            masked.append((world_id, list(row.items())))
+        return masked
+
+    by_column = outcome(lambda batch: fresh_ids_masked(list(zip(*scheduler._admission_rows(batch, actor, "local"), strict=True))), items)
+    one_by_one = outcome(lambda batch: fresh_ids_masked([scheduler._admission_row(i, actor, "local") for i in batch]), items)
+    assert by_column == one_by_one

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Coroutine
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
 
 from archetype.commands.errors import OperationUnavailableError, PermissionDeniedError
@@ -17,6 +18,8 @@ from archetype.commands.options import ActorCtx, DurableOptions
 from archetype.commands.registry import OperationRegistry, OperationSpec
 from archetype.commands.scheduler import CommandIdentity, CommandScheduler, DeferredItem, SpawnAdmission, one_item
 from archetype.world.operations import Spawn
+
+_OP = attrgetter("op")  # a batch's operations, read in C
 
 
 @dataclass(frozen=True)
@@ -87,13 +90,12 @@ class CommandDispatcher:
 
     def _authorize_each(self, items: list[DeferredItem], actor: ActorCtx | None) -> None:
         """Every item's operation authorized, in order, once per operation type: `_authorize`'s
-        verdict is its registration's (found by the exact type) and the actor's."""
-        seen: set[type] = set()
-        for item in items:
-            op = item.op
-            if type(op) not in seen:
-                self._authorize(op, actor, durable=True)
-                seen.add(type(op))
+        verdict (and its message) is its registration's (found by the exact type) and the
+        actor's, so one operation of each type stands for the others (the types in the order
+        they first appear, each with its last operation: a dict made in C)."""
+        ops = list(map(_OP, items))
+        for op in dict(zip(map(type, ops), ops, strict=True)).values():
+            self._authorize(op, actor, durable=True)
 
     async def defer_batch(self, items: list[DeferredItem]) -> list[CommandIdentity]:
         self._authorize_each(items, None)

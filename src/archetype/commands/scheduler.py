@@ -13,8 +13,8 @@ import uuid
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from enum import Enum
 from itertools import repeat
-from operator import attrgetter
-from typing import Any
+from operator import attrgetter, itemgetter
+from typing import Any, cast
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter
 
@@ -40,6 +40,7 @@ from archetype.world.components import (
     DOC_KEYS,
     Component,
     LiveValue,
+    all_exactly,
     canonical_prefixed_schema,
     resolve_component_class,
 )
@@ -111,6 +112,10 @@ class CommandIdentity(BaseModel):
 _ANSWERS = TypeAdapter(list[CommandIdentity])
 _ANSWER = CommandIdentity.__pydantic_validator__.validate_python
 _OP, _OPTIONS, _COMMAND_ID = attrgetter("op"), attrgetter("options"), attrgetter("command_id")  # a batch's columns
+# (a DurableOptions' fields from its __dict__: a model's attribute goes through a __getattr__ hook)
+_FIELDS, _TICK_PRIORITY_ATTEMPTS = attrgetter("__dict__"), itemgetter("tick", "priority", "max_attempts")
+_ROW_COMMAND_ID, _ROW_PAYLOAD = itemgetter("command_id"), itemgetter("payload")
+_COPY: Callable[[AdmissionRow], AdmissionRow] = dict.copy  # type: ignore[assignment]  # (an AdmissionRow is a dict)
 
 
 def identity_of(world_id: str, answer: Admitted) -> CommandIdentity:
@@ -353,7 +358,7 @@ class CommandScheduler:
         before anything is awaited (one coroutine fewer a command than a coroutine of its own)."""
         if not items:
             raise InvalidCommandError("a batch needs at least one command")
-        return self._admit(self._admission_rows(items, actor, origin), actor)
+        return self._admit(*self._admission_rows(items, actor, origin), actor)
 
     def admit_one(
         self, op: Any, options: DurableOptions, command_id: str | None, actor: ActorCtx | None = None, origin: str = "local"
@@ -365,28 +370,68 @@ class CommandScheduler:
 
     def _admission_rows(
         self, items: Sequence[DeferredItem], actor: ActorCtx | None, origin: str
-    ) -> list[tuple[str, AdmissionRow]]:
-        """Every item's row; a batch's live values are built together (check_live_together), and
-        should anything be refused, the batch is checked again item by item, which refuses as
-        it always did: the first refusal in batch order."""
+    ) -> tuple[list[str], list[AdmissionRow]]:
+        """Every item's world and row, as `_admission_row` makes each (the reference): a batch of
+        one model whose payloads its registration's `encode_all` writes is made column by column
+        (`_rows_by_column`); any other batch row by row, its live values built together
+        (check_live_together). Should anything be refused, the batch is checked again item by
+        item, which refuses as it always did: the first refusal in batch order."""
         if len(items) > 1:
             live: list[LiveValue] = []
             try:
                 ops = list(map(_OP, items))
                 spec = self.registry.durable.get(type(ops[0]))
                 encode_all = spec.durable.encode_all if spec is not None and spec.durable is not None else None
-                payloads = (encode_all(ops) if encode_all is not None else None) or repeat(None)
+                payloads = encode_all(ops) if encode_all is not None else None
+                if payloads is not None and spec is not None and spec.model is not SpawnReserved:
+                    by_column = self._rows_by_column(spec, ops, payloads, items, actor, origin)
+                    if by_column is not None:
+                        return by_column
                 prepared = [
                     self._row(op, options, command_id, actor, origin, live=live, payload=payload)
-                    for op, options, command_id, payload in zip(ops, map(_OPTIONS, items), map(_COMMAND_ID, items), payloads, strict=False)
+                    for op, options, command_id, payload in zip(
+                        ops, map(_OPTIONS, items), map(_COMMAND_ID, items), payloads or repeat(None), strict=False,
+                    )
                 ]  # fmt: skip
                 check_live_together(live)
-                return prepared
+                return [world_id for world_id, _ in prepared], [row for _, row in prepared]
             except (SystemExit, KeyboardInterrupt):
                 raise
             except BaseException:  # a class's validator may raise anything: said again below, by the path that says which item and why
                 pass
-        return [self._admission_row(item, actor, origin) for item in items]
+        prepared = [self._admission_row(item, actor, origin) for item in items]
+        return [world_id for world_id, _ in prepared], [row for _, row in prepared]
+
+    @staticmethod
+    def _rows_by_column(
+        spec: OperationSpec, ops: list[Any], payloads: list[str], items: Sequence[DeferredItem], actor: ActorCtx | None,
+        origin: str,
+    ) -> tuple[list[str], list[AdmissionRow]] | None:
+        """`_row` of every item of a batch whose operations are all exactly `spec`'s model (not a
+        SpawnReserved: no request digest) with the `payloads` its `encode_all` wrote, made a field
+        at a time (each check asked of the column at once, in C; each row a copy of the batch's
+        constant fields); None where an item's options are not exactly DurableOptions (the caller
+        makes those rows one by one). Ids the batch's check does not vouch for are
+        `checked_command_id`'s, which may refuse one: the caller then checks item by item, in order."""
+        options = list(map(_OPTIONS, items))
+        if not all_exactly(options, DurableOptions):
+            return None
+        command_ids = checked_command_ids(list(map(_COMMAND_ID, items)))
+        assert spec.world_key is not None  # register() refuses a durable operation without one
+        world_ids = list(map(spec.world_key, ops))
+        # each row a copy of the batch's constant fields, the others set (cheaper than a dict display of eleven)
+        constant: AdmissionRow = {
+            "command_id": "", "schema_version": spec.version, "scheduled_tick": 0, "priority": 0, "operation": spec.name,
+            "payload": "", "principal": actor.principal if actor else None, "origin": origin, "max_attempts": 0,
+            "reserved_entity_id": None, "request_digest": None,
+        }  # fmt: skip
+        rows: list[AdmissionRow] = list(map(_COPY, repeat(constant, len(ops))))
+        for row, command_id, payload, (tick, priority, max_attempts) in zip(
+            rows, command_ids, payloads, map(_TICK_PRIORITY_ATTEMPTS, map(_FIELDS, options)), strict=True,
+        ):  # fmt: skip
+            row["command_id"], row["payload"] = command_id, payload
+            row["scheduled_tick"], row["priority"], row["max_attempts"] = tick, priority, max_attempts
+        return world_ids, rows
 
     async def admission(self, item: DeferredItem, actor: ActorCtx | None, origin: str = "local") -> tuple[str, AdmissionRow]:
         """The world and the ledger row `admit([item], actor, origin)` sends, checked as it checks
@@ -404,16 +449,16 @@ class CommandScheduler:
         results = await self.authority.admit(world_id, [row], None if actor is None else self.quota_for(actor))
         return identity_of(world_id, results[0])
 
-    async def _admit(self, prepared: list[tuple[str, AdmissionRow]], actor: ActorCtx | None) -> list[CommandIdentity]:
-        worlds = {world_id for world_id, _ in prepared}
+    async def _admit(self, world_ids: list[str], rows: list[AdmissionRow], actor: ActorCtx | None) -> list[CommandIdentity]:
+        worlds = set(world_ids)
         if len(worlds) != 1:
             raise InvalidCommandError(f"a batch cannot span worlds (it names {sorted(worlds)})")
-        if len({row["command_id"] for _, row in prepared}) != len(prepared):
+        if len(set(map(_ROW_COMMAND_ID, rows))) != len(rows):
             raise InvalidCommandError("a batch names the same command id twice")
         (world_id,) = worlds
-        rows = [row for _, row in prepared]
-        payloads = [row["payload"] for row in rows]
-        if not self._all_recorded(world_id, payloads):
+        payloads = list(map(_ROW_PAYLOAD, rows))
+        # counted in one text: a mark never spans two payloads, as none holds the newline between them
+        if not self._all_recorded(world_id, ["\n".join(payloads)]):
             await self.record_named(world_id, payloads)
         results = await self.authority.admit(world_id, rows, self.quota_for(actor))
         return identities_of(world_id, results)
@@ -575,6 +620,7 @@ def schema_row(cls: type[Component]) -> ComponentSchemaRow:
 _ID_FIRST = frozenset(string.ascii_letters + string.digits)
 _ID_ANY = _ID_FIRST | frozenset("_.:-")
 _ID_LENGTH = 128
+_COMMAND_IDS = re.compile("(?:" + COMMAND_ID_PATTERN.pattern.removeprefix("^").removesuffix("$") + "\n)+")
 
 
 def checked_command_id(command_id: str | None) -> str:
@@ -589,6 +635,19 @@ def checked_command_id(command_id: str | None) -> str:
     if not isinstance(command_id, str) or not COMMAND_ID_PATTERN.fullmatch(command_id):
         raise InvalidCommandError(f"command id {command_id!r} must match {COMMAND_ID_PATTERN.pattern}")
     return command_id
+
+
+def checked_command_ids(command_ids: list[str | None]) -> list[str]:
+    """`checked_command_id` of each (the first refusal in order), a batch of exact `str`s asked of
+    COMMAND_ID_PATTERN at once: the ids joined, each ended by a newline, none holding one of its
+    own (the newlines counted), match the pattern repeated (held to `checked_command_id` by
+    tests/commands/test_command_ids.py)."""
+    if all_exactly(command_ids, str):
+        given = cast("list[str]", command_ids)
+        joined = "\n".join(given) + "\n"
+        if joined.count("\n") == len(given) and _COMMAND_IDS.fullmatch(joined) is not None:
+            return given
+    return list(map(checked_command_id, command_ids))
 
 
 class LedgerPublisher:
