@@ -53,9 +53,9 @@ from archetype.client_state import ComponentFilter, EntityState, StatePage, Stat
 from archetype.commands.audit_history import AuditEvent
 from archetype.commands.errors import AuditUnavailableError, CommandNotFoundError, LedgerSchemaError
 from archetype.commands.http_translator import Mutation, SubmitCommandRequest, request_of
-from archetype.commands.ledger import STATE_READ_LIMIT
 from archetype.commands.options import DurableOptions
 from archetype.commands.scheduler import CommandStatus, CommandSummary, DeferredItem
+from archetype.commands.state_pages import STATE_READ_LIMIT
 from archetype.http_client import LIMITS
 from archetype.remote import DEFAULT_TIMEOUT_S, raise_for_error
 from archetype.world.components import Component

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from archetype.commands.ledger import STATE_READ_IDS
+from archetype.commands.state_pages import STATE_READ_IDS
 from archetype.world import columnar
 from archetype.world.components import Component, ComponentValue, type_key
 

@@ -6,7 +6,7 @@ import pytest
 
 from archetype.commands import CommandStatus, DurableOptions
 from archetype.commands.identity import command_digest
-from archetype.commands.ledger import COMMAND_FIELDS
+from archetype.commands.ledger_core import COMMAND_FIELDS
 from archetype.world import CreateWorld, Spawn, Step, Update
 from local_catalog import CATALOG_FILE
 from tests.component_modules.alpha import Health

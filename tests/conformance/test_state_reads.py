@@ -7,9 +7,8 @@ import pytest
 
 from archetype.commands import DurableOptions, InvalidCommandError
 from archetype.commands.errors import UnknownComponentError, WorldNotFoundError
-from archetype.commands.ledger import STATE_READ_CHUNKS
 from archetype.commands.options import ActorCtx, Role
-from archetype.commands.state_pages import entity_texts
+from archetype.commands.state_pages import STATE_READ_CHUNKS, entity_texts
 from archetype.vector import add_vector_processor
 from archetype.world import Despawn
 from archetype.world.columnar import Part, Section, encode

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from archetype.commands import ledger
-from archetype.commands.errors import WorldForkingError
+from archetype.commands import ledger_forks
+from archetype.commands.errors import TickNotRetainedError, WorldForkingError
 from archetype.commands.port import ManualClock
 from archetype.runtime import Runtime
 from archetype.world import CreateWorld, Spawn
@@ -33,7 +33,7 @@ class CopyFault(RuntimeError):
 
 @pytest.fixture
 async def edge(tmp_path, monkeypatch):
-    monkeypatch.setattr(ledger, "FORK_PAGE_ROWS", 1)
+    monkeypatch.setattr(ledger_forks, "FORK_PAGE_ROWS", 1)
     namespace = world_namespace(tmp_path / "objects", ManualClock())
     authority = DurableObjectAuthority(namespace)
     rt = Runtime(authority, owner="runner-a", lease_ms=60_000)
@@ -88,7 +88,7 @@ async def test_an_interrupted_fork_completes_on_retry_as_an_uninterrupted_one(ed
     namespace.evict("w-fork")
     namespace.evict(SOURCE)
     monkeypatch.undo()
-    monkeypatch.setattr(ledger, "FORK_PAGE_ROWS", 1)
+    monkeypatch.setattr(ledger_forks, "FORK_PAGE_ROWS", 1)
     written = fail_writes_after(monkeypatch, 10**6)  # counts only
     resumed = await authority.fork_world(world_id="w-fork", **args)
     rest, written[0] = written[0], 0
@@ -118,7 +118,7 @@ async def test_retention_keeps_the_state_a_fork_being_copied_reads(edge, monkeyp
     await authority.fork_world(world_id="w-old", **args)
     assert await read_at(authority, "w-old", world.tick - 5) == expected
     await authority.prune(world_id=SOURCE, keep_ticks=1, idempotency_window_ms=0)  # released: the floor moves
-    with pytest.raises(ledger.TickNotRetainedError):
+    with pytest.raises(TickNotRetainedError):
         await authority.read_state(world_id=SOURCE, tick=world.tick - 5)
 
 

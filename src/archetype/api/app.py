@@ -73,18 +73,13 @@ from archetype.commands.errors import (
 from archetype.commands.families import default_registry
 from archetype.commands.http_translator import translate
 from archetype.commands.identity import COMMAND_ID_PATTERN
-from archetype.commands.ledger import (
-    COMPONENT_SPEC_PATTERN,
-    STATE_READ_IDS,
-    STATE_READ_LIMIT,
-    STATE_READ_TYPES,
-    scope_of,
-)
+from archetype.commands.ledger import COMPONENT_SPEC_PATTERN, scope_of
 from archetype.commands.ledger_rows import CommandRow
 from archetype.commands.options import ActorCtx, Role
 from archetype.commands.port import StorageFault
 from archetype.commands.registry import OperationRegistry
 from archetype.commands.scheduler import CommandIdentity, CommandScheduler, CommandStatus
+from archetype.commands.state_pages import STATE_READ_IDS, STATE_READ_LIMIT, STATE_READ_TYPES
 from archetype.world.error_text import error_text
 from archetype.world.family import create_world_row, fork_world_row
 from archetype.world.operations import WORLD_ID_PATTERN, DestroyWorld, Name, Spawn

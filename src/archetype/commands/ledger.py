@@ -16,6 +16,10 @@ prepared: `record_tick_failure`; the next `publish` recovers it).
 
 Every named transition appends its outbox event in the same transaction. Settlements are only
 ever written by the transaction that publishes their tick.
+
+`Ledger` is every operation; what they all stand on (the port, the clock, a world's row and its
+checks, events, the lease map) is `ledger_core.LedgerCore`, and the forks are
+`ledger_forks.ForkOperations`.
 """
 
 from __future__ import annotations
@@ -23,20 +27,17 @@ from __future__ import annotations
 import json
 import operator
 import re
-from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
 from archetype.canonical import MAX_SAFE_INTEGER, canonical_json, canonical_text, loads, printable_text
 from archetype.commands import ledger_sql as q
-from archetype.commands import migrations
+from archetype.commands.component_check import Found, check_components, check_found
 from archetype.commands.errors import (
     AmbiguousCommandError,
     CommandConflictError,
     CommandNotFoundError,
     InvalidCommandError,
-    InvalidComponentDataError,
     LeaseLostError,
-    LedgerSchemaError,
     MigrationConflictError,
     NotDeadLetteredError,
     QuotaExceededError,
@@ -44,16 +45,16 @@ from archetype.commands.errors import (
     ReservationNotOwnedError,
     RunnerIdHeldError,
     StaleWriterError,
-    TickNotRetainedError,
     UnknownComponentError,
     UnsupportedComponentSchemaError,
     WorldClosingError,
     WorldExistsError,
-    WorldForkingError,
     WorldLeaseHeldError,
     WorldNotFoundError,
 )
 from archetype.commands.identity import COMMAND_ID_PATTERN, command_digest
+from archetype.commands.ledger_core import COMMAND_FIELDS, WORLD_FIELDS, named_row
+from archetype.commands.ledger_forks import ForkOperations
 from archetype.commands.ledger_rows import (
     COMMAND_LEASE_MAX_MS,
     HOST_LEASE_MAX_MS,
@@ -73,10 +74,6 @@ from archetype.commands.ledger_rows import (
     EntityId,
     EntityRewrite,
     Epoch,
-    ForkBegun,
-    ForkCursor,
-    ForkPage,
-    ForkPlan,
     HostLeaseMs,
     KeepTicks,
     LeasedRow,
@@ -107,25 +104,28 @@ from archetype.commands.ledger_rows import (
     WorldComponents,
     WorldRow,
 )
-from archetype.commands.port import Clock, SqlPort
-from archetype.commands.state_pages import entity_texts_of, read_page, sections, state_at
+from archetype.commands.state_pages import (
+    STATE_READ_CHUNKS,
+    STATE_READ_IDS,
+    STATE_READ_LIMIT,
+    STATE_READ_TYPES,
+    entity_texts_of,
+    read_page,
+    sections,
+    state_at,
+)
 from archetype.world import columnar
 from archetype.world.commit import OUTCOMES, chunk_entries
 from archetype.world.component_schema import (
-    SchemaMismatchError,
     UnsupportedSchemaError,
     check_record,
-    data_validator,
     occurrences,
-    render,
 )
 from archetype.world.error_text import ERROR_TEXT_LIMIT
 from archetype.world.limits import STATE_CHUNK_LIMIT
 from archetype.world.operations import Label, Name
 from archetype.world.tick_mode import DEFAULT_TICK_INTERVAL_MS, DEFAULT_TICK_MODE, check_tick_mode
 
-COMMAND_FIELDS = tuple(name.strip() for name in q.COMMAND_COLUMNS.split(","))
-WORLD_FIELDS = tuple(name.strip() for name in q.WORLD_COLUMNS.split(","))
 OUTBOX_FIELDS = tuple(name.strip() for name in q.OUTBOX_COLUMNS.split(","))
 ADMISSION_KEYS = frozenset(AdmissionRow.__annotations__)
 # The order a row's keys come in from the scheduler (and AdmissionRow's): compared before the set,
@@ -146,20 +146,10 @@ INSTANCE_LIMIT = 256
 CANCEL_BATCH = 1_000
 CRASH_ERROR = "its runner stopped while materializing it (crash guard)"
 MIGRATION_FIELDS = tuple(name.strip() for name in q.MIGRATION_COLUMNS.split(","))
-# fingerprint -> its schema's compiled check: content-addressed (the fingerprint is the schema's
-# digest), so one compilation serves every world and can never go stale.
-_VALIDATORS: dict[str, Callable[[Any, Any], None]] = {}
 # `{"first":<first entity id>,` opens a columnar chunk, `[[<first entity id>,` one of per-entity
 # entries (docs/storage.md); the ledger reads no more of it at publish.
 _CHUNK_HEAD = re.compile(r'(?:\{"first":|\[\[)([1-9][0-9]{0,15}),')
 WORLD_EVENTS = ("world_stalled", "world_recovered")
-# A filtered state read (`read_state`): the most entities of a page, entity ids and component
-# types it may name (all of them fit in a URL's query), and the snapshot chunks (about a megabyte
-# each) one page reads at most.
-STATE_READ_LIMIT = 10_000
-STATE_READ_IDS = 1_000
-STATE_READ_TYPES = 32
-STATE_READ_CHUNKS = 8
 # The most command ids one `commands_by_id` names.
 COMMANDS_BY_ID_LIMIT = 1_000
 COMPONENT_SPEC_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,127}(?::[0-9a-f]{64})?$"  # a type's <name>[:<fingerprint>]
@@ -193,65 +183,10 @@ EMPTY_SNAPSHOT = '{"first":0,"last":0,"removed":[],"sections":[]}'
 # objects' FORK_COPY_METHODS (docs/ledger.md, "Forks on the Durable Object").
 CATALOG_METHODS = ("fork_world",)
 FORK_COPY_METHODS = ("fork_plan", "fork_page", "fork_release", "fork_begin", "fork_write", "fork_activate")
-# One page of a fork's copy: the rows one RPC carries (each at most a 2 MB row of the Durable
-# Object's), at most this many and about this many bytes (an RPC carries 32 MiB), one row at least;
-# and how many leading columns of each part's rows are its key (where the next page starts).
-FORK_PAGE_ROWS = STATE_READ_CHUNKS
-FORK_PAGE_BYTES = 8_000_000
-FORK_PAGE_KEYS = {"snapshot": 1, "deltas": 2, "rows": 2}
-# The open commands' copies a fork plan freezes per statement (a bound value stays within a row's 2 MB).
-FREEZE_BATCH_BYTES = 1_000_000
-
-
-def check_components(world_id: str, documents: list[tuple[str, str]],
-                     find: Callable[[list[str]], Sequence[Sequence[Any]]]) -> None:  # fmt: skip
-    """Every component value and type in these JSON documents (each labelled for the message) is
-    one the world recorded and no migration superseded, and each value's data fits its schema:
-    the check every authority runs at admission, without the Python classes. `find` answers the
-    recorded rows (FIND_COMPONENTS' columns) among a list of fingerprints."""
-    found: Found = [(label, occurrences(json.loads(text))) for label, text in documents]
-    named = {occurrence[2] for _, each in found for occurrence in each}
-    if named:
-        check_found(world_id, found, {r[1]: r for r in find(sorted(named))})
-
-
-# Each document's label and the component occurrences found in it (`occurrences`)
-Found = list[tuple[Any, list[tuple[Any, str, str, Any]]]]
-
-
-def check_found(world_id: str, found: Found, known: Mapping[str, Sequence[Any]],
-                label: Callable[[Any], str] = str) -> None:  # fmt: skip
-    """`check_components` of occurrences already found, against the recorded rows among their
-    fingerprints, keyed by fingerprint. `label` makes a document's label into the text a refusal
-    names it by (admission's is made only for a refusal: one repr per command otherwise)."""
-    for labelled, each in found:
-        for where, name, fingerprint, data in each:
-            record = known.get(fingerprint)
-            if record is None or record[0] != name:
-                raise UnknownComponentError(
-                    f"{render(where)}: world {world_id!r} has recorded no component {name!r} with fingerprint "
-                    f"{fingerprint} ({label(labelled)}; GET /worlds/{{id}}/components lists the recorded ones)"
-                )
-            if record[4] is not None:
-                raise UnknownComponentError(
-                    f"{render(where)}: component {name!r} {fingerprint} was migrated to {record[4]} ({label(labelled)})"
-                )
-            if data is not None:
-                validate = _VALIDATORS.get(fingerprint)
-                if validate is None:
-                    validate = _VALIDATORS.setdefault(fingerprint, data_validator(json.loads(record[2])))
-                try:
-                    validate(data, (where, "data"))
-                except SchemaMismatchError as exc:
-                    raise InvalidComponentDataError(f"{exc} ({name} {fingerprint[:12]}, {label(labelled)})") from None
 
 
 def _command_label(command_id: str) -> str:
     return f"command {command_id!r}"
-
-
-def _row(fields: Sequence[str], values: Sequence[Any]) -> dict[str, Any]:
-    return dict(zip(fields, values, strict=True))
 
 
 def _check_lease_ms(lease_ms: int, longest: int = HOST_LEASE_MAX_MS) -> None:
@@ -270,131 +205,14 @@ def _asked_by(actor: Name | None) -> str:
     return json.dumps({"actor": actor})
 
 
-def _check_fork(source_world_id: str, at_tick: int, world_id: str) -> None:
-    if not (type(at_tick) is int and -1 <= at_tick <= MAX_SAFE_INTEGER):
-        raise InvalidCommandError("fork_world takes a tick -1..2**53-1")
-    if world_id == source_world_id:
-        raise InvalidCommandError("a fork is another world: give it its own world id")
-
-
-def _weight(row: Sequence[Any]) -> int:
-    return sum(len(value) for value in row if isinstance(value, str))
-
-
-def _within_bytes(rows: list[list[Any]]) -> list[list[Any]]:
-    """The first rows within FORK_PAGE_BYTES of text (one at least)."""
-    total = 0
-    for index, row in enumerate(rows):
-        total += _weight(row)
-        if index and total > FORK_PAGE_BYTES:
-            return rows[:index]
-    return rows
-
-
-def _batches(copies: list[list[Any]]) -> list[list[list[Any]]]:
-    """The copies in order, in batches of about FREEZE_BATCH_BYTES of text."""
-    batches: list[list[list[Any]]] = []
-    size = 0
-    for copy in copies:
-        weight = _weight(copy)
-        if not batches or size + weight > FREEZE_BATCH_BYTES:
-            batches.append([])
-            size = 0
-        batches[-1].append(copy)
-        size += weight
-    return batches
-
-
 def scope_of(principal: str | None) -> str:
     """The namespace of a principal's command ids: its name, or '' for trusted callers."""
     return principal or ""
 
 
-class Ledger:
-    def __init__(self, port: SqlPort, clock: Clock) -> None:
-        self._port = port
-        self._clock = clock
-        port.transaction(self._migrate)
-
-    def _migrate(self) -> None:
-        current = 0
-        if self._port.execute(migrations.HAS_META)[0][0]:
-            rows = self._port.execute(migrations.GET_SCHEMA_VERSION)
-            current = int(rows[0][0]) if rows else 0
-        if current > migrations.SCHEMA_VERSION:
-            raise LedgerSchemaError(
-                f"the catalog has ledger schema version {current}, newer than this code's "
-                f"{migrations.SCHEMA_VERSION}: open it with a newer archetype"
-            )
-        for migration in migrations.MIGRATIONS:
-            if migration.version > current:
-                for statement in migration.statements:
-                    self._port.execute(statement)
-        if current < migrations.SCHEMA_VERSION:
-            self._port.execute(migrations.SET_SCHEMA_VERSION, (str(migrations.SCHEMA_VERSION),))
-
-    # -- helpers (run inside a caller's transaction) --
-    def _world(self, world_id: str) -> WorldRow:
-        rows = self._port.execute(q.GET_WORLD, (world_id,))
-        if not rows:
-            self._check_not_forking(world_id)
-            raise WorldNotFoundError(f"world {world_id!r} does not exist")
-        return cast(WorldRow, _row(WORLD_FIELDS, rows[0]))
-
-    def _check_not_forking(self, world_id: str) -> None:
-        """A fork being copied into this store (on the Durable Object) is no world yet: refused, typed."""
-        if self._port.execute(q.GET_FORK_COPY, (world_id,)):
-            raise WorldForkingError(f"world {world_id!r} is a fork still being copied from its source: "
-                                    "it answers nothing until the copy completes (fork_world again completes it)")
-
-    def _active_world(self, world_id: str) -> WorldRow:
-        world = self._world(world_id)
-        if world["status"] != "ACTIVE":
-            raise WorldClosingError(f"world {world_id!r} is {world['status']}; it admits nothing")
-        return world
-
-    def _writer(self, world_id: str, writer_epoch: int) -> WorldRow:
-        world = self._active_world(world_id)
-        if world["writer_epoch"] != writer_epoch:
-            raise StaleWriterError(
-                f"writer epoch {writer_epoch} of world {world_id!r} was superseded by epoch {world['writer_epoch']}"
-            )
-        return world
-
-    def _append_events(self, world_id: str, sequences: list[int], now: int, asked_by: str | None = None) -> None:
-        """One event per command, in this order, typed by the status each command is now in;
-        `asked_by` (`_asked_by`): the events of an operator's call, naming who asked."""
-        if not sequences:
-            return
-        first = self._world(world_id)["next_event_seq"]
-        self._write_events(world_id, first, canonical_text(sequences), now, asked_by)
-
-    def _write_events(self, world_id: str, first: int, sequences_json: str, now: int, asked_by: str | None = None) -> None:
-        """Events numbered from `first`, the world's next event sequence number as read in this transaction."""
-        self._port.execute(q.APPEND_EVENTS, (first, now, sequences_json, world_id, asked_by))
-
-    def _world_event(self, world_id: str, event_type: str, tick: int, attempts: int, error: str | None,
-                     since: int | None, now: int, actor: str | None = None) -> None:  # fmt: skip
-        """A world's own outbox event, typed by its health now (a health transition, never a command's),
-        naming the `actor` who asked for it (None: the runner's own doing)."""
-        event = self._world(world_id)["next_event_seq"]
-        self._port.execute(q.APPEND_WORLD_EVENT, (event, event_type, tick, now, attempts, error, since, world_id, actor))
-
-    def _change_leases(self, world_id: str, entries: dict[str, list[Any] | None]) -> None:
-        """Set these entries of the world's lease map ([owner, session, expires_at, leased_at] by
-        sequence; None removes one): docs/storage.md, "Rows per command"."""
-        (text,) = self._port.execute(q.GET_LEASES, (world_id,))[0]
-        leases = {} if text is None else json.loads(text)
-        for key, entry in entries.items():
-            if entry is None:
-                leases.pop(key, None)
-            else:
-                leases[key] = entry
-        self._port.execute(q.SET_LEASES, (json.dumps(leases) if leases else None, world_id))
-
-    def _command_at(self, world_id: str, sequence: int) -> CommandRow | None:
-        rows = self._port.execute(q.GET_COMMAND_BY_SEQUENCE, (world_id, sequence))
-        return cast(CommandRow, _row(COMMAND_FIELDS, rows[0])) if rows else None
+class Ledger(ForkOperations):
+    """Every ledger operation (`LEDGER_METHODS`, `CATALOG_METHODS`, `FORK_COPY_METHODS`), each one
+    transaction over the port."""
 
     # -- worlds --
     def create_world(self, world_id: str, name: Name, tick_mode: str = DEFAULT_TICK_MODE,
@@ -409,7 +227,7 @@ class Ledger:
         def run() -> WorldRow:
             rows = self._port.execute(q.GET_WORLD, (world_id,))
             if rows:
-                existing = cast(WorldRow, _row(WORLD_FIELDS, rows[0]))
+                existing = cast(WorldRow, named_row(WORLD_FIELDS, rows[0]))
                 same = (existing["name"], existing["tick_mode"], existing["tick_interval_ms"]) == (name, tick_mode, tick_interval_ms)
                 if same and existing["status"] == "ACTIVE":
                     return existing  # an identical retry of the creation
@@ -421,273 +239,12 @@ class Ledger:
 
         return self._port.transaction(run)
 
-    def fork_world(self, source_world_id: str, at_tick: TickPosition, world_id: str, name: Name,
-                   with_open_commands: bool = False, actor: Name | None = None) -> WorldRow:  # fmt: skip
-        """A new world `world_id` made of `source_world_id` as it was at `at_tick` (any tick of its
-        retention window), in one transaction (docs/ledger.md, "Forks"): its published state and
-        component schemas, tick head `at_tick`, the source's tick mode, a clock of its own from
-        now, and, `with_open_commands`, a PENDING copy of each command scheduled after `at_tick`
-        that was open at it (the same sequence and command id, its identity the fork's, linked to
-        its original by `forked_from`). A `world_forked` event on both worlds names the other, and
-        the `actor` who asked (None: in-process). The same fork again answers the fork as it is;
-        another world under that id is `world_exists`."""
-        _check_fork(source_world_id, at_tick, world_id)
-
-        def run() -> WorldRow:
-            source = self._world(source_world_id)
-            existing = self._existing_fork(world_id, source_world_id, at_tick, name)
-            if existing is not None:
-                return existing
-            self._check_retained(source, at_tick)
-            now = self._clock.now_ms()
-            copies = self._fork_copies(source_world_id, world_id, at_tick, with_open_commands, now)
-            event = source["next_event_seq"]
-            self._port.execute(q.INSERT_FORK, (world_id, name, at_tick, source["next_entity_id"], source["next_sequence"],
-                                               event, now, source["tick_mode"], source["tick_interval_ms"], source_world_id))  # fmt: skip
-            at = state_at(self._port, source_world_id, at_tick)
-            if at.snapshot_tick is not None:
-                self._port.execute(q.COPY_STATE_SNAPSHOT, (world_id, source_world_id, at.snapshot_tick))
-            self._port.execute(q.COPY_STATE_DELTAS, (world_id, source_world_id, at.deltas_from, at_tick))
-            self._port.execute(q.COPY_COMPONENTS, (world_id, source_world_id))
-            self._port.execute(q.COPY_MIGRATIONS, (world_id, source_world_id, at_tick))
-            if copies:
-                self._port.execute(q.INSERT_FORKED_COMMANDS, (world_id, now, json.dumps(copies)))
-            for world in (source_world_id, world_id):
-                self._fork_event(world, event, source_world_id, world_id, at_tick, len(copies), now, actor)
-            if copies:
-                self._write_events(world_id, event + 1, json.dumps([c[1] for c in copies]), now)
-            return self._world(world_id)
-
-        return self._port.transaction(run)
-
-    def _existing_fork(self, world_id: str, source_world_id: str, at_tick: int, name: str) -> WorldRow | None:
-        """The world under the fork's id if it is this fork (the same fork again), None if there is
-        none; `world_exists` if it is another world."""
-        rows = self._port.execute(q.GET_WORLD, (world_id,))
-        if not rows:
-            return None
-        existing = cast(WorldRow, _row(WORLD_FIELDS, rows[0]))
-        origin = tuple(self._port.execute(q.GET_FORK_ORIGIN, (world_id,))[0])
-        if origin == (source_world_id, at_tick) and existing["name"] == name and existing["status"] == "ACTIVE":
-            return existing  # an identical retry of the fork
-        raise WorldExistsError(f"world {world_id!r} already exists")
-
-    def _fork_copies(self, source_world_id: str, world_id: str, at_tick: int, with_open_commands: bool,
-                     now: int) -> list[list[Any]]:  # fmt: skip
-        """The fork's copies of the source's commands open at `at_tick` (none unless
-        `with_open_commands`), as INSERT_FORKED_COMMANDS takes them, each passing admission's
-        component check as the fork sees it: the source's recorded schemas, superseded only by the
-        migrations of ticks up to `at_tick` (the fork's own)."""
-        if not with_open_commands:
-            return []
-        left = self._port.execute(q.LEFT_TICK_AT, (source_world_id, at_tick))[0][0]
-        cutoff = now if left is None else left - 1
-        open_then = self._port.execute(q.OPEN_AT_TICK, (source_world_id, at_tick, cutoff))
-        copies = [self._forked_command(world_id, cast(CommandRow, _row(COMMAND_FIELDS, r[:-1])), r[-1]) for r in open_then]
-        at_fork = (source_world_id, at_tick)
-        check_components(world_id, [(f"command {c[2]!r}", c[7]) for c in copies],
-                         lambda fps: self._port.execute(q.FIND_COMPONENTS_AT_TICK, (json.dumps(fps), *at_fork)))  # fmt: skip
-        return copies
-
-    def _fork_event(self, world_id: str, event: int, source_world_id: str, fork_world_id: str, at_tick: int,
-                    commands: int, now: int, actor: Name | None) -> None:  # fmt: skip
-        """The `world_forked` event of a fork on one of its two worlds."""
-        record = json.dumps({"source_world_id": source_world_id, "world_id": fork_world_id, "at_tick": at_tick,
-                             "commands": commands, "actor": actor}, sort_keys=True)  # fmt: skip
-        self._port.execute(q.APPEND_SCHEMA_EVENT, (world_id, event, f"world-fork/{fork_world_id}", "world_forked",
-                                                   "fork_world", at_tick, now, record))  # fmt: skip
-
-    @staticmethod
-    def _forked_command(world_id: str, original: CommandRow, scope: str) -> list[Any]:
-        """A fork's copy of a command open at the fork's tick, as INSERT_FORKED_COMMANDS takes it:
-        its sequence, command id and content, its payload naming the fork (a payload names its
-        world), its identity (digest) the fork's."""
-        payload = json.loads(original["payload"])
-        if "world_id" in payload:
-            payload["world_id"] = world_id
-        row: dict[str, Any] = {**original, "world_id": world_id, "payload": canonical_json(payload)}
-        row["digest"] = command_digest(row)
-        return [scope, original["sequence"], *(row[field] for field in q.INSERTED_COMMAND_FIELDS), original["sequence"]]
-
-    # -- forks on the Durable Object (docs/ledger.md, "Forks on the Durable Object"): the source's
-    # object fixes a plan (`fork_plan`) and answers its pages (`fork_page`); the fork's object
-    # records the plan (`fork_begin`), writes each page with its progress (`fork_write`), and
-    # activates the fork (`fork_activate`); the source then lets the plan go (`fork_release`) --
-    def fork_plan(self, world_id: str, fork_world_id: str, at_tick: TickPosition, name: Name,
-                  with_open_commands: bool = False, actor: Name | None = None) -> ForkPlan:  # fmt: skip
-        """On the source's object, in one transaction: fix the fork of `world_id` at `at_tick` as
-        `fork_world_id`, write the source's `world_forked` event (naming `actor`, as the plan does
-        for the fork's), and freeze what later activity
-        could change (recorded schemas, migrations up to `at_tick`, the open commands' copies);
-        the state rows the fork copies stay (retention keeps them until `fork_release`). The same
-        plan again answers it as it is; another fork under that id is `world_exists`."""
-        _check_fork(world_id, at_tick, fork_world_id)
-
-        def run() -> ForkPlan:
-            source = self._world(world_id)
-            rows = self._port.execute(q.GET_FORK_PLAN, (world_id, fork_world_id))
-            if rows:
-                fixed = cast(ForkPlan, json.loads(rows[0][0]))
-                if (fixed["at_tick"], fixed["name"]) != (at_tick, name):
-                    raise WorldExistsError(f"world {fork_world_id!r} already exists")
-                return fixed
-            self._check_retained(source, at_tick)
-            now = self._clock.now_ms()
-            copies = self._fork_copies(world_id, fork_world_id, at_tick, with_open_commands, now)
-            at = state_at(self._port, world_id, at_tick)
-            plan: ForkPlan = {
-                "source_world_id": world_id, "world_id": fork_world_id, "name": name, "at_tick": at_tick,
-                "forked_at": now, "event_seq": source["next_event_seq"], "next_sequence": source["next_sequence"],
-                "next_entity_id": source["next_entity_id"], "tick_mode": source["tick_mode"],
-                "tick_interval_ms": source["tick_interval_ms"], "snapshot_tick": at.snapshot_tick,
-                "deltas_from": at.deltas_from, "last_part": self._port.execute(q.NEXT_DELTA_PART, (world_id, at_tick))[0][0] - 1,
-                "commands": len(copies), "actor": actor,
-            }  # fmt: skip
-            self._port.execute(q.INSERT_FORK_PLAN, (world_id, fork_world_id, at_tick, json.dumps(plan)))
-            self._port.execute(q.FREEZE_FORK_COMPONENTS, (world_id, fork_world_id))
-            self._port.execute(q.FREEZE_FORK_MIGRATIONS, (world_id, fork_world_id, at_tick))
-            for batch in _batches(copies):
-                self._port.execute(q.FREEZE_FORK_COMMANDS, (world_id, fork_world_id, json.dumps(batch)))
-            self._fork_event(world_id, plan["event_seq"], world_id, fork_world_id, at_tick, len(copies), now, actor)
-            return plan
-
-        return self._port.transaction(run)
-
-    def fork_page(self, world_id: str, fork_world_id: str, cursor: list[Any]) -> ForkPage:
-        """On the source's object: the page of the fork's copy at `cursor` (at most FORK_PAGE_ROWS
-        rows and about FORK_PAGE_BYTES, one row at least): the snapshot's chunks, then the deltas
-        over it up to the fork's tick, then the frozen rows; `next` is the cursor after it (None:
-        the copy is complete)."""
-
-        def run() -> ForkPage:
-            rows = self._port.execute(q.GET_FORK_PLAN, (world_id, fork_world_id))
-            if not rows or rows[0][1]:
-                raise InvalidCommandError(f"world {world_id!r} has no fork {fork_world_id!r} being copied")
-            plan = cast(ForkPlan, json.loads(rows[0][0]))
-            if not (isinstance(cursor, list) and cursor and cursor[0] in FORK_PAGE_KEYS
-                    and len(cursor) == FORK_PAGE_KEYS[cursor[0]] + 1):  # fmt: skip
-                raise InvalidCommandError(f"no page of a fork's copy starts at {cursor!r}")
-            part, *after = cursor
-            if part == "snapshot":
-                found = [] if plan["snapshot_tick"] is None else self._port.execute(
-                    q.FORK_SNAPSHOT_PAGE, (world_id, plan["snapshot_tick"], after[0], FORK_PAGE_ROWS))  # fmt: skip
-                start: ForkCursor = ["deltas", plan["deltas_from"], -1]
-            elif part == "deltas":
-                found = self._port.execute(q.FORK_DELTAS_PAGE, (world_id, after[0], after[1], plan["at_tick"],
-                                                                plan["last_part"], FORK_PAGE_ROWS))  # fmt: skip
-                start = ["rows", "", 0]
-            else:  # the frozen rows
-                found = self._port.execute(q.FORK_ROWS_PAGE, (world_id, fork_world_id, after[0], after[1], FORK_PAGE_ROWS))
-                start = None
-            page = _within_bytes([list(row) for row in found])
-            if len(page) == len(found) < FORK_PAGE_ROWS:  # the part is copied: the next page starts the next part
-                return {"cursor": cursor, "rows": page, "next": start}
-            return {"cursor": cursor, "rows": page, "next": [part, *page[-1][: FORK_PAGE_KEYS[part]]]}
-
-        return self._port.transaction(run)
-
-    def fork_release(self, world_id: str, fork_world_id: str) -> None:
-        """On the source's object, once the fork is active: drop the plan's frozen rows and stop
-        keeping its state rows (the plan itself stays: it answers the same fork again)."""
-
-        def run() -> None:
-            self._port.execute(q.RELEASE_FORK_PLAN, (world_id, fork_world_id))
-            self._port.execute(q.DROP_FORK_ROWS, (world_id, fork_world_id))
-
-        self._port.transaction(run)
-
-    def fork_begin(self, world_id: str, source_world_id: str, at_tick: TickPosition, name: Name,
-                   plan: ForkPlan | None = None) -> ForkBegun:  # fmt: skip
-        """On the fork's object: where the fork of `source_world_id` at `at_tick` as `world_id`
-        stands. `world`: it is active (the same fork again); else `cursor`, the page to copy next
-        (None: all copied) of the copy in progress, recording `plan` first if none is (`started`
-        False: there is none and no plan was given). Another world or fork under that id is
-        `world_exists`."""
-        _check_fork(source_world_id, at_tick, world_id)
-
-        def run() -> ForkBegun:
-            existing = self._existing_fork(world_id, source_world_id, at_tick, name)
-            if existing is not None:
-                return {"world": existing, "started": True, "cursor": None}
-            rows = self._port.execute(q.GET_FORK_COPY, (world_id,))
-            if rows:
-                recorded = cast(ForkPlan, json.loads(rows[0][0]))
-                if (recorded["source_world_id"], recorded["at_tick"], recorded["name"]) != (source_world_id, at_tick, name):
-                    raise WorldExistsError(f"world {world_id!r} already exists")
-                return {"world": None, "started": True, "cursor": json.loads(rows[0][1] or "null")}
-            if plan is None:
-                return {"world": None, "started": False, "cursor": None}
-            start: ForkCursor = ["snapshot", -1]
-            self._port.execute(q.INSERT_FORK_COPY, (world_id, json.dumps(plan), json.dumps(start)))
-            return {"world": None, "started": True, "cursor": start}
-
-        return self._port.transaction(run)
-
-    def fork_write(self, world_id: str, page: ForkPage) -> ForkCursor:
-        """On the fork's object: write one page of the copy and the cursor after it, in one
-        transaction, so a copy interrupted anywhere resumes at the first page not written; a page
-        not at the copy's cursor (one already written) writes nothing. Answers the cursor."""
-
-        def run() -> ForkCursor:
-            rows = self._port.execute(q.GET_FORK_COPY, (world_id,))
-            if not rows:
-                raise WorldNotFoundError(f"world {world_id!r} is not being copied")
-            plan, cursor = cast(ForkPlan, json.loads(rows[0][0])), json.loads(rows[0][1] or "null")
-            if page["cursor"] != cursor:
-                return cast(ForkCursor, cursor)
-            part = cursor[0]
-            for row in page["rows"]:
-                if part == "snapshot":
-                    self._port.execute(q.INSERT_STATE_CHUNK, (world_id, plan["snapshot_tick"], row[0], row[1]))
-                elif part == "deltas":
-                    self._port.execute(q.INSERT_STATE_DELTA, (world_id, *row[:4]))
-                elif row[0] == "component":
-                    self._port.execute(q.INSERT_FORKED_COMPONENT, (world_id, *json.loads(row[2])))
-                elif row[0] == "migration":
-                    self._port.execute(q.INSERT_FORKED_MIGRATION, (world_id, *json.loads(row[2])))
-                else:
-                    self._port.execute(q.INSERT_FORKED_COMMANDS, (world_id, plan["forked_at"], f"[{row[2]}]"))
-            self._port.execute(q.ADVANCE_FORK_COPY, (None if page["next"] is None else json.dumps(page["next"]), world_id))
-            return page["next"]
-
-        return self._port.transaction(run)
-
-    def fork_activate(self, world_id: str) -> WorldRow:
-        """On the fork's object, once every page is written: the fork's world row (its clock from
-        now), its `world_forked` event and its copies' `admitted` events, as `fork_world` writes
-        them, in one transaction; from then on it is a world like any other. An active fork answers
-        its row."""
-
-        def run() -> WorldRow:
-            if self._port.execute(q.GET_WORLD, (world_id,)):
-                return self._world(world_id)
-            rows = self._port.execute(q.GET_FORK_COPY, (world_id,))
-            if not rows:
-                raise WorldNotFoundError(f"world {world_id!r} does not exist")
-            if rows[0][1] is not None:
-                raise InvalidCommandError(f"the copy of fork {world_id!r} is not complete: fork_world again completes it")
-            plan = cast(ForkPlan, json.loads(rows[0][0]))
-            event, forked_at = plan["event_seq"], plan["forked_at"]
-            self._port.execute(q.DROP_FORK_COPY, (world_id,))
-            self._port.execute(q.INSERT_FORK, (world_id, plan["name"], plan["at_tick"], plan["next_entity_id"],
-                                               plan["next_sequence"], event, self._clock.now_ms(), plan["tick_mode"],
-                                               plan["tick_interval_ms"], plan["source_world_id"]))  # fmt: skip
-            # .get: a plan fixed before plans named the actor names nobody
-            self._fork_event(world_id, event, plan["source_world_id"], world_id, plan["at_tick"], plan["commands"], forked_at,
-                             plan.get("actor"))  # fmt: skip
-            sequences = [sequence for (sequence,) in self._port.execute(q.FORKED_SEQUENCES, (world_id,))]
-            if sequences:
-                self._write_events(world_id, event + 1, json.dumps(sequences), forked_at)
-            return self._world(world_id)
-
-        return self._port.transaction(run)
-
     def world_info(self, world_id: str) -> WorldRow:
         return self._port.transaction(lambda: self._world(world_id))
 
     def list_worlds(self) -> list[WorldRow]:
         return self._port.transaction(
-            lambda: [cast(WorldRow, _row(WORLD_FIELDS, r)) for r in self._port.execute(q.LIST_WORLDS)]
+            lambda: [cast(WorldRow, named_row(WORLD_FIELDS, r)) for r in self._port.execute(q.LIST_WORLDS)]
         )
 
     def acquire_writer(self, world_id: str) -> WorldRow:
@@ -814,26 +371,26 @@ class Ledger:
     def live_runners(self) -> list[RunnerRow]:
         """The registrations unexpired now, in runner id order: the runners the worlds are split among."""
         return self._port.transaction(lambda: [
-            cast(RunnerRow, _row(RUNNER_FIELDS, r)) for r in self._port.execute(q.LIVE_RUNNERS, (self._clock.now_ms(),))
+            cast(RunnerRow, named_row(RUNNER_FIELDS, r)) for r in self._port.execute(q.LIVE_RUNNERS, (self._clock.now_ms(),))
         ])  # fmt: skip
 
     def hosted_worlds(self, owner: Label) -> list[WorldRow]:
         """The worlds whose world lease names `owner` (held, expired or released), in world id order:
         what the other runners move when that runner dies, read through an index of the lease's owner."""
         return self._port.transaction(
-            lambda: [cast(WorldRow, _row(WORLD_FIELDS, r)) for r in self._port.execute(q.HOSTED_WORLDS, (owner,))]
+            lambda: [cast(WorldRow, named_row(WORLD_FIELDS, r)) for r in self._port.execute(q.HOSTED_WORLDS, (owner,))]
         )
 
     def _runner(self, runner_id: str) -> RunnerRow | None:
         rows = self._port.execute(q.GET_RUNNER, (runner_id,))
-        return cast(RunnerRow, _row(RUNNER_FIELDS, rows[0])) if rows else None
+        return cast(RunnerRow, named_row(RUNNER_FIELDS, rows[0])) if rows else None
 
     def pending_worlds(self) -> list[PendingWorld]:
         """Every world with an open command, with the earliest scheduled tick among them and its
         world lease: a runner's due-time index (idle worlds are not read). A Durable Object holds
         one world, so there it answers that world or nothing."""
         return self._port.transaction(
-            lambda: [cast(PendingWorld, _row(PENDING_FIELDS, r)) for r in self._port.execute(q.PENDING_WORLDS)]
+            lambda: [cast(PendingWorld, named_row(PENDING_FIELDS, r)) for r in self._port.execute(q.PENDING_WORLDS)]
         )
 
     def load_state(self, world_id: str, after_entity_id: Position = 0, limit: PageLimit = MAX_PAGE) -> StatePage:
@@ -891,16 +448,6 @@ class Ledger:
             return {"tick_head": at.tick, "sections": sections(page), "next_after": next_after}
 
         return self._port.transaction(run)
-
-    def _check_retained(self, world: WorldRow, tick: int) -> None:
-        """The state at `tick` is held: from the world's oldest retained tick (which retention
-        raises) to its tick head."""
-        oldest = self._port.execute(q.GET_STATE_FROM_TICK, (world["world_id"],))[0][0]
-        if not oldest <= tick <= world["tick_head"]:
-            raise TickNotRetainedError(
-                f"world {world['world_id']!r} holds its state at ticks {oldest}..{world['tick_head']}, not at tick {tick}"
-                " (retention keeps the last keep_ticks ticks: docs/storage.md, \"State at a tick\")"
-            )
 
     def _component_keys(self, world_id: str, specs: list[str]) -> frozenset[str]:
         """The component keys `specs` name among the world's recorded types (`read_state`)."""
@@ -1181,7 +728,7 @@ class Ledger:
                                         "recorded_at": r[3], "superseded_by": r[4]})  # fmt: skip
                     for r in rows
                 ],
-                "migrations": [cast(MigrationRow, _row(MIGRATION_FIELDS, r)) for r in migrations],
+                "migrations": [cast(MigrationRow, named_row(MIGRATION_FIELDS, r)) for r in migrations],
             }
 
         return self._port.transaction(run)
@@ -1198,7 +745,7 @@ class Ledger:
         def run() -> Migrated:
             existing = self._port.execute(q.GET_MIGRATION, (world_id, old))
             if existing:
-                recorded = cast(MigrationRow, _row(MIGRATION_FIELDS, existing[0]))
+                recorded = cast(MigrationRow, named_row(MIGRATION_FIELDS, existing[0]))
                 if (recorded["name"], recorded["to_fingerprint"]) != (name, new):
                     raise MigrationConflictError(
                         f"component {name!r} {old} was already migrated to {recorded['name']!r} {recorded['to_fingerprint']}"
@@ -1281,7 +828,7 @@ class Ledger:
             due = self._port.execute(q.DUE_COMMANDS, (world_id, tick, limit))
             taken: list[LeasedRow] = []
             for values in due:
-                row = _row(COMMAND_FIELDS, values[:-1])
+                row = named_row(COMMAND_FIELDS, values[:-1])
                 held_by = (row["lease_owner"], values[-1])
                 suspect = row["sequence"] == charged
                 if row["status"] == "LEASED" and held_by != (owner, session):
@@ -1530,7 +1077,7 @@ class Ledger:
             rows = self._port.execute(q.GET_COMMAND, (world_id, scope, command_id))
             if not rows:
                 raise CommandNotFoundError(f"world {world_id!r} has no command {command_id!r} in this scope")
-            dead = cast(CommandRow, _row(COMMAND_FIELDS, rows[0]))
+            dead = cast(CommandRow, named_row(COMMAND_FIELDS, rows[0]))
             if dead["status"] != "DEAD_LETTER":
                 raise NotDeadLetteredError(f"command {command_id!r} is {dead['status']}; only a DEAD_LETTER is redriven")
             if dead["redriven_by"] is not None:
@@ -1617,13 +1164,13 @@ class Ledger:
             else:
                 rows = self._port.execute(q.COMMANDS_NAMED, (world_id, command_id, AMBIGUITY_NAMED + 1))
             if len(rows) > 1:
-                found = [cast(CommandRow, _row(COMMAND_FIELDS, r))["principal"] for r in rows[:AMBIGUITY_NAMED]]
+                found = [cast(CommandRow, named_row(COMMAND_FIELDS, r))["principal"] for r in rows[:AMBIGUITY_NAMED]]
                 named = ", ".join("trusted callers" if p is None else repr(p) for p in found)
                 more = " and more" if len(rows) > AMBIGUITY_NAMED else ""
                 raise AmbiguousCommandError(
                     f"world {world_id!r} has commands {command_id!r} of {named}{more}; name the principal (or the trusted callers)"
                 )
-            return cast(CommandRow, _row(COMMAND_FIELDS, rows[0])) if rows else None
+            return cast(CommandRow, named_row(COMMAND_FIELDS, rows[0])) if rows else None
 
         return self._port.transaction(run)
 
@@ -1638,7 +1185,7 @@ class Ledger:
         def run() -> list[CommandRow]:
             self._world(world_id)
             rows = self._port.execute(q.GET_COMMANDS, (json.dumps(sorted(set(command_ids))), world_id, scope))
-            return [cast(CommandRow, _row(COMMAND_FIELDS, r)) for r in rows]
+            return [cast(CommandRow, named_row(COMMAND_FIELDS, r)) for r in rows]
 
         return self._port.transaction(run)
 
@@ -1649,7 +1196,7 @@ class Ledger:
         def run() -> list[CommandRow]:
             self._world(world_id)
             rows = self._port.execute(q.HISTORY, (world_id, after_sequence, status, status, scope, scope, limit))
-            return [cast(CommandRow, _row(COMMAND_FIELDS, r)) for r in rows]
+            return [cast(CommandRow, named_row(COMMAND_FIELDS, r)) for r in rows]
 
         return self._port.transaction(run)
 
@@ -1676,7 +1223,7 @@ class Ledger:
         """Unacknowledged events after `after_seq`, in sequence order, one dict per event."""
         page = self._outbox_page(q.READ_OUTBOX, world_id, after_seq, limit)
         page.sort(key=lambda row: row[2])  # by event_seq: json_each's order, checked, never assumed
-        return [cast(OutboxEvent, _row(OUTBOX_FIELDS, r)) for r in page]
+        return [cast(OutboxEvent, named_row(OUTBOX_FIELDS, r)) for r in page]
 
     def read_outbox_columns(self, world_id: str, after_seq: Position = 0, limit: PageLimit = 100) -> dict[str, list[Any]]:
         """The same page as `read_outbox`, column by column (field name -> values): what a columnar

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, TypeAdapter
 
 from archetype.canonical import canonical_json, digest
 from archetype.commands.authority import Authority
+from archetype.commands.component_check import check_components
 from archetype.commands.errors import (
     CommandError,
     InvalidCommandError,
@@ -30,7 +31,6 @@ from archetype.commands.errors import (
 )
 from archetype.commands.failures import Permanent, Retryable
 from archetype.commands.identity import COMMAND_ID_PATTERN, command_digest
-from archetype.commands.ledger import check_components
 from archetype.commands.ledger_rows import AdmissionRow, Admitted, CommandRow, ComponentSchemaRow, LeasedRow
 from archetype.commands.options import ActorCtx, DurableOptions, Role
 from archetype.commands.registry import OperationRegistry, OperationSpec, check_live_together

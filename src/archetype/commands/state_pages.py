@@ -36,6 +36,13 @@ from archetype.world import columnar
 
 # A delta's opening: a columnar chunk names its first and last id, a per-entity one its first only.
 _DELTA_HEAD = re.compile(r'\{"first":([0-9]+),"last":([0-9]+),|\[\[([0-9]+),')
+# A filtered state read (`read_state`): the most entities of a page, entity ids and component
+# types it may name (all of them fit in a URL's query), and the snapshot chunks (about a megabyte
+# each) one page reads at most.
+STATE_READ_LIMIT = 10_000
+STATE_READ_IDS = 1_000
+STATE_READ_TYPES = 32
+STATE_READ_CHUNKS = 8
 
 
 @dataclass(frozen=True)
