@@ -31,13 +31,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 SQL = "src/archetype/commands/ledger_sql.py"
 LEDGER = "src/archetype/commands/ledger.py"
+ADMISSION = "src/archetype/commands/ledger_admission.py"
+STEPPING = "src/archetype/commands/ledger_stepping.py"
 CLOCK = "src/archetype/commands/clock.py"
 
 # name -> (what it breaks, its changes: (file, text to find (exactly once), replacement), ...)
 Change = tuple[str, str, str]
 MUTANTS: dict[str, tuple[str, tuple[Change, ...]]] = {
     "publish-drops-rejected": ("publish skips writing REJECTED settlements", (
-        (LEDGER, 'settled = [[s["sequence"], s["outcome"], s["error"]] for s in settlements]',
+        (STEPPING, 'settled = [[s["sequence"], s["outcome"], s["error"]] for s in settlements]',
          'settled = [[s["sequence"], s["outcome"], s["error"]] for s in settlements if s["outcome"] != "rejected"]'),
     )),
     "lease-order-swapped": ("DUE_COMMANDS orders by priority before scheduled tick", (
@@ -59,7 +61,7 @@ MUTANTS: dict[str, tuple[str, tuple[Change, ...]]] = {
     )),
     # a few more, beyond the three the brief asked for
     "lease-skips-live-lease": ("lease skips another owner's live lease instead of stopping", (
-        (LEDGER, "if row[\"lease_owner\"] != owner and row[\"lease_expires_at\"] > now:\n                        break",
+        (STEPPING, "if row[\"lease_owner\"] != owner and row[\"lease_expires_at\"] > now:\n                        break",
          "if row[\"lease_owner\"] != owner and row[\"lease_expires_at\"] > now:\n                        continue"),
     )),
     "release-forgets-attempts": ("the released tail always goes back PENDING", (
@@ -67,7 +69,7 @@ MUTANTS: dict[str, tuple[str, tuple[Change, ...]]] = {
          "status = 'PENDING',"),
     )),
     "no-token-dedup": ("a republished manifest is not recognised by its commit token", (
-        (LEDGER, "if self._port.execute(q.GET_TICK_BY_TOKEN, (world_id, tick, token)):",
+        (STEPPING, "if self._port.execute(q.GET_TICK_BY_TOKEN, (world_id, tick, token)):",
          "if False:"),
     )),
     "recovery-keeps-failures": ("a published tick recovers the world but keeps its failed-attempt count", (
@@ -104,8 +106,8 @@ MUTANTS: dict[str, tuple[str, tuple[Change, ...]]] = {
         (SQL, "migrated_digest = r.digest", "digest = r.digest"),
     )),
     "quota-counts-target-tick": ("quota counts the target tick, not the tick the command runs at", (
-        (LEDGER, "runs_at(tick, world[3]) for tick in ticks", "tick for tick in ticks"),
-        (LEDGER, 'tick = runs_at(scheduled_tick, world["tick_head"])', "tick = scheduled_tick"),
+        (ADMISSION, "runs_at(tick, world[3]) for tick in ticks", "tick for tick in ticks"),
+        (ADMISSION, 'tick = runs_at(scheduled_tick, world["tick_head"])', "tick = scheduled_tick"),
         (SQL, "u.scheduled_tick = max(j.value, w.tick_head + 1)", "u.scheduled_tick = j.value"),
     )),
     "prune-takes-dead-letters": ("prune removes dead letters past the window (and with them their redrive mark)", (
@@ -121,10 +123,10 @@ MUTANTS: dict[str, tuple[str, tuple[Change, ...]]] = {
 # tick modes
 MUTANTS.update({
     "lockstep-skips": ("the ledger publishes a lockstep tick that skips ticks", (
-        (LEDGER, 'if world["tick_mode"] == "lockstep" and tick != world["tick_head"] + 1:', "if False:"),
+        (STEPPING, 'if world["tick_mode"] == "lockstep" and tick != world["tick_head"] + 1:', "if False:"),
     )),
     "lockstep-anchor-stays": ("a lockstep world's clock anchor keeps its old due time", (
-        (LEDGER, "self._port.execute(q.PUBLISH_HEAD, (tick, now, due, max(0, now - due), world_id, owner, session,",
+        (STEPPING, "self._port.execute(q.PUBLISH_HEAD, (tick, now, due, max(0, now - due), world_id, owner, session,",
          'self._port.execute(q.PUBLISH_HEAD, (tick, now, world["clock_ms"], max(0, now - due), world_id, owner, session,'),
     )),
     "lockstep-no-pause": ("a host runs a pause's missed lockstep ticks back to back", (

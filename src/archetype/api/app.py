@@ -73,7 +73,8 @@ from archetype.commands.errors import (
 from archetype.commands.families import default_registry
 from archetype.commands.http_translator import translate
 from archetype.commands.identity import COMMAND_ID_PATTERN
-from archetype.commands.ledger import COMPONENT_SPEC_PATTERN, scope_of
+from archetype.commands.ledger import COMPONENT_SPEC_PATTERN
+from archetype.commands.ledger_core import scope_of
 from archetype.commands.ledger_rows import CommandRow
 from archetype.commands.options import ActorCtx, Role
 from archetype.commands.port import StorageFault

@@ -17,56 +17,46 @@ prepared: `record_tick_failure`; the next `publish` recovers it).
 Every named transition appends its outbox event in the same transaction. Settlements are only
 ever written by the transaction that publishes their tick.
 
-`Ledger` is every operation; what they all stand on (the port, the clock, a world's row and its
-checks, events, the lease map) is `ledger_core.LedgerCore`, and the forks are
-`ledger_forks.ForkOperations`.
+`Ledger` is every operation. Three sections of docs/ledger.md have modules of their own, each a
+base of `Ledger`: admission (`ledger_admission.AdmissionOperations`), stepping a world: leasing,
+publication, health (`ledger_stepping.SteppingOperations`), and forks
+(`ledger_forks.ForkOperations`). What every operation stands on (the port, the clock, a world's
+row and its checks, events, the lease map) is `ledger_core.LedgerCore`.
 """
 
 from __future__ import annotations
 
 import json
-import operator
 import re
 from typing import Any, cast
 
-from archetype.canonical import MAX_SAFE_INTEGER, canonical_json, canonical_text, loads, printable_text
+from archetype.canonical import MAX_SAFE_INTEGER, canonical_json, canonical_text, printable_text
 from archetype.commands import ledger_sql as q
-from archetype.commands.component_check import Found, check_components, check_found
+from archetype.commands.component_check import check_components
 from archetype.commands.errors import (
     AmbiguousCommandError,
     CommandConflictError,
     CommandNotFoundError,
     InvalidCommandError,
-    LeaseLostError,
     MigrationConflictError,
     NotDeadLetteredError,
-    QuotaExceededError,
     RedriveConflictError,
-    ReservationNotOwnedError,
     RunnerIdHeldError,
     StaleWriterError,
     UnknownComponentError,
     UnsupportedComponentSchemaError,
-    WorldClosingError,
     WorldExistsError,
     WorldLeaseHeldError,
-    WorldNotFoundError,
 )
 from archetype.commands.identity import COMMAND_ID_PATTERN, command_digest
-from archetype.commands.ledger_core import COMMAND_FIELDS, WORLD_FIELDS, named_row
+from archetype.commands.ledger_admission import AdmissionOperations, runs_at
+from archetype.commands.ledger_core import COMMAND_FIELDS, WORLD_FIELDS, check_lease_ms, named_row
 from archetype.commands.ledger_forks import ForkOperations
 from archetype.commands.ledger_rows import (
-    COMMAND_LEASE_MAX_MS,
-    HOST_LEASE_MAX_MS,
     MAX_PAGE,
     MAX_PRUNE,
-    MAX_RESERVE,
-    AdmissionRow,
-    Admitted,
     CommandId,
-    CommandLeaseMs,
     CommandRow,
-    CommandSequence,
     ComponentMigrationRow,
     ComponentRow,
     ComponentSchemaRow,
@@ -76,7 +66,6 @@ from archetype.commands.ledger_rows import (
     Epoch,
     HostLeaseMs,
     KeepTicks,
-    LeasedRow,
     ManifestRow,
     Migrated,
     MigrationRow,
@@ -87,23 +76,18 @@ from archetype.commands.ledger_rows import (
     Position,
     Pruned,
     PruneLimit,
-    Published,
-    Quota,
     Redriven,
-    ReserveCount,
     RunnerRow,
     StatePage,
     StateRead,
-    StateWrite,
-    Tick,
     TickIntervalMs,
     TickPosition,
-    WallMs,
     Watermark,
     WindowMs,
     WorldComponents,
     WorldRow,
 )
+from archetype.commands.ledger_stepping import SteppingOperations
 from archetype.commands.state_pages import (
     STATE_READ_CHUNKS,
     STATE_READ_IDS,
@@ -115,41 +99,22 @@ from archetype.commands.state_pages import (
     state_at,
 )
 from archetype.world import columnar
-from archetype.world.commit import OUTCOMES, chunk_entries
+from archetype.world.commit import chunk_entries
 from archetype.world.component_schema import (
     UnsupportedSchemaError,
     check_record,
-    occurrences,
 )
-from archetype.world.error_text import ERROR_TEXT_LIMIT
-from archetype.world.limits import STATE_CHUNK_LIMIT
 from archetype.world.operations import Label, Name
 from archetype.world.tick_mode import DEFAULT_TICK_INTERVAL_MS, DEFAULT_TICK_MODE, check_tick_mode
 
 OUTBOX_FIELDS = tuple(name.strip() for name in q.OUTBOX_COLUMNS.split(","))
-ADMISSION_KEYS = frozenset(AdmissionRow.__annotations__)
-# The order a row's keys come in from the scheduler (and AdmissionRow's): compared before the set,
-# a tuple of the same interned keys compares by identity, where the set hashes each key again.
-_ADMISSION_ORDER = tuple(AdmissionRow.__annotations__)
-# The statements writing admitted commands and the submitted values their rows bind (ledger_sql.ADMITTED_INSERTS),
-# by whether some row of the batch has each of ledger_sql.NULLABLE_COMMAND_FIELDS
-_INSERTS = {
-    tuple(field not in nulls for field in q.NULLABLE_COMMAND_FIELDS): (each, bulk, operator.itemgetter(*fields))
-    for nulls, (each, bulk, fields) in q.ADMITTED_INSERTS.items()
-}
-ORIGINS = ("local", "gateway")
 RUNNER_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@:-]{0,127}")
 RUNNER_FIELDS = tuple(name.strip() for name in q.RUNNER_COLUMNS.split(","))
 PENDING_FIELDS = tuple(PendingWorld.__annotations__)
 INSTANCE_LIMIT = 256
 # Destroy cancels open commands in transactions of this many, so no transaction grows with the world.
 CANCEL_BATCH = 1_000
-CRASH_ERROR = "its runner stopped while materializing it (crash guard)"
 MIGRATION_FIELDS = tuple(name.strip() for name in q.MIGRATION_COLUMNS.split(","))
-# `{"first":<first entity id>,` opens a columnar chunk, `[[<first entity id>,` one of per-entity
-# entries (docs/storage.md); the ledger reads no more of it at publish.
-_CHUNK_HEAD = re.compile(r'(?:\{"first":|\[\[)([1-9][0-9]{0,15}),')
-WORLD_EVENTS = ("world_stalled", "world_recovered")
 # The most command ids one `commands_by_id` names.
 COMMANDS_BY_ID_LIMIT = 1_000
 COMPONENT_SPEC_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,127}(?::[0-9a-f]{64})?$"  # a type's <name>[:<fingerprint>]
@@ -173,9 +138,6 @@ LEDGER_METHODS = (
 )  # fmt: skip
 
 
-# What a snapshot of no entity stores (docs/storage.md, "State at a tick"): a chunk of no id, under
-# first id 0, which no entity has.
-EMPTY_SNAPSHOT = '{"first":0,"last":0,"removed":[],"sections":[]}'
 
 # Ledger methods over more than one world's rows of one store, in one transaction: the local
 # catalog (all its worlds in one database) runs them; a Durable Object holds one world, so there a
@@ -185,32 +147,12 @@ CATALOG_METHODS = ("fork_world",)
 FORK_COPY_METHODS = ("fork_plan", "fork_page", "fork_release", "fork_begin", "fork_write", "fork_activate")
 
 
-def _command_label(command_id: str) -> str:
-    return f"command {command_id!r}"
-
-
-def _check_lease_ms(lease_ms: int, longest: int = HOST_LEASE_MAX_MS) -> None:
-    if not 0 < lease_ms <= longest:
-        raise InvalidCommandError(f"this lease lasts 1 to {longest:,} ms, not {lease_ms} ms")
-
-
-def runs_at(scheduled_tick: int, tick_head: int) -> int:
-    """The tick a command admitted now runs at: its target, or the next tick for a target already
-    past (docs/ledger.md, "Ordering and leasing"). Quotas count this tick; a redrive is due at it."""
-    return max(scheduled_tick, tick_head + 1)
-
-
 def _asked_by(actor: Name | None) -> str:
     """How an operator's call binds its events' `actor` (ledger_sql.APPEND_EVENTS's ?5)."""
     return json.dumps({"actor": actor})
 
 
-def scope_of(principal: str | None) -> str:
-    """The namespace of a principal's command ids: its name, or '' for trusted callers."""
-    return principal or ""
-
-
-class Ledger(ForkOperations):
+class Ledger(AdmissionOperations, SteppingOperations, ForkOperations):
     """Every ledger operation (`LEDGER_METHODS`, `CATALOG_METHODS`, `FORK_COPY_METHODS`), each one
     transaction over the port."""
 
@@ -267,7 +209,7 @@ class Ledger(ForkOperations):
         epoch, and the previous hosts' command leases end at once. An unexpired lease of another
         owner is `WorldLeaseHeldError`, changing nothing.
         """
-        _check_lease_ms(lease_ms)
+        check_lease_ms(lease_ms)
 
         def run() -> WorldRow:
             world = self._active_world(world_id)
@@ -289,7 +231,7 @@ class Ledger(ForkOperations):
         """The host's heartbeat: its world lease now runs until `now + lease_ms`. Fenced like every
         write of a host: a taken-over (or forced) writer gets `StaleWriterError` and changes nothing.
         A lease that expired with no other host since is renewed: nobody else held the epoch."""
-        _check_lease_ms(lease_ms)
+        check_lease_ms(lease_ms)
 
         def run() -> WorldRow:
             self._host(world_id, owner, writer_epoch)
@@ -327,7 +269,7 @@ class Ledger(ForkOperations):
         registration expired (or was left). A live registration of another instance is
         `RunnerIdHeldError`, changing nothing.
         """
-        _check_lease_ms(lease_ms)
+        check_lease_ms(lease_ms)
         if not RUNNER_ID_PATTERN.fullmatch(runner_id):
             raise InvalidCommandError(f"runner id {runner_id!r} must match {RUNNER_ID_PATTERN.pattern}")
         if not 0 < len(instance) <= INSTANCE_LIMIT:
@@ -490,203 +432,6 @@ class Ledger(ForkOperations):
                            if e not in overlay and isinstance(t, str) and fingerprint in t]  # fmt: skip
         return sorted(naming)
 
-    def reserve_entity_ids(self, world_id: str, count: ReserveCount) -> int:
-        """Take `count` never-used entity ids; return the first. Ids are never handed out twice."""
-        if not 1 <= count <= MAX_RESERVE:
-            raise InvalidCommandError(f"cannot reserve {count} entity ids (1..{MAX_RESERVE})")
-
-        def run() -> int:
-            first = self._active_world(world_id)["next_entity_id"]
-            self._port.execute(q.TAKE_ENTITY_IDS, (count, self._clock.now_ms(), world_id))
-            return first
-
-        return self._port.transaction(run)
-
-    def reserve_spawn(self, world_id: str, command_id: CommandId, principal: Name | None, request_digest: str,
-                      scheduled_tick: Tick, quota: Quota | None = None) -> int:  # fmt: skip
-        """Bind exactly one entity id to a principal's spawn command; the same request gets it back.
-
-        A different request under that command id conflicts and allocates nothing. With a `quota`,
-        a spawn its admission would refuse reserves nothing (admission charges it).
-        """
-        scope = scope_of(principal)
-
-        def run() -> int:
-            rows = self._port.execute(q.GET_RESERVATION, (world_id, scope, command_id))
-            if rows:
-                if rows[0][1] != request_digest:
-                    raise CommandConflictError(f"command {command_id!r} already reserved an entity for another request")
-                return cast(int, rows[0][0])
-            if self._port.execute(q.GET_COMMAND, (world_id, scope, command_id)):
-                raise CommandConflictError(f"command {command_id!r} already exists and is not this spawn")
-            world = self._active_world(world_id)
-            first = world["next_entity_id"]
-            if quota is not None:
-                tick = runs_at(scheduled_tick, world["tick_head"])
-                used = self._port.execute(q.GET_QUOTA_USAGE, (world_id, scope, tick))
-                self._check_quota(world_id, scope, {tick: 1}, quota, {tick: used[0][0]} if used else {})
-            now = self._clock.now_ms()
-            self._port.execute(q.TAKE_ENTITY_IDS, (1, now, world_id))
-            self._port.execute(q.INSERT_RESERVATION, (world_id, scope, command_id, first, request_digest, now))
-            return first
-
-        return self._port.transaction(run)
-
-    # -- admission --
-    def admit(self, world_id: str, commands: list[AdmissionRow], quota: Quota | None = None) -> list[Admitted]:
-        """Admit a non-empty batch of one principal all-or-nothing; identical replays return their
-        existing identity.
-
-        `quota` caps how many commands one principal may have admitted for one tick of this world,
-        counted at the tick each runs at (`runs_at`: a target tick already past runs at the next
-        one); only newly admitted commands count against it.
-        """
-        if not commands:
-            raise InvalidCommandError("a batch needs at least one command")
-        # One pass over the batch makes each row and gathers what the read below binds. Each payload
-        # is parsed once, before the transaction, so the one read also answers the recorded schemas
-        # its components name; what a payload's parse raised is raised where the check of a new row
-        # would meet it (a replay is not checked).
-        rows: list[dict[str, Any]] = []
-        ids: list[str] = []
-        scopes = set()
-        parsed: list[list[Any] | Exception] = []
-        named: set[str] = set()
-        principals = reservations = False
-        for command in commands:
-            row = self._admission_row(world_id, command)
-            rows.append(row)
-            ids.append(row["command_id"])
-            scopes.add(row["scope"])
-            if row["principal"] is not None:
-                principals = True
-            if row["reserved_entity_id"] is not None:
-                reservations = True
-            try:
-                found = occurrences(loads(row["payload"]))
-            except Exception as exc:
-                parsed.append(exc)
-                continue
-            parsed.append(found)
-            for occurrence in found:
-                named.add(occurrence[2])
-        if len(set(ids)) != len(ids):
-            raise InvalidCommandError("a batch names the same command id twice")
-        if len(scopes) != 1:
-            raise InvalidCommandError("a batch is admitted for one principal")
-        (scope,) = scopes
-        insert_each, insert_bulk, inserted_values = _INSERTS[principals, reservations]
-        # (JSON parameters through the one prebuilt encoder: json.dumps builds an encoder per call; one
-        # id or one fingerprint bound as it is: ledger_sql.ADMISSION_READS)
-        read = q.ADMISSION_READS[quota is not None, len(ids) == 1, len(named) == 1]
-        read_params: tuple[Any, ...] = (world_id, scope, ids[0] if len(ids) == 1 else canonical_text(ids),
-                                        next(iter(named)) if len(named) == 1 else canonical_text(sorted(named)))  # fmt: skip
-        if quota is not None:
-            read_params = (*read_params, canonical_text(sorted({r["scheduled_tick"] for r in rows})))
-
-        def run() -> list[Admitted]:
-            world: tuple[Any, ...] | None = None
-            existing: dict[str, tuple[str, int]] = {}
-            reserved: dict[str, tuple[int, str]] = {}
-            known: dict[str, tuple[Any, ...]] = {}
-            used: dict[int, int] = {}
-            # (each row indexed as it is: `kind, *values` made a list of every row and a tuple again)
-            for answer in self._port.execute(read, read_params):
-                kind = answer[0]
-                if kind == "command":
-                    if answer[2] is not None:
-                        existing[answer[1]] = (answer[2], answer[3])
-                    if answer[4] is not None:
-                        reserved[answer[1]] = (answer[4], answer[5])
-                elif kind == "component":
-                    known[answer[2]] = answer[1:]
-                elif kind == "world":
-                    world = answer[1:]
-                else:
-                    used[answer[1]] = answer[2]
-            if world is None:
-                raise WorldNotFoundError(f"world {world_id!r} does not exist")
-            if world[0] != "ACTIVE":
-                raise WorldClosingError(f"world {world_id!r} is {world[0]}; it admits nothing")
-            # the sequence numbers read above are current (this transaction has written no command
-            # or event yet), and the rows written below take them, in batch order: no world row to
-            # update, and no outbox row (each row carries its `admitted` event: ledger_sql.READ_OUTBOX)
-            next_sequence, next_event_seq = world[1], world[2]
-            admitted: list[Admitted] = []
-            inserted: list[tuple[Any, ...]] = []  # the new rows' values (ledger_sql.ADMITTED_COMMAND_VALUES)
-            checked: Found = []  # the new rows' ids and their payloads' occurrences
-            unparsed: Exception | None = None  # the first new row's payload that did not parse
-            ticks: list[int] = []  # with a quota: the new rows' target ticks
-            for row, found in zip(rows, parsed, strict=True):
-                command_id = row["command_id"]
-                replayed = existing.get(command_id)
-                if replayed is not None:
-                    if replayed[0] != row["digest"]:
-                        raise CommandConflictError(f"command {command_id!r} was admitted with different content")
-                    admitted.append({"command_id": command_id, "sequence": replayed[1], "replayed": True, "digest": row["digest"]})
-                    continue
-                reservation = reserved.get(command_id)
-                if row["operation"] == "spawn_reserved" and reservation is None:
-                    raise ReservationNotOwnedError(
-                        f"command {command_id!r} owns no spawn reservation (of entity {row['reserved_entity_id']})"
-                    )
-                if reservation is not None and reservation != (row["reserved_entity_id"], row["request_digest"]):
-                    raise CommandConflictError(
-                        f"command {command_id!r} is bound to a spawn reservation that this command does not fulfil"
-                    )
-                sequence = next_sequence + len(inserted)
-                inserted.append((sequence, next_event_seq + len(inserted), *inserted_values(row)))
-                admitted.append({"command_id": command_id, "sequence": sequence, "replayed": False, "digest": row["digest"]})
-                if isinstance(found, Exception):
-                    if unparsed is None:
-                        unparsed = found
-                elif found:
-                    checked.append((command_id, found))
-                if quota is not None:
-                    ticks.append(row["scheduled_tick"])
-            # a new row's payload that did not parse is refused before any component is checked
-            if unparsed is not None:
-                raise unparsed
-            check_found(world_id, checked, known, _command_label)
-            if quota is not None:
-                self._charge_quota(world_id, scope, [runs_at(tick, world[3]) for tick in ticks], quota, used)
-            if inserted:
-                shared = (world_id, scope, self._clock.now_ms(), world[3] + 1)
-                self._port.execute_rows(insert_each, insert_bulk, shared, inserted)
-            return admitted
-
-        return self._port.transaction(run)
-
-    def _admission_row(self, world_id: str, command: AdmissionRow) -> dict[str, Any]:
-        if tuple(command) != _ADMISSION_ORDER and command.keys() != ADMISSION_KEYS:
-            unknown = set(command) - ADMISSION_KEYS
-            missing = ADMISSION_KEYS - set(command)
-            raise InvalidCommandError(f"admission row has unknown {sorted(unknown)} / missing {sorted(missing)} fields")
-        if command["origin"] not in ORIGINS:
-            raise InvalidCommandError(f"origin must be one of {ORIGINS}")
-        row: dict[str, Any] = {**command, "world_id": world_id, "scope": scope_of(command["principal"])}
-        row["digest"] = command_digest(row)
-        return row
-
-    def _charge_quota(self, world_id: str, scope: str, ticks: list[int], quota: int, used: dict[int, int]) -> None:
-        """One command more of `scope` at each of these ticks (the ticks they run at)."""
-        wanted: dict[int, int] = {}
-        for tick in ticks:
-            wanted[tick] = wanted.get(tick, 0) + 1
-        self._check_quota(world_id, scope, wanted, quota, used)
-        for tick, count in wanted.items():
-            self._port.execute(q.ADD_QUOTA_USAGE, (world_id, scope, tick, count))
-
-    def _check_quota(self, world_id: str, scope: str, wanted: dict[int, int], quota: int, used: dict[int, int]) -> None:
-        """`wanted` more commands of `scope` running at each tick fit the quota, `used` counting those admitted already."""
-        for tick, count in wanted.items():
-            if used.get(tick, 0) + count > quota:
-                raise QuotaExceededError(
-                    f"{scope or 'trusted caller'} may admit {quota} commands running at tick {tick} of world "
-                    f"{world_id!r} (a tick already past runs at the next one); {used.get(tick, 0)} already admitted, "
-                    f"{count} more asked"
-                )
-
     def _check_components(self, world_id: str, documents: list[tuple[str, str]]) -> None:
         check_components(world_id, documents, lambda fps: self._port.execute(q.FIND_COMPONENTS, (json.dumps(fps), world_id)))
 
@@ -804,255 +549,6 @@ class Ledger(ForkOperations):
                 raise InvalidCommandError(f"command #{rewrite['sequence']}: a migrated payload is canonical and names {old} no more")
             documents.append((f"command #{rewrite['sequence']}", rewrite["payload"]))
         self._check_components(world_id, documents)
-
-    # -- leasing --
-    def lease(self, world_id: str, owner: Label, session: Label, writer_epoch: Epoch, tick: Tick, limit: PageLimit,
-              lease_ms: CommandLeaseMs) -> list[LeasedRow]:  # fmt: skip
-        """Lease due commands in (scheduled_tick, priority, sequence) order; never deletes a row,
-        never charges an attempt.
-
-        Rows this session holds are renewed. Rows held by another session of the same owner (the
-        runner restarted) or by an expired lease of another owner are taken over at once and
-        marked `suspect`. A row another owner holds unexpired stops the lease there (order is never
-        skipped). First, a crash guard left by another session charges its command one attempt
-        (and that command stays suspect).
-        """
-        _check_lease_ms(lease_ms, COMMAND_LEASE_MAX_MS)
-
-        def run() -> list[LeasedRow]:
-            world = self._writer(world_id, writer_epoch)
-            now = self._clock.now_ms()
-            charged = None
-            if world["guard_session"] is not None and world["guard_session"] != session:
-                charged = self._charge_crash(world_id, world["guard_sequence"], now)
-            due = self._port.execute(q.DUE_COMMANDS, (world_id, tick, limit))
-            taken: list[LeasedRow] = []
-            for values in due:
-                row = named_row(COMMAND_FIELDS, values[:-1])
-                held_by = (row["lease_owner"], values[-1])
-                suspect = row["sequence"] == charged
-                if row["status"] == "LEASED" and held_by != (owner, session):
-                    if row["lease_owner"] != owner and row["lease_expires_at"] > now:
-                        break
-                    suspect = True
-                taken.append(cast(LeasedRow, {**row, "suspect": suspect}))
-            expires = now + lease_ms
-            if taken:  # one write of the world's lease map, none of the commands' rows
-                self._change_leases(world_id, {str(r["sequence"]): [owner, session, expires, now] for r in taken})
-            for leased in taken:
-                leased.update({"status": "LEASED", "lease_owner": owner, "lease_expires_at": expires, "updated_at": now})
-            return taken
-
-        return self._port.transaction(run)
-
-    def _charge_crash(self, world_id: str, sequence: int | None, now: int) -> int | None:
-        """Charge the guarded command of a dead session one attempt; answer its sequence if charged."""
-        self._port.execute(q.SET_GUARD, (None, None, world_id))
-        row = None if sequence is None else self._command_at(world_id, sequence)
-        if row is None or row["status"] != "LEASED":
-            return None
-        self._port.execute(q.CHARGE_CRASH, (CRASH_ERROR, now, world_id, sequence))
-        self._change_leases(world_id, {str(sequence): None})
-        self._append_events(world_id, [row["sequence"]], now)
-        return row["sequence"]
-
-    def guard(self, world_id: str, owner: Label, session: Label, writer_epoch: Epoch, sequence: CommandSequence | None) -> None:
-        """Name the command this session is about to materialize in guarded mode (None: no command).
-
-        If the session dies before it moves the guard on, the next lease by another session
-        charges that command one attempt: this is how a command that kills its runner ends up
-        dead-lettered after its budget, while the commands around it are never charged.
-        """
-
-        def run() -> None:
-            self._writer(world_id, writer_epoch)
-            if sequence is not None and not self._port.execute(q.IS_HELD, (world_id, sequence, owner, session))[0][0]:
-                raise LeaseLostError(f"command #{sequence} of world {world_id!r} is not leased by this session")
-            self._port.execute(q.SET_GUARD, (sequence, None if sequence is None else session, world_id))
-
-        self._port.transaction(run)
-
-    # -- publication --
-    def publish(self, world_id: str, owner: Label, session: Label, manifest: ManifestRow,
-                writes: StateWrite, due_ms: WallMs | None = None) -> Published:  # fmt: skip
-        """Publish one tick: manifest, state write (a snapshot replacing the world's state, or a
-        delta overlaying it: one row per chunk), every settlement of the tick with its outbox
-        event (in the manifest's order), the release of what the session still holds, and the
-        tick head. A lockstep world publishes every tick (the tick after the head, nothing
-        skipped), and its clock anchor moves to it: `due_ms` when it was due (the host's
-        `TickClock.due_at`; None: now) and how late it published (docs/ledger.md, "Tick modes").
-
-        A manifest whose commit token is already stored was published before (its answer was
-        lost): it is recognised and not replayed.
-        """
-        if due_ms is not None and abs(due_ms) > MAX_SAFE_INTEGER:
-            raise InvalidCommandError(f"due_ms {due_ms} is outside +/-(2**53-1)")
-
-        def run() -> Published:
-            token, tick = manifest["commit_token"], manifest["tick"]
-            if self._port.execute(q.GET_TICK_BY_TOKEN, (world_id, tick, token)):
-                return {"tick": tick, "published": False}
-            world = self._writer(world_id, manifest["writer_epoch"])
-            if tick <= world["tick_head"]:  # a later tick than head + 1 coalesces the empty ticks between
-                raise StaleWriterError(f"tick {tick} does not follow the published tick head {world['tick_head']}")
-            if world["tick_mode"] == "lockstep" and tick != world["tick_head"] + 1:
-                raise InvalidCommandError(
-                    f"world {world_id!r} is lockstep: every tick runs, so tick {tick} cannot follow tick {world['tick_head']}"
-                )
-            settlements = manifest["settlements"]
-            self._check_settlements(world_id, owner, session, settlements)
-            if not columnar.valid_runs(manifest["written_runs"]):
-                raise InvalidCommandError(
-                    "a manifest's written_runs are ascending [first, last] runs of entity ids, neither overlapping "
-                    "nor adjacent (docs/storage.md)"
-                )
-            now = self._clock.now_ms()
-            self._port.execute(q.INSERT_TICK, (world_id, tick, token, json.dumps(manifest, sort_keys=True), now))
-            self._write_state(world_id, tick, writes)
-            settled_sequences = [s["sequence"] for s in settlements]
-            events = canonical_text(settled_sequences)
-            if settlements:
-                settled = [[s["sequence"], s["outcome"], s["error"]] for s in settlements]
-                self._port.execute(q.SETTLE, (tick, now, json.dumps(settled), world_id))
-            first_event = self._world(world_id)["next_event_seq"] if settlements else None
-            self._release_rows(world_id, owner, session, now, set(settled_sequences))
-            due = now if due_ms is None else min(due_ms, now)  # never due after it published (clock skew)
-            # The session's lease entries go with the head's write, and the settlements' events with it
-            # when they fit in the world row's outbox tail; otherwise they are an outbox row's (too many
-            # to fit there: not offered to the tail at all).
-            offered = events if len(settlements) <= q.OUTBOX_APPEND_LIMIT // q.EVENT_CHARS_MIN else "[]"
-            self._port.execute(q.PUBLISH_HEAD, (tick, now, due, max(0, now - due), world_id, owner, session,
-                                                first_event, offered))  # fmt: skip
-            if settlements:
-                self._port.execute(q.APPEND_SPILLED_EVENTS, (first_event, now, events, world_id))
-            if world["health"] == "STALLED":
-                self._port.execute(q.CLEAR_HEALTH, (world_id,))
-                self._world_event(world_id, "world_recovered", tick, world["failed_attempts"], world["health_error"],
-                                  world["stalled_since"], now)  # fmt: skip
-            return {"tick": tick, "published": True}
-
-        return self._port.transaction(run)
-
-    def _write_state(self, world_id: str, tick: int, writes: StateWrite) -> None:
-        chunks = writes["chunks"]
-        firsts = []
-        for chunk in chunks:
-            head = _CHUNK_HEAD.match(chunk)
-            if head is None or not chunk.endswith("]]" if chunk[0] == "[" else "]}") or len(chunk) > STATE_CHUNK_LIMIT:
-                raise InvalidCommandError(
-                    f"a state chunk is a columnar chunk or a JSON array of [entity_id, components] entries of at most "
-                    f"{STATE_CHUNK_LIMIT:,} characters (docs/storage.md)"
-                )
-            firsts.append(int(head.group(1)))
-        # Nothing published is deleted here: the state at every tick of the retention window stays
-        # readable (docs/storage.md, "State at a tick"); retention deletes what no retained tick reads.
-        replaces = bool(writes.get("replaces_deltas"))
-        if writes["snapshot"]:
-            if replaces:
-                raise InvalidCommandError("a snapshot replaces the whole state; replaces_deltas is for a delta")
-            if firsts != sorted(set(firsts)):
-                raise InvalidCommandError("a snapshot's chunks cover ascending entity ranges")
-            if not chunks:  # no entity left: the snapshot still marks its tick, or the one before would read on
-                firsts, chunks = [0], [EMPTY_SNAPSHOT]
-            for first, chunk in zip(firsts, chunks, strict=True):
-                self._port.execute(q.INSERT_STATE_CHUNK, (world_id, tick, first, chunk))
-            return
-        if replaces and not chunks:
-            raise InvalidCommandError("a delta that replaces the deltas carries the chunks that replace them")
-        for part, chunk in enumerate(chunks):
-            self._port.execute(q.INSERT_STATE_DELTA, (world_id, tick, part, chunk, int(replaces)))
-
-    def _check_settlements(self, world_id: str, owner: str, session: str, settlements: list[Any]) -> None:
-        """Every settled command is held by this session, named rightly, settled once, with a known
-        outcome, and the manifest lists them in ledger order: no tick ever applies out of order."""
-        for s in settlements:
-            if s["outcome"] not in OUTCOMES:
-                raise InvalidCommandError(f"settlement outcome {s['outcome']!r} is not one of {OUTCOMES}")
-            if s["error"] is not None and len(s["error"]) > ERROR_TEXT_LIMIT:
-                raise InvalidCommandError(f"a settlement error is limited to {ERROR_TEXT_LIMIT} characters")
-        listed = [(s["sequence"], s["command_id"]) for s in settlements]
-        if len({sequence for sequence, _ in listed}) != len(listed):
-            raise InvalidCommandError("the manifest settles a command twice")
-        sequences = json.dumps([sequence for sequence, _ in listed])
-        held = [(r[0], r[1]) for r in self._port.execute(q.HELD_IN_ORDER, (world_id, owner, session, sequences))]
-        if len(held) != len(listed):
-            raise LeaseLostError(f"{len(listed) - len(held)} of the tick's commands are no longer leased by this session")
-        if held != listed:
-            raise InvalidCommandError("the manifest lists its commands out of (scheduled_tick, priority, sequence) order")
-
-    # -- health --
-    def record_tick_failure(self, world_id: str, owner: Label, session: Label, writer_epoch: Epoch, tick: Tick, error: str,
-                            release: bool = True) -> WorldRow:  # fmt: skip
-        """Record that the writer's tick `tick` failed before it was prepared (a hook or processor
-        raised, the authority did not answer): one more failed attempt, the error, and the first
-        failure since the last published tick stalls the world (ACTIVE -> STALLED, with its
-        `world_stalled` event). The next published tick makes it ACTIVE again (`world_recovered`).
-
-        With `release`, what the session holds is given back uncharged in the same transaction, so
-        a stalled world holds no lease; a writer keeping a prepared tick passes False (its
-        republication needs them). No command is charged: the tick, not a command, failed.
-        """
-        if len(error) > ERROR_TEXT_LIMIT:
-            raise InvalidCommandError(f"a tick failure's error is limited to {ERROR_TEXT_LIMIT} characters")
-
-        def run() -> WorldRow:
-            world = self._writer(world_id, writer_epoch)
-            now = self._clock.now_ms()
-            self._port.execute(q.RECORD_TICK_FAILURE, (error, now, now, world_id))
-            if release:
-                self._release(world_id, owner, session, now)
-            if world["health"] == "ACTIVE":
-                self._world_event(world_id, "world_stalled", tick, world["failed_attempts"] + 1, error, now, now)
-            return self._world(world_id)
-
-        return self._port.transaction(run)
-
-    def retry_world(self, world_id: str, actor: Name | None = None) -> WorldRow:
-        """An operator's "retry now" for a STALLED world whose cause was fixed: its failed attempts
-        start again from 0, with a `world_retry_requested` event carrying the attempts so far and
-        naming the operator (`actor`, the principal that asked; None in-process). A
-        runner waiting out the backoff those attempts set sees the count fall below what it
-        recorded, and retries at once. The world stays STALLED until a tick publishes. Asking for a
-        world that is not stalled, or asking twice, changes nothing."""
-
-        def run() -> WorldRow:
-            world = self._active_world(world_id)
-            if world["health"] != "STALLED" or world["failed_attempts"] == 0:
-                return world
-            now = self._clock.now_ms()
-            self._port.execute(q.RETRY_WORLD, (now, world_id))
-            self._world_event(world_id, "world_retry_requested", world["tick_head"] + 1, world["failed_attempts"],
-                              world["health_error"], world["stalled_since"], now, actor)  # fmt: skip
-            return self._world(world_id)
-
-        return self._port.transaction(run)
-
-    def release(self, world_id: str, owner: Label, session: Label, writer_epoch: Epoch) -> int:
-        """Give back everything this session holds, uncharged (a runner shutting down cleanly):
-        PENDING, or RETRYABLE if it was ever attempted. Bookkeeping: no event. Answers how many."""
-
-        def run() -> int:
-            self._writer(world_id, writer_epoch)
-            return self._release(world_id, owner, session, self._clock.now_ms())
-
-        return self._port.transaction(run)
-
-    def _release(self, world_id: str, owner: str, session: str, now: int) -> int:
-        held = self._release_rows(world_id, owner, session, now, set())
-        self._port.execute(q.DROP_SESSION_LEASES, (world_id, owner, session))
-        world = self._world(world_id)
-        if world["guard_session"] == session:
-            self._port.execute(q.SET_GUARD, (None, None, world_id))
-        return held
-
-    def _release_rows(self, world_id: str, owner: str, session: str, now: int, settled: set[int]) -> int:
-        """Write the commands this session holds, but those just `settled`, as released (their lease
-        entries are the caller's to drop); answer how many it held."""
-        held = [r[0] for r in self._port.execute(q.SESSION_LEASES, (world_id, owner, session))]
-        tail = [sequence for sequence in held if sequence not in settled]
-        if tail:
-            self._port.execute(q.RELEASE_ROWS, (now, world_id, json.dumps(tail)))
-        return len(held)
 
     # -- redrive --
     def redrive(self, world_id: str, command_id: CommandId, scope: str = "", new_command_id: CommandId | None = None,

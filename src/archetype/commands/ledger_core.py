@@ -12,6 +12,7 @@ from archetype.canonical import canonical_text
 from archetype.commands import ledger_sql as q
 from archetype.commands import migrations
 from archetype.commands.errors import (
+    InvalidCommandError,
     LedgerSchemaError,
     StaleWriterError,
     TickNotRetainedError,
@@ -19,7 +20,7 @@ from archetype.commands.errors import (
     WorldForkingError,
     WorldNotFoundError,
 )
-from archetype.commands.ledger_rows import CommandRow, WorldRow
+from archetype.commands.ledger_rows import HOST_LEASE_MAX_MS, CommandRow, WorldRow
 from archetype.commands.port import Clock, SqlPort
 
 COMMAND_FIELDS = tuple(name.strip() for name in q.COMMAND_COLUMNS.split(","))
@@ -28,6 +29,16 @@ WORLD_FIELDS = tuple(name.strip() for name in q.WORLD_COLUMNS.split(","))
 
 def named_row(fields: Sequence[str], values: Sequence[Any]) -> dict[str, Any]:
     return dict(zip(fields, values, strict=True))
+
+
+def check_lease_ms(lease_ms: int, longest: int = HOST_LEASE_MAX_MS) -> None:
+    if not 0 < lease_ms <= longest:
+        raise InvalidCommandError(f"this lease lasts 1 to {longest:,} ms, not {lease_ms} ms")
+
+
+def scope_of(principal: str | None) -> str:
+    """The namespace of a principal's command ids: its name, or '' for trusted callers."""
+    return principal or ""
 
 
 class LedgerCore:
