@@ -100,10 +100,7 @@ from archetype.commands.state_pages import (
 )
 from archetype.world import columnar
 from archetype.world.commit import chunk_entries
-from archetype.world.component_schema import (
-    UnsupportedSchemaError,
-    check_record,
-)
+from archetype.world.component_schema import UnsupportedSchemaError, check_record
 from archetype.world.operations import Label, Name
 from archetype.world.tick_mode import DEFAULT_TICK_INTERVAL_MS, DEFAULT_TICK_MODE, check_tick_mode
 

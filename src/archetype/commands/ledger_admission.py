@@ -21,18 +21,8 @@ from archetype.commands.errors import (
 )
 from archetype.commands.identity import command_digest
 from archetype.commands.ledger_core import LedgerCore, scope_of
-from archetype.commands.ledger_rows import (
-    MAX_RESERVE,
-    AdmissionRow,
-    Admitted,
-    CommandId,
-    Quota,
-    ReserveCount,
-    Tick,
-)
-from archetype.world.component_schema import (
-    occurrences,
-)
+from archetype.commands.ledger_rows import MAX_RESERVE, AdmissionRow, Admitted, CommandId, Quota, ReserveCount, Tick
+from archetype.world.component_schema import occurrences
 from archetype.world.operations import Name
 
 ADMISSION_KEYS = frozenset(AdmissionRow.__annotations__)

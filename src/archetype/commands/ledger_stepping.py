@@ -11,11 +11,7 @@ from typing import Any, cast
 
 from archetype.canonical import MAX_SAFE_INTEGER, canonical_text
 from archetype.commands import ledger_sql as q
-from archetype.commands.errors import (
-    InvalidCommandError,
-    LeaseLostError,
-    StaleWriterError,
-)
+from archetype.commands.errors import InvalidCommandError, LeaseLostError, StaleWriterError
 from archetype.commands.ledger_core import COMMAND_FIELDS, LedgerCore, check_lease_ms, named_row
 from archetype.commands.ledger_rows import (
     COMMAND_LEASE_MAX_MS,
