@@ -9,6 +9,7 @@ from archetype.runtime import Runtime
 from local_catalog import open_local_authority
 from tests.audit.seaweed import WeedMini
 from tests.component_modules import flaky
+from tests.support.shared_loopback import stop_shared_loopback
 from tests.support.workerd.engine import stop_shared_server
 from tests.support.workerd.python_worker import PythonWorker, shared_python_worker, stop_shared_python_worker
 
@@ -21,8 +22,10 @@ def clock() -> ManualClock:
 @pytest.fixture(scope="session", autouse=True)
 def _stop_workerd():
     """The real Durable Object SQL engine and the Worker in the real runtime start on first use
-    (tests/support/workerd) and stop here."""
+    (tests/support/workerd), as does the conformance suite's uvicorn (tests/support/shared_loopback.py),
+    and stop here."""
     yield
+    stop_shared_loopback()
     stop_shared_server()
     stop_shared_python_worker()
 

@@ -26,8 +26,8 @@ from pathlib import Path
 
 from archetype.commands.port import ManualClock
 from local_catalog import open_local_authority
-from tests.server.loopback import local_over_http
 from tests.support.durable_object_standin import standin_authority
+from tests.support.shared_loopback import local_over_http
 from tests.support.worker_http import worker_over_http
 from tests.support.workerd.engine import workerd_authority
 from tests.support.workerd.python_worker import worker_workerd_authority

@@ -1,20 +1,12 @@
-"""Loopback HTTP for tests: the shared app under a real uvicorn on 127.0.0.1, and an authority
-factory (for the conformance suite's AUTHORITY_FACTORIES) that reaches a local catalog through it."""
+"""Loopback HTTP for tests: the shared app under a real uvicorn on 127.0.0.1 (the conformance
+suite's HTTP authorities share one: tests/support/shared_loopback.py)."""
 
 from __future__ import annotations
 
 import threading
 import time
-from contextlib import asynccontextmanager
-from pathlib import Path
 
 import uvicorn
-
-from archetype.api import create_app
-from archetype.commands.port import ManualClock
-from archetype.remote import HttpAuthority
-from local_catalog import open_local_authority
-from tests.support.roles import EVERY_METHOD
 
 START_TIMEOUT_S = 10
 
@@ -41,15 +33,3 @@ class LoopbackServer:
         self.server.should_exit = True
         self.thread.join(START_TIMEOUT_S)
 
-
-@asynccontextmanager
-async def local_over_http(directory: Path, clock: ManualClock):
-    """The local catalog behind `archetype.api` on loopback, reached through HttpAuthority (admin token)."""
-    local = open_local_authority(directory, clock=clock)
-    with LoopbackServer(create_app(local, tokens={"conformance": {"principal": "root", "roles": EVERY_METHOD}})) as server:
-        authority = HttpAuthority(server.url, token="conformance")
-        try:
-            yield authority
-        finally:
-            await authority.close()
-    await local.close()

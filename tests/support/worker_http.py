@@ -1,6 +1,7 @@
 """The Worker over loopback HTTP: `worker.entry.build_app` with the bindings wrangler.toml
 declares (the real WorldObject on the Durable Object stand-in, a fake audit Queue, a token
-secret), served by uvicorn on 127.0.0.1 and reached through `HttpAuthority`. An authority factory
+secret), on the session's uvicorn on 127.0.0.1 (tests/support/shared_loopback.py) and reached
+through `HttpAuthority`. An authority factory
 of the conformance suite's shape: `(directory, clock)` -> async context manager."""
 
 from __future__ import annotations
@@ -10,10 +11,9 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 from archetype.commands.port import ManualClock
-from archetype.remote import HttpAuthority
-from tests.server.loopback import LoopbackServer
 from tests.support.durable_object_standin import world_namespace
 from tests.support.roles import EVERY_METHOD
+from tests.support.shared_loopback import shared_loopback
 from worker.entry import build_app
 
 TOKEN = "worker-conformance"
@@ -23,10 +23,8 @@ TOKEN = "worker-conformance"
 async def worker_over_http(directory: Path, clock: ManualClock):
     namespace = world_namespace(directory, clock)
     namespace.env.ARCHETYPE_TOKENS = json.dumps({TOKEN: {"principal": "root", "roles": EVERY_METHOD}})
-    with LoopbackServer(build_app(namespace.env)) as server:
-        authority = HttpAuthority(server.url, token=TOKEN)
-        try:
+    try:
+        async with shared_loopback().serving(build_app(namespace.env), TOKEN) as authority:
             yield authority
-        finally:
-            await authority.close()
-    namespace.close()
+    finally:
+        namespace.close()
