@@ -2,13 +2,15 @@
 
 Every process a test starts stops by itself: the test's `finally` stops it, and should the test
 process die first, the kernel signals its children (PR_SET_PDEATHSIG: SIGKILL for the crash
-processes, SIGTERM for serve); the crash runner also exits when its parent is gone or after
---max-seconds. Every wait has a deadline, and everything listens on loopback only.
+processes' zygote, which forks them and takes them with it, SIGTERM for serve); the crash runner
+also exits when its parent is gone or after --max-seconds. Every wait has a deadline, and everything listens on loopback only.
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
+import contextlib
 import ctypes
 import json
 import os
@@ -34,7 +36,7 @@ READY = object()  # stands for the process's ready-file path in its arguments
 T = TypeVar("T")
 
 
-def _dies_with_parent(sig: signal.Signals) -> Callable[[], None]:
+def dies_with_parent(sig: signal.Signals) -> Callable[[], None]:
     """A preexec_fn: the child gets `sig` when the test process dies, however it dies (Linux)."""
 
     def arrange() -> None:
@@ -58,25 +60,71 @@ def wait_for(predicate: Callable[[], T], what: str, timeout: float, *, every: fl
         time.sleep(every)
 
 
+class _Zygote:
+    """The test process's one tests/crash/zygote.py, started at the first Proc (see there why)."""
+
+    _popen: subprocess.Popen[bytes] | None = None
+
+    @classmethod
+    def start(cls, module: str, args: list[str], log: Path, exit_file: Path, env: dict[str, str]) -> int:
+        if cls._popen is None or cls._popen.poll() is not None:
+            cls._popen = subprocess.Popen([sys.executable, "-m", "tests.crash.zygote"], cwd=ROOT, stdin=subprocess.PIPE,
+                                          stdout=subprocess.PIPE, preexec_fn=dies_with_parent(signal.SIGKILL))  # fmt: skip
+            atexit.register(cls._stop, cls._popen)
+        assert cls._popen.stdin is not None and cls._popen.stdout is not None
+        cls._popen.stdin.write(json.dumps([module, args, str(log), str(exit_file), env]).encode() + b"\n")
+        cls._popen.stdin.flush()
+        line = cls._popen.stdout.readline()
+        assert line, f"the crash tests' zygote exited with {cls._popen.wait(10)}"
+        return int(line)
+
+    @staticmethod
+    def _stop(popen: subprocess.Popen[bytes]) -> None:
+        """Its input closed, it exits, and its children with it."""
+        for pipe in (popen.stdin, popen.stdout):
+            if pipe is not None:
+                pipe.close()
+        popen.wait(10)
+
+
 class Proc:
-    """One run of a crash-test process, its output kept in a log file for failure reports."""
+    """One run of a crash-test process, its output kept in a log file for failure reports; forked
+    by the zygote, so not this process's child: its exit code comes from the zygote's exit file."""
 
     def __init__(self, tmp: Path, module: str, *args: object, env: dict[str, str] | None = None) -> None:
         self.name = f"{module}-{time.monotonic_ns()}"
         self.log = tmp / f"{self.name}.log"
         self.ready = tmp / f"{self.name}.ready"
-        argv = [sys.executable, "-m", f"tests.crash.{module}", *(str(self.ready) if a is READY else str(a) for a in args)]
+        self._exit_file = tmp / f"{self.name}.exit"
+        self.returncode: int | None = None
+        argv = [str(self.ready) if a is READY else str(a) for a in args]
         self.started = time.monotonic()
-        with self.log.open("wb") as log:
-            self.popen = subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
-                                          preexec_fn=_dies_with_parent(signal.SIGKILL))  # fmt: skip
+        self.pid = _Zygote.start(f"tests.crash.{module}", argv, self.log, self._exit_file, env or {})
+        self._pidfd = os.pidfd_open(self.pid)  # signals reach this process, never a later one with its pid
+
+    def poll(self) -> int | None:
+        if self.returncode is None and self._exit_file.exists():
+            self.returncode = int(self._exit_file.read_text())
+            os.close(self._pidfd)
+        return self.returncode
 
     def alive(self) -> bool:
-        return self.popen.poll() is None
+        return self.poll() is None
 
     def kill(self) -> None:
-        self.popen.send_signal(signal.SIGKILL)
-        self.popen.wait(timeout=10)
+        if self.alive():
+            with contextlib.suppress(ProcessLookupError):  # exited meanwhile
+                signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+        self.wait(10)
+
+    def wait(self, timeout: float) -> int:
+        """Its exit code, once the zygote reaped it; TimeoutError after `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        while (code := self.poll()) is None:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{self.name} still runs after {timeout}s")
+            time.sleep(0.005)
+        return code
 
     def wait_ready(self) -> None:
         wait_for(self.ready.exists, f"{self.name} to start", READY_S, every=0.01, alive=self.expect_alive)
@@ -85,12 +133,12 @@ class Proc:
         return self.log.read_text(errors="replace")[-4000:]
 
     def expect_alive(self) -> None:
-        assert self.alive(), f"{self.name} exited by itself with {self.popen.returncode}:\n{self.output()}"
+        assert self.alive(), f"{self.name} exited by itself with {self.returncode}:\n{self.output()}"
 
     def wait_exit(self, timeout: float) -> int:
         try:
-            return self.popen.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
+            return self.wait(timeout)
+        except TimeoutError:
             self.kill()
             raise AssertionError(f"{self.name} did not finish within {timeout}s:\n{self.output()}") from None
 
@@ -123,7 +171,9 @@ class CatalogView:
 
     def leased_by(self, world_id: str) -> dict[str, int]:
         """LEASED commands per lease session."""
-        sql = self._NOW.format(f"{q.LEASE_SESSION_EXPR}, count(*)") + f" AND {q.LEASE_ENTRY_EXPR} IS NOT NULL GROUP BY 1"
+        sql = (
+            self._NOW.format(f"{q.LEASE_SESSION_EXPR}, count(*)") + f" AND {q.LEASE_ENTRY_EXPR} IS NOT NULL GROUP BY 1"
+        )
         return dict(self._rows(sql, world_id))
 
     def world(self, world_id: str) -> dict[str, Any]:
@@ -159,7 +209,7 @@ class Cli:
         with self.stderr_path.open("wb") as stderr:
             self.popen = subprocess.Popen([sys.executable, "-m", "archetype.cli", *argv], cwd=ROOT,
                                           env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE,
-                                          stderr=stderr, text=True, preexec_fn=_dies_with_parent(signal.SIGTERM))  # fmt: skip
+                                          stderr=stderr, text=True, preexec_fn=dies_with_parent(signal.SIGTERM))  # fmt: skip
         self.lines: queue.Queue[str | None] = queue.Queue()
         threading.Thread(target=self._read_stdout, daemon=True).start()
 
@@ -177,7 +227,9 @@ class Cli:
         try:
             return self.lines.get(timeout=timeout)
         except queue.Empty:
-            raise AssertionError(f"{self.name} printed nothing within {timeout}s; stderr:\n{self.stderr()[-4000:]}") from None
+            raise AssertionError(
+                f"{self.name} printed nothing within {timeout}s; stderr:\n{self.stderr()[-4000:]}"
+            ) from None
 
     def alive(self) -> bool:
         return self.popen.poll() is None
@@ -189,7 +241,9 @@ class Cli:
             return self.popen.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             self.kill()
-            raise AssertionError(f"{self.name} did not stop within {timeout}s of SIGTERM:\n{self.stderr()[-4000:]}") from None
+            raise AssertionError(
+                f"{self.name} did not stop within {timeout}s of SIGTERM:\n{self.stderr()[-4000:]}"
+            ) from None
 
     def kill(self) -> None:
         if self.alive():
@@ -221,7 +275,9 @@ class RemoteRunner(Cli):
     def __init__(self, tmp: Path, url: str, token: str, *extra: str) -> None:
         token_file = tmp / f"token-{time.monotonic_ns()}"
         token_file.write_text(token)
-        super().__init__(tmp, "runner", "runner", "--url", url, "--token-file", str(token_file), "--tick-rate", "20", *extra)
+        super().__init__(
+            tmp, "runner", "runner", "--url", url, "--token-file", str(token_file), "--tick-rate", "20", *extra
+        )
 
     def wait_running(self, timeout: float = READY_S) -> dict[str, Any]:
         line = self.next_line(timeout)
@@ -241,14 +297,18 @@ class LedgerDump:
         ledger = authority.ledger
         try:
             self.world = ledger.world_info(world_id)
-            self.commands = self._pages(lambda after: ledger.history(world_id, after_sequence=after, limit=self.PAGE), "sequence", 0)
+            self.commands = self._pages(
+                lambda after: ledger.history(world_id, after_sequence=after, limit=self.PAGE), "sequence", 0
+            )
             self.events = self._pages(lambda after: ledger.read_outbox(world_id, after, self.PAGE), "event_seq", 0)
             self.manifests = self._pages(lambda after: ledger.manifests(world_id, after, self.PAGE), "tick", -1)
             self.entities: dict[int, dict[str, Any]] = {}
             after = 0
             while page := ledger.load_state(world_id, after_entity_id=after)["entities"]:
                 for entity in page:
-                    self.entities[entity["entity_id"]] = {v["name"]: v["data"] for v in json.loads(entity["components"])}
+                    self.entities[entity["entity_id"]] = {
+                        v["name"]: v["data"] for v in json.loads(entity["components"])
+                    }
                 after = page[-1]["entity_id"]
         finally:
             asyncio.run(authority.close())

@@ -139,7 +139,7 @@ def test_kills_past_the_budget_dead_letter_no_innocent(tmp_path: Path) -> None:
             ready_s = time.monotonic() - run.started
             applied_before = view.statuses(WORLD)["APPLIED"]
             wait_for(lambda: view.statuses(WORLD)["APPLIED"] > applied_before, "the restarted runner's first publish",
-                     DRAIN_S, alive=lambda: run.popen.poll() in (None, 0) or run.expect_alive())  # fmt: skip
+                     DRAIN_S, alive=lambda: run.poll() in (None, 0) or run.expect_alive())  # fmt: skip
             first_publish_s, first_publish_ms = time.monotonic() - run.started, time.time() * 1000
             run.expect_clean_exit(DRAIN_S)
     finally:

@@ -38,7 +38,7 @@ pytestmark = pytest.mark.crash
 
 MIN_KILLS = 30
 ITEMS = 800
-PACE_S = 0.03
+PACE_S = 0.015  # an admission itself takes milliseconds to tens of them: the runner steps between any two
 LEASE_MS = 30_000  # longer than the whole kill phase: the runner's stable owner takes its leases back at once
 KILL_PHASE_S = 600  # deadlines, not targets: a quiet machine is done in a fraction (restarts are slow under load)
 DRAIN_S = 180

@@ -14,8 +14,8 @@ the watermark, the next due tick and each principal's scope; and a few invariant
 answers alone (no double application, settlements in ledger order, contiguous events, APPLIED
 only through a published manifest).
 
-CI spends a time budget per authority; `ARCHETYPE_SOAK_SECONDS=600` runs each selected authority
-for that long instead (see tests/model/README.md).
+CI runs a fixed number of examples per authority; `ARCHETYPE_SOAK_SECONDS=600` runs each selected
+authority for that long instead (see tests/model/README.md).
 """
 
 from __future__ import annotations
@@ -142,15 +142,14 @@ PROBE_FAILURES = (
 )  # fmt: skip
 
 SOAK_SECONDS = float(os.environ.get("ARCHETYPE_SOAK_SECONDS", "0") or 0)
-# CI budget: seconds per authority, spent in batches of fresh examples (README.md has the
-# measurements). A time budget, not an example count, because authorities differ by two orders of
-# magnitude (0.2 ms a call in-process, ~7 ms over loopback HTTP, more on the workerd engine), and a
-# new factory must not blow the suite's time. ARCHETYPE_MODEL_EXAMPLES asks for a fixed count instead.
-CI_SECONDS = float(os.environ.get("ARCHETYPE_MODEL_SECONDS", "12"))
-MIN_EXAMPLES = 3
-# On the real Workers runtime an example takes 6-18 s (every ledger call is an HTTP request into
-# workerd's Pyodide): there the budget ends after one, so the run costs what the others do.
-MIN_EXAMPLES_OF = {"worker_workerd": 1}
+# CI: examples per authority. A count, not a time budget: a budget spends its seconds on an idle
+# machine too and checks less the busier the machine is, where a count checks the same everywhere.
+# Each is about what the former 12 s budget ran at a load of 3-4 (tests/model/README.md has the
+# measurements): the authorities differ by two orders of magnitude (the local catalog's fsync per
+# commit, loopback HTTP, the workerd engine's replayed statements; on the real Workers runtime an
+# example takes 6-18 s). A new factory needs its count here. ARCHETYPE_MODEL_EXAMPLES sets one for all.
+EXAMPLES_OF = {"local": 20, "durable_object": 15, "local_http": 6, "worker_http": 5, "durable_object_workerd": 3,
+               "worker_workerd": 1}  # fmt: skip
 STEPS = int(os.environ.get("ARCHETYPE_MODEL_STEPS", "40"))
 FIXED_EXAMPLES = int(os.environ.get("ARCHETYPE_MODEL_EXAMPLES", "0") or 0)
 NO_SHRINK = bool(os.environ.get("ARCHETYPE_MODEL_NO_SHRINK"))
@@ -1290,23 +1289,23 @@ def run_machine(machine: type[LedgerMachine], *, examples: int, shrink_seconds: 
 
 
 def run_for(machine: type[LedgerMachine], started: float, timeout_at: float) -> None:
-    """Runs of at most BATCH fresh examples until the budget is spent (at least MIN_EXAMPLES, or the
-    authority's MIN_EXAMPLES_OF), or until ARCHETYPE_MODEL_EXAMPLES ran, each sized from the time
-    an example took so far, so the last one overshoots little; a failure is shrunk in what the
-    timeout leaves after the run."""
+    """Runs of at most BATCH fresh examples until the authority's count in EXAMPLES_OF (or
+    ARCHETYPE_MODEL_EXAMPLES) ran, or, soaking, until ARCHETYPE_SOAK_SECONDS are spent, each run
+    then sized from the time an example took so far, so the last one overshoots little; a failure
+    is shrunk in what the timeout leaves after the run."""
     if REPRODUCE:
         run_machine(reproduce_failure(hypothesis_version, REPRODUCE.encode())(machine), examples=1, shrink_seconds=0)
         return
-    seconds, minimum = SOAK_SECONDS or CI_SECONDS, MIN_EXAMPLES_OF.get(machine.ctx.name, MIN_EXAMPLES)
+    examples = FIXED_EXAMPLES or EXAMPLES_OF[machine.ctx.name]
     while True:
         now = time.monotonic()
         per_example = (now - started) / Stats.examples if Stats.examples else 0.0
-        if FIXED_EXAMPLES:
-            batch = FIXED_EXAMPLES - Stats.examples
-        elif Stats.examples < minimum:
-            batch = minimum - Stats.examples
+        if SOAK_SECONDS and Stats.examples:
+            batch = int((started + SOAK_SECONDS - now) / per_example)
+        elif SOAK_SECONDS:
+            batch = 1
         else:
-            batch = int((started + seconds - now) / per_example)
+            batch = examples - Stats.examples
         if batch <= 0:
             return
         batch = min(batch, BATCH)
