@@ -110,9 +110,13 @@ class Deployment:
         wait_for(lambda: gone(stepper), "the stepping process to stop with serve", 30)
 
     def close(self) -> None:
+        """Kill both, and wait for serve's stepping process to go with serve: the checks read the
+        ledger next, and a tick published meanwhile would fall between their reads."""
+        steppers = [] if self.serve is None else children(self.serve.popen.pid)
         for process in (self.remote, self.serve):
             if process is not None:
                 process.kill()
+        wait_for(lambda: all(gone(pid) for pid in steppers), "the stepping process to stop with serve", 30)
 
 
 # every kind of event once, then what hypothesis draws
